@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Installs what vkcompute needs to build and test, and nothing that is already there.
+#
+#   - a Vulkan loader, a Vulkan driver (lavapipe, Mesa's CPU driver, where no
+#     other driver is present) and the Khronos validation layers;
+#   - a shaderc that links: the Vulkan SDK's or a working system one where it
+#     exists; on Debian/Ubuntu, whose libshaderc is linked without glslang, one
+#     static archive merged from the distribution's own static libraries.
+#
+# Writes `.setup/env.mk` (read by the Makefile) with the variables the build
+# needs. Idempotent: a second run checks and returns in well under a second.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+setup_dir="$root/.setup"
+env_file="$setup_dir/env.mk"
+mkdir -p "$setup_dir"
+
+say() { echo "setup: $*" >&2; }
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then sudo_cmd=(sudo); fi
+fi
+
+# Debian packages, each with the file that proves it is installed.
+# (Checking files rather than `dpkg -s` keeps a second run fast.)
+multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+libdir="/usr/lib/$multiarch"
+
+missing=()
+need() { # need PACKAGE FILE...
+  local pkg=$1; shift
+  local f
+  for f in "$@"; do
+    if ls $f >/dev/null 2>&1; then return 0; fi
+  done
+  missing+=("$pkg")
+}
+
+have_vulkan_sdk() { [ -n "${VULKAN_SDK:-}" ] && [ -d "$VULKAN_SDK/lib" ]; }
+
+if command -v apt-get >/dev/null 2>&1; then
+  need libvulkan1 "$libdir/libvulkan.so.1" /usr/lib/libvulkan.so.1
+  need libvulkan-dev /usr/include/vulkan/vulkan.h
+  need vulkan-tools /usr/bin/vulkaninfo
+  need vulkan-validationlayers /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json
+  # lavapipe: always installed, so that there is a device (CI has no GPU) and
+  # the tests can run on it even where a GPU driver exists too.
+  need mesa-vulkan-drivers /usr/share/vulkan/icd.d/lvp_icd.*.json
+  if ! have_vulkan_sdk && [ -z "${SHADERC_LIB_DIR:-}" ]; then
+    need libshaderc-dev "$libdir/libshaderc_combined.a"
+    need glslang-dev "$libdir/libglslang.a"
+    need spirv-tools "$libdir/libSPIRV-Tools-opt.a"
+  fi
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo_cmd[@]}" apt-get update -qq
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+else
+  say "not a Debian/Ubuntu system: install the Vulkan loader, a Vulkan driver"
+  say "(Mesa's lavapipe where there is no GPU), the Khronos validation layers"
+  say "and shaderc (or the Vulkan SDK) with your package manager"
+fi
+
+# shaderc: decide what the build links against.
+shaderc_dir=""
+if [ -n "${SHADERC_LIB_DIR:-}" ]; then
+  shaderc_dir="$SHADERC_LIB_DIR"   # the user's choice
+elif have_vulkan_sdk; then
+  shaderc_dir=""                   # shaderc-sys finds the SDK by itself
+elif [ -f "$libdir/libshaderc_combined.a" ] && [ -f "$libdir/libglslang.a" ]; then
+  # Debian's libshaderc_combined.a lacks glslang and SPIRV-Tools: merge them in.
+  shaderc_dir="$setup_dir/shaderc"
+  merged="$shaderc_dir/libshaderc_combined.a"
+  if [ ! -f "$merged" ] || [ "$merged" -ot "$libdir/libshaderc_combined.a" ]; then
+    say "merging Debian's shaderc, glslang and SPIRV-Tools into $merged"
+    mkdir -p "$shaderc_dir"
+    script="create $merged.tmp
+addlib $libdir/libshaderc_combined.a"
+    for lib in glslang MachineIndependent GenericCodeGen OSDependent OGLCompiler \
+               SPIRV HLSL glslang-default-resource-limits SPIRV-Tools-opt SPIRV-Tools; do
+      if [ -f "$libdir/lib$lib.a" ]; then
+        script="$script
+addlib $libdir/lib$lib.a"
+      fi
+    done
+    script="$script
+save
+end"
+    echo "$script" | ar -M
+    mv "$merged.tmp" "$merged"
+  fi
+fi
+
+# Write the build environment only when it changed (keeps make's view stable).
+new_env="# written by scripts/setup.sh
+SETUP_SHADERC_LIB_DIR := $shaderc_dir
+"
+if [ ! -f "$env_file" ] || [ "$(cat "$env_file")" != "$(printf '%s' "$new_env")" ]; then
+  printf '%s' "$new_env" >"$env_file"
+fi
+
+# The result the tests depend on: a device and the validation layer.
+icds=$(ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json 2>/dev/null | wc -l || true)
+if [ "$icds" -eq 0 ] && [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ]; then
+  say "warning: no Vulkan driver manifest found; DeviceContext::new() will fail"
+fi
+exit 0

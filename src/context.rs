@@ -1,0 +1,611 @@
+//! `DeviceContext`: one device plus one stream, and the operations every
+//! buffer method is built from (record a command, upload, download, copy,
+//! fill, wait).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ash::vk;
+use bytemuck::Pod;
+
+use crate::buffer::DeviceBuffer;
+use crate::error::{Error, Result};
+use crate::hazard::Access;
+use crate::resource::BufferMemory;
+use crate::stream::{Garbage, Stream};
+use crate::timeline::Timeline;
+use crate::vk::{
+    Adapter, Device, DeviceInfo, DeviceOptions, DeviceSelector, Instance, ValidationLog,
+    ValidationMessage,
+};
+
+/// Uploads and downloads are split into pieces of at most this many bytes,
+/// so that staging buffers stay a reasonable size.
+pub(crate) const TRANSFER_CHUNK: u64 = 64 << 20;
+
+/// How to open a [`DeviceContext`]. Each setting left alone takes its
+/// environment variable's value, or else the default.
+#[derive(Clone, Debug, Default)]
+pub struct ContextOptions {
+    device: Option<DeviceSelector>,
+    validation: Option<bool>,
+    force_staging: Option<bool>,
+    push_descriptors: Option<bool>,
+    synchronization2: Option<bool>,
+}
+
+impl ContextOptions {
+    /// Every setting at its default (or its environment variable).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The device to open, by index or by a substring of its name
+    /// (`VKCOMPUTE_DEVICE`). Default: a discrete GPU, then an integrated,
+    /// virtual, and last a CPU device.
+    pub fn device(mut self, selector: impl Into<DeviceSelector>) -> Self {
+        self.device = Some(selector.into());
+        self
+    }
+
+    /// Enables `VK_LAYER_KHRONOS_validation` with synchronization validation
+    /// (`VKCOMPUTE_VALIDATION=1`). Messages are collected:
+    /// [`DeviceContext::validation_messages`]. Default: off.
+    pub fn validation(mut self, on: bool) -> Self {
+        self.validation = Some(on);
+        self
+    }
+
+    /// Sends every host transfer through staging buffers, even where the
+    /// device's memory is host visible (`VKCOMPUTE_FORCE_STAGING=1`). This is
+    /// the path of a discrete GPU; the option lets it be tested anywhere.
+    /// Default: off.
+    pub fn force_staging(mut self, on: bool) -> Self {
+        self.force_staging = Some(on);
+        self
+    }
+
+    /// Uses `VK_KHR_push_descriptor` where the device has it
+    /// (`VKCOMPUTE_PUSH_DESCRIPTORS=0` turns it off). Default: on.
+    pub fn push_descriptors(mut self, on: bool) -> Self {
+        self.push_descriptors = Some(on);
+        self
+    }
+
+    /// Records synchronization2 barriers where the device has them
+    /// (`VKCOMPUTE_SYNCHRONIZATION2=0` turns it off). Default: on.
+    pub fn synchronization2(mut self, on: bool) -> Self {
+        self.synchronization2 = Some(on);
+        self
+    }
+
+    fn resolved_device(&self) -> Option<(DeviceSelector, &'static str)> {
+        if let Some(d) = &self.device {
+            return Some((d.clone(), "ContextOptions::device"));
+        }
+        std::env::var("VKCOMPUTE_DEVICE")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| (DeviceSelector::from(v.as_str()), "VKCOMPUTE_DEVICE"))
+    }
+}
+
+/// A boolean setting: the option if set, else the variable, else `default`.
+fn setting(option: Option<bool>, variable: &str, default: bool) -> bool {
+    option.unwrap_or_else(|| match std::env::var(variable) {
+        Ok(v) => matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "on"
+        ),
+        Err(_) => default,
+    })
+}
+
+/// Counts of the Vulkan objects a context holds, for finding leaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveObjects {
+    /// Command buffers allocated (free, recording or in flight).
+    pub command_buffers: usize,
+    /// Staging buffers alive (pooled or in use).
+    pub staging_buffers: usize,
+    /// Descriptor pools alive.
+    pub descriptor_pools: usize,
+    /// Dropped buffers waiting for the stream to pass their last use.
+    pub pending_frees: usize,
+    /// Submitted batches not yet known to be complete.
+    pub batches_in_flight: usize,
+}
+
+/// What a `DeviceContext` handle shares with its clones and its buffers.
+pub(crate) struct ContextShared {
+    pub(crate) device: Arc<Device>,
+    pub(crate) timeline: Arc<Timeline>,
+    stream: Mutex<Stream>,
+    pub(crate) force_staging: bool,
+}
+
+/// One byte range of a buffer that a command reads or writes.
+pub(crate) struct BufferAccess<'a> {
+    pub(crate) memory: &'a Arc<BufferMemory>,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) write: bool,
+}
+
+impl ContextShared {
+    fn new(device: Arc<Device>, force_staging: bool) -> Result<Arc<Self>> {
+        let semaphore = Timeline::create_semaphore(&device)?;
+        let pool = match Stream::create_pool(&device) {
+            Ok(pool) => pool,
+            Err(e) => {
+                // SAFETY: the semaphore was never used.
+                unsafe { device.raw.destroy_semaphore(semaphore, None) };
+                return Err(e);
+            }
+        };
+        Ok(Arc::new_cyclic(|weak| {
+            let timeline = Arc::new(Timeline::new(device.clone(), semaphore, weak.clone()));
+            ContextShared {
+                stream: Mutex::new(Stream::new(device.clone(), timeline.clone(), pool)),
+                device,
+                timeline,
+                force_staging,
+            }
+        }))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Stream> {
+        self.stream.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Submits the recorded work.
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.lock().flush()
+    }
+
+    /// Gives back what completed batches held.
+    pub(crate) fn reclaim(&self) -> Result<()> {
+        self.lock().reclaim()
+    }
+
+    /// Submits the recorded work and waits until all of it is done.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        let value = {
+            let mut stream = self.lock();
+            stream.flush()?;
+            self.timeline.submitted()
+        };
+        self.timeline.wait(value)?;
+        match self.lock().take_failed() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Frees `garbage` once its last uses complete.
+    pub(crate) fn defer_free(&self, garbage: Garbage) {
+        self.lock().defer_free(garbage);
+    }
+
+    /// Records one command on this stream: checks the buffers, makes the
+    /// command wait for other streams' work on them, records a barrier if it
+    /// depends on earlier commands, runs `body` to record it, and notes the
+    /// uses on the buffers. Returns `body`'s result.
+    pub(crate) fn record<R>(
+        &self,
+        op: &'static str,
+        accesses: &[BufferAccess<'_>],
+        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
+    ) -> Result<R> {
+        let mut waits = Vec::new();
+        for a in accesses {
+            if a.memory.device.id != self.device.id {
+                return Err(Error::DifferentDevice {
+                    op,
+                    detail: format!(
+                        "a buffer of device `{}` (#{}) cannot be used on a context of device `{}` (#{})",
+                        a.memory.device.name(),
+                        a.memory.device.id,
+                        self.device.name(),
+                        self.device.id
+                    ),
+                });
+            }
+            a.memory.check_unmapped(op, || "the buffer".to_string())?;
+            for (timeline, value) in a.memory.foreign_waits(&self.timeline, a.write) {
+                timeline.ensure_submitted(value)?;
+                waits.push((timeline, value));
+            }
+        }
+        let hazards: Vec<Access> = accesses
+            .iter()
+            .map(|a| Access {
+                buffer: vk::Handle::as_raw(a.memory.handle()),
+                start: a.offset,
+                end: a.offset + a.len,
+                write: a.write,
+            })
+            .collect();
+        let mut stream = self.lock();
+        let cmd = stream.command(&hazards, waits)?;
+        let result = body(&mut stream, cmd)?;
+        let value = stream.pending_value();
+        for a in accesses {
+            a.memory.note_use(&self.timeline, value, a.write);
+        }
+        stream.maybe_flush()?;
+        Ok(result)
+    }
+
+    /// Copies `bytes` into `dst` at byte `offset`: straight into its memory
+    /// when it is host visible and idle, else through a staging buffer.
+    pub(crate) fn upload(
+        &self,
+        op: &'static str,
+        dst: &Arc<BufferMemory>,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        dst.check_unmapped(op, || "the destination".to_string())?;
+        let len = bytes.len() as u64;
+        if !self.force_staging {
+            let copied = dst.access_now(offset, len, true, |ptr| {
+                // SAFETY: `ptr` addresses `len` mapped bytes that no device
+                // work touches (the use lock is held); `bytes` is a distinct
+                // host allocation.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) }
+            })?;
+            if copied.is_some() {
+                return Ok(());
+            }
+        }
+        for (start, chunk) in (0..)
+            .step_by(TRANSFER_CHUNK as usize)
+            .zip(bytes.chunks(TRANSFER_CHUNK as usize))
+        {
+            let access = BufferAccess {
+                memory: dst,
+                offset: offset + start,
+                len: chunk.len() as u64,
+                write: true,
+            };
+            self.record(op, &[access], |stream, cmd| {
+                let slice = stream.stage_upload(chunk.len() as u64)?;
+                // SAFETY: the staging slice has room for `chunk.len()` bytes
+                // and no device work uses it yet.
+                unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), slice.ptr, chunk.len()) };
+                let region = vk::BufferCopy {
+                    src_offset: slice.offset,
+                    dst_offset: offset + start,
+                    size: chunk.len() as u64,
+                };
+                // SAFETY: `cmd` is recording; both ranges lie in their buffers.
+                unsafe {
+                    stream
+                        .device()
+                        .raw
+                        .cmd_copy_buffer(cmd, slice.buffer, dst.handle(), &[region])
+                };
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes of `src` at byte `offset` into `out`, waiting
+    /// for the device work that writes them.
+    pub(crate) fn download(
+        &self,
+        op: &'static str,
+        src: &Arc<BufferMemory>,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        if !self.force_staging {
+            let out_ptr = out.as_mut_ptr();
+            let len = out.len();
+            let read = src.access_when_ready(offset, len as u64, false, |ptr| {
+                // SAFETY: `ptr` addresses `len` mapped bytes no device work
+                // writes (the use lock is held); `out` is a distinct host slice.
+                unsafe { std::ptr::copy_nonoverlapping(ptr, out_ptr, len) }
+            })?;
+            if read.is_some() {
+                return Ok(());
+            }
+        }
+        let device = &self.device;
+        for (start, chunk) in (0..)
+            .step_by(TRANSFER_CHUNK as usize)
+            .zip(out.chunks_mut(TRANSFER_CHUNK as usize))
+        {
+            let len = chunk.len() as u64;
+            let block = self.lock().readback.acquire(device, len)?;
+            let access = BufferAccess {
+                memory: src,
+                offset: offset + start,
+                len,
+                write: false,
+            };
+            let recorded = self.record(op, &[access], |stream, cmd| {
+                let region = vk::BufferCopy {
+                    src_offset: offset + start,
+                    dst_offset: 0,
+                    size: len,
+                };
+                // SAFETY: `cmd` is recording; both ranges lie in their buffers.
+                unsafe {
+                    stream.device().raw.cmd_copy_buffer(
+                        cmd,
+                        src.handle(),
+                        block.raw.buffer,
+                        &[region],
+                    )
+                };
+                Ok(stream.pending_value())
+            });
+            let value = match recorded {
+                Ok(v) => v,
+                Err(e) => {
+                    self.lock().readback.recycle(device, [block]);
+                    return Err(e);
+                }
+            };
+            if let Err(e) = self.timeline.wait(value) {
+                // The copy may still be running: free the block only after it.
+                let raw = self.lock().readback.forget(block);
+                self.defer_free(Garbage {
+                    raw,
+                    pending: vec![(self.timeline.clone(), value)],
+                });
+                return Err(e);
+            }
+            // SAFETY: the copy into the block completed (the wait above), and
+            // the batch's final barrier made it visible to the host; the
+            // block is coherent memory of at least `len` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(block.ptr(), chunk.as_mut_ptr(), chunk.len()) };
+            self.lock().readback.recycle(device, [block]);
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `src` at `src_offset` to `dst` at `dst_offset`.
+    pub(crate) fn copy(
+        &self,
+        op: &'static str,
+        src: (&Arc<BufferMemory>, u64),
+        dst: (&Arc<BufferMemory>, u64),
+        len: u64,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let ((src, src_offset), (dst, dst_offset)) = (src, dst);
+        if Arc::ptr_eq(src, dst) && src_offset < dst_offset + len && dst_offset < src_offset + len {
+            return Err(Error::Overlap {
+                op,
+                src_offset,
+                dst_offset,
+                len,
+            });
+        }
+        let accesses = [
+            BufferAccess {
+                memory: src,
+                offset: src_offset,
+                len,
+                write: false,
+            },
+            BufferAccess {
+                memory: dst,
+                offset: dst_offset,
+                len,
+                write: true,
+            },
+        ];
+        self.record(op, &accesses, |stream, cmd| {
+            let region = vk::BufferCopy {
+                src_offset,
+                dst_offset,
+                size: len,
+            };
+            // SAFETY: `cmd` is recording; both ranges lie in their buffers and
+            // do not overlap.
+            unsafe {
+                stream
+                    .device()
+                    .raw
+                    .cmd_copy_buffer(cmd, src.handle(), dst.handle(), &[region])
+            };
+            Ok(())
+        })
+    }
+}
+
+impl Drop for ContextShared {
+    fn drop(&mut self) {
+        // Dropping a context synchronizes it: submit what was recorded; the
+        // stream's own drop then waits for it and frees what it held.
+        let mut stream = self.lock();
+        if let Err(e) = stream.flush() {
+            eprintln!("vkcompute: a context's final submission failed: {e}");
+        }
+    }
+}
+
+/// One device and one stream (an in-order queue of work).
+///
+/// Every `enqueue_*` call returns at once; its work runs after everything
+/// enqueued before it on the same context. Cloning is cheap and gives
+/// another handle to the same context.
+///
+/// ```
+/// # fn main() -> vkcompute::Result<()> {
+/// let ctx = vkcompute::DeviceContext::new()?;
+/// let buf = ctx.enqueue_create_buffer::<u32>(4)?;
+/// buf.enqueue_fill(7)?;
+/// assert_eq!(buf.to_vec()?, [7, 7, 7, 7]);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct DeviceContext {
+    pub(crate) shared: Arc<ContextShared>,
+}
+
+impl DeviceContext {
+    /// Opens the default device (see [`ContextOptions::device`]) with the
+    /// settings of the environment.
+    pub fn new() -> Result<Self> {
+        Self::with_options(ContextOptions::new())
+    }
+
+    /// Opens a device as `options` say.
+    pub fn with_options(options: ContextOptions) -> Result<Self> {
+        let validation = setting(options.validation, "VKCOMPUTE_VALIDATION", false);
+        let instance = Instance::new(validation)?;
+        let adapter = Adapter::choose(&instance, options.resolved_device())?;
+        let device = Device::new(
+            instance,
+            adapter,
+            DeviceOptions {
+                push_descriptors: setting(
+                    options.push_descriptors,
+                    "VKCOMPUTE_PUSH_DESCRIPTORS",
+                    true,
+                ),
+                synchronization2: setting(
+                    options.synchronization2,
+                    "VKCOMPUTE_SYNCHRONIZATION2",
+                    true,
+                ),
+            },
+        )?;
+        let force_staging = setting(options.force_staging, "VKCOMPUTE_FORCE_STAGING", false);
+        Ok(DeviceContext {
+            shared: ContextShared::new(device, force_staging)?,
+        })
+    }
+
+    /// Every Vulkan device the loader sees, usable or not.
+    pub fn devices() -> Result<Vec<DeviceInfo>> {
+        let instance = Instance::new(false)?;
+        Ok(Adapter::enumerate(&instance)?
+            .into_iter()
+            .map(|a| a.info)
+            .collect())
+    }
+
+    /// The device's name, such as `llvmpipe (LLVM 15.0.6, 256 bits)`.
+    pub fn name(&self) -> &str {
+        self.shared.device.name()
+    }
+
+    /// What the device is: kind, driver, API version, memory.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.shared.device.adapter.info
+    }
+
+    /// Submits the work enqueued so far without waiting for it.
+    pub fn flush(&self) -> Result<()> {
+        self.shared.flush()
+    }
+
+    /// Submits the work enqueued so far and waits until all of it is done.
+    /// Returns any error kept from an earlier `Drop` on this context.
+    pub fn synchronize(&self) -> Result<()> {
+        self.shared.synchronize()
+    }
+
+    /// `(free, total)` bytes of device-local memory.
+    pub fn memory_info(&self) -> (u64, u64) {
+        self.shared.device.memory_info()
+    }
+
+    /// A buffer of `len` elements of `T` in device memory. Its contents are
+    /// undefined until written (as with `cudaMalloc`).
+    pub fn enqueue_create_buffer<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        DeviceBuffer::new(self, len)
+    }
+
+    /// Whether host transfers always go through staging buffers on this
+    /// context ([`ContextOptions::force_staging`]).
+    pub fn is_staging_forced(&self) -> bool {
+        self.shared.force_staging
+    }
+
+    /// Whether validation layers are enabled on this context.
+    pub fn is_validation_enabled(&self) -> bool {
+        self.shared.device.instance.validation
+    }
+
+    /// The messages the validation layers (and loader and driver) have
+    /// reported on this context's device so far.
+    pub fn validation_messages(&self) -> Vec<ValidationMessage> {
+        self.shared.device.instance.messages.snapshot()
+    }
+
+    /// Like [`validation_messages`](Self::validation_messages), clearing them.
+    pub fn take_validation_messages(&self) -> Vec<ValidationMessage> {
+        self.shared.device.instance.messages.take()
+    }
+
+    /// A handle to the device's messages that stays readable after the
+    /// context is dropped, so that messages reported while the device is
+    /// destroyed (objects leaked, say) are seen too.
+    pub fn validation_log(&self) -> ValidationLog {
+        ValidationLog(self.shared.device.instance.messages.clone())
+    }
+
+    /// Counts of the Vulkan objects the context holds.
+    pub fn live_objects(&self) -> LiveObjects {
+        self.shared.lock().live_objects()
+    }
+
+    /// Bytes the device allocator has handed out in all.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.shared
+            .device
+            .allocator()
+            .generate_report()
+            .total_allocated_bytes
+    }
+
+    /// The `ash` device, for work outside vkcompute. Using it is `unsafe`
+    /// in the usual `ash` way; objects made with it are the caller's to destroy.
+    pub fn raw_device(&self) -> &ash::Device {
+        &self.shared.device.raw
+    }
+
+    /// The `ash` instance the device was created from.
+    pub fn raw_instance(&self) -> &ash::Instance {
+        &self.shared.device.instance.raw
+    }
+
+    /// The physical device.
+    pub fn raw_physical_device(&self) -> vk::PhysicalDevice {
+        self.shared.device.adapter.raw
+    }
+
+    /// The queue family the context submits to.
+    pub fn queue_family_index(&self) -> u32 {
+        self.shared.device.queue_family
+    }
+
+    /// The device's limits (`maxStorageBufferRange` and the like).
+    pub fn limits(&self) -> &vk::PhysicalDeviceLimits {
+        self.shared.device.limits()
+    }
+}
+
+impl std::fmt::Debug for DeviceContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceContext")
+            .field("device", &self.name())
+            .field("force_staging", &self.shared.force_staging)
+            .finish()
+    }
+}

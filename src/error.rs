@@ -1,0 +1,248 @@
+//! The crate's one error type.
+//!
+//! Every variant is a cause a caller can act on, and its message says what
+//! was asked, what the limit was, and where it helps, what to do about it.
+
+use ash::vk;
+
+/// The result type of every fallible call in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in vkcompute.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The Vulkan loader (`libvulkan.so.1`, `vulkan-1.dll`, ...) could not be loaded.
+    #[error(
+        "the Vulkan loader could not be loaded ({detail}); install it: on Debian or Ubuntu \
+         `apt install libvulkan1 mesa-vulkan-drivers` (the second package is lavapipe, Mesa's \
+         CPU driver, for machines without a GPU); elsewhere your GPU vendor's driver or the \
+         Vulkan SDK"
+    )]
+    LoaderMissing {
+        /// What the loader library reported.
+        detail: String,
+    },
+
+    /// The loader works but no Vulkan device (driver) is visible.
+    #[error(
+        "no Vulkan device found ({detail}); install a Vulkan driver: your GPU vendor's, or \
+         where there is no GPU, Mesa's CPU driver lavapipe (Debian or Ubuntu: `apt install \
+         mesa-vulkan-drivers`)"
+    )]
+    NoDevice {
+        /// Why no device was found.
+        detail: String,
+    },
+
+    /// A device was asked for (by index or name) that does not exist.
+    #[error(
+        "no Vulkan device matches {selector:?} (given by {origin}); the devices are: {available}"
+    )]
+    DeviceNotFound {
+        /// The index or name substring asked for.
+        selector: String,
+        /// Where the selector came from (an option or `VKCOMPUTE_DEVICE`).
+        origin: &'static str,
+        /// The devices that exist, by index and name.
+        available: String,
+    },
+
+    /// The device exists but lacks something vkcompute needs.
+    #[error("device `{device}` cannot be used: {reason}")]
+    UnsupportedDevice {
+        /// The device's name.
+        device: String,
+        /// What it lacks.
+        reason: String,
+    },
+
+    /// Validation was asked for but the Khronos validation layer is not installed.
+    #[error(
+        "validation was asked for but VK_LAYER_KHRONOS_validation is not installed; install it \
+         (Debian or Ubuntu: `apt install vulkan-validationlayers`) or turn validation off"
+    )]
+    ValidationLayerMissing,
+
+    /// A Vulkan call failed.
+    #[error("{call} failed: {result}")]
+    Vulkan {
+        /// The Vulkan function that failed.
+        call: &'static str,
+        /// What it returned.
+        result: vk::Result,
+    },
+
+    /// The device was lost: the context cannot run work any more.
+    #[error("the device was lost during {call}; work on this device can no longer run")]
+    DeviceLost {
+        /// The Vulkan function that reported the loss.
+        call: &'static str,
+    },
+
+    /// Not enough device or host memory for an allocation.
+    #[error("out of memory: {what} needs {bytes} bytes; {detail}")]
+    OutOfMemory {
+        /// What was being allocated.
+        what: String,
+        /// How many bytes were asked for.
+        bytes: u64,
+        /// The limit that was hit and what to do about it.
+        detail: String,
+    },
+
+    /// A size computation overflowed (`len * size_of::<T>()` and the like).
+    #[error("{what}: {len} elements of {elem_size} bytes each overflow a 64-bit byte size")]
+    SizeOverflow {
+        /// The call and argument.
+        what: String,
+        /// The element count asked for.
+        len: usize,
+        /// The element size in bytes.
+        elem_size: usize,
+    },
+
+    /// A buffer larger than a device limit allows.
+    #[error("{what}: {bytes} bytes exceed the device's {limit_name} of {limit} bytes")]
+    TooLarge {
+        /// The call and argument.
+        what: String,
+        /// How many bytes were asked for.
+        bytes: u64,
+        /// The Vulkan limit that was exceeded.
+        limit_name: &'static str,
+        /// Its value on this device.
+        limit: u64,
+    },
+
+    /// The two ends of a copy have different lengths.
+    #[error(
+        "{op}: length mismatch: the destination holds {dst_len} elements, the source {src_len}; \
+         copy between views of equal length (`create_sub_buffer`, or slice the host side)"
+    )]
+    LengthMismatch {
+        /// The call.
+        op: &'static str,
+        /// Elements in the destination.
+        dst_len: usize,
+        /// Elements in the source.
+        src_len: usize,
+    },
+
+    /// An element range that does not lie inside the buffer.
+    #[error("{op}: elements {offset}..{offset}+{len} are out of range for {buffer} of {buffer_len} elements")]
+    OutOfRange {
+        /// The call.
+        op: &'static str,
+        /// The buffer's type name.
+        buffer: String,
+        /// The first element asked for.
+        offset: usize,
+        /// How many elements were asked for.
+        len: usize,
+        /// How many elements the buffer has.
+        buffer_len: usize,
+    },
+
+    /// An offset that breaks an alignment rule.
+    #[error("{op}: byte offset {offset} is not a multiple of {alignment} ({rule})")]
+    Misaligned {
+        /// The call.
+        op: &'static str,
+        /// The byte offset.
+        offset: u64,
+        /// The alignment required.
+        alignment: u64,
+        /// The rule that requires it.
+        rule: &'static str,
+    },
+
+    /// A copy between overlapping ranges of the same memory.
+    #[error(
+        "{op}: the source (byte {src_offset}) and destination (byte {dst_offset}) ranges of \
+         {len} bytes overlap in the same buffer; copy through a temporary buffer"
+    )]
+    Overlap {
+        /// The call.
+        op: &'static str,
+        /// The source's byte offset in the shared memory.
+        src_offset: u64,
+        /// The destination's byte offset in the shared memory.
+        dst_offset: u64,
+        /// Bytes to copy.
+        len: u64,
+    },
+
+    /// Work was enqueued on a buffer that is mapped to the host.
+    #[error("{op}: {buffer} is mapped to the host; drop the mapping (or call `finish()`) first")]
+    BufferMapped {
+        /// The call.
+        op: &'static str,
+        /// The buffer's type name.
+        buffer: String,
+    },
+
+    /// Two objects that must share a device do not.
+    #[error("{op}: {detail}")]
+    DifferentDevice {
+        /// The call.
+        op: &'static str,
+        /// Which objects, on which devices.
+        detail: String,
+    },
+
+    /// gpu-allocator reported an error other than running out of memory.
+    #[error("memory allocation for {what} failed: {detail}")]
+    Allocation {
+        /// What was being allocated.
+        what: String,
+        /// gpu-allocator's message.
+        detail: String,
+    },
+
+    /// An error that happened in `Drop` (a deferred write-back or free),
+    /// returned by the next call on the same context.
+    #[error("an earlier operation that ran in Drop failed: {0}")]
+    Deferred(Box<Error>),
+}
+
+impl Error {
+    /// The error for a failed Vulkan call, with device loss and memory
+    /// exhaustion given their own variants.
+    pub(crate) fn vk(call: &'static str, result: vk::Result) -> Self {
+        match result {
+            vk::Result::ERROR_DEVICE_LOST => Error::DeviceLost { call },
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+                Error::OutOfMemory {
+                    what: call.to_string(),
+                    bytes: 0,
+                    detail: format!("the driver returned {result}"),
+                }
+            }
+            result => Error::Vulkan { call, result },
+        }
+    }
+
+    /// `len * elem_size` as a byte count, or the overflow error for `what`.
+    pub(crate) fn byte_size(what: &str, len: usize, elem_size: usize) -> Result<u64> {
+        len.checked_mul(elem_size)
+            .and_then(|b| u64::try_from(b).ok())
+            .ok_or_else(|| Error::SizeOverflow {
+                what: what.to_string(),
+                len,
+                elem_size,
+            })
+    }
+}
+
+/// Adds the name of the failing Vulkan call to an `ash` result.
+pub(crate) trait VkResultExt<T> {
+    /// Turns a failed call into [`Error::Vulkan`] (or its specific variants).
+    fn during(self, call: &'static str) -> Result<T>;
+}
+
+impl<T> VkResultExt<T> for std::result::Result<T, vk::Result> {
+    fn during(self, call: &'static str) -> Result<T> {
+        self.map_err(|result| Error::vk(call, result))
+    }
+}

@@ -1,0 +1,53 @@
+//! GPU compute over Vulkan: typed device buffers, asynchronous copies and
+//! fills, host mapping and kernel dispatch, on NVIDIA, AMD, Intel and Apple
+//! GPUs and on lavapipe (Mesa's CPU driver).
+//!
+//! The model is Mojo's `DeviceContext` / `DeviceBuffer`: a [`DeviceContext`]
+//! is one device plus one in-order stream of work; buffers are created on
+//! it, and every `enqueue_*` call returns at once while its work runs after
+//! everything enqueued before it.
+//!
+//! ```
+//! use vkcompute::DeviceContext;
+//!
+//! # fn main() -> vkcompute::Result<()> {
+//! let ctx = DeviceContext::new()?;
+//! let x = ctx.enqueue_create_buffer::<f32>(1024)?;
+//! let host: Vec<f32> = (0..1024).map(|i| i as f32).collect();
+//! x.enqueue_copy_from(&host[..])?; // staged at once: `host` is free again
+//! let y = ctx.enqueue_create_buffer::<f32>(1024)?;
+//! y.enqueue_fill(1.0)?;
+//! y.enqueue_copy_from(&x)?;
+//! assert_eq!(y.to_vec()?, host);
+//! # Ok(()) }
+//! ```
+
+mod buffer;
+mod context;
+mod error;
+mod fill;
+mod hazard;
+mod memory;
+mod pipeline;
+mod resource;
+mod staging;
+mod stream;
+mod timeline;
+mod vk;
+
+/// The SPIR-V of the crate's own shaders (`shaders/*.comp`), compiled by `build.rs`.
+mod shaders {
+    include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
+}
+
+pub use buffer::{CopyDestination, CopySource, DeviceBuffer, RawBufferRef};
+pub use context::{ContextOptions, DeviceContext, LiveObjects};
+pub use error::{Error, Result};
+pub use vk::{DeviceInfo, DeviceKind, DeviceSelector, Severity, ValidationLog, ValidationMessage};
+
+/// Half-precision floats (`f16`, `bf16`) from the `half` crate, usable as
+/// buffer elements.
+pub use half;
+
+/// The `ash` crate this version of vkcompute is built on, for raw handles.
+pub use ash;

@@ -1,0 +1,240 @@
+//! Buffers with memory: creation through gpu-allocator, mapping, and the
+//! cache maintenance that non-coherent memory needs.
+
+use std::ptr::NonNull;
+
+use ash::vk;
+use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
+use gpu_allocator::{AllocationError, MemoryLocation};
+
+use crate::error::{Error, Result, VkResultExt};
+use crate::vk::{Device, MemoryUsage};
+
+/// The host address of mapped memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MappedPtr(NonNull<u8>);
+
+// SAFETY: the pointer is an address in a persistent mapping owned by the
+// allocator; it is only dereferenced under the rules of the buffer that owns
+// the allocation (which decide who may read or write, and when), so moving
+// or sharing the address itself between threads is harmless.
+unsafe impl Send for MappedPtr {}
+// SAFETY: as above.
+unsafe impl Sync for MappedPtr {}
+
+impl MappedPtr {
+    pub(crate) fn as_ptr(self) -> *mut u8 {
+        self.0.as_ptr()
+    }
+}
+
+/// A `VkBuffer` bound to memory of its own.
+pub(crate) struct RawBuffer {
+    pub(crate) buffer: vk::Buffer,
+    allocation: Allocation,
+    /// The size the `VkBuffer` was created with.
+    pub(crate) size: u64,
+    /// Where the memory is mapped, when it is host visible.
+    pub(crate) mapped: Option<MappedPtr>,
+    /// Whether host access needs no flush or invalidate.
+    pub(crate) coherent: bool,
+}
+
+impl RawBuffer {
+    /// Creates a buffer of `size` bytes (more than zero) for `usage`, named
+    /// `what` in errors.
+    pub(crate) fn new(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Result<Self> {
+        debug_assert!(size > 0);
+        check_size(device, size, usage, what)?;
+        let mut usage_flags = vk::BufferUsageFlags::TRANSFER_SRC
+            | vk::BufferUsageFlags::TRANSFER_DST
+            | vk::BufferUsageFlags::STORAGE_BUFFER;
+        if device.buffer_device_address {
+            usage_flags |= vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS;
+        }
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(usage_flags)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: a valid create info with a non-zero size within the limits.
+        let buffer = unsafe { device.raw.create_buffer(&info, None) }.during("vkCreateBuffer")?;
+        // SAFETY: `buffer` was just created on this device.
+        let mut requirements = unsafe { device.raw.get_buffer_memory_requirements(buffer) };
+        let Some(type_index) = device.memory_type(requirements.memory_type_bits, usage) else {
+            // SAFETY: the buffer is unused and destroyed once.
+            unsafe { device.raw.destroy_buffer(buffer, None) };
+            return Err(Error::Allocation {
+                what: what.to_string(),
+                detail: format!(
+                    "no memory type suits {usage:?} buffers (allowed types {:#b})",
+                    requirements.memory_type_bits
+                ),
+            });
+        };
+        // Choose the memory type here (gpu-allocator's locations cannot say
+        // "cached system memory" or "write-combined, not device-local").
+        requirements.memory_type_bits = 1 << type_index;
+        let allocated = device.allocator().allocate(&AllocationCreateDesc {
+            name: what,
+            requirements,
+            location: MemoryLocation::Unknown,
+            linear: true,
+            allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+        });
+        let allocation = match allocated {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: the buffer is unused and destroyed once.
+                unsafe { device.raw.destroy_buffer(buffer, None) };
+                return Err(allocation_error(device, what, size, e));
+            }
+        };
+        // SAFETY: the allocation is at least `requirements.size` bytes of a
+        // memory type the buffer allows, at an offset aligned as required.
+        let bound = unsafe {
+            device
+                .raw
+                .bind_buffer_memory(buffer, allocation.memory(), allocation.offset())
+        };
+        let raw = RawBuffer {
+            buffer,
+            mapped: allocation.mapped_ptr().map(|p| MappedPtr(p.cast())),
+            coherent: allocation
+                .memory_properties()
+                .contains(vk::MemoryPropertyFlags::HOST_COHERENT),
+            allocation,
+            size,
+        };
+        if let Err(e) = bound {
+            raw.destroy(device);
+            return Err(Error::vk("vkBindBufferMemory", e));
+        }
+        Ok(raw)
+    }
+
+    /// Destroys the buffer and frees its memory. The caller guarantees that
+    /// no submitted work still uses it.
+    pub(crate) fn destroy(self, device: &Device) {
+        // SAFETY: the caller guarantees the buffer is no longer in use; it is
+        // destroyed once since `self` is consumed.
+        unsafe { device.raw.destroy_buffer(self.buffer, None) };
+        // gpu-allocator only fails here on its own internal inconsistency;
+        // there is nothing a caller could do about that.
+        let _ = device.allocator().free(self.allocation);
+    }
+
+    /// The buffer's device address (needs `bufferDeviceAddress`).
+    pub(crate) fn device_address(&self, device: &Device) -> Option<u64> {
+        device.buffer_device_address.then(|| {
+            let info = vk::BufferDeviceAddressInfo::default().buffer(self.buffer);
+            // SAFETY: the buffer was created with SHADER_DEVICE_ADDRESS usage.
+            unsafe { device.raw.get_buffer_device_address(&info) }
+        })
+    }
+
+    /// The device memory and the offset of the buffer in it.
+    pub(crate) fn memory(&self) -> (vk::DeviceMemory, u64) {
+        // SAFETY: reading the handle; it is not freed while `self` lives.
+        (
+            unsafe { self.allocation.memory() },
+            self.allocation.offset(),
+        )
+    }
+
+    /// Makes host writes to `offset..offset+len` visible to the device, where
+    /// the memory is not coherent.
+    pub(crate) fn flush_host_writes(&self, device: &Device, offset: u64, len: u64) -> Result<()> {
+        if self.coherent || len == 0 {
+            return Ok(());
+        }
+        let range = self.atom_range(device, offset, len);
+        // SAFETY: the range lies inside this allocation's mapped memory.
+        unsafe { device.raw.flush_mapped_memory_ranges(&[range]) }
+            .during("vkFlushMappedMemoryRanges")
+    }
+
+    /// Makes device writes to `offset..offset+len` visible to the host, where
+    /// the memory is not coherent.
+    pub(crate) fn invalidate_for_host_reads(
+        &self,
+        device: &Device,
+        offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        if self.coherent || len == 0 {
+            return Ok(());
+        }
+        let range = self.atom_range(device, offset, len);
+        // SAFETY: the range lies inside this allocation's mapped memory.
+        unsafe { device.raw.invalidate_mapped_memory_ranges(&[range]) }
+            .during("vkInvalidateMappedMemoryRanges")
+    }
+
+    /// `offset..offset+len` of the buffer widened to `nonCoherentAtomSize`
+    /// within its allocation.
+    fn atom_range(&self, device: &Device, offset: u64, len: u64) -> vk::MappedMemoryRange<'static> {
+        let atom = device.limits().non_coherent_atom_size.max(1);
+        let (memory, base) = self.memory();
+        let start = (base + offset) / atom * atom;
+        let end = (base + offset + len).div_ceil(atom) * atom;
+        // The block is a multiple of the atom size, or the range reaches its
+        // end: clamp to the allocation's own end rounded up, which stays in the block.
+        let alloc_end = (base + self.allocation.size()).div_ceil(atom) * atom;
+        vk::MappedMemoryRange::default()
+            .memory(memory)
+            .offset(start)
+            .size(end.min(alloc_end) - start)
+    }
+}
+
+/// Rejects sizes beyond the device's limits before anything reaches the driver.
+fn check_size(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Result<()> {
+    let adapter = &device.adapter;
+    if let Some(limit) = adapter.max_buffer_size {
+        if size > limit {
+            return Err(Error::TooLarge {
+                what: what.to_string(),
+                bytes: size,
+                limit_name: "maxBufferSize",
+                limit,
+            });
+        }
+    }
+    if adapter.max_allocation_size > 0 && size > adapter.max_allocation_size {
+        return Err(Error::TooLarge {
+            what: what.to_string(),
+            bytes: size,
+            limit_name: "maxMemoryAllocationSize",
+            limit: adapter.max_allocation_size,
+        });
+    }
+    let (_, total) = device.memory_info();
+    if usage == MemoryUsage::Device && size > total {
+        return Err(Error::OutOfMemory {
+            what: what.to_string(),
+            bytes: size,
+            detail: format!("the device has {total} bytes of device-local memory in all"),
+        });
+    }
+    Ok(())
+}
+
+fn allocation_error(device: &Device, what: &str, size: u64, e: AllocationError) -> Error {
+    match e {
+        AllocationError::OutOfMemory => {
+            let (free, total) = device.memory_info();
+            Error::OutOfMemory {
+                what: what.to_string(),
+                bytes: size,
+                detail: format!(
+                    "about {free} of {total} bytes are free; drop buffers (and let the stream \
+                     retire them) or allocate less"
+                ),
+            }
+        }
+        e => Error::Allocation {
+            what: what.to_string(),
+            detail: e.to_string(),
+        },
+    }
+}

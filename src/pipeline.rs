@@ -1,0 +1,321 @@
+//! Compute pipelines and the descriptors that bind buffers to them.
+//!
+//! Buffers bind as storage buffers, through push descriptors where the
+//! device has `VK_KHR_push_descriptor`, and through descriptor sets from
+//! per-batch pools otherwise.
+
+use std::ffi::CStr;
+
+use ash::vk;
+
+use crate::error::{Result, VkResultExt};
+use crate::vk::Device;
+
+/// A compute pipeline whose bindings are all storage buffers in set 0.
+pub(crate) struct ComputePipeline {
+    pub(crate) set_layout: vk::DescriptorSetLayout,
+    pub(crate) layout: vk::PipelineLayout,
+    pub(crate) pipeline: vk::Pipeline,
+    /// The binding numbers, in the order arguments are given.
+    pub(crate) bindings: Vec<u32>,
+    /// Bytes of push constants the shader declares.
+    pub(crate) push_size: u32,
+}
+
+/// A specialization constant: its id and its value's bytes.
+pub(crate) struct Specialization<'a> {
+    pub(crate) entries: &'a [vk::SpecializationMapEntry],
+    pub(crate) data: &'a [u8],
+}
+
+impl ComputePipeline {
+    /// Creates the pipeline of `spirv`'s entry point `entry`.
+    pub(crate) fn new(
+        device: &Device,
+        spirv: &[u32],
+        entry: &CStr,
+        bindings: Vec<u32>,
+        push_size: u32,
+        specialization: Option<Specialization<'_>>,
+    ) -> Result<Self> {
+        let raw = &device.raw;
+        let module_info = vk::ShaderModuleCreateInfo::default().code(spirv);
+        // SAFETY: valid SPIR-V words (the caller checked the header).
+        let module = unsafe { raw.create_shader_module(&module_info, None) }
+            .during("vkCreateShaderModule")?;
+        let mut pipeline = ComputePipeline {
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            pipeline: vk::Pipeline::null(),
+            bindings,
+            push_size,
+        };
+        let made = pipeline.build(device, module, entry, specialization);
+        // SAFETY: the module is only needed while the pipeline is created.
+        unsafe { raw.destroy_shader_module(module, None) };
+        match made {
+            Ok(()) => Ok(pipeline),
+            Err(e) => {
+                pipeline.destroy(device);
+                Err(e)
+            }
+        }
+    }
+
+    fn build(
+        &mut self,
+        device: &Device,
+        module: vk::ShaderModule,
+        entry: &CStr,
+        specialization: Option<Specialization<'_>>,
+    ) -> Result<()> {
+        let raw = &device.raw;
+        let layout_bindings: Vec<_> = self
+            .bindings
+            .iter()
+            .map(|&b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let flags = if device.push_descriptor.is_some() {
+            vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR
+        } else {
+            vk::DescriptorSetLayoutCreateFlags::empty()
+        };
+        let set_info = vk::DescriptorSetLayoutCreateInfo::default()
+            .flags(flags)
+            .bindings(&layout_bindings);
+        // SAFETY: a valid create info.
+        self.set_layout = unsafe { raw.create_descriptor_set_layout(&set_info, None) }
+            .during("vkCreateDescriptorSetLayout")?;
+        let ranges = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .offset(0)
+            .size(self.push_size)];
+        let set_layouts = [self.set_layout];
+        let ranges: &[vk::PushConstantRange] = if self.push_size > 0 { &ranges } else { &[] };
+        let layout_info = vk::PipelineLayoutCreateInfo::default()
+            .set_layouts(&set_layouts)
+            .push_constant_ranges(ranges);
+        // SAFETY: a valid create info.
+        self.layout = unsafe { raw.create_pipeline_layout(&layout_info, None) }
+            .during("vkCreatePipelineLayout")?;
+        let spec_info;
+        let mut stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(module)
+            .name(entry);
+        if let Some(s) = &specialization {
+            spec_info = vk::SpecializationInfo::default()
+                .map_entries(s.entries)
+                .data(s.data);
+            stage = stage.specialization_info(&spec_info);
+        }
+        let info = vk::ComputePipelineCreateInfo::default()
+            .stage(stage)
+            .layout(self.layout);
+        // SAFETY: every handle in `info` is live; the cache belongs to this device.
+        let pipelines =
+            unsafe { raw.create_compute_pipelines(device.pipeline_cache, &[info], None) }
+                .map_err(|(_, e)| e)
+                .during("vkCreateComputePipelines")?;
+        self.pipeline = pipelines[0];
+        Ok(())
+    }
+
+    /// Destroys the pipeline's objects. The caller guarantees no submitted
+    /// work uses them.
+    pub(crate) fn destroy(&self, device: &Device) {
+        // SAFETY: the caller guarantees the objects are unused; null handles
+        // (from a failed construction) are ignored by the destroy calls.
+        unsafe {
+            device.raw.destroy_pipeline(self.pipeline, None);
+            device.raw.destroy_pipeline_layout(self.layout, None);
+            device
+                .raw
+                .destroy_descriptor_set_layout(self.set_layout, None);
+        }
+    }
+}
+
+/// Descriptor pools for devices without push descriptors: each batch takes
+/// pools as it needs them and they are reset when it completes.
+#[derive(Default)]
+pub(crate) struct DescriptorPools {
+    free: Vec<vk::DescriptorPool>,
+    /// The pool the open batch allocates from, if any.
+    current: Option<vk::DescriptorPool>,
+    /// Pools the open batch used.
+    used: Vec<vk::DescriptorPool>,
+    live: usize,
+}
+
+const SETS_PER_POOL: u32 = 256;
+const DESCRIPTORS_PER_POOL: u32 = 2048;
+
+impl DescriptorPools {
+    /// A descriptor set of `layout` for the open batch.
+    pub(crate) fn allocate(
+        &mut self,
+        device: &Device,
+        layout: vk::DescriptorSetLayout,
+    ) -> Result<vk::DescriptorSet> {
+        let layouts = [layout];
+        for attempt in 0..2 {
+            let pool = match self.current {
+                Some(pool) => pool,
+                None => {
+                    let pool = self.take_pool(device)?;
+                    self.current = Some(pool);
+                    self.used.push(pool);
+                    pool
+                }
+            };
+            let info = vk::DescriptorSetAllocateInfo::default()
+                .descriptor_pool(pool)
+                .set_layouts(&layouts);
+            // SAFETY: the pool and layout are live and used under the stream's lock.
+            match unsafe { device.raw.allocate_descriptor_sets(&info) } {
+                Ok(sets) => return Ok(sets[0]),
+                Err(vk::Result::ERROR_OUT_OF_POOL_MEMORY | vk::Result::ERROR_FRAGMENTED_POOL)
+                    if attempt == 0 =>
+                {
+                    self.current = None;
+                }
+                Err(e) => return Err(crate::Error::vk("vkAllocateDescriptorSets", e)),
+            }
+        }
+        unreachable!("the second attempt returns")
+    }
+
+    fn take_pool(&mut self, device: &Device) -> Result<vk::DescriptorPool> {
+        if let Some(pool) = self.free.pop() {
+            return Ok(pool);
+        }
+        let sizes = [vk::DescriptorPoolSize::default()
+            .ty(vk::DescriptorType::STORAGE_BUFFER)
+            .descriptor_count(DESCRIPTORS_PER_POOL)];
+        let info = vk::DescriptorPoolCreateInfo::default()
+            .max_sets(SETS_PER_POOL)
+            .pool_sizes(&sizes);
+        // SAFETY: a valid create info.
+        let pool = unsafe { device.raw.create_descriptor_pool(&info, None) }
+            .during("vkCreateDescriptorPool")?;
+        self.live += 1;
+        Ok(pool)
+    }
+
+    /// The pools the open batch used, to travel with it.
+    pub(crate) fn take_for_batch(&mut self) -> Vec<vk::DescriptorPool> {
+        self.current = None;
+        std::mem::take(&mut self.used)
+    }
+
+    /// Resets pools whose batch completed and keeps them for reuse.
+    pub(crate) fn recycle(&mut self, device: &Device, pools: Vec<vk::DescriptorPool>) {
+        for pool in pools {
+            // SAFETY: the batch that used the pool's sets has completed.
+            let reset = unsafe {
+                device
+                    .raw
+                    .reset_descriptor_pool(pool, vk::DescriptorPoolResetFlags::empty())
+            };
+            if reset.is_ok() {
+                self.free.push(pool);
+            } else {
+                // SAFETY: as above; a pool that cannot be reset is not reused.
+                unsafe { device.raw.destroy_descriptor_pool(pool, None) };
+                self.live -= 1;
+            }
+        }
+    }
+
+    /// Destroys every pool. Pools travelling with batches must have been
+    /// recycled first.
+    pub(crate) fn destroy(&mut self, device: &Device) {
+        let used = self.take_for_batch();
+        self.recycle(device, used);
+        for pool in self.free.drain(..) {
+            // SAFETY: no batch uses the pool any more.
+            unsafe { device.raw.destroy_descriptor_pool(pool, None) };
+        }
+        self.live = 0;
+    }
+
+    /// Pools alive (free or in use).
+    pub(crate) fn live_pools(&self) -> usize {
+        self.live
+    }
+}
+
+/// Records a dispatch of `pipeline` over `groups` workgroups, with `buffers`
+/// bound in the order of the pipeline's bindings and `push` as its push
+/// constants.
+pub(crate) fn record_dispatch(
+    stream: &mut crate::stream::Stream,
+    cmd: vk::CommandBuffer,
+    pipeline: &ComputePipeline,
+    buffers: &[vk::DescriptorBufferInfo],
+    push: &[u8],
+    groups: [u32; 3],
+) -> Result<()> {
+    debug_assert_eq!(buffers.len(), pipeline.bindings.len());
+    let device = stream.device().clone();
+    let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers.iter().map(|b| [*b]).collect();
+    let writes = |set: vk::DescriptorSet| -> Vec<vk::WriteDescriptorSet<'_>> {
+        pipeline
+            .bindings
+            .iter()
+            .zip(&infos)
+            .map(|(&binding, info)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(set)
+                    .dst_binding(binding)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(info)
+            })
+            .collect()
+    };
+    let raw = &device.raw;
+    let bind = vk::PipelineBindPoint::COMPUTE;
+    match &device.push_descriptor {
+        Some(push_descriptor) => {
+            // SAFETY: `cmd` is recording; the layout was made with the push
+            // descriptor flag, and every buffer range was checked by the caller.
+            unsafe {
+                raw.cmd_bind_pipeline(cmd, bind, pipeline.pipeline);
+                push_descriptor.cmd_push_descriptor_set(
+                    cmd,
+                    bind,
+                    pipeline.layout,
+                    0,
+                    &writes(vk::DescriptorSet::null()),
+                );
+            }
+        }
+        None => {
+            let set = stream.descriptors.allocate(&device, pipeline.set_layout)?;
+            // SAFETY: the set is new and not in use; every buffer range was
+            // checked by the caller; `cmd` is recording.
+            unsafe {
+                raw.update_descriptor_sets(&writes(set), &[]);
+                raw.cmd_bind_pipeline(cmd, bind, pipeline.pipeline);
+                raw.cmd_bind_descriptor_sets(cmd, bind, pipeline.layout, 0, &[set], &[]);
+            }
+        }
+    }
+    if !push.is_empty() {
+        // SAFETY: `push` is exactly the pipeline's push-constant size (checked
+        // by the caller); `cmd` is recording.
+        unsafe {
+            raw.cmd_push_constants(cmd, pipeline.layout, vk::ShaderStageFlags::COMPUTE, 0, push)
+        };
+    }
+    // SAFETY: `cmd` is recording with a compute pipeline and its descriptors bound.
+    unsafe { raw.cmd_dispatch(cmd, groups[0], groups[1], groups[2]) };
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! Pooled host-visible buffers for staged uploads and readbacks.
+//!
+//! Uploads are packed into blocks one after another; the blocks an open
+//! batch used travel with it when it is submitted and come back to the free
+//! list when the timeline passes it. Readbacks take a whole block each,
+//! which the caller returns once it has copied the data out.
+
+use ash::vk;
+
+use crate::error::Result;
+use crate::memory::{MappedPtr, RawBuffer};
+use crate::vk::{Device, MemoryUsage};
+
+/// The smallest block the pool allocates.
+const MIN_BLOCK: u64 = 1 << 20;
+/// Free blocks beyond this many bytes are destroyed rather than kept.
+const MAX_FREE_BYTES: u64 = 256 << 20;
+/// Offsets of packed uploads are kept to this alignment.
+const ALIGN: u64 = 64;
+
+/// A staging buffer and how much of it the open batch has used.
+pub(crate) struct StagingBlock {
+    pub(crate) raw: RawBuffer,
+    used: u64,
+}
+
+impl StagingBlock {
+    /// The host address of the block's first byte.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.raw
+            .mapped
+            .map(MappedPtr::as_ptr)
+            .expect("staging memory is host visible (chosen so in MemoryUsage)")
+    }
+}
+
+/// A place in a staging block for one upload.
+pub(crate) struct StagingSlice {
+    pub(crate) buffer: vk::Buffer,
+    pub(crate) offset: u64,
+    pub(crate) ptr: *mut u8,
+}
+
+/// Staging blocks of one kind of memory (upload or readback).
+pub(crate) struct StagingPool {
+    usage: MemoryUsage,
+    current: Option<StagingBlock>,
+    retired: Vec<StagingBlock>,
+    free: Vec<StagingBlock>,
+    free_bytes: u64,
+    /// Blocks alive in all (free, in use, travelling with batches).
+    live: usize,
+}
+
+impl StagingPool {
+    pub(crate) fn new(usage: MemoryUsage) -> Self {
+        StagingPool {
+            usage,
+            current: None,
+            retired: Vec::new(),
+            free: Vec::new(),
+            free_bytes: 0,
+            live: 0,
+        }
+    }
+
+    /// Room for `size` bytes (more than zero) for the open batch. The memory
+    /// stays valid until the blocks are recycled after the batch completes.
+    pub(crate) fn alloc(&mut self, device: &Device, size: u64) -> Result<StagingSlice> {
+        if let Some(block) = &mut self.current {
+            let offset = block.used.next_multiple_of(ALIGN);
+            if offset + size <= block.raw.size {
+                block.used = offset + size;
+                return Ok(StagingSlice {
+                    buffer: block.raw.buffer,
+                    offset,
+                    // SAFETY: `offset + size` lies within the mapped block.
+                    ptr: unsafe { block.ptr().add(offset as usize) },
+                });
+            }
+        }
+        let mut block = self.acquire(device, size)?;
+        block.used = size;
+        let slice = StagingSlice {
+            buffer: block.raw.buffer,
+            offset: 0,
+            ptr: block.ptr(),
+        };
+        if let Some(old) = self.current.replace(block) {
+            self.retired.push(old);
+        }
+        Ok(slice)
+    }
+
+    /// The blocks the open batch used, to travel with it.
+    pub(crate) fn take_for_batch(&mut self) -> Vec<StagingBlock> {
+        if let Some(current) = self.current.take() {
+            self.retired.push(current);
+        }
+        std::mem::take(&mut self.retired)
+    }
+
+    /// A whole free block of at least `size` bytes, for one readback.
+    pub(crate) fn acquire(&mut self, device: &Device, size: u64) -> Result<StagingBlock> {
+        let best = self
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.raw.size >= size)
+            .min_by_key(|(_, b)| b.raw.size)
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            let block = self.free.swap_remove(i);
+            self.free_bytes -= block.raw.size;
+            return Ok(block);
+        }
+        let capacity = size.max(MIN_BLOCK).next_power_of_two();
+        let raw = RawBuffer::new(device, capacity, self.usage, "a staging buffer")?;
+        self.live += 1;
+        Ok(StagingBlock { raw, used: 0 })
+    }
+
+    /// Takes back blocks the device no longer uses.
+    pub(crate) fn recycle(
+        &mut self,
+        device: &Device,
+        blocks: impl IntoIterator<Item = StagingBlock>,
+    ) {
+        for mut block in blocks {
+            block.used = 0;
+            if self.free_bytes + block.raw.size > MAX_FREE_BYTES {
+                block.raw.destroy(device);
+                self.live -= 1;
+            } else {
+                self.free_bytes += block.raw.size;
+                self.free.push(block);
+            }
+        }
+    }
+
+    /// Stops counting `block` as the pool's: the caller frees its buffer.
+    pub(crate) fn forget(&mut self, block: StagingBlock) -> RawBuffer {
+        self.live -= 1;
+        block.raw
+    }
+
+    /// Destroys every block the pool holds. Blocks travelling with batches
+    /// must have been recycled first.
+    pub(crate) fn destroy(&mut self, device: &Device) {
+        let blocks = self.take_for_batch();
+        self.recycle(device, blocks);
+        for block in self.free.drain(..) {
+            block.raw.destroy(device);
+            self.live -= 1;
+        }
+        self.free_bytes = 0;
+    }
+
+    /// Blocks alive (free, in use, or travelling with batches).
+    pub(crate) fn live_blocks(&self) -> usize {
+        self.live
+    }
+}

@@ -1,0 +1,449 @@
+//! The stream: commands recorded into batches, barriers between dependent
+//! commands, submission signalling the timeline, and the reclaiming of
+//! whatever a completed batch held.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use ash::vk;
+
+use crate::error::{Error, Result, VkResultExt};
+use crate::hazard::{Access, HazardTracker};
+use crate::memory::RawBuffer;
+use crate::pipeline::DescriptorPools;
+use crate::staging::{StagingBlock, StagingPool, StagingSlice};
+use crate::timeline::Timeline;
+use crate::vk::{Device, MemoryUsage};
+
+/// A batch is submitted once it holds this many commands.
+const MAX_BATCH_COMMANDS: usize = 4096;
+/// ... or once it has staged this many bytes.
+const MAX_BATCH_STAGED: u64 = 256 << 20;
+/// The host waits for the oldest batch when more than this many are in flight.
+const MAX_IN_FLIGHT: usize = 16;
+
+/// Stages and accesses of everything the stream records.
+const STAGES: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
+    vk::PipelineStageFlags::TRANSFER.as_raw() | vk::PipelineStageFlags::COMPUTE_SHADER.as_raw(),
+);
+const WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
+    vk::AccessFlags::TRANSFER_WRITE.as_raw() | vk::AccessFlags::SHADER_WRITE.as_raw(),
+);
+const READS_AND_WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
+    WRITES.as_raw()
+        | vk::AccessFlags::TRANSFER_READ.as_raw()
+        | vk::AccessFlags::SHADER_READ.as_raw(),
+);
+
+/// Memory that is freed once every listed timeline value has completed.
+pub(crate) struct Garbage {
+    pub(crate) raw: RawBuffer,
+    pub(crate) pending: Vec<(Arc<Timeline>, u64)>,
+}
+
+impl Garbage {
+    fn is_free(&self) -> bool {
+        self.pending.iter().all(|(t, v)| t.is_complete(*v))
+    }
+}
+
+/// The commands recorded since the last submission.
+struct Batch {
+    cmd: vk::CommandBuffer,
+    value: u64,
+    commands: usize,
+    staged: u64,
+    waits: Vec<(Arc<Timeline>, u64)>,
+    staging: Vec<StagingBlock>,
+    descriptor_pools: Vec<vk::DescriptorPool>,
+    /// Objects (pipelines, say) that must live until the batch completes.
+    keep: Vec<Arc<dyn Any + Send + Sync>>,
+}
+
+/// What a stream records into and everything it must give back later.
+pub(crate) struct Stream {
+    device: Arc<Device>,
+    timeline: Arc<Timeline>,
+    queue: usize,
+    pool: vk::CommandPool,
+    free_cmds: Vec<vk::CommandBuffer>,
+    batch: Option<Batch>,
+    in_flight: VecDeque<Batch>,
+    garbage: Vec<Garbage>,
+    hazards: HazardTracker,
+    pub(crate) upload: StagingPool,
+    pub(crate) readback: StagingPool,
+    pub(crate) descriptors: DescriptorPools,
+    /// An error from a submission whose caller could not be told.
+    failed: Option<Error>,
+}
+
+impl Stream {
+    /// A command pool on `device`'s compute family; the caller makes the timeline.
+    pub(crate) fn create_pool(device: &Device) -> Result<vk::CommandPool> {
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(device.queue_family)
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: a valid create info.
+        unsafe { device.raw.create_command_pool(&info, None) }.during("vkCreateCommandPool")
+    }
+
+    /// Takes ownership of `pool` (from `create_pool`).
+    pub(crate) fn new(device: Arc<Device>, timeline: Arc<Timeline>, pool: vk::CommandPool) -> Self {
+        let queue = device.assign_queue();
+        Stream {
+            device,
+            timeline,
+            queue,
+            pool,
+            free_cmds: Vec::new(),
+            batch: None,
+            in_flight: VecDeque::new(),
+            garbage: Vec::new(),
+            hazards: HazardTracker::default(),
+            upload: StagingPool::new(MemoryUsage::Upload),
+            readback: StagingPool::new(MemoryUsage::Readback),
+            descriptors: DescriptorPools::default(),
+            failed: None,
+        }
+    }
+
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The timeline value the open batch (the next command) will signal.
+    pub(crate) fn pending_value(&self) -> u64 {
+        self.timeline.submitted() + 1
+    }
+
+    /// Starts a command that makes `accesses`, after waiting (on the device)
+    /// for `waits` of other streams: opens a batch if none is open, and
+    /// records a barrier first if the command depends on an earlier one of
+    /// the batch. Returns the command buffer to record into.
+    pub(crate) fn command(
+        &mut self,
+        accesses: &[Access],
+        waits: Vec<(Arc<Timeline>, u64)>,
+    ) -> Result<vk::CommandBuffer> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        if self.batch.is_none() {
+            self.begin_batch()?;
+        }
+        let batch = self.batch.as_mut().expect("opened above");
+        for (timeline, value) in waits {
+            match batch
+                .waits
+                .iter_mut()
+                .find(|(t, _)| Arc::ptr_eq(t, &timeline))
+            {
+                Some((_, v)) => *v = (*v).max(value),
+                None => batch.waits.push((timeline, value)),
+            }
+        }
+        if self.hazards.conflicts(accesses) {
+            barrier(
+                &self.device,
+                batch.cmd,
+                (STAGES, WRITES),
+                (STAGES, READS_AND_WRITES),
+            );
+            self.hazards.clear();
+        }
+        self.hazards.record(accesses);
+        batch.commands += 1;
+        Ok(batch.cmd)
+    }
+
+    /// Room in a staging buffer for an upload recorded into the open batch.
+    pub(crate) fn stage_upload(&mut self, size: u64) -> Result<StagingSlice> {
+        let slice = self.upload.alloc(&self.device, size)?;
+        if let Some(batch) = &mut self.batch {
+            batch.staged += size;
+        }
+        Ok(slice)
+    }
+
+    /// Keeps `object` alive until the open batch completes.
+    pub(crate) fn keep_alive(&mut self, object: Arc<dyn Any + Send + Sync>) {
+        if let Some(batch) = &mut self.batch {
+            batch.keep.push(object);
+        }
+    }
+
+    /// Submits the open batch if it has grown large. Called after each command.
+    pub(crate) fn maybe_flush(&mut self) -> Result<()> {
+        let large = self
+            .batch
+            .as_ref()
+            .is_some_and(|b| b.commands >= MAX_BATCH_COMMANDS || b.staged >= MAX_BATCH_STAGED);
+        if large {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn begin_batch(&mut self) -> Result<()> {
+        let cmd = match self.free_cmds.pop() {
+            Some(cmd) => cmd,
+            None => {
+                let info = vk::CommandBufferAllocateInfo::default()
+                    .command_pool(self.pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(1);
+                // SAFETY: the pool is live and used only under this stream's lock.
+                unsafe { self.device.raw.allocate_command_buffers(&info) }
+                    .during("vkAllocateCommandBuffers")?[0]
+            }
+        };
+        let begin = vk::CommandBufferBeginInfo::default()
+            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: the command buffer is in the initial state (new or reset).
+        if let Err(e) = unsafe { self.device.raw.begin_command_buffer(cmd, &begin) } {
+            self.free_cmds.push(cmd);
+            return Err(Error::vk("vkBeginCommandBuffer", e));
+        }
+        // Order this batch after everything submitted before it on the queue.
+        barrier(
+            &self.device,
+            cmd,
+            (STAGES, WRITES),
+            (STAGES, READS_AND_WRITES),
+        );
+        self.hazards.clear();
+        self.batch = Some(Batch {
+            cmd,
+            value: self.pending_value(),
+            commands: 0,
+            staged: 0,
+            waits: Vec::new(),
+            staging: Vec::new(),
+            descriptor_pools: Vec::new(),
+            keep: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Submits the open batch, if any, signalling its timeline value.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        let Some(mut batch) = self.batch.take() else {
+            return self.failed.take().map_or(Ok(()), Err);
+        };
+        batch.staging = self.upload.take_for_batch();
+        batch.descriptor_pools = self.descriptors.take_for_batch();
+        // Make the batch's writes available to the host, which reads them
+        // after waiting on the timeline.
+        barrier(
+            &self.device,
+            batch.cmd,
+            (STAGES, WRITES),
+            (
+                vk::PipelineStageFlags::HOST,
+                vk::AccessFlags::HOST_READ | vk::AccessFlags::HOST_WRITE,
+            ),
+        );
+        let submitted = self.submit(&batch);
+        if submitted.is_err() {
+            // The batch's work will not run. Its value is signalled from the
+            // host (after the earlier values, as the spec requires), so that
+            // nothing waits for it forever; the error goes to the caller.
+            let _ = self.timeline.wait_submitted(batch.value - 1);
+            self.timeline.signal_from_host(batch.value);
+        }
+        self.timeline.set_submitted(batch.value);
+        self.in_flight.push_back(batch);
+        submitted?;
+        if self.in_flight.len() > MAX_IN_FLIGHT {
+            let oldest = self.in_flight.front().map_or(0, |b| b.value);
+            self.timeline.wait_submitted(oldest)?;
+        }
+        self.reclaim()
+    }
+
+    fn submit(&self, batch: &Batch) -> Result<()> {
+        // SAFETY: the command buffer is recording and owned by this stream.
+        unsafe { self.device.raw.end_command_buffer(batch.cmd) }.during("vkEndCommandBuffer")?;
+        let wait_semaphores: Vec<vk::Semaphore> =
+            batch.waits.iter().map(|(t, _)| t.semaphore).collect();
+        let wait_values: Vec<u64> = batch.waits.iter().map(|(_, v)| *v).collect();
+        let wait_stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; wait_semaphores.len()];
+        let signal_semaphores = [self.timeline.semaphore];
+        let signal_values = [batch.value];
+        let cmds = [batch.cmd];
+        let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
+            .wait_semaphore_values(&wait_values)
+            .signal_semaphore_values(&signal_values);
+        let submit = vk::SubmitInfo::default()
+            .wait_semaphores(&wait_semaphores)
+            .wait_dst_stage_mask(&wait_stages)
+            .command_buffers(&cmds)
+            .signal_semaphores(&signal_semaphores)
+            .push_next(&mut timeline_info);
+        let queue = self.device.queue(self.queue);
+        // SAFETY: the queue is locked; every handle in `submit` is live and
+        // stays so until the batch completes (the batch keeps what it uses).
+        unsafe {
+            self.device
+                .raw
+                .queue_submit(*queue, &[submit], vk::Fence::null())
+        }
+        .during("vkQueueSubmit")
+    }
+
+    /// Gives back everything held by batches that have completed, and frees
+    /// garbage whose last use has passed.
+    pub(crate) fn reclaim(&mut self) -> Result<()> {
+        let completed = self.timeline.query()?;
+        while self.in_flight.front().is_some_and(|b| b.value <= completed) {
+            let batch = self.in_flight.pop_front().expect("checked above");
+            self.retire(batch);
+        }
+        let mut i = 0;
+        while i < self.garbage.len() {
+            if self.garbage[i].is_free() {
+                let g = self.garbage.swap_remove(i);
+                g.raw.destroy(&self.device);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn retire(&mut self, batch: Batch) {
+        // SAFETY: the batch completed, so its command buffer is not pending.
+        let reset = unsafe {
+            self.device
+                .raw
+                .reset_command_buffer(batch.cmd, vk::CommandBufferResetFlags::empty())
+        };
+        if reset.is_ok() {
+            self.free_cmds.push(batch.cmd);
+        } else {
+            // SAFETY: not pending (completed); freed once.
+            unsafe {
+                self.device
+                    .raw
+                    .free_command_buffers(self.pool, &[batch.cmd])
+            };
+        }
+        self.upload.recycle(&self.device, batch.staging);
+        self.descriptors
+            .recycle(&self.device, batch.descriptor_pools);
+    }
+
+    /// Frees `raw` once the listed values complete (at once if they have).
+    pub(crate) fn defer_free(&mut self, garbage: Garbage) {
+        if garbage.is_free() {
+            garbage.raw.destroy(&self.device);
+        } else {
+            self.garbage.push(garbage);
+        }
+    }
+
+    /// Remembers an error that arose where no caller could receive it; the
+    /// next command or flush returns it.
+    pub(crate) fn set_failed(&mut self, error: Error) {
+        if self.failed.is_none() {
+            self.failed = Some(Error::Deferred(Box::new(error)));
+        }
+    }
+
+    /// Takes the error kept by `set_failed`, if any.
+    pub(crate) fn take_failed(&mut self) -> Option<Error> {
+        self.failed.take()
+    }
+
+    /// Counts of objects alive: command buffers, staging blocks, descriptor
+    /// pools, buffers waiting to be freed, batches in flight.
+    pub(crate) fn live_objects(&self) -> crate::context::LiveObjects {
+        crate::context::LiveObjects {
+            command_buffers: self.free_cmds.len()
+                + self.in_flight.len()
+                + usize::from(self.batch.is_some()),
+            staging_buffers: self.upload.live_blocks() + self.readback.live_blocks(),
+            descriptor_pools: self.descriptors.live_pools(),
+            pending_frees: self.garbage.len(),
+            batches_in_flight: self.in_flight.len(),
+        }
+    }
+
+    /// Waits for every submitted batch and releases all that the stream holds.
+    fn shutdown(&mut self) {
+        let last = self.timeline.submitted();
+        if self.timeline.wait_submitted(last).is_err() {
+            // The device is lost or failing: nothing runs any more, but be sure.
+            // SAFETY: the device is live; waiting on it is always allowed.
+            let _ = unsafe { self.device.raw.device_wait_idle() };
+        }
+        if let Some(batch) = self.batch.take() {
+            // Recorded but never submitted (the final flush failed): its work
+            // will not run. Signal its value so that no waiter hangs; the
+            // command buffer is freed with the pool.
+            self.timeline.signal_from_host(batch.value);
+            self.timeline.set_submitted(batch.value);
+        }
+        while let Some(batch) = self.in_flight.pop_front() {
+            self.retire(batch);
+        }
+        for g in std::mem::take(&mut self.garbage) {
+            for (timeline, value) in &g.pending {
+                // Uses on other streams: those streams finish their work too.
+                let _ = timeline.wait(*value);
+            }
+            g.raw.destroy(&self.device);
+        }
+        self.upload.destroy(&self.device);
+        self.readback.destroy(&self.device);
+        self.descriptors.destroy(&self.device);
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.shutdown();
+        // SAFETY: every command buffer of the pool has completed (shutdown
+        // waited) or was never submitted.
+        unsafe { self.device.raw.destroy_command_pool(self.pool, None) };
+    }
+}
+
+/// Records a global memory barrier from `src` to `dst` (stages, accesses),
+/// with synchronization2 where it is enabled.
+pub(crate) fn barrier(
+    device: &Device,
+    cmd: vk::CommandBuffer,
+    src: (vk::PipelineStageFlags, vk::AccessFlags),
+    dst: (vk::PipelineStageFlags, vk::AccessFlags),
+) {
+    if device.synchronization2 {
+        // The legacy flag bits have the same values in the 64-bit sync2 flags.
+        let barriers = [vk::MemoryBarrier2::default()
+            .src_stage_mask(vk::PipelineStageFlags2::from_raw(src.0.as_raw() as u64))
+            .src_access_mask(vk::AccessFlags2::from_raw(src.1.as_raw() as u64))
+            .dst_stage_mask(vk::PipelineStageFlags2::from_raw(dst.0.as_raw() as u64))
+            .dst_access_mask(vk::AccessFlags2::from_raw(dst.1.as_raw() as u64))];
+        let info = vk::DependencyInfo::default().memory_barriers(&barriers);
+        // SAFETY: `cmd` is recording; synchronization2 is enabled.
+        unsafe { device.raw.cmd_pipeline_barrier2(cmd, &info) };
+    } else {
+        let barriers = [vk::MemoryBarrier::default()
+            .src_access_mask(src.1)
+            .dst_access_mask(dst.1)];
+        // SAFETY: `cmd` is recording.
+        unsafe {
+            device.raw.cmd_pipeline_barrier(
+                cmd,
+                src.0,
+                dst.0,
+                vk::DependencyFlags::empty(),
+                &barriers,
+                &[],
+                &[],
+            )
+        };
+    }
+}

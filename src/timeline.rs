@@ -1,0 +1,151 @@
+//! A stream's timeline semaphore: the value each submission signals, what
+//! has been submitted, and what is known to be complete.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use ash::vk;
+
+use crate::context::ContextShared;
+use crate::error::{Result, VkResultExt};
+use crate::vk::Device;
+
+/// The timeline of one stream. Submission `n` of the stream signals value
+/// `n`; work recorded into the open batch carries the value that batch will
+/// signal, which is `submitted() + 1`.
+pub(crate) struct Timeline {
+    device: Arc<Device>,
+    pub(crate) semaphore: vk::Semaphore,
+    submitted: AtomicU64,
+    completed: AtomicU64,
+    /// The stream that signals this timeline, to flush it when a waiter
+    /// needs a value not yet submitted.
+    context: Weak<ContextShared>,
+}
+
+impl Timeline {
+    /// A new timeline semaphore at value 0 on `device`.
+    pub(crate) fn create_semaphore(device: &Device) -> Result<vk::Semaphore> {
+        let mut kind = vk::SemaphoreTypeCreateInfo::default()
+            .semaphore_type(vk::SemaphoreType::TIMELINE)
+            .initial_value(0);
+        let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        // SAFETY: a valid create info; timeline semaphores are enabled.
+        unsafe { device.raw.create_semaphore(&info, None) }.during("vkCreateSemaphore")
+    }
+
+    /// Takes ownership of `semaphore` (from `create_semaphore`).
+    pub(crate) fn new(
+        device: Arc<Device>,
+        semaphore: vk::Semaphore,
+        context: Weak<ContextShared>,
+    ) -> Self {
+        Timeline {
+            device,
+            semaphore,
+            submitted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            context,
+        }
+    }
+
+    /// The last value submitted.
+    pub(crate) fn submitted(&self) -> u64 {
+        self.submitted.load(Ordering::Acquire)
+    }
+
+    /// Records that `value` was submitted (called by the stream, under its lock).
+    pub(crate) fn set_submitted(&self, value: u64) {
+        self.submitted.store(value, Ordering::Release);
+    }
+
+    /// The value the semaphore has reached, asking the device.
+    pub(crate) fn query(&self) -> Result<u64> {
+        // SAFETY: the semaphore is live while `self` is.
+        let value = unsafe { self.device.raw.get_semaphore_counter_value(self.semaphore) }
+            .during("vkGetSemaphoreCounterValue")?;
+        self.completed.fetch_max(value, Ordering::AcqRel);
+        Ok(value)
+    }
+
+    /// Whether the work that signals `value` has completed. Errors count as
+    /// not complete (a lost device never completes anything).
+    pub(crate) fn is_complete(&self, value: u64) -> bool {
+        if self.completed.load(Ordering::Acquire) >= value {
+            return true;
+        }
+        if self.submitted() < value {
+            return false;
+        }
+        self.query().is_ok_and(|v| v >= value)
+    }
+
+    /// Makes sure `value` has been submitted, flushing the stream if it has
+    /// not. Must not be called with that stream's lock held.
+    pub(crate) fn ensure_submitted(&self, value: u64) -> Result<()> {
+        if self.submitted() >= value {
+            return Ok(());
+        }
+        match self.context.upgrade() {
+            Some(context) => context.flush(),
+            // The context is gone, and it synchronized as it went.
+            None => Ok(()),
+        }
+    }
+
+    /// Waits on the host until `value` is reached, submitting it first if
+    /// needed. Must not be called with that stream's lock held.
+    pub(crate) fn wait(&self, value: u64) -> Result<()> {
+        if self.completed.load(Ordering::Acquire) >= value {
+            return Ok(());
+        }
+        self.ensure_submitted(value)?;
+        self.wait_submitted(value)?;
+        if let Some(context) = self.context.upgrade() {
+            context.reclaim()?;
+        }
+        Ok(())
+    }
+
+    /// Waits for a value that has been submitted already.
+    pub(crate) fn wait_submitted(&self, value: u64) -> Result<()> {
+        if self.completed.load(Ordering::Acquire) >= value {
+            return Ok(());
+        }
+        let semaphores = [self.semaphore];
+        let values = [value];
+        let info = vk::SemaphoreWaitInfo::default()
+            .semaphores(&semaphores)
+            .values(&values);
+        // SAFETY: the semaphore is live; `value` was submitted (or signalled
+        // from the host after a failed submission), so the wait ends.
+        unsafe { self.device.raw.wait_semaphores(&info, u64::MAX) }.during("vkWaitSemaphores")?;
+        self.completed.fetch_max(value, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Signals `value` from the host, after a submission that should have
+    /// signalled it failed, so that nothing waits for it forever.
+    pub(crate) fn signal_from_host(&self, value: u64) {
+        let info = vk::SemaphoreSignalInfo::default()
+            .semaphore(self.semaphore)
+            .value(value);
+        // SAFETY: `value` is above every value signalled so far (the failed
+        // submission was the newest).
+        let _ = unsafe { self.device.raw.signal_semaphore(&info) };
+    }
+
+    /// Whether this is the timeline of the context behind `context`.
+    pub(crate) fn belongs_to(&self, context: &Arc<ContextShared>) -> bool {
+        std::ptr::eq(self.context.as_ptr(), Arc::as_ptr(context))
+    }
+}
+
+impl Drop for Timeline {
+    fn drop(&mut self) {
+        // SAFETY: every submission signalling the semaphore has completed:
+        // the context waited for its work when it was dropped, and buffers
+        // that reference this timeline keep it alive until then.
+        unsafe { self.device.raw.destroy_semaphore(self.semaphore, None) };
+    }
+}

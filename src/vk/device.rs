@@ -1,0 +1,335 @@
+//! The logical device: queues, enabled features, the memory allocator.
+
+use std::ffi::c_char;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ash::vk;
+use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
+
+use super::adapter::Adapter;
+use super::instance::Instance;
+use crate::error::{Error, Result, VkResultExt};
+use crate::pipeline::ComputePipeline;
+
+/// The most queues a device context spreads its streams over.
+const MAX_QUEUES: u32 = 4;
+
+/// Choices made when a device is opened.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DeviceOptions {
+    /// Use `VK_KHR_push_descriptor` where the device has it.
+    pub(crate) push_descriptors: bool,
+    /// Use synchronization2 barriers where the device has them.
+    pub(crate) synchronization2: bool,
+}
+
+/// A logical device and what hangs off it. Shared (`Arc`) by every context
+/// (stream) and every buffer made on it, so it outlives them all.
+pub(crate) struct Device {
+    pub(crate) raw: ash::Device,
+    pub(crate) adapter: Adapter,
+    pub(crate) queue_family: u32,
+    queues: Vec<Mutex<vk::Queue>>,
+    next_queue: AtomicUsize,
+    /// `VK_KHR_push_descriptor`, when it is enabled.
+    pub(crate) push_descriptor: Option<ash::khr::push_descriptor::Device>,
+    /// Synchronization2 barriers are enabled.
+    pub(crate) synchronization2: bool,
+    pub(crate) buffer_device_address: bool,
+    memory_budget: bool,
+    pub(crate) pipeline_cache: vk::PipelineCache,
+    allocator: ManuallyDrop<Mutex<Allocator>>,
+    /// The crate's own pipelines (the fill kernel), made on first use.
+    internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,
+    /// Unique among the devices of this process.
+    pub(crate) id: u64,
+    owned: bool,
+    /// Dropped after everything above (fields drop in order).
+    pub(crate) instance: Instance,
+}
+
+static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Device {
+    /// Opens `adapter` with every optional feature vkcompute can use.
+    pub(crate) fn new(
+        instance: Instance,
+        adapter: Adapter,
+        options: DeviceOptions,
+    ) -> Result<Arc<Self>> {
+        let family = adapter
+            .queue_family
+            .ok_or_else(|| Error::UnsupportedDevice {
+                device: adapter.info.name.clone(),
+                reason: "it has no compute queue".into(),
+            })?;
+        let queue_count = family.count.min(MAX_QUEUES);
+        let priorities = vec![1.0f32; queue_count as usize];
+        let queue_infos = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(family.index)
+            .queue_priorities(&priorities)];
+
+        let push_descriptors =
+            options.push_descriptors && adapter.has_extension(ash::khr::push_descriptor::NAME);
+        let memory_budget = adapter.has_extension(ash::ext::memory_budget::NAME);
+        let mut extensions: Vec<*const c_char> = Vec::new();
+        if push_descriptors {
+            extensions.push(ash::khr::push_descriptor::NAME.as_ptr());
+        }
+        if memory_budget {
+            extensions.push(ash::ext::memory_budget::NAME.as_ptr());
+        }
+        if adapter.has_extension(ash::khr::portability_subset::NAME) {
+            // Required wherever the device offers it (MoltenVK).
+            extensions.push(ash::khr::portability_subset::NAME.as_ptr());
+        }
+
+        let f = adapter.features;
+        let b = |on: bool| if on { vk::TRUE } else { vk::FALSE };
+        let synchronization2 = options.synchronization2 && f.synchronization2;
+        let v10 = vk::PhysicalDeviceFeatures::default()
+            .shader_int64(f.shader_int64)
+            .shader_float64(f.shader_float64)
+            .shader_int16(f.shader_int16);
+        let mut v11 = vk::PhysicalDeviceVulkan11Features::default()
+            .storage_buffer16_bit_access(f.storage_buffer_16bit)
+            .uniform_and_storage_buffer16_bit_access(f.uniform_and_storage_buffer_16bit);
+        let mut v12 = vk::PhysicalDeviceVulkan12Features::default()
+            .timeline_semaphore(true)
+            .storage_buffer8_bit_access(f.storage_buffer_8bit)
+            .uniform_and_storage_buffer8_bit_access(f.uniform_and_storage_buffer_8bit)
+            .shader_float16(f.shader_float16)
+            .shader_int8(f.shader_int8)
+            .buffer_device_address(f.buffer_device_address)
+            .host_query_reset(f.host_query_reset)
+            .scalar_block_layout(f.scalar_block_layout)
+            .vulkan_memory_model(f.vulkan_memory_model);
+        let mut v13 = vk::PhysicalDeviceVulkan13Features::default();
+        v13.synchronization2 = b(synchronization2);
+        let mut info = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queue_infos)
+            .enabled_extension_names(&extensions)
+            .enabled_features(&v10)
+            .push_next(&mut v11)
+            .push_next(&mut v12);
+        if adapter.api_version >= vk::API_VERSION_1_3 {
+            info = info.push_next(&mut v13);
+        }
+        // SAFETY: `adapter.raw` belongs to `instance`; every pointer in `info`
+        // refers to locals that outlive the call.
+        let raw = unsafe { instance.raw.create_device(adapter.raw, &info, None) }
+            .during("vkCreateDevice")?;
+
+        // From here on, `DeviceParts` destroys the device if a later step fails.
+        let parts = DeviceParts { raw: Some(raw) };
+        let raw_ref = parts.raw.as_ref().expect("set above");
+        let queues = (0..queue_count)
+            // SAFETY: the queues were created with the device.
+            .map(|i| Mutex::new(unsafe { raw_ref.get_device_queue(family.index, i) }))
+            .collect();
+        let allocator = Allocator::new(&AllocatorCreateDesc {
+            instance: instance.raw.clone(),
+            device: raw_ref.clone(),
+            physical_device: adapter.raw,
+            debug_settings: Default::default(),
+            buffer_device_address: f.buffer_device_address,
+            allocation_sizes: Default::default(),
+        })
+        .map_err(|e| Error::Allocation {
+            what: "the allocator".into(),
+            detail: e.to_string(),
+        })?;
+        // SAFETY: a valid, empty create info.
+        let pipeline_cache =
+            unsafe { raw_ref.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
+                .during("vkCreatePipelineCache")?;
+        let push_descriptor = push_descriptors
+            .then(|| ash::khr::push_descriptor::Device::new(&instance.raw, raw_ref));
+        let raw = parts.release();
+        Ok(Arc::new(Device {
+            raw,
+            queue_family: family.index,
+            queues,
+            next_queue: AtomicUsize::new(0),
+            push_descriptor,
+            synchronization2,
+            buffer_device_address: f.buffer_device_address,
+            memory_budget,
+            pipeline_cache,
+            allocator: ManuallyDrop::new(Mutex::new(allocator)),
+            internal_pipelines: Mutex::new(Vec::new()),
+            id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
+            owned: true,
+            adapter,
+            instance,
+        }))
+    }
+
+    /// The crate's own pipeline named `name`, created by `create` on first use.
+    pub(crate) fn internal_pipeline(
+        &self,
+        name: &'static str,
+        create: impl FnOnce() -> Result<ComputePipeline>,
+    ) -> Result<Arc<ComputePipeline>> {
+        let mut pipelines = self
+            .internal_pipelines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some((_, p)) = pipelines.iter().find(|(n, _)| *n == name) {
+            return Ok(p.clone());
+        }
+        let pipeline = Arc::new(create()?);
+        pipelines.push((name, pipeline.clone()));
+        Ok(pipeline)
+    }
+
+    pub(crate) fn limits(&self) -> &vk::PhysicalDeviceLimits {
+        &self.adapter.limits
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.adapter.info.name
+    }
+
+    /// The allocator, locked. A leaf lock: nothing else is locked while it is held.
+    pub(crate) fn allocator(&self) -> MutexGuard<'_, Allocator> {
+        self.allocator.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A queue for a new stream: each stream its own while there are enough.
+    pub(crate) fn assign_queue(&self) -> usize {
+        self.next_queue.fetch_add(1, Ordering::Relaxed) % self.queues.len()
+    }
+
+    /// The queue at `index`, locked for a submission.
+    pub(crate) fn queue(&self, index: usize) -> MutexGuard<'_, vk::Queue> {
+        self.queues[index].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Free and total bytes of device-local memory.
+    pub(crate) fn memory_info(&self) -> (u64, u64) {
+        let props = &self.adapter.memory;
+        let heaps = &props.memory_heaps[..props.memory_heap_count as usize];
+        let local = |i: usize| heaps[i].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL);
+        let total: u64 = (0..heaps.len())
+            .filter(|&i| local(i))
+            .map(|i| heaps[i].size)
+            .sum();
+        if self.memory_budget {
+            let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+            let mut props2 = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
+            // SAFETY: the extension is enabled on this device.
+            unsafe {
+                self.instance
+                    .raw
+                    .get_physical_device_memory_properties2(self.adapter.raw, &mut props2)
+            };
+            let free = (0..heaps.len())
+                .filter(|&i| local(i))
+                .map(|i| budget.heap_budget[i].saturating_sub(budget.heap_usage[i]))
+                .sum();
+            return (free, total);
+        }
+        let used = self.allocator().capacity();
+        (total.saturating_sub(used), total)
+    }
+
+    /// The index of the best memory type among `type_bits` for `usage`.
+    pub(crate) fn memory_type(&self, type_bits: u32, usage: MemoryUsage) -> Option<u32> {
+        let props = &self.adapter.memory;
+        let types = &props.memory_types[..props.memory_type_count as usize];
+        let allowed = |i: usize| type_bits & (1 << i) != 0;
+        usage.preferences().iter().find_map(|(want, avoid)| {
+            (0..types.len())
+                .find(|&i| {
+                    allowed(i)
+                        && types[i].property_flags.contains(*want)
+                        && !types[i].property_flags.intersects(*avoid)
+                })
+                .map(|i| i as u32)
+        })
+    }
+}
+
+/// What a block of memory is for; each use has its own memory-type preferences.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemoryUsage {
+    /// Device buffers: device-local.
+    Device,
+    /// Upload staging: host-visible, coherent, write-combined system memory.
+    Upload,
+    /// Readback staging and host buffers: host-visible and cached, since
+    /// reading uncached (write-combined) memory from the CPU is many times slower.
+    Readback,
+}
+
+type Flags = vk::MemoryPropertyFlags;
+
+impl MemoryUsage {
+    /// (flags wanted, flags avoided), in order of preference.
+    fn preferences(self) -> &'static [(Flags, Flags)] {
+        const HV: Flags = Flags::HOST_VISIBLE;
+        const HC: Flags = Flags::HOST_COHERENT;
+        const CACHED: Flags = Flags::HOST_CACHED;
+        const DL: Flags = Flags::DEVICE_LOCAL;
+        const NONE: Flags = Flags::empty();
+        const HV_HC: Flags = Flags::from_raw(HV.as_raw() | HC.as_raw());
+        const HV_HC_CACHED: Flags = Flags::from_raw(HV_HC.as_raw() | CACHED.as_raw());
+        const DL_CACHED: Flags = Flags::from_raw(DL.as_raw() | CACHED.as_raw());
+        match self {
+            MemoryUsage::Device => &[(DL, HV), (DL, NONE), (NONE, NONE)],
+            // Staging memory is always coherent: the specification guarantees
+            // a HOST_VISIBLE | HOST_COHERENT type on every device.
+            MemoryUsage::Upload => &[(HV_HC, DL_CACHED), (HV_HC, DL), (HV_HC, NONE)],
+            MemoryUsage::Readback => &[(HV_HC_CACHED, DL), (HV_HC_CACHED, NONE), (HV_HC, NONE)],
+        }
+    }
+}
+
+/// Destroys a freshly created device unless construction completes.
+struct DeviceParts {
+    raw: Option<ash::Device>,
+}
+
+impl DeviceParts {
+    fn release(mut self) -> ash::Device {
+        self.raw.take().expect("released once")
+    }
+}
+
+impl Drop for DeviceParts {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            // SAFETY: nothing was created from the device yet that outlives this
+            // point (the allocator, if made, has freed no memory and is dropped).
+            unsafe { raw.destroy_device(None) };
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: every context and buffer holds an `Arc<Device>`, so none is
+        // left; waiting makes sure no submitted work still runs.
+        unsafe {
+            let _ = self.raw.device_wait_idle();
+            self.raw.destroy_pipeline_cache(self.pipeline_cache, None);
+        }
+        let pipelines = std::mem::take(
+            self.internal_pipelines
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for (_, pipeline) in pipelines {
+            pipeline.destroy(self);
+        }
+        // SAFETY: taken once, here; all allocations were freed by their owners.
+        unsafe { ManuallyDrop::drop(&mut self.allocator) };
+        if self.owned {
+            // SAFETY: all child objects were destroyed above or by their owners.
+            unsafe { self.raw.destroy_device(None) };
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! Vulkan plumbing: the instance, physical-device choice, the logical device
+//! and its queues, the debug messenger, and conversions. The one part of the
+//! crate where raw `ash` calls are common.
+
+mod adapter;
+mod conv;
+mod debug;
+mod device;
+mod instance;
+
+pub use adapter::{DeviceInfo, DeviceKind, DeviceSelector};
+pub use debug::{Severity, ValidationLog, ValidationMessage};
+
+pub(crate) use adapter::Adapter;
+pub(crate) use device::{Device, DeviceOptions, MemoryUsage};
+pub(crate) use instance::Instance;

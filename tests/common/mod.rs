@@ -1,0 +1,92 @@
+//! The test harness: every test runs on a context with the Khronos
+//! validation layer and synchronization validation enabled, and fails if the
+//! layer reports anything, including at device destruction.
+#![allow(dead_code)]
+
+use vkcompute::{ContextOptions, DeviceContext, ValidationLog};
+
+/// The two memory paths every host-side test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// Host copies go straight to host-visible device memory where they can.
+    Direct,
+    /// Every host copy goes through staging buffers (what a discrete GPU does).
+    Staging,
+}
+
+pub const PATHS: [Path; 2] = [Path::Direct, Path::Staging];
+
+/// Options of a validated context on the memory path `path`.
+pub fn options(path: Path) -> ContextOptions {
+    ContextOptions::new()
+        .validation(true)
+        .force_staging(path == Path::Staging)
+}
+
+/// A validated context; a missing device or layer fails the test.
+pub fn context_with(options: ContextOptions) -> DeviceContext {
+    match DeviceContext::with_options(options) {
+        Ok(ctx) => {
+            assert!(ctx.is_validation_enabled());
+            ctx
+        }
+        Err(e) => panic!("no usable Vulkan device with validation (run `make test`, which installs lavapipe and the layers): {e}"),
+    }
+}
+
+/// Fails the test if `log` holds any message.
+pub fn assert_clean(log: &ValidationLog, what: &str) {
+    let messages = log.messages();
+    if !messages.is_empty() {
+        let list: Vec<String> = messages.iter().map(|m| m.to_string()).collect();
+        panic!(
+            "{} validation message(s) during {what}:\n{}",
+            list.len(),
+            list.join("\n")
+        );
+    }
+}
+
+/// Runs `test` on a fresh validated context, then synchronizes and drops
+/// the context and fails on any validation message.
+pub fn run_with(options: ContextOptions, what: &str, test: impl FnOnce(&DeviceContext)) {
+    let ctx = context_with(options);
+    let log = ctx.validation_log();
+    test(&ctx);
+    ctx.synchronize().expect("synchronize after the test");
+    drop(ctx);
+    assert_clean(&log, what);
+}
+
+/// Runs `test` once on each memory path.
+pub fn on_each_path(test: impl Fn(&DeviceContext, Path)) {
+    for path in PATHS {
+        run_with(options(path), &format!("the {path:?} path"), |ctx| {
+            test(ctx, path)
+        });
+    }
+}
+
+/// Deterministic pseudo-random numbers (xorshift64*), never all zero.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| (self.next_u64() >> 56) as u8).collect()
+    }
+}
