@@ -7,13 +7,13 @@
 #     exists; on Debian/Ubuntu, whose libshaderc is linked without glslang, one
 #     static archive merged from the distribution's own static libraries.
 #
-# Writes `.setup/env.mk` (read by the Makefile) with the variables the build
-# needs. Idempotent: a second run checks and returns in well under a second.
+# Writes `.setup/env.sh` (read by scripts/cargo.sh) with the variables the
+# build needs. Idempotent: a second run checks and returns in well under a second.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 setup_dir="$root/.setup"
-env_file="$setup_dir/env.mk"
+env_file="$setup_dir/env.sh"
 mkdir -p "$setup_dir"
 
 say() { echo "setup: $*" >&2; }
@@ -96,11 +96,14 @@ end"
 fi
 
 # Write the build environment only when it changed (keeps make's view stable).
-new_env="# written by scripts/setup.sh
-SETUP_SHADERC_LIB_DIR := $shaderc_dir
-"
-if [ ! -f "$env_file" ] || [ "$(cat "$env_file")" != "$(printf '%s' "$new_env")" ]; then
-  printf '%s' "$new_env" >"$env_file"
+if [ -n "$shaderc_dir" ]; then
+  new_env="# written by scripts/setup.sh
+export SHADERC_LIB_DIR='$shaderc_dir'"
+else
+  new_env="# written by scripts/setup.sh: nothing to set here"
+fi
+if [ ! -f "$env_file" ] || [ "$(cat "$env_file")" != "$new_env" ]; then
+  printf '%s\n' "$new_env" >"$env_file"
 fi
 
 # The result the tests depend on: a device and the validation layer.

@@ -119,6 +119,69 @@ impl View {
             size: self.bytes,
         }
     }
+
+    /// A view of `len` elements of `U` starting `offset` elements of `U`
+    /// into this view, checked for range and alignment.
+    pub(crate) fn sub_view<U: Pod>(
+        &self,
+        op: &'static str,
+        buffer: impl Fn() -> String,
+        offset: usize,
+        len: usize,
+    ) -> Result<View> {
+        let size = size_of::<U>();
+        let out_of_range = || Error::OutOfRange {
+            op,
+            buffer: buffer(),
+            offset,
+            len,
+            buffer_len: (self.bytes / size.max(1) as u64) as usize,
+        };
+        let start = Error::byte_size(op, offset, size).map_err(|_| out_of_range())?;
+        let bytes = Error::byte_size(op, len, size).map_err(|_| out_of_range())?;
+        if start.checked_add(bytes).is_none_or(|end| end > self.bytes) {
+            return Err(out_of_range());
+        }
+        let absolute = self.offset + start;
+        let align = std::mem::align_of::<U>() as u64;
+        if absolute % align != 0 {
+            return Err(Error::Misaligned {
+                op,
+                offset: absolute,
+                alignment: align,
+                rule: "the view's element type must be aligned in the buffer",
+            });
+        }
+        Ok(View {
+            memory: self.memory.clone(),
+            offset: absolute,
+            bytes,
+        })
+    }
+
+    /// Moves the memory's deferred free and default stream to `ctx`.
+    pub(crate) fn reassign(&self, op: &'static str, ctx: &DeviceContext) -> Result<()> {
+        if ctx.shared.device.id != self.memory.device.id {
+            return Err(Error::DifferentDevice {
+                op,
+                detail: format!(
+                    "a buffer of device `{}` cannot be owned by a context of device `{}`; copy it instead",
+                    self.memory.device.name(),
+                    ctx.name()
+                ),
+            });
+        }
+        self.memory.set_owner(ctx.shared.clone());
+        Ok(())
+    }
+
+    /// The device address of the view's first byte, where the device has
+    /// buffer device addresses.
+    pub(crate) fn device_address(&self) -> Option<u64> {
+        let raw = self.memory.raw()?;
+        raw.device_address(&self.memory.device)
+            .map(|a| a + self.offset)
+    }
 }
 
 fn check_len(op: &'static str, dst_bytes: u64, src_bytes: u64) -> Result<()> {
@@ -141,6 +204,52 @@ pub struct RawBufferRef {
     pub offset: u64,
     /// The view's size in bytes.
     pub size: u64,
+}
+
+/// A buffer and its memory handed over by [`DeviceBuffer::take_raw`]: the
+/// caller owns them and frees them with [`DeviceContext::free_raw`].
+#[must_use = "the memory leaks unless given to `DeviceContext::free_raw`"]
+pub struct OwnedRawBuffer {
+    raw: crate::memory::RawBuffer,
+    device_id: u64,
+    size: u64,
+    device_address: Option<u64>,
+}
+
+impl OwnedRawBuffer {
+    /// The buffer handle.
+    pub fn buffer(&self) -> vk::Buffer {
+        self.raw.buffer
+    }
+
+    /// The device memory the buffer is bound to, and the buffer's offset in it.
+    pub fn memory(&self) -> (vk::DeviceMemory, u64) {
+        self.raw.memory()
+    }
+
+    /// The bytes of data (the `VkBuffer` may be a little larger).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The buffer's device address, where the device supports it.
+    pub fn device_address(&self) -> Option<u64> {
+        self.device_address
+    }
+
+    pub(crate) fn into_parts(self) -> (crate::memory::RawBuffer, u64) {
+        (self.raw, self.device_id)
+    }
+}
+
+impl std::fmt::Debug for OwnedRawBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedRawBuffer")
+            .field("buffer", &self.raw.buffer)
+            .field("size", &self.size)
+            .field("device_address", &self.device_address)
+            .finish()
+    }
 }
 
 /// Where a copy's data comes from.
@@ -333,6 +442,125 @@ impl<T: Pod> DeviceBuffer<T> {
     /// keeps ownership of them.
     pub fn raw(&self) -> RawBufferRef {
         self.view.raw()
+    }
+
+    /// This buffer as a kernel argument, for
+    /// [`DeviceContext::enqueue_function`](crate::DeviceContext::enqueue_function).
+    pub fn arg(&self) -> crate::KernelArg<'_> {
+        crate::KernelArg {
+            view: &self.view,
+            element_size: size_of::<T>(),
+            type_name: Self::type_name,
+        }
+    }
+
+    /// The device address of the first element, where the device supports
+    /// buffer device addresses (`None` otherwise, and for empty buffers).
+    pub fn device_address(&self) -> Option<u64> {
+        self.view.device_address()
+    }
+
+    /// A view of `len` elements of `U`, starting `offset` elements of `U`
+    /// into this buffer (both counted in `U`, as the seed does). The view
+    /// shares the memory and keeps it alive. Errors: the range does not lie
+    /// inside this buffer ([`Error::OutOfRange`]), or the byte offset does
+    /// not suit `U`'s alignment ([`Error::Misaligned`]).
+    ///
+    /// ```
+    /// # fn main() -> vkcompute::Result<()> {
+    /// let ctx = vkcompute::DeviceContext::new()?;
+    /// let words = ctx.enqueue_create_buffer::<u32>(4)?;
+    /// words.enqueue_fill(0)?;
+    /// let bytes = words.create_sub_buffer::<u8>(5, 2)?; // bytes 5 and 6
+    /// bytes.enqueue_fill(0xff)?;
+    /// assert_eq!(words.to_vec()?, [0, 0x00ff_ff00, 0, 0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn create_sub_buffer<U: Pod>(&self, offset: usize, len: usize) -> Result<DeviceBuffer<U>> {
+        let view = self.view.sub_view::<U>(
+            "DeviceBuffer::create_sub_buffer",
+            Self::type_name,
+            offset,
+            len,
+        )?;
+        Ok(DeviceBuffer {
+            view,
+            len,
+            _element: PhantomData,
+        })
+    }
+
+    /// Makes `ctx` the buffer's owner: its stream runs the buffer's
+    /// `enqueue_*` calls and frees the memory. `ctx` must be on the same
+    /// device ([`Error::DifferentDevice`] otherwise). Applies to the memory,
+    /// so to every clone and view of it.
+    pub fn reassign_ownership_to(&self, ctx: &DeviceContext) -> Result<()> {
+        self.view
+            .reassign("DeviceBuffer::reassign_ownership_to", ctx)
+    }
+
+    /// Hands the buffer and its memory to the caller, once the work that
+    /// uses them has completed. Only a whole buffer with no other clone or
+    /// view can be taken ([`Error::Shared`] otherwise: the buffer is
+    /// returned inside the error's context unchanged). Free the result with
+    /// [`DeviceContext::free_raw`].
+    pub fn take_raw(self) -> std::result::Result<OwnedRawBuffer, (Self, Error)> {
+        let op = "DeviceBuffer::take_raw";
+        if self.view.bytes == 0 {
+            return Err((
+                self,
+                Error::Shared {
+                    op,
+                    reason: "it is empty: there is no Vulkan buffer to take",
+                },
+            ));
+        }
+        if self.view.offset != 0 || self.view.bytes != self.view.memory.size {
+            return Err((
+                self,
+                Error::Shared {
+                    op,
+                    reason: "it is a view of a larger buffer",
+                },
+            ));
+        }
+        if let Err(e) = self.view.memory.wait_for_host_access(true) {
+            return Err((self, e));
+        }
+        let len = self.len;
+        let memory = match Arc::try_unwrap(self.view.memory) {
+            Ok(memory) => memory,
+            Err(memory) => {
+                let back = DeviceBuffer {
+                    view: View {
+                        memory,
+                        offset: 0,
+                        bytes: self.view.bytes,
+                    },
+                    len,
+                    _element: PhantomData,
+                };
+                return Err((
+                    back,
+                    Error::Shared {
+                        op,
+                        reason: "other clones or views of it are alive",
+                    },
+                ));
+            }
+        };
+        let device_id = memory.device.id;
+        let size = memory.size;
+        let device = memory.device.clone();
+        let raw = memory
+            .into_raw()
+            .expect("a buffer of more than zero bytes has a VkBuffer");
+        Ok(OwnedRawBuffer {
+            device_address: raw.device_address(&device),
+            raw,
+            device_id,
+            size,
+        })
     }
 }
 

@@ -49,7 +49,10 @@ impl ContextOptions {
 
     /// Enables `VK_LAYER_KHRONOS_validation` with synchronization validation
     /// (`VKCOMPUTE_VALIDATION=1`). Messages are collected:
-    /// [`DeviceContext::validation_messages`]. Default: off.
+    /// [`DeviceContext::validation_messages`]. `VKCOMPUTE_VALIDATION=abort`
+    /// also aborts the process on the first message, which makes any
+    /// message fatal to a program or doctest (the variable is ignored where
+    /// this option is set). Default: off.
     pub fn validation(mut self, on: bool) -> Self {
         self.validation = Some(on);
         self
@@ -98,6 +101,11 @@ fn setting(option: Option<bool>, variable: &str, default: bool) -> bool {
         ),
         Err(_) => default,
     })
+}
+
+/// Whether `VKCOMPUTE_VALIDATION=abort` is set.
+fn validation_aborts() -> bool {
+    std::env::var("VKCOMPUTE_VALIDATION").is_ok_and(|v| v.trim().eq_ignore_ascii_case("abort"))
 }
 
 /// Counts of the Vulkan objects a context holds, for finding leaks.
@@ -465,8 +473,10 @@ impl DeviceContext {
 
     /// Opens a device as `options` say.
     pub fn with_options(options: ContextOptions) -> Result<Self> {
-        let validation = setting(options.validation, "VKCOMPUTE_VALIDATION", false);
-        let instance = Instance::new(validation)?;
+        let validation = setting(options.validation, "VKCOMPUTE_VALIDATION", false)
+            || (options.validation.is_none() && validation_aborts());
+        let fatal = options.validation.is_none() && validation_aborts();
+        let instance = Instance::new(validation, fatal)?;
         let adapter = Adapter::choose(&instance, options.resolved_device())?;
         let device = Device::new(
             instance,
@@ -492,7 +502,7 @@ impl DeviceContext {
 
     /// Every Vulkan device the loader sees, usable or not.
     pub fn devices() -> Result<Vec<DeviceInfo>> {
-        let instance = Instance::new(false)?;
+        let instance = Instance::new(false, false)?;
         Ok(Adapter::enumerate(&instance)?
             .into_iter()
             .map(|a| a.info)
@@ -572,6 +582,27 @@ impl DeviceContext {
             .allocator()
             .generate_report()
             .total_allocated_bytes
+    }
+
+    /// Frees a buffer taken with [`DeviceBuffer::take_raw`](crate::DeviceBuffer::take_raw).
+    ///
+    /// # Safety
+    ///
+    /// No work (submitted by vkcompute or by the caller) may still use the
+    /// buffer, and nothing may use it afterwards.
+    pub unsafe fn free_raw(&self, raw: crate::OwnedRawBuffer) -> Result<()> {
+        let (raw, device_id) = raw.into_parts();
+        if device_id != self.shared.device.id {
+            // Hand it to nobody: leaking is the only safe course for a buffer
+            // of another device whose context is not at hand.
+            std::mem::forget(raw);
+            return Err(Error::DifferentDevice {
+                op: "DeviceContext::free_raw",
+                detail: "the buffer belongs to another device; free it with a context of that device (it was leaked)".into(),
+            });
+        }
+        raw.destroy(&self.shared.device);
+        Ok(())
     }
 
     /// The `ash` device, for work outside vkcompute. Using it is `unsafe`

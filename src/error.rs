@@ -173,6 +173,15 @@ pub enum Error {
         len: u64,
     },
 
+    /// An operation that needs sole ownership of a buffer found it shared.
+    #[error("{op}: the buffer cannot be taken: {reason}")]
+    Shared {
+        /// The call.
+        op: &'static str,
+        /// Why not.
+        reason: &'static str,
+    },
+
     /// Work was enqueued on a buffer that is mapped to the host.
     #[error("{op}: {buffer} is mapped to the host; drop the mapping (or call `finish()`) first")]
     BufferMapped {
@@ -189,6 +198,97 @@ pub enum Error {
         op: &'static str,
         /// Which objects, on which devices.
         detail: String,
+    },
+
+    /// Bytes that are not a SPIR-V module.
+    #[error("invalid SPIR-V: {reason}")]
+    InvalidSpirv {
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A kernel whose interface vkcompute cannot drive.
+    #[error("kernel `{kernel}` cannot be loaded: {reason}")]
+    UnsupportedKernel {
+        /// The entry point.
+        kernel: String,
+        /// What it declares that vkcompute does not support.
+        reason: String,
+    },
+
+    /// GLSL that did not compile (the compiler's message, with line numbers).
+    #[error("GLSL compilation failed:\n{message}")]
+    ShaderCompilation {
+        /// The compiler's message.
+        message: String,
+    },
+
+    /// A specialization constant that the kernel does not declare, or of the wrong size.
+    #[error("kernel `{kernel}`: specialization constant {id}: {reason}")]
+    Specialization {
+        /// The entry point.
+        kernel: String,
+        /// The `constant_id`.
+        id: u32,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The wrong number of buffers for a kernel.
+    #[error("kernel `{kernel}` takes {expected} buffer argument(s) (bindings {bindings}), but {given} were given")]
+    ArgumentCount {
+        /// The entry point.
+        kernel: String,
+        /// How many it declares.
+        expected: usize,
+        /// Its binding numbers.
+        bindings: String,
+        /// How many were given.
+        given: usize,
+    },
+
+    /// A buffer argument that does not suit its binding.
+    #[error("kernel `{kernel}`, argument {index} (binding {binding}): {reason}")]
+    Argument {
+        /// The entry point.
+        kernel: String,
+        /// The argument's position.
+        index: usize,
+        /// Its binding number.
+        binding: u32,
+        /// What is wrong and what the limit is.
+        reason: String,
+    },
+
+    /// Push constants of the wrong size.
+    #[error("kernel `{kernel}` declares {expected} bytes of push constants, but the value given has {given}")]
+    PushConstantSize {
+        /// The entry point.
+        kernel: String,
+        /// Bytes declared.
+        expected: u32,
+        /// Bytes given.
+        given: usize,
+    },
+
+    /// A grid with a zero dimension or beyond the device's limits.
+    #[error("kernel `{kernel}`: grid {grid:?} is invalid: {reason}")]
+    InvalidGrid {
+        /// The entry point.
+        kernel: String,
+        /// The workgroup counts asked for.
+        grid: [u32; 3],
+        /// Which dimension and which limit.
+        reason: String,
+    },
+
+    /// Something the device cannot do.
+    #[error("{what} is not supported by device `{device}`")]
+    Unsupported {
+        /// What was asked.
+        what: String,
+        /// The device's name.
+        device: String,
     },
 
     /// gpu-allocator reported an error other than running out of memory.

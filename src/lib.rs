@@ -27,22 +27,41 @@ mod context;
 mod error;
 mod fill;
 mod hazard;
+mod kernel;
 mod memory;
 mod pipeline;
+mod reflect;
 mod resource;
 mod staging;
 mod stream;
 mod timeline;
 mod vk;
 
-/// The SPIR-V of the crate's own shaders (`shaders/*.comp`), compiled by `build.rs`.
-mod shaders {
+/// The SPIR-V of the kernels that ship with vkcompute (`shaders/*.comp`,
+/// compiled by `build.rs`), each ready for [`Kernel::new`] with entry
+/// point `main`: `SAXPY` (`y = a * x + y`, 2D grids), `VECTOR_ADD`
+/// (workgroup size set by specialization constant 0), `REDUCE_SUM` (one
+/// pass of a parallel sum), `STORE` (writes one element) and `FILL` (the
+/// kernel behind `enqueue_fill`).
+pub mod shaders {
     include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
 }
 
-pub use buffer::{CopyDestination, CopySource, DeviceBuffer, RawBufferRef};
+#[cfg(any(feature = "build", feature = "glsl"))]
+#[cfg_attr(not(feature = "build"), allow(dead_code))]
+mod shader_build;
+
+/// Compiling a crate's own GLSL shaders in its `build.rs` (feature `build`).
+#[cfg(feature = "build")]
+pub mod build {
+    pub use crate::shader_build::{compile_glsl, compile_shaders};
+}
+
+pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
 pub use context::{ContextOptions, DeviceContext, LiveObjects};
 pub use error::{Error, Result};
+pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
+pub use reflect::{BindingInfo, SpecConstantInfo};
 pub use vk::{DeviceInfo, DeviceKind, DeviceSelector, Severity, ValidationLog, ValidationMessage};
 
 /// Half-precision floats (`f16`, `bf16`) from the `half` crate, usable as

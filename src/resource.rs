@@ -77,6 +77,11 @@ impl BufferMemory {
         self.raw.as_ref()
     }
 
+    /// Takes the buffer out; dropping `self` then frees nothing.
+    pub(crate) fn into_raw(mut self) -> Option<RawBuffer> {
+        self.raw.take()
+    }
+
     /// Whether the memory is mapped into the host's address space.
     pub(crate) fn host_visible(&self) -> bool {
         self.raw.as_ref().is_some_and(|r| r.mapped.is_some())

@@ -134,11 +134,6 @@ impl Timeline {
         // submission was the newest).
         let _ = unsafe { self.device.raw.signal_semaphore(&info) };
     }
-
-    /// Whether this is the timeline of the context behind `context`.
-    pub(crate) fn belongs_to(&self, context: &Arc<ContextShared>) -> bool {
-        std::ptr::eq(self.context.as_ptr(), Arc::as_ptr(context))
-    }
 }
 
 impl Drop for Timeline {

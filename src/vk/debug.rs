@@ -61,9 +61,18 @@ impl ValidationLog {
 #[derive(Default, Debug)]
 pub(crate) struct MessageLog {
     messages: Mutex<Vec<ValidationMessage>>,
+    /// Abort the process on the first message (`VKCOMPUTE_VALIDATION=abort`).
+    fatal: bool,
 }
 
 impl MessageLog {
+    pub(crate) fn new(fatal: bool) -> Self {
+        MessageLog {
+            messages: Mutex::default(),
+            fatal,
+        }
+    }
+
     fn push(&self, message: ValidationMessage) {
         // A poisoned lock only means another thread panicked while pushing;
         // the vector itself is still valid.
@@ -133,5 +142,9 @@ unsafe extern "system" fn callback(
     };
     eprintln!("vkcompute: validation {message}");
     log.push(message);
+    if log.fatal {
+        eprintln!("vkcompute: aborting on a validation message (VKCOMPUTE_VALIDATION=abort)");
+        std::process::abort();
+    }
     vk::FALSE
 }

@@ -41,6 +41,8 @@ pub(crate) struct Device {
     memory_budget: bool,
     pub(crate) pipeline_cache: vk::PipelineCache,
     allocator: ManuallyDrop<Mutex<Allocator>>,
+    /// User kernels loaded on this device, reused when loaded again.
+    kernels: Mutex<crate::kernel::KernelCache>,
     /// The crate's own pipelines (the fill kernel), made on first use.
     internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,
     /// Unique among the devices of this process.
@@ -106,8 +108,10 @@ impl Device {
             .host_query_reset(f.host_query_reset)
             .scalar_block_layout(f.scalar_block_layout)
             .vulkan_memory_model(f.vulkan_memory_model);
-        let mut v13 = vk::PhysicalDeviceVulkan13Features::default();
-        v13.synchronization2 = b(synchronization2);
+        let mut v13 = vk::PhysicalDeviceVulkan13Features {
+            synchronization2: b(synchronization2),
+            ..Default::default()
+        };
         let mut info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
             .enabled_extension_names(&extensions)
@@ -160,11 +164,17 @@ impl Device {
             pipeline_cache,
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
             internal_pipelines: Mutex::new(Vec::new()),
+            kernels: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             owned: true,
             adapter,
             instance,
         }))
+    }
+
+    /// The cache of loaded kernels, locked.
+    pub(crate) fn kernels(&self) -> MutexGuard<'_, crate::kernel::KernelCache> {
+        self.kernels.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The crate's own pipeline named `name`, created by `create` on first use.

@@ -27,8 +27,8 @@ pub(crate) struct Instance {
 impl Instance {
     /// Loads the Vulkan loader and creates an instance, with
     /// `VK_LAYER_KHRONOS_validation` and synchronization validation when
-    /// `validation` is true.
-    pub(crate) fn new(validation: bool) -> Result<Self> {
+    /// `validation` is true; with `fatal`, the first message aborts the process.
+    pub(crate) fn new(validation: bool, fatal: bool) -> Result<Self> {
         // SAFETY: loading the system's Vulkan loader runs its initialisers,
         // which is what every Vulkan application does.
         let entry = unsafe { ash::Entry::load() }.map_err(|e| Error::LoaderMissing {
@@ -89,7 +89,7 @@ impl Instance {
             Vec::new()
         };
 
-        let messages = Arc::new(MessageLog::default());
+        let messages = Arc::new(MessageLog::new(fatal));
         let app = vk::ApplicationInfo::default()
             .application_name(c"vkcompute")
             .engine_name(c"vkcompute")

@@ -1,0 +1,37 @@
+# Two commands do all of the set-up on a fresh Debian/Ubuntu machine:
+#   make demo   installs what is missing, then runs the quickstart example
+#   make test   the same set-up, then fmt, clippy and the whole test suite
+#               under the Vulkan validation layers
+# scripts/setup.sh installs only what is missing and is quick when nothing is.
+
+CARGO := ./scripts/cargo.sh
+# Any validation message aborts examples and doctests run by `make test`;
+# the integration tests check their own messages through the harness.
+STRICT := VKCOMPUTE_VALIDATION=abort
+
+.PHONY: all setup demo test check lint unit bench bench-quick clean
+
+all: test
+
+setup:
+	@./scripts/setup.sh
+
+demo: setup
+	$(CARGO) run --release --example quickstart
+
+lint: setup
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets --all-features -- -D warnings
+
+unit: setup
+	$(STRICT) $(CARGO) test --all-features
+
+test: lint unit
+	$(STRICT) $(CARGO) run --example quickstart
+
+bench: setup
+	$(CARGO) run --release --example bench
+
+clean:
+	cargo clean
+	rm -rf .setup

@@ -1,0 +1,637 @@
+//! `Kernel`: a SPIR-V compute shader checked against its reflected
+//! interface, and `DeviceContext::enqueue_function`, which dispatches it on
+//! buffers after checking every argument against that interface and the
+//! device's limits.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use ash::vk;
+use bytemuck::Pod;
+
+use crate::buffer::View;
+use crate::context::{BufferAccess, DeviceContext};
+use crate::error::{Error, Result, VkResultExt};
+use crate::pipeline::{self, ComputePipeline, Specialization};
+use crate::reflect::{self, BindingInfo, Interface, SpecConstantInfo};
+use crate::vk::Device;
+
+/// A value for a specialization constant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SpecValue {
+    /// A `bool` constant (4 bytes in SPIR-V).
+    Bool(bool),
+    /// A 32-bit unsigned constant.
+    U32(u32),
+    /// A 32-bit signed constant.
+    I32(i32),
+    /// A 32-bit float constant.
+    F32(f32),
+    /// A 64-bit unsigned constant.
+    U64(u64),
+    /// A 64-bit signed constant.
+    I64(i64),
+    /// A 64-bit float constant.
+    F64(f64),
+}
+
+impl SpecValue {
+    fn bytes(self) -> Vec<u8> {
+        match self {
+            SpecValue::Bool(b) => u32::from(b).to_le_bytes().to_vec(),
+            SpecValue::U32(v) => v.to_le_bytes().to_vec(),
+            SpecValue::I32(v) => v.to_le_bytes().to_vec(),
+            SpecValue::F32(v) => v.to_le_bytes().to_vec(),
+            SpecValue::U64(v) => v.to_le_bytes().to_vec(),
+            SpecValue::I64(v) => v.to_le_bytes().to_vec(),
+            SpecValue::F64(v) => v.to_le_bytes().to_vec(),
+        }
+    }
+}
+
+macro_rules! spec_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for SpecValue {
+            fn from(v: $t) -> Self {
+                SpecValue::$v(v)
+            }
+        }
+    )*};
+}
+spec_from!(bool => Bool, u32 => U32, i32 => I32, f32 => F32, u64 => U64, i64 => I64, f64 => F64);
+
+/// The number of workgroups of a dispatch in x, y and z.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grid(pub [u32; 3]);
+
+impl From<u32> for Grid {
+    fn from(x: u32) -> Self {
+        Grid([x, 1, 1])
+    }
+}
+
+impl From<(u32, u32)> for Grid {
+    fn from((x, y): (u32, u32)) -> Self {
+        Grid([x, y, 1])
+    }
+}
+
+impl From<(u32, u32, u32)> for Grid {
+    fn from((x, y, z): (u32, u32, u32)) -> Self {
+        Grid([x, y, z])
+    }
+}
+
+impl From<[u32; 3]> for Grid {
+    fn from(g: [u32; 3]) -> Self {
+        Grid(g)
+    }
+}
+
+/// A buffer (or view) passed to a kernel: made by `DeviceBuffer::arg`.
+#[derive(Clone, Copy)]
+pub struct KernelArg<'a> {
+    pub(crate) view: &'a View,
+    pub(crate) element_size: usize,
+    pub(crate) type_name: fn() -> String,
+}
+
+/// The pipeline and interface behind a [`Kernel`], shared by every kernel
+/// loaded from the same module, entry point and specialization on a device.
+pub(crate) struct KernelPipeline {
+    device: Arc<Device>,
+    pipeline: ComputePipeline,
+    words: Vec<u32>,
+    entry: String,
+    specialization: Vec<(u32, Vec<u8>)>,
+    interface: Interface,
+    local_size: [u32; 3],
+}
+
+impl Drop for KernelPipeline {
+    fn drop(&mut self) {
+        // Batches that dispatch the kernel keep it alive until they complete,
+        // so nothing uses the pipeline now.
+        self.pipeline.destroy(&self.device);
+    }
+}
+
+/// A compute kernel: a SPIR-V entry point with its pipeline, ready to
+/// dispatch on a context of its device with
+/// [`DeviceContext::enqueue_function`]. Cloning is cheap.
+///
+/// Loading checks the module (header, entry point, descriptor types)
+/// and reflects its interface: storage-buffer bindings (in set 0),
+/// push-constant size, workgroup size and specialization constants.
+/// Loading the same module, entry point and specialization again on a
+/// device reuses the pipeline.
+#[derive(Clone)]
+pub struct Kernel {
+    inner: Arc<KernelPipeline>,
+}
+
+/// Loads a [`Kernel`] with specialization constants: see [`Kernel::builder`].
+pub struct KernelBuilder<'a> {
+    words: &'a [u32],
+    entry: String,
+    specialization: Vec<(u32, SpecValue)>,
+}
+
+impl KernelBuilder<'_> {
+    /// The entry point's name (default `main`).
+    pub fn entry(mut self, name: &str) -> Self {
+        self.entry = name.to_string();
+        self
+    }
+
+    /// Sets specialization constant `id` (GLSL `constant_id`, or the id in
+    /// `local_size_x_id`) to `value`.
+    pub fn specialize(mut self, id: u32, value: impl Into<SpecValue>) -> Self {
+        self.specialization.retain(|(i, _)| *i != id);
+        self.specialization.push((id, value.into()));
+        self
+    }
+
+    /// Loads the kernel on `ctx`'s device.
+    pub fn build(self, ctx: &DeviceContext) -> Result<Kernel> {
+        let mut spec: Vec<(u32, Vec<u8>)> = self
+            .specialization
+            .iter()
+            .map(|(id, v)| (*id, v.bytes()))
+            .collect();
+        spec.sort_by_key(|(id, _)| *id);
+        Kernel::load(ctx, self.words, &self.entry, spec)
+    }
+}
+
+impl Kernel {
+    /// Loads entry point `entry` of the SPIR-V module `spirv`.
+    ///
+    /// ```
+    /// # fn main() -> vkcompute::Result<()> {
+    /// use vkcompute::{DeviceContext, Kernel};
+    /// let ctx = DeviceContext::new()?;
+    /// let store = Kernel::new(&ctx, vkcompute::shaders::STORE, "main")?;
+    /// let data = ctx.enqueue_create_buffer::<u32>(4)?;
+    /// data.enqueue_fill(0)?;
+    /// ctx.enqueue_function(&store, 1, &[data.arg()], &[2u32, 42u32])?;
+    /// assert_eq!(data.to_vec()?, [0, 0, 42, 0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn new(ctx: &DeviceContext, spirv: &[u32], entry: &str) -> Result<Kernel> {
+        Kernel::load(ctx, spirv, entry, Vec::new())
+    }
+
+    /// Loads a kernel from SPIR-V bytes (a `.spv` file), checking their
+    /// length and magic number.
+    pub fn from_bytes(ctx: &DeviceContext, bytes: &[u8], entry: &str) -> Result<Kernel> {
+        let words = words_from_bytes(bytes)?;
+        Kernel::new(ctx, &words, entry)
+    }
+
+    /// Compiles GLSL compute-shader `source` at run time (feature `glsl`)
+    /// and loads its `main` as entry point `entry`. A compile error carries
+    /// the compiler's message with line numbers.
+    #[cfg(feature = "glsl")]
+    pub fn from_glsl(ctx: &DeviceContext, source: &str, entry: &str) -> Result<Kernel> {
+        let words = crate::shader_build::compile_glsl(source, "kernel.comp", entry)
+            .map_err(|message| Error::ShaderCompilation { message })?;
+        Kernel::new(ctx, &words, entry)
+    }
+
+    /// A builder, to set specialization constants before loading:
+    ///
+    /// ```
+    /// # fn main() -> vkcompute::Result<()> {
+    /// # let ctx = vkcompute::DeviceContext::new()?;
+    /// let add = vkcompute::Kernel::builder(vkcompute::shaders::VECTOR_ADD)
+    ///     .specialize(0, 128u32) // local_size_x_id = 0
+    ///     .build(&ctx)?;
+    /// assert_eq!(add.local_size(), [128, 1, 1]);
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(spirv: &[u32]) -> KernelBuilder<'_> {
+        KernelBuilder {
+            words: spirv,
+            entry: "main".to_string(),
+            specialization: Vec::new(),
+        }
+    }
+
+    fn load(
+        ctx: &DeviceContext,
+        words: &[u32],
+        entry: &str,
+        specialization: Vec<(u32, Vec<u8>)>,
+    ) -> Result<Kernel> {
+        check_header(words)?;
+        let device = &ctx.shared.device;
+        let mut cache = device.kernels();
+        cache.retain(|w| w.strong_count() > 0);
+        let hit = cache
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|k| k.entry == entry && k.specialization == specialization && k.words == words);
+        if let Some(inner) = hit {
+            return Ok(Kernel { inner });
+        }
+        let unsupported = |reason: String| Error::UnsupportedKernel {
+            kernel: entry.to_string(),
+            reason,
+        };
+        // spirq is not written against hostile input: a panic is an error too.
+        let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
+            .map_err(|_| Error::InvalidSpirv {
+                reason: "the module could not be parsed".into(),
+            })?
+            .map_err(unsupported)?;
+        for (id, bytes) in &specialization {
+            match reflected.spec_constants.iter().find(|s| s.id == *id) {
+                None => {
+                    return Err(Error::Specialization {
+                        kernel: entry.to_string(),
+                        id: *id,
+                        reason: format!(
+                            "the kernel declares no such constant (it declares {:?})",
+                            reflected
+                                .spec_constants
+                                .iter()
+                                .map(|s| s.id)
+                                .collect::<Vec<_>>()
+                        ),
+                    })
+                }
+                Some(s) if s.size as usize != bytes.len() => {
+                    return Err(Error::Specialization {
+                        kernel: entry.to_string(),
+                        id: *id,
+                        reason: format!(
+                            "it is {} bytes wide but the value given has {}",
+                            s.size,
+                            bytes.len()
+                        ),
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+        let spec_u32: HashMap<u32, u32> = specialization
+            .iter()
+            .filter(|(_, b)| b.len() == 4)
+            .map(|(id, b)| (*id, u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            .collect();
+        let local_size = reflect::local_size(words, entry, &spec_u32)
+            .ok_or_else(|| unsupported("its workgroup size could not be determined".into()))?;
+        let limits = device.limits();
+        let invocations = local_size.iter().map(|&d| d as u64).product::<u64>();
+        if local_size.contains(&0)
+            || local_size
+                .iter()
+                .zip(limits.max_compute_work_group_size)
+                .any(|(&d, max)| d > max)
+            || invocations > limits.max_compute_work_group_invocations as u64
+        {
+            return Err(unsupported(format!(
+                "workgroup size {local_size:?} exceeds the device's maxComputeWorkGroupSize {:?} or \
+                 maxComputeWorkGroupInvocations {}",
+                limits.max_compute_work_group_size, limits.max_compute_work_group_invocations
+            )));
+        }
+        if reflected.push_size > limits.max_push_constants_size {
+            return Err(unsupported(format!(
+                "{} bytes of push constants exceed the device's maxPushConstantsSize of {}",
+                reflected.push_size, limits.max_push_constants_size
+            )));
+        }
+        let entry_c = CString::new(entry)
+            .map_err(|_| unsupported("the entry point name contains a NUL byte".into()))?;
+        let mut map_entries = Vec::new();
+        let mut data = Vec::new();
+        for (id, bytes) in &specialization {
+            map_entries.push(vk::SpecializationMapEntry {
+                constant_id: *id,
+                offset: data.len() as u32,
+                size: bytes.len(),
+            });
+            data.extend_from_slice(bytes);
+        }
+        let spec = (!map_entries.is_empty()).then_some(Specialization {
+            entries: &map_entries,
+            data: &data,
+        });
+        let pipeline = ComputePipeline::new(
+            device,
+            words,
+            &entry_c,
+            reflected.bindings.iter().map(|b| b.binding).collect(),
+            reflected.push_size.next_multiple_of(4),
+            spec,
+        )?;
+        let inner = Arc::new(KernelPipeline {
+            device: device.clone(),
+            pipeline,
+            words: words.to_vec(),
+            entry: entry.to_string(),
+            specialization,
+            interface: reflected,
+            local_size,
+        });
+        cache.push(Arc::downgrade(&inner));
+        Ok(Kernel { inner })
+    }
+
+    /// The entry point's name.
+    pub fn entry_point(&self) -> &str {
+        &self.inner.entry
+    }
+
+    /// The storage-buffer bindings, in the order arguments are given.
+    pub fn bindings(&self) -> &[BindingInfo] {
+        &self.inner.interface.bindings
+    }
+
+    /// Bytes of push constants the kernel declares (0 if none).
+    pub fn push_constant_size(&self) -> u32 {
+        self.inner.interface.push_size
+    }
+
+    /// The workgroup size, with specialization applied.
+    pub fn local_size(&self) -> [u32; 3] {
+        self.inner.local_size
+    }
+
+    /// The specialization constants the kernel declares.
+    pub fn spec_constants(&self) -> &[SpecConstantInfo] {
+        &self.inner.interface.spec_constants
+    }
+
+    /// Whether two kernels share one pipeline (same module, entry point and
+    /// specialization on the same device).
+    pub fn shares_pipeline_with(&self, other: &Kernel) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("entry", &self.inner.entry)
+            .field("bindings", &self.inner.interface.bindings)
+            .field("push_constant_size", &self.inner.interface.push_size)
+            .field("local_size", &self.inner.local_size)
+            .finish()
+    }
+}
+
+/// SPIR-V words from bytes, in either byte order.
+fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>> {
+    if bytes.len() % 4 != 0 || bytes.len() < 20 {
+        return Err(Error::InvalidSpirv {
+            reason: format!(
+                "{} bytes is not a whole number of 32-bit words of at least a 5-word header",
+                bytes.len()
+            ),
+        });
+    }
+    let mut words: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    if words[0] == reflect::MAGIC.swap_bytes() {
+        words.iter_mut().for_each(|w| *w = w.swap_bytes());
+    }
+    Ok(words)
+}
+
+fn check_header(words: &[u32]) -> Result<()> {
+    if words.len() < 5 {
+        return Err(Error::InvalidSpirv {
+            reason: format!("{} words is shorter than the 5-word header", words.len()),
+        });
+    }
+    if words[0] != reflect::MAGIC {
+        return Err(Error::InvalidSpirv {
+            reason: format!(
+                "the first word is {:#010x}, not the magic number 0x07230203",
+                words[0]
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl DeviceContext {
+    /// Enqueues a dispatch of `kernel` over `grid` workgroups (`n`, `(x, y)`
+    /// or `(x, y, z)`), with `args` bound to its storage-buffer bindings in
+    /// binding order and `push` as its push constants (`&()` for none).
+    ///
+    /// Everything is checked before anything reaches the driver: the number
+    /// of buffers, each buffer's element size against the binding's array
+    /// stride, binding size against `maxStorageBufferRange`, offset against
+    /// `minStorageBufferOffsetAlignment`, the device of every buffer, the
+    /// push-constant size, and the grid against `maxComputeWorkGroupCount`.
+    pub fn enqueue_function<P: Pod>(
+        &self,
+        kernel: &Kernel,
+        grid: impl Into<Grid>,
+        args: &[KernelArg<'_>],
+        push: &P,
+    ) -> Result<()> {
+        let op = "DeviceContext::enqueue_function";
+        let k = &kernel.inner;
+        let device = &self.shared.device;
+        let name = || k.entry.clone();
+        if k.device.id != device.id {
+            return Err(Error::DifferentDevice {
+                op,
+                detail: format!(
+                    "kernel `{}` was loaded on device `{}`, the context is on `{}`; load it on this context",
+                    k.entry,
+                    k.device.name(),
+                    device.name()
+                ),
+            });
+        }
+        let bindings = &k.interface.bindings;
+        if args.len() != bindings.len() {
+            return Err(Error::ArgumentCount {
+                kernel: name(),
+                expected: bindings.len(),
+                bindings: format!(
+                    "{:?}",
+                    bindings.iter().map(|b| b.binding).collect::<Vec<_>>()
+                ),
+                given: args.len(),
+            });
+        }
+        let push_bytes = bytemuck::bytes_of(push);
+        if push_bytes.len() != k.interface.push_size as usize {
+            return Err(Error::PushConstantSize {
+                kernel: name(),
+                expected: k.interface.push_size,
+                given: push_bytes.len(),
+            });
+        }
+        let Grid(grid) = grid.into();
+        let limits = device.limits();
+        for (axis, (&n, &max)) in grid
+            .iter()
+            .zip(&limits.max_compute_work_group_count)
+            .enumerate()
+        {
+            if n == 0 || n > max {
+                return Err(Error::InvalidGrid {
+                    kernel: name(),
+                    grid,
+                    reason: format!(
+                        "dimension {} is {n}; it must be between 1 and maxComputeWorkGroupCount[{axis}] = {max}",
+                        ["x", "y", "z"][axis]
+                    ),
+                });
+            }
+        }
+        let mut accesses = Vec::with_capacity(args.len());
+        let mut infos = Vec::with_capacity(args.len());
+        for (index, (arg, binding)) in args.iter().zip(bindings).enumerate() {
+            let bad = |reason: String| Error::Argument {
+                kernel: name(),
+                index,
+                binding: binding.binding,
+                reason,
+            };
+            let view = arg.view;
+            if view.bytes == 0 {
+                return Err(bad(format!(
+                    "{} is empty; a binding needs at least one element",
+                    (arg.type_name)()
+                )));
+            }
+            if let Some(stride) = binding.element_stride {
+                if stride as usize != arg.element_size {
+                    return Err(bad(format!(
+                        "the binding's array has {stride}-byte elements but {} has {}-byte elements; \
+                         pass a view of a matching type (`create_sub_buffer`)",
+                        (arg.type_name)(),
+                        arg.element_size
+                    )));
+                }
+            }
+            let max_range = limits.max_storage_buffer_range as u64;
+            if view.bytes > max_range {
+                return Err(bad(format!(
+                    "{} bytes exceed the device's maxStorageBufferRange of {max_range} bytes; split the work",
+                    view.bytes
+                )));
+            }
+            let align = limits.min_storage_buffer_offset_alignment.max(1);
+            if view.offset % align != 0 {
+                return Err(Error::Misaligned {
+                    op,
+                    offset: view.offset,
+                    alignment: align,
+                    rule: "a buffer bound to a kernel must start at a multiple of minStorageBufferOffsetAlignment",
+                });
+            }
+            accesses.push(BufferAccess {
+                memory: &view.memory,
+                offset: view.offset,
+                len: view.bytes,
+                write: !binding.read_only,
+            });
+            infos.push(vk::DescriptorBufferInfo {
+                buffer: view.memory.handle(),
+                offset: view.offset,
+                range: view.bytes,
+            });
+        }
+        let mut padded = push_bytes.to_vec();
+        padded.resize(push_bytes.len().next_multiple_of(4), 0);
+        let keep = k.clone();
+        self.shared.record(op, &accesses, |stream, cmd| {
+            stream.keep_alive(keep);
+            pipeline::record_dispatch(stream, cmd, &k.pipeline, &infos, &padded, grid)
+        })
+    }
+
+    /// The device time taken by the work `f` enqueues, run `iters` times:
+    /// the total, measured with timestamp queries around it (the stream is
+    /// synchronized before and after).
+    pub fn execution_time(
+        &self,
+        mut f: impl FnMut(&DeviceContext) -> Result<()>,
+        iters: usize,
+    ) -> Result<Duration> {
+        let device = &self.shared.device;
+        let valid_bits = device
+            .adapter
+            .queue_family
+            .map_or(0, |f| f.timestamp_valid_bits);
+        if valid_bits == 0 {
+            return Err(Error::Unsupported {
+                what: "timestamp queries on the compute queue".into(),
+                device: device.name().to_string(),
+            });
+        }
+        let info = vk::QueryPoolCreateInfo::default()
+            .query_type(vk::QueryType::TIMESTAMP)
+            .query_count(2);
+        // SAFETY: a valid create info.
+        let pool =
+            unsafe { device.raw.create_query_pool(&info, None) }.during("vkCreateQueryPool")?;
+        let measured = self.time_between(pool, &mut f, iters);
+        // Wait for the queries even on error, before the pool goes.
+        let settled = self.synchronize();
+        // SAFETY: the stream is idle (synchronized), so no batch uses the pool.
+        unsafe { device.raw.destroy_query_pool(pool, None) };
+        let ticks = measured?;
+        settled?;
+        let mask = if valid_bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << valid_bits) - 1
+        };
+        let elapsed = (ticks[1] & mask).wrapping_sub(ticks[0] & mask) & mask;
+        let nanos = elapsed as f64 * device.limits().timestamp_period as f64;
+        Ok(Duration::from_nanos(nanos.round() as u64))
+    }
+
+    fn time_between(
+        &self,
+        pool: vk::QueryPool,
+        f: &mut impl FnMut(&DeviceContext) -> Result<()>,
+        iters: usize,
+    ) -> Result<[u64; 2]> {
+        let raw = &self.shared.device.raw;
+        self.synchronize()?;
+        self.shared.record("execution_time", &[], |_, cmd| {
+            // SAFETY: `cmd` is recording outside any render pass; the pool
+            // has two queries.
+            unsafe {
+                raw.cmd_reset_query_pool(cmd, pool, 0, 2);
+                raw.cmd_write_timestamp(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, pool, 0);
+            }
+            Ok(())
+        })?;
+        for _ in 0..iters {
+            f(self)?;
+        }
+        self.shared.record("execution_time", &[], |_, cmd| {
+            // SAFETY: as above; BOTTOM_OF_PIPE waits for all earlier commands.
+            unsafe {
+                raw.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, 1)
+            };
+            Ok(())
+        })?;
+        self.synchronize()?;
+        let mut ticks = [0u64; 2];
+        // SAFETY: both queries were written by completed work.
+        unsafe { raw.get_query_pool_results(pool, 0, &mut ticks, vk::QueryResultFlags::TYPE_64) }
+            .during("vkGetQueryPoolResults")?;
+        Ok(ticks)
+    }
+}
+
+/// The device's cache of loaded kernels.
+pub(crate) type KernelCache = Vec<Weak<KernelPipeline>>;

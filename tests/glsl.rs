@@ -1,0 +1,72 @@
+//! Run-time GLSL (feature `glsl`): compiling, compile errors with line
+//! numbers, and descriptor types vkcompute does not bind.
+#![cfg(feature = "glsl")]
+
+mod common;
+
+use common::{run_with, Path};
+use vkcompute::{Error, Kernel};
+
+const DOUBLE: &str = r#"#version 450
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer Data { uint data[]; };
+layout(push_constant) uniform P { uint n; } p;
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i < p.n) data[i] *= 2u;
+}
+"#;
+
+#[test]
+fn glsl_compiles_at_run_time_and_runs() {
+    run_with(common::options(Path::Direct), "run-time GLSL", |ctx| {
+        let kernel = Kernel::from_glsl(ctx, DOUBLE, "main").unwrap();
+        let data = ctx.enqueue_create_buffer::<u32>(100).unwrap();
+        data.enqueue_copy_from(&(0..100).collect::<Vec<u32>>())
+            .unwrap();
+        ctx.enqueue_function(&kernel, 2, &[data.arg()], &100u32)
+            .unwrap();
+        assert_eq!(
+            data.to_vec().unwrap(),
+            (0..100).map(|i| i * 2).collect::<Vec<u32>>()
+        );
+    });
+}
+
+#[test]
+fn a_compile_error_carries_the_line_number() {
+    run_with(common::options(Path::Direct), "GLSL error", |ctx| {
+        let broken = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n    undefined_thing = 1;\n}\n";
+        match Kernel::from_glsl(ctx, broken, "main") {
+            Err(Error::ShaderCompilation { message }) => {
+                assert!(message.contains(":4:"), "{message}");
+                assert!(message.contains("undefined_thing"), "{message}");
+            }
+            other => panic!("expected ShaderCompilation, got {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn unsupported_descriptor_types_are_rejected_at_load() {
+    run_with(
+        common::options(Path::Direct),
+        "unsupported descriptors",
+        |ctx| {
+            let uniform = "#version 450\nlayout(local_size_x = 1) in;\nlayout(binding = 0) uniform U { uint x; } u;\nlayout(std430, binding = 1) buffer D { uint d[]; };\nvoid main() { d[0] = u.x; }\n";
+            match Kernel::from_glsl(ctx, uniform, "main") {
+                Err(e @ Error::UnsupportedKernel { .. }) => {
+                    assert!(e.to_string().contains("storage buffers only"), "{e}")
+                }
+                other => panic!("expected UnsupportedKernel, got {other:?}"),
+            }
+            let set1 = "#version 450\nlayout(local_size_x = 1) in;\nlayout(std430, set = 1, binding = 0) buffer D { uint d[]; };\nvoid main() { d[0] = 1u; }\n";
+            match Kernel::from_glsl(ctx, set1, "main") {
+                Err(e @ Error::UnsupportedKernel { .. }) => {
+                    assert!(e.to_string().contains("set 1"), "{e}")
+                }
+                other => panic!("expected UnsupportedKernel, got {other:?}"),
+            }
+        },
+    );
+}
