@@ -26,8 +26,13 @@ lint: setup
 unit: setup
 	$(STRICT) $(CARGO) test --all-features
 
+EXAMPLES := quickstart saxpy reduce embedding
+
 test: lint unit
-	$(STRICT) $(CARGO) run --example quickstart
+	@for e in $(EXAMPLES); do \
+	  echo "== example $$e"; \
+	  $(STRICT) $(CARGO) run -q --example $$e || exit 1; \
+	done
 
 bench: setup
 	$(CARGO) run --release --example bench

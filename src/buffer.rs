@@ -58,6 +58,9 @@ impl View {
             }
             Source::View(src) => {
                 check_len(op, self.bytes, src.bytes)?;
+                if src.memory.device.id != self.memory.device.id {
+                    return src.copy_through_host(op, self);
+                }
                 ctx.copy(
                     op,
                     (&src.memory, src.offset),
@@ -68,10 +71,24 @@ impl View {
         }
     }
 
+    /// Copies this view into `dst` on another device, through host memory:
+    /// read here once this view's pending writes are done, then uploaded
+    /// (staged at once) on `dst`'s stream.
+    fn copy_through_host(&self, op: &'static str, dst: &View) -> Result<()> {
+        let mut bytes = vec![0u8; self.bytes as usize];
+        self.read_into(op, &mut bytes)?;
+        dst.memory
+            .owner()
+            .upload(op, &dst.memory, dst.offset, &bytes)
+    }
+
     /// Enqueues a copy of this view into `dst` (which must have its length),
     /// on this view's stream.
     pub(crate) fn copy_to(&self, op: &'static str, dst: &View) -> Result<()> {
         check_len(op, dst.bytes, self.bytes)?;
+        if dst.memory.device.id != self.memory.device.id {
+            return self.copy_through_host(op, dst);
+        }
         let ctx = self.memory.owner();
         ctx.copy(
             op,
@@ -264,6 +281,7 @@ pub enum Source<'a> {
 mod sealed {
     pub trait Sealed {}
 }
+pub(crate) use sealed::Sealed;
 
 /// What [`DeviceBuffer::enqueue_copy_from`] can copy from: host slices and
 /// vectors of `T`, and other buffers of `T`.

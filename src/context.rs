@@ -14,7 +14,7 @@ use crate::resource::BufferMemory;
 use crate::stream::{Garbage, Stream};
 use crate::timeline::Timeline;
 use crate::vk::{
-    Adapter, Device, DeviceInfo, DeviceOptions, DeviceSelector, Instance, ValidationLog,
+    Adapter, Device, DeviceInfo, DeviceOptions, DeviceSelector, Enabled, Instance, ValidationLog,
     ValidationMessage,
 };
 
@@ -108,7 +108,8 @@ fn validation_aborts() -> bool {
     std::env::var("VKCOMPUTE_VALIDATION").is_ok_and(|v| v.trim().eq_ignore_ascii_case("abort"))
 }
 
-/// Counts of the Vulkan objects a context holds, for finding leaks.
+/// Counts of the Vulkan objects a context holds, for finding leaks, and of
+/// the commands it has recorded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LiveObjects {
     /// Command buffers allocated (free, recording or in flight).
@@ -121,6 +122,33 @@ pub struct LiveObjects {
     pub pending_frees: usize,
     /// Submitted batches not yet known to be complete.
     pub batches_in_flight: usize,
+    /// Commands (copies, fills, dispatches...) recorded since the context
+    /// was made: a counter, not a count of live objects.
+    pub commands_recorded: u64,
+}
+
+/// An application's Vulkan objects, lent to [`DeviceContext::from_raw`].
+pub struct RawContext {
+    /// The loader the instance was created with.
+    pub entry: ash::Entry,
+    /// The instance.
+    pub instance: ash::Instance,
+    /// The Vulkan version the instance was created for (`vk::API_VERSION_1_2` or newer).
+    pub api_version: u32,
+    /// The physical device of `device`.
+    pub physical_device: vk::PhysicalDevice,
+    /// The device, with `timelineSemaphore` enabled.
+    pub device: ash::Device,
+    /// A queue family with compute.
+    pub queue_family_index: u32,
+    /// Queues created in that family; vkcompute's streams use them in turn.
+    pub queue_count: u32,
+    /// `bufferDeviceAddress` is enabled on the device.
+    pub buffer_device_address: bool,
+    /// `synchronization2` is enabled on the device.
+    pub synchronization2: bool,
+    /// `VK_KHR_push_descriptor` is enabled on the device.
+    pub push_descriptor: bool,
 }
 
 /// What a `DeviceContext` handle shares with its clones and its buffers.
@@ -189,6 +217,11 @@ impl ContextShared {
         }
     }
 
+    /// Keeps an error from a `Drop` for the next call on this context.
+    pub(crate) fn keep_error(&self, error: Error) {
+        self.lock().set_failed(error);
+    }
+
     /// Frees `garbage` once its last uses complete.
     pub(crate) fn defer_free(&self, garbage: Garbage) {
         self.lock().defer_free(garbage);
@@ -218,7 +251,7 @@ impl ContextShared {
                     ),
                 });
             }
-            a.memory.check_unmapped(op, || "the buffer".to_string())?;
+            a.memory.check_borrow(op, a.write)?;
             for (timeline, value) in a.memory.foreign_waits(&self.timeline, a.write) {
                 timeline.ensure_submitted(value)?;
                 waits.push((timeline, value));
@@ -235,11 +268,14 @@ impl ContextShared {
             .collect();
         let mut stream = self.lock();
         let cmd = stream.command(&hazards, waits)?;
-        let result = body(&mut stream, cmd)?;
+        // Note the uses before recording: a host borrow that starts from now
+        // on sees them and waits, and one that already started fails this.
         let value = stream.pending_value();
         for a in accesses {
-            a.memory.note_use(&self.timeline, value, a.write);
+            a.memory
+                .note_device_use(op, &self.timeline, value, a.write)?;
         }
+        let result = body(&mut stream, cmd)?;
         stream.maybe_flush()?;
         Ok(result)
     }
@@ -256,10 +292,9 @@ impl ContextShared {
         if bytes.is_empty() {
             return Ok(());
         }
-        dst.check_unmapped(op, || "the destination".to_string())?;
         let len = bytes.len() as u64;
         if !self.force_staging {
-            let copied = dst.access_now(offset, len, true, |ptr| {
+            let copied = dst.access_now(op, offset, len, true, |ptr| {
                 // SAFETY: `ptr` addresses `len` mapped bytes that no device
                 // work touches (the use lock is held); `bytes` is a distinct
                 // host allocation.
@@ -317,7 +352,7 @@ impl ContextShared {
         if !self.force_staging {
             let out_ptr = out.as_mut_ptr();
             let len = out.len();
-            let read = src.access_when_ready(offset, len as u64, false, |ptr| {
+            let read = src.access_when_ready(op, offset, len as u64, false, |ptr| {
                 // SAFETY: `ptr` addresses `len` mapped bytes no device work
                 // writes (the use lock is held); `out` is a distinct host slice.
                 unsafe { std::ptr::copy_nonoverlapping(ptr, out_ptr, len) }
@@ -379,6 +414,73 @@ impl ContextShared {
             self.lock().readback.recycle(device, [block]);
         }
         Ok(())
+    }
+
+    /// Enqueues a copy of `len` bytes of `src` at byte `offset` to `dst`,
+    /// which receives them when the stream reclaims the batch (the device
+    /// copies into readback staging; the host copies out on completion).
+    ///
+    /// # Safety
+    ///
+    /// `dst` must be valid for `len` bytes of writes until the stream has
+    /// passed the copy, and untouched by others until then.
+    pub(crate) unsafe fn download_later(
+        &self,
+        op: &'static str,
+        src: &Arc<BufferMemory>,
+        offset: u64,
+        len: u64,
+        dst: *mut u8,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        /// The caller's destination, valid until the copy completes.
+        struct Destination(*mut u8);
+        // SAFETY: the caller of `download_later` guarantees the memory stays
+        // valid and untouched until the completion runs, on whichever thread.
+        unsafe impl Send for Destination {}
+        let device = &self.device;
+        let block = self.lock().readback.acquire(device, len)?;
+        let access = BufferAccess {
+            memory: src,
+            offset,
+            len,
+            write: false,
+        };
+        let (buffer, block_ptr) = (block.raw.buffer, block.ptr() as usize);
+        let mut block = Some(block);
+        let recorded = self.record(op, &[access], |stream, cmd| {
+            let region = vk::BufferCopy {
+                src_offset: offset,
+                dst_offset: 0,
+                size: len,
+            };
+            // SAFETY: `cmd` is recording; both ranges lie in their buffers.
+            unsafe {
+                stream
+                    .device()
+                    .raw
+                    .cmd_copy_buffer(cmd, src.handle(), buffer, &[region])
+            };
+            let block = block.take().expect("recorded once");
+            let dst = Destination(dst);
+            stream.on_complete(Box::new(move |stream: &mut Stream| {
+                let dst = dst;
+                // SAFETY: the copy into the block completed; the caller
+                // guarantees `dst` is valid for `len` bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(block_ptr as *const u8, dst.0, len as usize)
+                };
+                let device = stream.device().clone();
+                stream.readback.recycle(&device, [block]);
+            }));
+            Ok(())
+        });
+        if let Some(block) = block {
+            self.lock().readback.recycle(device, [block]);
+        }
+        recorded
     }
 
     /// Copies `len` bytes from `src` at `src_offset` to `dst` at `dst_offset`.
@@ -497,6 +599,92 @@ impl DeviceContext {
         let force_staging = setting(options.force_staging, "VKCOMPUTE_FORCE_STAGING", false);
         Ok(DeviceContext {
             shared: ContextShared::new(device, force_staging)?,
+        })
+    }
+
+    /// Another context on the same device, with its own stream (timeline,
+    /// and its own queue where the device has more than one). Buffers move
+    /// freely between streams of a device: a command on one stream that
+    /// touches a buffer another stream is using waits for that work on the
+    /// device (a semaphore wait in the submission, no host block).
+    pub fn new_stream(&self) -> Result<DeviceContext> {
+        Ok(DeviceContext {
+            shared: ContextShared::new(self.shared.device.clone(), self.shared.force_staging)?,
+        })
+    }
+
+    /// Makes the work enqueued on this context from now on wait (on the
+    /// device) for everything enqueued on `other` so far. `other` must be a
+    /// stream of the same device.
+    pub fn enqueue_wait_for(&self, other: &DeviceContext) -> Result<()> {
+        let op = "DeviceContext::enqueue_wait_for";
+        if other.shared.device.id != self.shared.device.id {
+            return Err(Error::DifferentDevice {
+                op,
+                detail: format!(
+                    "a context of device `{}` cannot wait for one of device `{}` on the device; \
+                     synchronize the other context on the host instead",
+                    self.name(),
+                    other.name()
+                ),
+            });
+        }
+        if Arc::ptr_eq(&self.shared, &other.shared) {
+            return Ok(()); // a stream is always ordered after itself
+        }
+        other.shared.flush()?;
+        let value = other.shared.timeline.submitted();
+        if value == 0 || other.shared.timeline.is_complete(value) {
+            return Ok(());
+        }
+        self.shared
+            .lock()
+            .command(&[], vec![(other.shared.timeline.clone(), value)])
+            .map(drop)
+    }
+
+    /// Builds a context on an application's own Vulkan device, so that an
+    /// engine that already has Vulkan can use vkcompute's buffers and
+    /// kernels. The application keeps ownership of the instance and device:
+    /// vkcompute destroys only what it creates on them.
+    ///
+    /// # Safety
+    ///
+    /// - Every handle in `raw` is valid, and `device` was created from
+    ///   `physical_device` of `instance` with Vulkan 1.2 or newer and the
+    ///   `timelineSemaphore` feature enabled, and with the other features
+    ///   and extensions `raw` says are enabled.
+    /// - The device was created with at least `queue_count` queues in
+    ///   `queue_family_index`, which supports compute; the application does
+    ///   not use those queues while vkcompute may submit to them (or
+    ///   synchronizes externally).
+    /// - The instance and device outlive the returned context, every clone
+    ///   of it, and every buffer and kernel made from it.
+    pub unsafe fn from_raw(raw: RawContext) -> Result<DeviceContext> {
+        let instance = Instance::borrowed(raw.entry, raw.instance, raw.api_version);
+        let physical = instance.physical_devices()?;
+        let index = physical
+            .iter()
+            .position(|&p| p == raw.physical_device)
+            .unwrap_or(0);
+        let adapter = Adapter::describe(&instance, raw.physical_device, index)?;
+        if let Some(reason) = &adapter.info.unsupported {
+            return Err(Error::UnsupportedDevice {
+                device: adapter.info.name.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let enabled = Enabled {
+            queue_family: raw.queue_family_index,
+            queue_count: raw.queue_count.max(1),
+            push_descriptors: raw.push_descriptor,
+            synchronization2: raw.synchronization2,
+            buffer_device_address: raw.buffer_device_address,
+            memory_budget: false,
+        };
+        let device = Device::borrowed(instance, adapter, raw.device, enabled)?;
+        Ok(DeviceContext {
+            shared: ContextShared::new(device, setting(None, "VKCOMPUTE_FORCE_STAGING", false))?,
         })
     }
 
@@ -638,5 +826,35 @@ impl std::fmt::Debug for DeviceContext {
             .field("device", &self.name())
             .field("force_staging", &self.shared.force_staging)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_kept_from_drop_is_returned_by_the_next_call_only() {
+        let ctx =
+            DeviceContext::with_options(ContextOptions::new().validation(true)).expect("lavapipe");
+        let log = ctx.validation_log();
+        let buf = ctx.enqueue_create_buffer::<u32>(4).unwrap();
+        ctx.shared.keep_error(Error::Overlap {
+            op: "a write-back in Drop",
+            src_offset: 0,
+            dst_offset: 0,
+            len: 4,
+        });
+        match buf.enqueue_fill(1) {
+            Err(Error::Deferred(inner)) => assert!(matches!(*inner, Error::Overlap { .. })),
+            other => panic!("expected the kept error, got {other:?}"),
+        }
+        buf.enqueue_fill(2).unwrap();
+        ctx.shared.keep_error(Error::ValidationLayerMissing);
+        assert!(matches!(ctx.synchronize(), Err(Error::Deferred(_))));
+        ctx.synchronize().unwrap();
+        assert_eq!(buf.to_vec().unwrap(), [2; 4]);
+        drop((buf, ctx));
+        assert!(log.messages().is_empty(), "{:?}", log.messages());
     }
 }

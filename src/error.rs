@@ -182,12 +182,13 @@ pub enum Error {
         reason: &'static str,
     },
 
-    /// Work was enqueued on a buffer that is mapped to the host.
-    #[error("{op}: {buffer} is mapped to the host; drop the mapping (or call `finish()`) first")]
+    /// Work on a buffer that the host has borrowed (a mapping or a host
+    /// slice is alive) in a way that conflicts with it.
+    #[error("{op}: {buffer}; drop the mapping or host slice (or call `finish()`) first")]
     BufferMapped {
         /// The call.
         op: &'static str,
-        /// The buffer's type name.
+        /// How the host holds the buffer.
         buffer: String,
     },
 

@@ -62,8 +62,6 @@ pub(crate) struct KernelChunk {
     pub(crate) bind_offset: u64,
     /// Byte size of the binding (at most `maxStorageBufferRange`).
     pub(crate) bind_size: u64,
-    /// First and one-past-last byte the kernel reads and writes (whole words).
-    pub(crate) touched: (u64, u64),
     pub(crate) params: FillParams,
 }
 
@@ -104,10 +102,6 @@ pub(crate) fn kernel_chunks(
         chunks.push(KernelChunk {
             bind_offset,
             bind_size: chunk_end.next_multiple_of(4) - bind_offset,
-            touched: (
-                bind_offset + 4 * first_word,
-                bind_offset + 4 * (last_word + 1),
-            ),
             params,
         });
         start = chunk_end;
@@ -169,7 +163,6 @@ impl ContextShared {
             return Ok(());
         }
         debug_assert_eq!(len % element.len() as u64, 0);
-        dst.check_unmapped(op, || "the buffer".to_string())?;
         let write = |offset, len| BufferAccess {
             memory: dst,
             offset,
@@ -200,25 +193,31 @@ impl ContextShared {
                     limits.max_storage_buffer_range as u64,
                 );
                 for chunk in chunks {
-                    let (from, to) = chunk.touched;
-                    self.record(op, &[write(from, to - from)], |stream, cmd| {
-                        let groups = (chunk.params.word_count as u64)
-                            .div_ceil(64)
-                            .min(max_groups) as u32;
-                        let binding = vk::DescriptorBufferInfo {
-                            buffer: dst.handle(),
-                            offset: chunk.bind_offset,
-                            range: chunk.bind_size,
-                        };
-                        pipeline::record_dispatch(
-                            stream,
-                            cmd,
-                            &pipeline,
-                            &[binding],
-                            bytemuck::bytes_of(&chunk.params),
-                            [groups, 1, 1],
-                        )
-                    })?;
+                    // The whole binding counts as written: the kernel touches
+                    // only the words of the range, but synchronization (and
+                    // its validation) works on descriptor ranges.
+                    self.record(
+                        op,
+                        &[write(chunk.bind_offset, chunk.bind_size)],
+                        |stream, cmd| {
+                            let groups = (chunk.params.word_count as u64)
+                                .div_ceil(64)
+                                .min(max_groups) as u32;
+                            let binding = vk::DescriptorBufferInfo {
+                                buffer: dst.handle(),
+                                offset: chunk.bind_offset,
+                                range: chunk.bind_size,
+                            };
+                            pipeline::record_dispatch(
+                                stream,
+                                cmd,
+                                &pipeline,
+                                &[binding],
+                                bytemuck::bytes_of(&chunk.params),
+                                [groups, 1, 1],
+                            )
+                        },
+                    )?;
                 }
                 Ok(())
             }

@@ -24,9 +24,11 @@
 
 mod buffer;
 mod context;
+mod display;
 mod error;
 mod fill;
 mod hazard;
+mod host;
 mod kernel;
 mod memory;
 mod pipeline;
@@ -58,8 +60,9 @@ pub mod build {
 }
 
 pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
-pub use context::{ContextOptions, DeviceContext, LiveObjects};
+pub use context::{ContextOptions, DeviceContext, LiveObjects, RawContext};
 pub use error::{Error, Result};
+pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use reflect::{BindingInfo, SpecConstantInfo};
 pub use vk::{DeviceInfo, DeviceKind, DeviceSelector, Severity, ValidationLog, ValidationMessage};

@@ -12,8 +12,7 @@
 //!
 //! In `build.rs`:
 //!
-//! ```no_run
-//! # mod vkcompute { pub mod build { pub fn compile_shaders(_: &std::path::Path, _: &std::path::Path) -> Result<(), String> { Ok(()) } } }
+//! ```ignore
 //! fn main() {
 //!     let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
 //!     if let Err(e) = vkcompute::build::compile_shaders("shaders".as_ref(), &out) {

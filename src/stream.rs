@@ -59,7 +59,13 @@ struct Batch {
     descriptor_pools: Vec<vk::DescriptorPool>,
     /// Objects (pipelines, say) that must live until the batch completes.
     keep: Vec<Arc<dyn Any + Send + Sync>>,
+    /// Host work to run once the batch completes (copies out of readback
+    /// staging into user memory).
+    completions: Vec<Completion>,
 }
+
+/// Host work run when a batch completes, with the stream at hand.
+pub(crate) type Completion = Box<dyn FnOnce(&mut Stream) + Send>;
 
 /// What a stream records into and everything it must give back later.
 pub(crate) struct Stream {
@@ -77,6 +83,8 @@ pub(crate) struct Stream {
     pub(crate) descriptors: DescriptorPools,
     /// An error from a submission whose caller could not be told.
     failed: Option<Error>,
+    /// Commands recorded since the stream began.
+    recorded: u64,
 }
 
 impl Stream {
@@ -106,6 +114,7 @@ impl Stream {
             readback: StagingPool::new(MemoryUsage::Readback),
             descriptors: DescriptorPools::default(),
             failed: None,
+            recorded: 0,
         }
     }
 
@@ -155,6 +164,7 @@ impl Stream {
         }
         self.hazards.record(accesses);
         batch.commands += 1;
+        self.recorded += 1;
         Ok(batch.cmd)
     }
 
@@ -171,6 +181,14 @@ impl Stream {
     pub(crate) fn keep_alive(&mut self, object: Arc<dyn Any + Send + Sync>) {
         if let Some(batch) = &mut self.batch {
             batch.keep.push(object);
+        }
+    }
+
+    /// Runs `completion` once the open batch has completed (when the stream
+    /// reclaims it: on a later flush or wait).
+    pub(crate) fn on_complete(&mut self, completion: Completion) {
+        if let Some(batch) = &mut self.batch {
+            batch.completions.push(completion);
         }
     }
 
@@ -223,6 +241,7 @@ impl Stream {
             staging: Vec::new(),
             descriptor_pools: Vec::new(),
             keep: Vec::new(),
+            completions: Vec::new(),
         });
         Ok(())
     }
@@ -313,7 +332,10 @@ impl Stream {
         Ok(())
     }
 
-    fn retire(&mut self, batch: Batch) {
+    fn retire(&mut self, mut batch: Batch) {
+        for completion in std::mem::take(&mut batch.completions) {
+            completion(self);
+        }
         // SAFETY: the batch completed, so its command buffer is not pending.
         let reset = unsafe {
             self.device
@@ -344,8 +366,8 @@ impl Stream {
         }
     }
 
-    /// Remembers an error that arose where no caller could receive it; the
-    /// next command or flush returns it.
+    /// Remembers an error that arose where no caller could receive it (in a
+    /// `Drop`); the next command, flush or synchronize returns it.
     pub(crate) fn set_failed(&mut self, error: Error) {
         if self.failed.is_none() {
             self.failed = Some(Error::Deferred(Box::new(error)));
@@ -368,6 +390,7 @@ impl Stream {
             descriptor_pools: self.descriptors.live_pools(),
             pending_frees: self.garbage.len(),
             batches_in_flight: self.in_flight.len(),
+            commands_recorded: self.recorded,
         }
     }
 

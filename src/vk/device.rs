@@ -25,6 +25,18 @@ pub(crate) struct DeviceOptions {
     pub(crate) synchronization2: bool,
 }
 
+/// What is enabled on a logical device, as far as vkcompute cares.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Enabled {
+    pub(crate) queue_family: u32,
+    /// Queues created in that family (index 0 up).
+    pub(crate) queue_count: u32,
+    pub(crate) push_descriptors: bool,
+    pub(crate) synchronization2: bool,
+    pub(crate) buffer_device_address: bool,
+    pub(crate) memory_budget: bool,
+}
+
 /// A logical device and what hangs off it. Shared (`Arc`) by every context
 /// (stream) and every buffer made on it, so it outlives them all.
 pub(crate) struct Device {
@@ -128,17 +140,56 @@ impl Device {
 
         // From here on, `DeviceParts` destroys the device if a later step fails.
         let parts = DeviceParts { raw: Some(raw) };
-        let raw_ref = parts.raw.as_ref().expect("set above");
-        let queues = (0..queue_count)
+        let enabled = Enabled {
+            queue_family: family.index,
+            queue_count,
+            push_descriptors,
+            synchronization2,
+            buffer_device_address: f.buffer_device_address,
+            memory_budget,
+        };
+        let device = Self::assemble(
+            instance,
+            adapter,
+            parts.raw.clone().expect("set above"),
+            enabled,
+            true,
+        )?;
+        // The device now belongs to `device`, which destroys it when dropped.
+        let _ = parts.release();
+        Ok(device)
+    }
+
+    /// Wraps a device the application created (see
+    /// `DeviceContext::from_raw`); vkcompute creates its own objects on it
+    /// (allocator, pipelines, command pools) but never destroys the device.
+    pub(crate) fn borrowed(
+        instance: Instance,
+        adapter: Adapter,
+        raw: ash::Device,
+        enabled: Enabled,
+    ) -> Result<Arc<Self>> {
+        Self::assemble(instance, adapter, raw, enabled, false)
+    }
+
+    /// Everything after `vkCreateDevice`: queues, allocator, pipeline cache.
+    fn assemble(
+        instance: Instance,
+        adapter: Adapter,
+        raw: ash::Device,
+        enabled: Enabled,
+        owned: bool,
+    ) -> Result<Arc<Self>> {
+        let queues = (0..enabled.queue_count)
             // SAFETY: the queues were created with the device.
-            .map(|i| Mutex::new(unsafe { raw_ref.get_device_queue(family.index, i) }))
+            .map(|i| Mutex::new(unsafe { raw.get_device_queue(enabled.queue_family, i) }))
             .collect();
         let allocator = Allocator::new(&AllocatorCreateDesc {
             instance: instance.raw.clone(),
-            device: raw_ref.clone(),
+            device: raw.clone(),
             physical_device: adapter.raw,
             debug_settings: Default::default(),
-            buffer_device_address: f.buffer_device_address,
+            buffer_device_address: enabled.buffer_device_address,
             allocation_sizes: Default::default(),
         })
         .map_err(|e| Error::Allocation {
@@ -147,26 +198,26 @@ impl Device {
         })?;
         // SAFETY: a valid, empty create info.
         let pipeline_cache =
-            unsafe { raw_ref.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
+            unsafe { raw.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
                 .during("vkCreatePipelineCache")?;
-        let push_descriptor = push_descriptors
-            .then(|| ash::khr::push_descriptor::Device::new(&instance.raw, raw_ref));
-        let raw = parts.release();
+        let push_descriptor = enabled
+            .push_descriptors
+            .then(|| ash::khr::push_descriptor::Device::new(&instance.raw, &raw));
         Ok(Arc::new(Device {
             raw,
-            queue_family: family.index,
+            queue_family: enabled.queue_family,
             queues,
             next_queue: AtomicUsize::new(0),
             push_descriptor,
-            synchronization2,
-            buffer_device_address: f.buffer_device_address,
-            memory_budget,
+            synchronization2: enabled.synchronization2,
+            buffer_device_address: enabled.buffer_device_address,
+            memory_budget: enabled.memory_budget,
             pipeline_cache,
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
             internal_pipelines: Mutex::new(Vec::new()),
             kernels: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
-            owned: true,
+            owned,
             adapter,
             instance,
         }))

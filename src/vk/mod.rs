@@ -12,5 +12,5 @@ pub use adapter::{DeviceInfo, DeviceKind, DeviceSelector};
 pub use debug::{Severity, ValidationLog, ValidationMessage};
 
 pub(crate) use adapter::Adapter;
-pub(crate) use device::{Device, DeviceOptions, MemoryUsage};
+pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
 pub(crate) use instance::Instance;

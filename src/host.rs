@@ -1,0 +1,512 @@
+//! The host side: `HostBuffer<T>` (pinned, host-visible memory the device
+//! copies to and from), safe host slices of it, `map_to_host` for device
+//! buffers, and raw-pointer copies.
+
+use std::marker::PhantomData;
+use std::mem::{align_of, size_of};
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+use bytemuck::Pod;
+
+use crate::buffer::{
+    dtype_name, CopyDestination, CopySource, DeviceBuffer, RawBufferRef, Source, View,
+};
+use crate::context::DeviceContext;
+use crate::error::{Error, Result};
+use crate::resource::HostAccess;
+use crate::vk::MemoryUsage;
+
+/// A buffer of `T` in pinned host memory that the device copies to and
+/// from directly (host-cached memory, fast for the CPU to read).
+///
+/// Host access is safe: [`as_slice`](Self::as_slice) waits for exactly the
+/// pending device work that writes the buffer, and
+/// [`as_mut_slice`](Self::as_mut_slice) for the work that reads or writes
+/// it; device work on the buffer cannot be enqueued while a conflicting
+/// slice is alive. Cloning is cheap (same memory); the memory is freed once
+/// the last clone is dropped and the stream has passed its last use.
+///
+/// ```
+/// # fn main() -> vkcompute::Result<()> {
+/// let ctx = vkcompute::DeviceContext::new()?;
+/// let dev = ctx.enqueue_create_buffer::<u32>(4)?;
+/// dev.enqueue_fill(3)?;
+/// let host = ctx.enqueue_create_host_buffer::<u32>(4)?;
+/// dev.enqueue_copy_to(&host)?;
+/// assert_eq!(&*host.as_slice()?, &[3, 3, 3, 3]); // waits for the copy
+/// # Ok(()) }
+/// ```
+pub struct HostBuffer<T> {
+    pub(crate) view: View,
+    len: usize,
+    _element: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for HostBuffer<T> {
+    fn clone(&self) -> Self {
+        HostBuffer {
+            view: self.view.clone(),
+            len: self.len,
+            _element: PhantomData,
+        }
+    }
+}
+
+impl DeviceContext {
+    /// A buffer of `len` elements of `T` in pinned host memory. Its contents
+    /// are undefined until written.
+    pub fn enqueue_create_host_buffer<T: Pod>(&self, len: usize) -> Result<HostBuffer<T>> {
+        let view = View::allocate::<T>(self, len, MemoryUsage::Readback, "HostBuffer")?;
+        Ok(HostBuffer {
+            view,
+            len,
+            _element: PhantomData,
+        })
+    }
+}
+
+impl<T: Pod> HostBuffer<T> {
+    /// The type's name for messages: `HostBuffer[float32]`.
+    pub fn type_name() -> String {
+        format!("HostBuffer[{}]", dtype_name::<T>())
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.view.bytes as usize
+    }
+
+    /// The context that owns the buffer.
+    pub fn context(&self) -> DeviceContext {
+        self.view.context()
+    }
+
+    /// Enqueues a copy into this buffer from a host slice, a device buffer
+    /// or another host buffer. Lengths must match.
+    pub fn enqueue_copy_from<S: CopySource<T> + ?Sized>(&self, src: &S) -> Result<()> {
+        self.view
+            .copy_from("HostBuffer::enqueue_copy_from", src.source())
+    }
+
+    /// Enqueues a copy of this buffer into a device or host buffer, on this
+    /// buffer's stream. Lengths must match.
+    pub fn enqueue_copy_to<D: CopyDestination<T> + ?Sized>(&self, dst: &D) -> Result<()> {
+        self.view
+            .copy_to("HostBuffer::enqueue_copy_to", dst.destination())
+    }
+
+    /// Enqueues a fill of every element with `value`.
+    pub fn enqueue_fill(&self, value: T) -> Result<()> {
+        self.view.fill("HostBuffer::enqueue_fill", &value)
+    }
+
+    /// The contents, for reading, once the pending device work that writes
+    /// the buffer is done. Device work that writes the buffer cannot be
+    /// enqueued while the slice lives ([`Error::BufferMapped`]).
+    pub fn as_slice(&self) -> Result<HostSlice<'_, T>> {
+        let (ptr, borrowed) = self
+            .view
+            .borrow_for_host::<T>("HostBuffer::as_slice", HostAccess::Read)?;
+        Ok(HostSlice {
+            view: &self.view,
+            ptr,
+            len: self.len,
+            borrowed,
+        })
+    }
+
+    /// The contents, for reading and writing, once the pending device work
+    /// that reads or writes the buffer is done. No device work on the
+    /// buffer can be enqueued while the slice lives.
+    pub fn as_mut_slice(&self) -> Result<HostSliceMut<'_, T>> {
+        let (ptr, borrowed) = self
+            .view
+            .borrow_for_host::<T>("HostBuffer::as_mut_slice", HostAccess::Write)?;
+        Ok(HostSliceMut {
+            view: &self.view,
+            ptr,
+            len: self.len,
+            borrowed,
+        })
+    }
+
+    /// A copy of the contents, once the device work that writes them is done.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        Ok(self.as_slice()?.to_vec())
+    }
+
+    /// A view of `len` elements of `U` starting `offset` elements of `U`
+    /// into this buffer; see [`DeviceBuffer::create_sub_buffer`].
+    pub fn create_sub_buffer<U: Pod>(&self, offset: usize, len: usize) -> Result<HostBuffer<U>> {
+        let view = self.view.sub_view::<U>(
+            "HostBuffer::create_sub_buffer",
+            Self::type_name,
+            offset,
+            len,
+        )?;
+        Ok(HostBuffer {
+            view,
+            len,
+            _element: PhantomData,
+        })
+    }
+
+    /// Makes `ctx` (on the same device) the buffer's owner.
+    pub fn reassign_ownership_to(&self, ctx: &DeviceContext) -> Result<()> {
+        self.view.reassign("HostBuffer::reassign_ownership_to", ctx)
+    }
+
+    /// This buffer as a kernel argument (bound as a storage buffer).
+    pub fn arg(&self) -> crate::KernelArg<'_> {
+        crate::KernelArg {
+            view: &self.view,
+            element_size: size_of::<T>(),
+            type_name: Self::type_name,
+        }
+    }
+
+    /// The `VkBuffer`, byte offset and byte size behind this buffer.
+    pub fn raw(&self) -> RawBufferRef {
+        self.view.raw()
+    }
+}
+
+impl<T> crate::buffer::Sealed for HostBuffer<T> {}
+impl<T: Pod> CopySource<T> for HostBuffer<T> {
+    fn source(&self) -> Source<'_> {
+        Source::View(&self.view)
+    }
+}
+impl<T: Pod> CopyDestination<T> for HostBuffer<T> {
+    fn destination(&self) -> &View {
+        &self.view
+    }
+}
+
+impl View {
+    /// Borrows the view for host code as elements of `T`: the address and
+    /// whether a borrow was taken (none for an empty view).
+    fn borrow_for_host<T: Pod>(
+        &self,
+        op: &'static str,
+        access: HostAccess,
+    ) -> Result<(NonNull<T>, bool)> {
+        if self.bytes == 0 || size_of::<T>() == 0 {
+            return Ok((NonNull::dangling(), false));
+        }
+        let ptr = self
+            .memory
+            .host_ptr(self.offset)
+            .ok_or_else(|| Error::Unsupported {
+                what: "host access to memory that is not host visible".into(),
+                device: self.memory.device.name().to_string(),
+            })?;
+        if ptr as usize % align_of::<T>() != 0 {
+            return Err(Error::Misaligned {
+                op,
+                offset: self.offset,
+                alignment: align_of::<T>() as u64,
+                rule: "the host address of a buffer's elements must suit their type",
+            });
+        }
+        self.memory.borrow_host(op, access)?;
+        let raw = self.memory.raw().expect("host-visible memory exists");
+        if let Err(e) = raw.invalidate_for_host_reads(&self.memory.device, self.offset, self.bytes)
+        {
+            self.memory.release_host();
+            return Err(e);
+        }
+        Ok((
+            NonNull::new(ptr.cast()).expect("mapped memory is not null"),
+            true,
+        ))
+    }
+
+    /// Ends a host borrow, making host writes visible to the device where
+    /// the memory is not coherent.
+    fn end_host_borrow(&self, written: bool) -> Result<()> {
+        let flushed = match (written, self.memory.raw()) {
+            (true, Some(raw)) => {
+                raw.flush_host_writes(&self.memory.device, self.offset, self.bytes)
+            }
+            _ => Ok(()),
+        };
+        self.memory.release_host();
+        flushed
+    }
+}
+
+/// A host buffer's contents, borrowed for reading: see [`HostBuffer::as_slice`].
+pub struct HostSlice<'a, T: Pod> {
+    view: &'a View,
+    ptr: NonNull<T>,
+    len: usize,
+    borrowed: bool,
+}
+
+impl<T: Pod> Deref for HostSlice<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr` addresses `len` initialised, aligned elements (Pod:
+        // any bytes are valid) that nothing writes while the borrow lasts.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Pod> Drop for HostSlice<'_, T> {
+    fn drop(&mut self) {
+        if self.borrowed {
+            self.view.memory.release_host();
+        }
+    }
+}
+
+/// A host buffer's contents, borrowed for writing: see [`HostBuffer::as_mut_slice`].
+pub struct HostSliceMut<'a, T: Pod> {
+    view: &'a View,
+    ptr: NonNull<T>,
+    len: usize,
+    borrowed: bool,
+}
+
+impl<T: Pod> Deref for HostSliceMut<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: as for `HostSlice`; the borrow is exclusive.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Pod> DerefMut for HostSliceMut<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as above; nothing else reads or writes the memory while
+        // the exclusive borrow lasts.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Pod> Drop for HostSliceMut<'_, T> {
+    fn drop(&mut self) {
+        if self.borrowed {
+            if let Err(e) = self.view.end_host_borrow(true) {
+                self.view.memory.owner().keep_error(e);
+            }
+        }
+    }
+}
+
+/// Where a mapping's elements live.
+enum Mapping<T> {
+    /// The buffer's own memory.
+    Direct(NonNull<T>),
+    /// A host copy, written back if changed.
+    Copy(Vec<T>),
+}
+
+/// A device buffer's contents on the host: see [`DeviceBuffer::map_to_host`].
+///
+/// Derefs to `[T]`. When dropped (or on [`finish`](Self::finish), which
+/// reports errors), changed contents go back to the device; unchanged ones
+/// are not written.
+pub struct MappedBuffer<'a, T: Pod> {
+    view: &'a View,
+    mapping: Mapping<T>,
+    len: usize,
+    borrowed: bool,
+    written: bool,
+    done: bool,
+}
+
+impl<T: Pod> DeviceBuffer<T> {
+    /// Maps the buffer's contents to the host, once this buffer's pending
+    /// work is done (not the whole stream's). Where the memory is host
+    /// visible (lavapipe, integrated GPUs, ReBAR) the mapping is the memory
+    /// itself; elsewhere the contents are read through a staging buffer and
+    /// written back on drop if they were changed. No work on the buffer can
+    /// be enqueued while it is mapped ([`Error::BufferMapped`]).
+    ///
+    /// ```
+    /// # fn main() -> vkcompute::Result<()> {
+    /// let ctx = vkcompute::DeviceContext::new()?;
+    /// let buf = ctx.enqueue_create_buffer::<f32>(3)?;
+    /// buf.enqueue_fill(1.0)?;
+    /// {
+    ///     let mut host = buf.map_to_host()?;
+    ///     host[1] = 42.0;
+    /// } // the change goes back to the device here
+    /// assert_eq!(buf.to_vec()?, [1.0, 42.0, 1.0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn map_to_host(&self) -> Result<MappedBuffer<'_, T>> {
+        let op = "DeviceBuffer::map_to_host";
+        let view = &self.view;
+        let direct = !view.memory.owner().force_staging
+            && view
+                .memory
+                .host_ptr(view.offset)
+                .is_some_and(|p| p as usize % align_of::<T>() == 0);
+        let (mapping, borrowed) = if direct {
+            let (ptr, borrowed) = view.borrow_for_host::<T>(op, HostAccess::Write)?;
+            (Mapping::Direct(ptr), borrowed)
+        } else {
+            let borrowed = view.bytes > 0;
+            if borrowed {
+                view.memory.borrow_host(op, HostAccess::Copy)?;
+            }
+            let mut copy = vec![T::zeroed(); self.len()];
+            if let Err(e) = view.read_into(op, bytemuck::cast_slice_mut(&mut copy)) {
+                if borrowed {
+                    view.memory.release_host();
+                }
+                return Err(e);
+            }
+            (Mapping::Copy(copy), borrowed)
+        };
+        Ok(MappedBuffer {
+            view,
+            mapping,
+            len: self.len(),
+            borrowed,
+            written: false,
+            done: false,
+        })
+    }
+
+    /// Enqueues a copy from `src`, which holds `len()` elements.
+    ///
+    /// The elements are copied (or staged) before the call returns.
+    ///
+    /// # Safety
+    ///
+    /// `src` must be valid for reads of `len()` elements of `T` and properly
+    /// aligned, and nothing may write that memory during the call.
+    pub unsafe fn enqueue_copy_from_ptr(&self, src: *const T) -> Result<()> {
+        let op = "DeviceBuffer::enqueue_copy_from_ptr";
+        check_ptr::<T>(op, src as usize)?;
+        // SAFETY: the caller guarantees `len()` readable elements at `src`.
+        let slice = unsafe { std::slice::from_raw_parts(src, self.len()) };
+        self.view
+            .copy_from(op, Source::Host(bytemuck::cast_slice(slice)))
+    }
+
+    /// Enqueues a copy of the buffer into the `len()` elements at `dst`; the
+    /// elements arrive once the stream passes the copy (after
+    /// `synchronize()`, say).
+    ///
+    /// # Safety
+    ///
+    /// `dst` must be valid for writes of `len()` elements of `T` and properly
+    /// aligned, and the memory must stay valid and untouched (not read, not
+    /// written, not freed) until the stream has passed the copy.
+    pub unsafe fn enqueue_copy_to_ptr(&self, dst: *mut T) -> Result<()> {
+        let op = "DeviceBuffer::enqueue_copy_to_ptr";
+        check_ptr::<T>(op, dst as usize)?;
+        let view = &self.view;
+        // SAFETY: forwarded from the caller's guarantee.
+        unsafe {
+            view.memory.owner().download_later(
+                op,
+                &view.memory,
+                view.offset,
+                view.bytes,
+                dst.cast(),
+            )
+        }
+    }
+}
+
+fn check_ptr<T>(op: &'static str, address: usize) -> Result<()> {
+    if address == 0 || address % align_of::<T>() != 0 {
+        return Err(Error::Misaligned {
+            op,
+            offset: address as u64,
+            alignment: align_of::<T>() as u64,
+            rule: "the pointer must be non-null and aligned for the element type",
+        });
+    }
+    Ok(())
+}
+
+impl<T: Pod> MappedBuffer<'_, T> {
+    /// Ends the mapping now, writing changed contents back, and reports any
+    /// error (which `Drop` can only keep for the context's next call).
+    pub fn finish(mut self) -> Result<()> {
+        self.done = true;
+        self.complete()
+    }
+
+    /// Whether the mapping is the buffer's memory itself (no copy).
+    pub fn is_direct(&self) -> bool {
+        matches!(self.mapping, Mapping::Direct(_))
+    }
+
+    fn complete(&mut self) -> Result<()> {
+        let op = "MappedBuffer::finish";
+        match &self.mapping {
+            Mapping::Direct(_) => {
+                if self.borrowed {
+                    self.view.end_host_borrow(self.written)
+                } else {
+                    Ok(())
+                }
+            }
+            Mapping::Copy(copy) => {
+                if self.borrowed {
+                    self.view.memory.release_host();
+                }
+                if self.written && !std::thread::panicking() {
+                    self.view
+                        .copy_from(op, Source::Host(bytemuck::cast_slice(copy)))
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+}
+
+impl<T: Pod> Deref for MappedBuffer<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.mapping {
+            // SAFETY: `ptr` addresses `len` aligned elements that nothing
+            // else touches while the exclusive borrow lasts.
+            Mapping::Direct(ptr) => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), self.len) },
+            Mapping::Copy(copy) => copy,
+        }
+    }
+}
+
+impl<T: Pod> DerefMut for MappedBuffer<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        self.written = true;
+        match &mut self.mapping {
+            // SAFETY: as above.
+            Mapping::Direct(ptr) => unsafe {
+                std::slice::from_raw_parts_mut(ptr.as_ptr(), self.len)
+            },
+            Mapping::Copy(copy) => copy,
+        }
+    }
+}
+
+impl<T: Pod> Drop for MappedBuffer<'_, T> {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Err(e) = self.complete() {
+                self.view.memory.owner().keep_error(e);
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Several contexts: streams of one device ordered by semaphores, and
+//! copies between devices through the host.
+
+mod common;
+
+use common::{run_with, Path};
+use vkcompute::{DeviceContext, Error};
+
+#[test]
+fn work_on_two_streams_is_ordered_by_the_buffers_it_touches() {
+    for path in common::PATHS {
+        run_with(common::options(path), "two streams", |a| {
+            let b = a.new_stream().unwrap();
+            let n = 1 << 18;
+            let x = a.enqueue_create_buffer::<u32>(n).unwrap();
+            let y = b.enqueue_create_buffer::<u32>(n).unwrap();
+            let z = a.enqueue_create_buffer::<u32>(n).unwrap();
+            for round in 1..=5u32 {
+                x.enqueue_fill(round).unwrap(); // stream a
+                y.enqueue_copy_from(&x).unwrap(); // stream b: waits for a's fill
+                x.enqueue_fill(100 + round).unwrap(); // stream a: waits for b's read
+                z.enqueue_copy_from(&y).unwrap(); // stream a: waits for b's copy
+            }
+            assert_eq!(z.to_vec().unwrap(), vec![5; n]);
+            assert_eq!(y.to_vec().unwrap(), vec![5; n]);
+            assert_eq!(x.to_vec().unwrap(), vec![105; n]);
+            b.synchronize().unwrap();
+        });
+    }
+}
+
+#[test]
+fn enqueue_wait_for_orders_one_stream_after_another() {
+    run_with(common::options(Path::Direct), "explicit wait", |a| {
+        let b = a.new_stream().unwrap();
+        let x = a.enqueue_create_buffer::<u32>(1 << 16).unwrap();
+        x.enqueue_fill(9).unwrap();
+        b.enqueue_wait_for(a).unwrap();
+        b.enqueue_wait_for(&b).unwrap(); // waiting for itself changes nothing
+        let y = b.enqueue_create_buffer::<u32>(1 << 16).unwrap();
+        y.enqueue_copy_from(&x).unwrap();
+        assert_eq!(y.to_vec().unwrap(), vec![9; 1 << 16]);
+        let other_device = common::context_with(common::options(Path::Direct));
+        let log = other_device.validation_log();
+        assert!(matches!(
+            b.enqueue_wait_for(&other_device),
+            Err(Error::DifferentDevice { .. })
+        ));
+        drop(other_device);
+        common::assert_clean(&log, "the other device");
+    });
+}
+
+#[test]
+fn copies_between_devices_go_through_the_host() {
+    run_with(common::options(Path::Direct), "cross-device", |a| {
+        let b = common::context_with(common::options(Path::Staging));
+        let log = b.validation_log();
+        for n in [0usize, 1, 4097, 1 << 20] {
+            let data: Vec<u32> = (0..n as u32).map(|i| i ^ 0x5555).collect();
+            let on_a = a.enqueue_create_buffer::<u32>(n).unwrap();
+            let on_b = b.enqueue_create_buffer::<u32>(n).unwrap();
+            on_a.enqueue_copy_from(&data).unwrap();
+            on_b.enqueue_copy_from(&on_a).unwrap();
+            assert_eq!(on_b.to_vec().unwrap(), data, "a -> b, {n}");
+            on_b.enqueue_fill(7).unwrap();
+            on_b.enqueue_copy_to(&on_a).unwrap();
+            assert_eq!(on_a.to_vec().unwrap(), vec![7; n], "b -> a, {n}");
+            let host_b = b.enqueue_create_host_buffer::<u32>(n).unwrap();
+            on_a.enqueue_copy_to(&host_b).unwrap();
+            assert_eq!(
+                host_b.to_vec().unwrap(),
+                vec![7; n],
+                "a -> host buffer of b, {n}"
+            );
+        }
+        drop(b);
+        common::assert_clean(&log, "the second device");
+    });
+}
+
+#[test]
+fn contexts_are_independent_devices_on_lavapipe() {
+    let a = DeviceContext::new().unwrap();
+    let b = DeviceContext::new().unwrap();
+    assert_eq!(a.name(), b.name());
+    assert_ne!(a.raw_device().handle(), b.raw_device().handle());
+}
