@@ -758,6 +758,14 @@ impl DeviceContext {
         ValidationLog(self.shared.device.instance.messages.clone())
     }
 
+    /// Waits for the enqueued work, then frees the memory and objects the
+    /// context keeps pooled for reuse (staging buffers, command buffers,
+    /// descriptor pools). Buffers are not affected.
+    pub fn trim(&self) -> Result<()> {
+        self.synchronize()?;
+        self.shared.lock().trim()
+    }
+
     /// Counts of the Vulkan objects the context holds.
     pub fn live_objects(&self) -> LiveObjects {
         self.shared.lock().live_objects()

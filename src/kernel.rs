@@ -406,20 +406,7 @@ fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>> {
 }
 
 fn check_header(words: &[u32]) -> Result<()> {
-    if words.len() < 5 {
-        return Err(Error::InvalidSpirv {
-            reason: format!("{} words is shorter than the 5-word header", words.len()),
-        });
-    }
-    if words[0] != reflect::MAGIC {
-        return Err(Error::InvalidSpirv {
-            reason: format!(
-                "the first word is {:#010x}, not the magic number 0x07230203",
-                words[0]
-            ),
-        });
-    }
-    Ok(())
+    reflect::check_structure(words).map_err(|reason| Error::InvalidSpirv { reason })
 }
 
 impl DeviceContext {

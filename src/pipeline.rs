@@ -234,16 +234,21 @@ impl DescriptorPools {
         }
     }
 
+    /// Destroys the free pools (those no batch uses).
+    pub(crate) fn release_free(&mut self, device: &Device) {
+        for pool in self.free.drain(..) {
+            // SAFETY: no batch uses the pool any more.
+            unsafe { device.raw.destroy_descriptor_pool(pool, None) };
+            self.live -= 1;
+        }
+    }
+
     /// Destroys every pool. Pools travelling with batches must have been
     /// recycled first.
     pub(crate) fn destroy(&mut self, device: &Device) {
         let used = self.take_for_batch();
         self.recycle(device, used);
-        for pool in self.free.drain(..) {
-            // SAFETY: no batch uses the pool any more.
-            unsafe { device.raw.destroy_descriptor_pool(pool, None) };
-        }
-        self.live = 0;
+        self.release_free(device);
     }
 
     /// Pools alive (free or in use).

@@ -227,6 +227,51 @@ pub(crate) fn local_size(words: &[u32], entry: &str, spec: &HashMap<u32, u32>) -
     local_size
 }
 
+/// Checks that `words` is a well-formed SPIR-V module: a valid header and
+/// an instruction stream whose word counts add up exactly. (A truncated or
+/// corrupted module must not reach the driver, which may crash on it.)
+pub(crate) fn check_structure(words: &[u32]) -> Result<(), String> {
+    if words.len() < 5 {
+        return Err(format!(
+            "{} words is shorter than the 5-word header",
+            words.len()
+        ));
+    }
+    if words[0] != MAGIC {
+        return Err(format!(
+            "the first word is {:#010x}, not the magic number 0x07230203",
+            words[0]
+        ));
+    }
+    let version = words[1];
+    let (major, minor) = (version >> 16, (version >> 8) & 0xff);
+    if major != 1 || minor > 6 || version & 0xff00_00ff != 0 {
+        return Err(format!(
+            "version word {version:#010x} is not SPIR-V 1.0 to 1.6"
+        ));
+    }
+    if words[3] == 0 {
+        return Err("the id bound is 0".into());
+    }
+    let mut at = 5;
+    while at < words.len() {
+        let count = (words[at] >> 16) as usize;
+        if count == 0 {
+            return Err(format!(
+                "the instruction at word {at} has a word count of 0"
+            ));
+        }
+        if at + count > words.len() {
+            return Err(format!(
+                "the instruction at word {at} needs {count} words but the module ends after {} (truncated?)",
+                words.len() - at
+            ));
+        }
+        at += count;
+    }
+    Ok(())
+}
+
 /// The instructions after the header: (opcode, operands).
 fn instructions(words: &[u32]) -> impl Iterator<Item = (u32, &[u32])> {
     let mut rest = words.get(5..).unwrap_or(&[]);

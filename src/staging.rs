@@ -138,6 +138,15 @@ impl StagingPool {
         }
     }
 
+    /// Destroys the free blocks (those no batch uses).
+    pub(crate) fn release_free(&mut self, device: &Device) {
+        for block in self.free.drain(..) {
+            block.raw.destroy(device);
+            self.live -= 1;
+        }
+        self.free_bytes = 0;
+    }
+
     /// Stops counting `block` as the pool's: the caller frees its buffer.
     pub(crate) fn forget(&mut self, block: StagingBlock) -> RawBuffer {
         self.live -= 1;
@@ -149,11 +158,7 @@ impl StagingPool {
     pub(crate) fn destroy(&mut self, device: &Device) {
         let blocks = self.take_for_batch();
         self.recycle(device, blocks);
-        for block in self.free.drain(..) {
-            block.raw.destroy(device);
-            self.live -= 1;
-        }
-        self.free_bytes = 0;
+        self.release_free(device);
     }
 
     /// Blocks alive (free, in use, or travelling with batches).

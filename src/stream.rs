@@ -357,6 +357,26 @@ impl Stream {
             .recycle(&self.device, batch.descriptor_pools);
     }
 
+    /// Destroys pooled objects no batch uses: free command buffers, staging
+    /// blocks and descriptor pools. The open batch (if any) keeps its own.
+    pub(crate) fn trim(&mut self) -> Result<()> {
+        self.reclaim()?;
+        if !self.free_cmds.is_empty() {
+            // SAFETY: the free command buffers are not pending (their batches
+            // completed and they were reset).
+            unsafe {
+                self.device
+                    .raw
+                    .free_command_buffers(self.pool, &self.free_cmds)
+            };
+            self.free_cmds.clear();
+        }
+        self.upload.release_free(&self.device);
+        self.readback.release_free(&self.device);
+        self.descriptors.release_free(&self.device);
+        Ok(())
+    }
+
     /// Frees `raw` once the listed values complete (at once if they have).
     pub(crate) fn defer_free(&mut self, garbage: Garbage) {
         if garbage.is_free() {
