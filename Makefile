@@ -26,7 +26,7 @@ lint: setup
 unit: setup
 	$(STRICT) $(CARGO) test --all-features
 
-EXAMPLES := quickstart saxpy reduce embedding
+EXAMPLES := quickstart tour saxpy reduce embedding
 
 test: lint unit
 	@for e in $(EXAMPLES); do \
