@@ -33,6 +33,9 @@ test: lint unit
 	  echo "== example $$e"; \
 	  $(STRICT) $(CARGO) run -q --example $$e || exit 1; \
 	done
+	@echo "== bench --quick (release), both memory paths"
+	$(CARGO) run -q --release --example bench -- --quick
+	$(CARGO) run -q --release --example bench -- --quick --staging
 
 bench: setup
 	$(CARGO) run --release --example bench

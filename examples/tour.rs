@@ -22,7 +22,10 @@ fn main() -> vkcompute::Result<()> {
     y.enqueue_fill(1.0)?;
 
     let saxpy = Kernel::new(&ctx, shaders::SAXPY, "main")?; // reflected: 2 buffers, 8 bytes of push constants
-    let params = Params { a: 2.0, n: n as u32 };
+    let params = Params {
+        a: 2.0,
+        n: n as u32,
+    };
     ctx.enqueue_function(&saxpy, (n as u32 / 256, 1), &[x.arg(), y.arg()], &params)?;
 
     {

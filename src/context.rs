@@ -167,6 +167,17 @@ pub(crate) struct BufferAccess<'a> {
     pub(crate) write: bool,
 }
 
+impl BufferAccess<'_> {
+    fn hazard(&self) -> Access {
+        Access {
+            buffer: vk::Handle::as_raw(self.memory.handle()),
+            start: self.offset,
+            end: self.offset + self.len,
+            write: self.write,
+        }
+    }
+}
+
 impl ContextShared {
     fn new(device: Arc<Device>, force_staging: bool) -> Result<Arc<Self>> {
         let semaphore = Timeline::create_semaphore(&device)?;
@@ -222,9 +233,13 @@ impl ContextShared {
         self.lock().set_failed(error);
     }
 
-    /// Frees `garbage` once its last uses complete.
+    /// Frees `garbage` once its last uses complete. Called from `Drop`:
+    /// an error (of a submission it triggered) is kept for the next call.
     pub(crate) fn defer_free(&self, garbage: Garbage) {
-        self.lock().defer_free(garbage);
+        let mut stream = self.lock();
+        if let Err(e) = stream.defer_free(garbage) {
+            stream.set_failed(e);
+        }
     }
 
     /// Records one command on this stream: checks the buffers, makes the
@@ -251,23 +266,25 @@ impl ContextShared {
                     ),
                 });
             }
-            a.memory.check_borrow(op, a.write)?;
-            for (timeline, value) in a.memory.foreign_waits(&self.timeline, a.write) {
-                timeline.ensure_submitted(value)?;
-                waits.push((timeline, value));
-            }
+            a.memory.foreign_waits(&self.timeline, a.write, &mut waits);
         }
-        let hazards: Vec<Access> = accesses
-            .iter()
-            .map(|a| Access {
-                buffer: vk::Handle::as_raw(a.memory.handle()),
-                start: a.offset,
-                end: a.offset + a.len,
-                write: a.write,
-            })
-            .collect();
+        for (timeline, value) in &waits {
+            timeline.ensure_submitted(*value)?;
+        }
+        // The hazard ranges, on the stack for the usual few buffers.
+        let mut small = [Access::default(); 8];
+        let large: Vec<Access>;
+        let hazards: &[Access] = if accesses.len() <= small.len() {
+            for (slot, a) in small.iter_mut().zip(accesses) {
+                *slot = a.hazard();
+            }
+            &small[..accesses.len()]
+        } else {
+            large = accesses.iter().map(BufferAccess::hazard).collect();
+            &large
+        };
         let mut stream = self.lock();
-        let cmd = stream.command(&hazards, waits)?;
+        let cmd = stream.command(hazards, waits)?;
         // Note the uses before recording: a host borrow that starts from now
         // on sees them and waits, and one that already started fails this.
         let value = stream.pending_value();
@@ -758,12 +775,15 @@ impl DeviceContext {
         ValidationLog(self.shared.device.instance.messages.clone())
     }
 
-    /// Waits for the enqueued work, then frees the memory and objects the
-    /// context keeps pooled for reuse (staging buffers, command buffers,
-    /// descriptor pools). Buffers are not affected.
+    /// Waits for the enqueued work, then frees the memory and objects kept
+    /// pooled for reuse: the context's staging buffers, command buffers and
+    /// descriptor pools, and the device's cache of retired buffers. Live
+    /// buffers are not affected.
     pub fn trim(&self) -> Result<()> {
         self.synchronize()?;
-        self.shared.lock().trim()
+        self.shared.lock().trim()?;
+        self.shared.device.release_cached_buffers();
+        Ok(())
     }
 
     /// Counts of the Vulkan objects the context holds.

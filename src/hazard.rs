@@ -8,9 +8,11 @@
 #![deny(unsafe_code)]
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Bound::{Excluded, Included};
 
 /// One command's access to a byte range of a buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Access {
     /// The buffer's handle, as a number (`vk::Buffer::as_raw`).
     pub(crate) buffer: u64,
@@ -43,32 +45,42 @@ impl IntervalSet {
             .is_some_and(|(_, &e)| e > start)
     }
 
-    /// Adds `start..end`, merging it with the intervals it overlaps or touches.
-    pub(crate) fn insert(&mut self, mut start: u64, mut end: u64) {
+    /// Adds `start..end`, merging it with the intervals it overlaps or
+    /// touches. Extending the interval before it (the common case of
+    /// ascending, adjacent ranges) updates it in place, without allocating.
+    pub(crate) fn insert(&mut self, start: u64, end: u64) {
         if start >= end {
             return;
         }
-        if let Some((&s, &e)) = self.intervals.range(..=start).next_back() {
-            if e >= start {
-                start = s;
-                end = end.max(e);
+        let before = self
+            .intervals
+            .range(..=start)
+            .next_back()
+            .map(|(&s, &e)| (s, e))
+            .filter(|&(_, e)| e >= start);
+        if let Some((_, e)) = before {
+            if e >= end {
+                return; // already covered
             }
         }
-        loop {
-            let next = self
-                .intervals
-                .range(start..=end)
-                .next()
-                .map(|(&s, &e)| (s, e));
-            match next {
-                Some((s, e)) => {
-                    self.intervals.remove(&s);
-                    end = end.max(e);
-                }
-                None => break,
+        let first = before.map_or(start, |(s, _)| s);
+        let mut last = end;
+        // Absorb the intervals that start inside the new one (or touch it).
+        while let Some((s, e)) = self
+            .intervals
+            .range((Excluded(first), Included(last)))
+            .next()
+            .map(|(&s, &e)| (s, e))
+        {
+            self.intervals.remove(&s);
+            last = last.max(e);
+        }
+        match self.intervals.get_mut(&first) {
+            Some(e) => *e = (*e).max(last),
+            None => {
+                self.intervals.insert(first, last);
             }
         }
-        self.intervals.insert(start, end);
     }
 }
 
@@ -79,9 +91,30 @@ struct BufferRanges {
 }
 
 /// The ranges touched since the last barrier of the batch being recorded.
+/// Hashes buffer handles: one multiplication (they are distinct numbers
+/// already, only badly spread), instead of SipHash on every command.
+#[derive(Default)]
+struct HandleHasher(u64);
+
+impl Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 #[derive(Default, Debug)]
 pub(crate) struct HazardTracker {
-    buffers: HashMap<u64, BufferRanges>,
+    buffers: HashMap<u64, BufferRanges, BuildHasherDefault<HandleHasher>>,
 }
 
 impl HazardTracker {

@@ -1,6 +1,7 @@
 //! Buffers with memory: creation through gpu-allocator, mapping, and the
 //! cache maintenance that non-coherent memory needs.
 
+use std::collections::HashMap;
 use std::ptr::NonNull;
 
 use ash::vk;
@@ -32,6 +33,8 @@ impl MappedPtr {
 pub(crate) struct RawBuffer {
     pub(crate) buffer: vk::Buffer,
     allocation: Allocation,
+    /// What the memory was chosen for.
+    pub(crate) usage: MemoryUsage,
     /// The size the `VkBuffer` was created with.
     pub(crate) size: u64,
     /// Where the memory is mapped, when it is host visible.
@@ -41,9 +44,25 @@ pub(crate) struct RawBuffer {
 }
 
 impl RawBuffer {
-    /// Creates a buffer of `size` bytes (more than zero) for `usage`, named
-    /// `what` in errors.
+    /// A buffer of `size` bytes (more than zero) for `usage`, named `what`
+    /// in errors: a retired one of the same size and usage from the device's
+    /// cache where there is one, else a new one.
     pub(crate) fn new(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Result<Self> {
+        if let Some(raw) = device.buffer_cache().take(size, usage) {
+            return Ok(raw);
+        }
+        match Self::create(device, size, usage, what) {
+            // Memory held by the cache is memory the caller may have instead.
+            Err(Error::OutOfMemory { .. }) if !device.buffer_cache().is_empty() => {
+                device.release_cached_buffers();
+                Self::create(device, size, usage, what)
+            }
+            other => other,
+        }
+    }
+
+    /// Creates a new buffer (see [`new`](Self::new)).
+    fn create(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Result<Self> {
         debug_assert!(size > 0);
         check_size(device, size, usage, what)?;
         let mut usage_flags = vk::BufferUsageFlags::TRANSFER_SRC
@@ -98,6 +117,7 @@ impl RawBuffer {
         };
         let raw = RawBuffer {
             buffer,
+            usage,
             mapped: allocation.mapped_ptr().map(|p| MappedPtr(p.cast())),
             coherent: allocation
                 .memory_properties()
@@ -184,6 +204,56 @@ impl RawBuffer {
             .memory(memory)
             .offset(start)
             .size(end.min(alloc_end) - start)
+    }
+}
+
+/// Buffers whose last use has passed, kept for reuse by buffers of the same
+/// size and usage, so that a loop that creates and drops buffers does not
+/// allocate (and page in) new memory every time. Bounded in bytes.
+pub(crate) struct BufferCache {
+    entries: HashMap<(u64, MemoryUsage), Vec<RawBuffer>>,
+    bytes: u64,
+    limit: u64,
+}
+
+impl BufferCache {
+    /// A cache of at most `limit` bytes.
+    pub(crate) fn new(limit: u64) -> Self {
+        BufferCache {
+            entries: HashMap::new(),
+            bytes: 0,
+            limit,
+        }
+    }
+
+    fn take(&mut self, size: u64, usage: MemoryUsage) -> Option<RawBuffer> {
+        let list = self.entries.get_mut(&(size, usage))?;
+        let raw = list.pop()?;
+        self.bytes -= raw.size;
+        Some(raw)
+    }
+
+    /// Keeps `raw` for reuse, or gives it back when the cache is full.
+    pub(crate) fn put(&mut self, raw: RawBuffer) -> Option<RawBuffer> {
+        if self.bytes + raw.size > self.limit {
+            return Some(raw);
+        }
+        self.bytes += raw.size;
+        self.entries
+            .entry((raw.size, raw.usage))
+            .or_default()
+            .push(raw);
+        None
+    }
+
+    /// Everything the cache holds, emptying it.
+    pub(crate) fn drain(&mut self) -> Vec<RawBuffer> {
+        self.bytes = 0;
+        self.entries.drain().flat_map(|(_, list)| list).collect()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes == 0
     }
 }
 

@@ -125,6 +125,8 @@ impl BufferMemory {
         what: &str,
     ) -> Result<Arc<Self>> {
         let device = owner.device.clone();
+        // Memory of dropped buffers whose work is done can be reused now.
+        owner.lock().reclaim_garbage()?;
         let raw = if size == 0 {
             None
         } else {
@@ -184,18 +186,24 @@ impl BufferMemory {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// What an access by `own`'s stream must wait for on other streams: their
-    /// writes, and for a write their reads too.
+    /// Adds to `out` what an access by `own`'s stream must wait for on
+    /// other streams: their writes, and for a write their reads too.
     pub(crate) fn foreign_waits(
         &self,
         own: &Arc<Timeline>,
         write: bool,
-    ) -> Vec<(Arc<Timeline>, u64)> {
-        self.state()
-            .pending(write)
-            .into_iter()
-            .filter(|(t, _)| !Arc::ptr_eq(t, own))
-            .collect()
+        out: &mut Vec<(Arc<Timeline>, u64)>,
+    ) {
+        let state = self.state();
+        for u in &state.uses {
+            if Arc::ptr_eq(&u.timeline, own) {
+                continue;
+            }
+            let value = if write { u.read.max(u.write) } else { u.write };
+            if value > 0 && !u.timeline.is_complete(value) {
+                out.push((u.timeline.clone(), value));
+            }
+        }
     }
 
     /// Notes that work signalling `value` on `timeline` reads (or writes)
@@ -332,12 +340,6 @@ impl BufferMemory {
             }
             self.wait_for_host_access(write)?;
         }
-    }
-
-    /// Fails with [`Error::BufferMapped`] while a host borrow forbids device
-    /// work of this kind.
-    pub(crate) fn check_borrow(&self, op: &'static str, write: bool) -> Result<()> {
-        self.state().check_device(op, write)
     }
 }
 

@@ -20,6 +20,8 @@ use crate::vk::{Device, MemoryUsage};
 const MAX_BATCH_COMMANDS: usize = 4096;
 /// ... or once it has staged this many bytes.
 const MAX_BATCH_STAGED: u64 = 256 << 20;
+/// ... or once buffers of this many bytes, dropped, wait for its work.
+const FLUSH_GARBAGE_BYTES: u64 = 64 << 20;
 /// The host waits for the oldest batch when more than this many are in flight.
 const MAX_IN_FLIGHT: usize = 16;
 
@@ -85,6 +87,8 @@ pub(crate) struct Stream {
     failed: Option<Error>,
     /// Commands recorded since the stream began.
     recorded: u64,
+    /// Bytes of buffers in `garbage`.
+    garbage_bytes: u64,
 }
 
 impl Stream {
@@ -115,6 +119,7 @@ impl Stream {
             descriptors: DescriptorPools::default(),
             failed: None,
             recorded: 0,
+            garbage_bytes: 0,
         }
     }
 
@@ -324,7 +329,8 @@ impl Stream {
         while i < self.garbage.len() {
             if self.garbage[i].is_free() {
                 let g = self.garbage.swap_remove(i);
-                g.raw.destroy(&self.device);
+                self.garbage_bytes -= g.raw.size;
+                self.device.retire_buffer(g.raw);
             } else {
                 i += 1;
             }
@@ -378,12 +384,29 @@ impl Stream {
     }
 
     /// Frees `raw` once the listed values complete (at once if they have).
-    pub(crate) fn defer_free(&mut self, garbage: Garbage) {
+    pub(crate) fn defer_free(&mut self, garbage: Garbage) -> Result<()> {
         if garbage.is_free() {
-            garbage.raw.destroy(&self.device);
-        } else {
-            self.garbage.push(garbage);
+            self.device.retire_buffer(garbage.raw);
+            return Ok(());
         }
+        self.garbage_bytes += garbage.raw.size;
+        self.garbage.push(garbage);
+        if self.garbage_bytes >= FLUSH_GARBAGE_BYTES && self.batch.is_some() {
+            // Much memory waits on work not yet submitted: submit it, so that
+            // the memory comes back (for reuse) as soon as the work is done.
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Frees garbage whose work completed, if any garbage is waiting: cheap
+    /// when there is none. Called before buffers are created, so their
+    /// memory can be reused at once.
+    pub(crate) fn reclaim_garbage(&mut self) -> Result<()> {
+        if self.garbage.is_empty() {
+            return Ok(());
+        }
+        self.reclaim()
     }
 
     /// Remembers an error that arose where no caller could receive it (in a
@@ -437,8 +460,9 @@ impl Stream {
                 // Uses on other streams: those streams finish their work too.
                 let _ = timeline.wait(*value);
             }
-            g.raw.destroy(&self.device);
+            self.device.retire_buffer(g.raw);
         }
+        self.garbage_bytes = 0;
         self.upload.destroy(&self.device);
         self.readback.destroy(&self.device);
         self.descriptors.destroy(&self.device);

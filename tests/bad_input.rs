@@ -156,7 +156,9 @@ fn rows() -> Vec<Row> {
         row!(
             "enqueue_copy_from_ptr",
             "misaligned pointer",
-            |e| unsafe { e.x.enqueue_copy_from_ptr(std::ptr::without_provenance::<f32>(3)) },
+            |e| unsafe {
+                e.x.enqueue_copy_from_ptr(std::ptr::without_provenance::<f32>(3))
+            },
             Error::Misaligned { .. },
             "aligned"
         ),

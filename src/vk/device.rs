@@ -11,6 +11,7 @@ use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use super::adapter::Adapter;
 use super::instance::Instance;
 use crate::error::{Error, Result, VkResultExt};
+use crate::memory::{BufferCache, RawBuffer};
 use crate::pipeline::ComputePipeline;
 
 /// The most queues a device context spreads its streams over.
@@ -53,6 +54,8 @@ pub(crate) struct Device {
     memory_budget: bool,
     pub(crate) pipeline_cache: vk::PipelineCache,
     allocator: ManuallyDrop<Mutex<Allocator>>,
+    /// Retired buffers kept for reuse (leaf lock, like the allocator's).
+    buffer_cache: Mutex<BufferCache>,
     /// User kernels loaded on this device, reused when loaded again.
     kernels: Mutex<crate::kernel::KernelCache>,
     /// The crate's own pipelines (the fill kernel), made on first use.
@@ -214,6 +217,7 @@ impl Device {
             memory_budget: enabled.memory_budget,
             pipeline_cache,
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
+            buffer_cache: Mutex::new(BufferCache::new(cache_limit(&adapter))),
             internal_pipelines: Mutex::new(Vec::new()),
             kernels: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
@@ -257,6 +261,28 @@ impl Device {
     /// The allocator, locked. A leaf lock: nothing else is locked while it is held.
     pub(crate) fn allocator(&self) -> MutexGuard<'_, Allocator> {
         self.allocator.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The cache of retired buffers, locked. Lock it only on its own (never
+    /// with the allocator's lock held).
+    pub(crate) fn buffer_cache(&self) -> MutexGuard<'_, BufferCache> {
+        self.buffer_cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Frees a buffer whose last use has passed, or keeps it for reuse.
+    pub(crate) fn retire_buffer(&self, raw: RawBuffer) {
+        let refused = self.buffer_cache().put(raw);
+        if let Some(raw) = refused {
+            raw.destroy(self);
+        }
+    }
+
+    /// Frees every buffer the cache keeps for reuse.
+    pub(crate) fn release_cached_buffers(&self) {
+        let cached = self.buffer_cache().drain();
+        for raw in cached {
+            raw.destroy(self);
+        }
     }
 
     /// A queue for a new stream: each stream its own while there are enough.
@@ -314,8 +340,14 @@ impl Device {
     }
 }
 
+/// The bytes of retired buffers a device keeps for reuse: a quarter of its
+/// device-local memory, at most 512 MiB.
+fn cache_limit(adapter: &Adapter) -> u64 {
+    (adapter.info.memory_bytes / 4).min(512 << 20)
+}
+
 /// What a block of memory is for; each use has its own memory-type preferences.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum MemoryUsage {
     /// Device buffers: device-local.
     Device,
@@ -378,6 +410,7 @@ impl Drop for Device {
             let _ = self.raw.device_wait_idle();
             self.raw.destroy_pipeline_cache(self.pipeline_cache, None);
         }
+        self.release_cached_buffers();
         let pipelines = std::mem::take(
             self.internal_pipelines
                 .get_mut()
