@@ -317,17 +317,142 @@ impl<T: Pod, const N: usize> CopySource<T> for [T; N] {
     }
 }
 
-impl<T> sealed::Sealed for DeviceBuffer<T> {}
-impl<T: Pod> CopySource<T> for DeviceBuffer<T> {
-    fn source(&self) -> Source<'_> {
-        Source::View(&self.view)
-    }
+/// The methods `DeviceBuffer` and `HostBuffer` share: both are a typed view
+/// (`view`, `len`) of buffer memory, and differ only in the memory's kind and
+/// in how the host reaches it.
+macro_rules! typed_buffer {
+    ($name:ident, $label:literal) => {
+        impl<T> Clone for $name<T> {
+            fn clone(&self) -> Self {
+                $name {
+                    view: self.view.clone(),
+                    len: self.len,
+                    _element: std::marker::PhantomData,
+                }
+            }
+        }
+
+        impl<T> $crate::buffer::Sealed for $name<T> {}
+
+        impl<T: bytemuck::Pod> $crate::buffer::CopySource<T> for $name<T> {
+            fn source(&self) -> $crate::buffer::Source<'_> {
+                $crate::buffer::Source::View(&self.view)
+            }
+        }
+
+        impl<T: bytemuck::Pod> $crate::buffer::CopyDestination<T> for $name<T> {
+            fn destination(&self) -> &$crate::buffer::View {
+                &self.view
+            }
+        }
+
+        impl<T: bytemuck::Pod> $name<T> {
+            #[doc = concat!("The type's name for messages: `", $label, "[float32]`.")]
+            pub fn type_name() -> String {
+                format!(concat!($label, "[{}]"), $crate::buffer::dtype_name::<T>())
+            }
+
+            /// The number of elements.
+            pub fn len(&self) -> usize {
+                self.len
+            }
+
+            /// Whether the buffer has no elements.
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+
+            /// The size in bytes.
+            pub fn byte_len(&self) -> usize {
+                self.view.bytes as usize
+            }
+
+            /// The context that owns the buffer (whose stream runs its
+            /// `enqueue_*` calls and frees it).
+            pub fn context(&self) -> $crate::DeviceContext {
+                self.view.context()
+            }
+
+            /// Enqueues a copy into this buffer from `src`: a host slice,
+            /// vector or array (copied or staged before this returns, so it
+            /// can be reused at once), a device buffer or a host buffer.
+            /// Lengths must match.
+            pub fn enqueue_copy_from<S: $crate::CopySource<T> + ?Sized>(
+                &self,
+                src: &S,
+            ) -> $crate::Result<()> {
+                self.view
+                    .copy_from(concat!($label, "::enqueue_copy_from"), src.source())
+            }
+
+            /// Enqueues a copy of this buffer into a device or host buffer,
+            /// on this buffer's stream. Lengths must match.
+            pub fn enqueue_copy_to<D: $crate::CopyDestination<T> + ?Sized>(
+                &self,
+                dst: &D,
+            ) -> $crate::Result<()> {
+                self.view
+                    .copy_to(concat!($label, "::enqueue_copy_to"), dst.destination())
+            }
+
+            /// Enqueues a fill of every element with `value`.
+            pub fn enqueue_fill(&self, value: T) -> $crate::Result<()> {
+                self.view.fill(concat!($label, "::enqueue_fill"), &value)
+            }
+
+            /// A view of `len` elements of `U`, starting `offset` elements of
+            /// `U` into this buffer (both counted in `U`, as the seed does).
+            /// The view shares the memory and keeps it alive. Errors: the
+            /// range does not lie inside this buffer
+            /// ([`Error::OutOfRange`](crate::Error::OutOfRange)), or the byte
+            /// offset does not suit `U`'s alignment
+            /// ([`Error::Misaligned`](crate::Error::Misaligned)).
+            pub fn create_sub_buffer<U: bytemuck::Pod>(
+                &self,
+                offset: usize,
+                len: usize,
+            ) -> $crate::Result<$name<U>> {
+                let view = self.view.sub_view::<U>(
+                    concat!($label, "::create_sub_buffer"),
+                    Self::type_name,
+                    offset,
+                    len,
+                )?;
+                Ok($name {
+                    view,
+                    len,
+                    _element: std::marker::PhantomData,
+                })
+            }
+
+            /// Makes `ctx` the buffer's owner: its stream runs the buffer's
+            /// `enqueue_*` calls and frees the memory. `ctx` must be on the
+            /// same device ([`Error::DifferentDevice`](crate::Error::DifferentDevice)
+            /// otherwise). Applies to the memory, so to every clone and view of it.
+            pub fn reassign_ownership_to(&self, ctx: &$crate::DeviceContext) -> $crate::Result<()> {
+                self.view
+                    .reassign(concat!($label, "::reassign_ownership_to"), ctx)
+            }
+
+            /// This buffer as a kernel argument (bound as a storage buffer),
+            /// for [`DeviceContext::enqueue_function`](crate::DeviceContext::enqueue_function).
+            pub fn arg(&self) -> $crate::KernelArg<'_> {
+                $crate::KernelArg {
+                    view: &self.view,
+                    element_size: std::mem::size_of::<T>(),
+                    type_name: Self::type_name,
+                }
+            }
+
+            /// The `VkBuffer`, byte offset and byte size behind this buffer,
+            /// which keeps ownership of them.
+            pub fn raw(&self) -> $crate::RawBufferRef {
+                self.view.raw()
+            }
+        }
+    };
 }
-impl<T: Pod> CopyDestination<T> for DeviceBuffer<T> {
-    fn destination(&self) -> &View {
-        &self.view
-    }
-}
+pub(crate) use typed_buffer;
 
 /// The element type's name in the seed's vocabulary: `float32`, `uint8`,
 /// `bfloat16`..., or Rust's name for other types.
@@ -370,6 +495,12 @@ pub(crate) fn dtype_name<T>() -> String {
 /// let y = ctx.enqueue_create_buffer::<f32>(3)?;
 /// y.enqueue_copy_from(&x)?;
 /// assert_eq!(y.to_vec()?, [1.0, 2.0, 3.0]);
+///
+/// // A view of other elements over the same memory: bytes 5 and 6 of `words`.
+/// let words = ctx.enqueue_create_buffer::<u32>(4)?;
+/// words.enqueue_fill(0)?;
+/// words.create_sub_buffer::<u8>(5, 2)?.enqueue_fill(0xff)?;
+/// assert_eq!(words.to_vec()?, [0, 0x00ff_ff00, 0, 0]);
 /// # Ok(()) }
 /// ```
 pub struct DeviceBuffer<T> {
@@ -378,15 +509,7 @@ pub struct DeviceBuffer<T> {
     _element: PhantomData<fn() -> T>,
 }
 
-impl<T> Clone for DeviceBuffer<T> {
-    fn clone(&self) -> Self {
-        DeviceBuffer {
-            view: self.view.clone(),
-            len: self.len,
-            _element: PhantomData,
-        }
-    }
-}
+typed_buffer!(DeviceBuffer, "DeviceBuffer");
 
 impl<T: Pod> DeviceBuffer<T> {
     pub(crate) fn new(ctx: &DeviceContext, len: usize) -> Result<Self> {
@@ -396,46 +519,6 @@ impl<T: Pod> DeviceBuffer<T> {
             len,
             _element: PhantomData,
         })
-    }
-
-    /// The type's name for messages: `DeviceBuffer[float32]`.
-    pub fn type_name() -> String {
-        format!("DeviceBuffer[{}]", dtype_name::<T>())
-    }
-
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the buffer has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The size in bytes.
-    pub fn byte_len(&self) -> usize {
-        self.view.bytes as usize
-    }
-
-    /// The context that owns the buffer (whose stream frees it).
-    pub fn context(&self) -> DeviceContext {
-        self.view.context()
-    }
-
-    /// Enqueues a copy into this buffer from `src`: a host slice, vector or
-    /// array (copied or staged before this returns, so it can be reused at
-    /// once), or another buffer. Lengths must match.
-    pub fn enqueue_copy_from<S: CopySource<T> + ?Sized>(&self, src: &S) -> Result<()> {
-        self.view
-            .copy_from("DeviceBuffer::enqueue_copy_from", src.source())
-    }
-
-    /// Enqueues a copy of this buffer into `dst`, on this buffer's stream.
-    /// Lengths must match.
-    pub fn enqueue_copy_to<D: CopyDestination<T> + ?Sized>(&self, dst: &D) -> Result<()> {
-        self.view
-            .copy_to("DeviceBuffer::enqueue_copy_to", dst.destination())
     }
 
     /// Copies the buffer into `dst` (of the same length), waiting for the
@@ -451,70 +534,10 @@ impl<T: Pod> DeviceBuffer<T> {
         self.view.to_vec("DeviceBuffer::to_vec")
     }
 
-    /// Enqueues a fill of every element with `value`.
-    pub fn enqueue_fill(&self, value: T) -> Result<()> {
-        self.view.fill("DeviceBuffer::enqueue_fill", &value)
-    }
-
-    /// The `VkBuffer`, byte offset and byte size behind this buffer, which
-    /// keeps ownership of them.
-    pub fn raw(&self) -> RawBufferRef {
-        self.view.raw()
-    }
-
-    /// This buffer as a kernel argument, for
-    /// [`DeviceContext::enqueue_function`](crate::DeviceContext::enqueue_function).
-    pub fn arg(&self) -> crate::KernelArg<'_> {
-        crate::KernelArg {
-            view: &self.view,
-            element_size: size_of::<T>(),
-            type_name: Self::type_name,
-        }
-    }
-
     /// The device address of the first element, where the device supports
     /// buffer device addresses (`None` otherwise, and for empty buffers).
     pub fn device_address(&self) -> Option<u64> {
         self.view.device_address()
-    }
-
-    /// A view of `len` elements of `U`, starting `offset` elements of `U`
-    /// into this buffer (both counted in `U`, as the seed does). The view
-    /// shares the memory and keeps it alive. Errors: the range does not lie
-    /// inside this buffer ([`Error::OutOfRange`]), or the byte offset does
-    /// not suit `U`'s alignment ([`Error::Misaligned`]).
-    ///
-    /// ```
-    /// # fn main() -> vkcompute::Result<()> {
-    /// let ctx = vkcompute::DeviceContext::new()?;
-    /// let words = ctx.enqueue_create_buffer::<u32>(4)?;
-    /// words.enqueue_fill(0)?;
-    /// let bytes = words.create_sub_buffer::<u8>(5, 2)?; // bytes 5 and 6
-    /// bytes.enqueue_fill(0xff)?;
-    /// assert_eq!(words.to_vec()?, [0, 0x00ff_ff00, 0, 0]);
-    /// # Ok(()) }
-    /// ```
-    pub fn create_sub_buffer<U: Pod>(&self, offset: usize, len: usize) -> Result<DeviceBuffer<U>> {
-        let view = self.view.sub_view::<U>(
-            "DeviceBuffer::create_sub_buffer",
-            Self::type_name,
-            offset,
-            len,
-        )?;
-        Ok(DeviceBuffer {
-            view,
-            len,
-            _element: PhantomData,
-        })
-    }
-
-    /// Makes `ctx` the buffer's owner: its stream runs the buffer's
-    /// `enqueue_*` calls and frees the memory. `ctx` must be on the same
-    /// device ([`Error::DifferentDevice`] otherwise). Applies to the memory,
-    /// so to every clone and view of it.
-    pub fn reassign_ownership_to(&self, ctx: &DeviceContext) -> Result<()> {
-        self.view
-            .reassign("DeviceBuffer::reassign_ownership_to", ctx)
     }
 
     /// Hands the buffer and its memory to the caller, once the work that

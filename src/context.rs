@@ -2,6 +2,7 @@
 //! buffer method is built from (record a command, upload, download, copy,
 //! fill, wait).
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
@@ -11,6 +12,7 @@ use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::hazard::Access;
 use crate::resource::BufferMemory;
+use crate::staging::StagingBlock;
 use crate::stream::{Garbage, Stream};
 use crate::timeline::Timeline;
 use crate::vk::{
@@ -18,9 +20,12 @@ use crate::vk::{
     ValidationMessage,
 };
 
-/// Uploads and downloads are split into pieces of at most this many bytes,
-/// so that staging buffers stay a reasonable size.
-pub(crate) const TRANSFER_CHUNK: u64 = 64 << 20;
+/// Staged uploads and downloads are split into pieces of at most this many
+/// bytes: staging buffers stay a reasonable size, and the host copies one
+/// piece while the device copies another.
+pub(crate) const TRANSFER_CHUNK: u64 = 8 << 20;
+/// Staged download pieces in flight at once.
+const DOWNLOAD_WINDOW: usize = 3;
 
 /// How to open a [`DeviceContext`]. Each setting left alone takes its
 /// environment variable's value, or else the default.
@@ -321,10 +326,16 @@ impl ContextShared {
                 return Ok(());
             }
         }
-        for (start, chunk) in (0..)
+        for (i, (start, chunk)) in (0..)
             .step_by(TRANSFER_CHUNK as usize)
             .zip(bytes.chunks(TRANSFER_CHUNK as usize))
+            .enumerate()
         {
+            if i > 0 {
+                // Submit the chunk staged before, so that the device copies
+                // it while the host stages this one.
+                self.flush()?;
+            }
             let access = BufferAccess {
                 memory: dst,
                 offset: offset + start,
@@ -378,59 +389,90 @@ impl ContextShared {
                 return Ok(());
             }
         }
-        let device = &self.device;
-        for (start, chunk) in (0..)
-            .step_by(TRANSFER_CHUNK as usize)
-            .zip(out.chunks_mut(TRANSFER_CHUNK as usize))
-        {
-            let len = chunk.len() as u64;
-            let block = self.lock().readback.acquire(device, len)?;
-            let access = BufferAccess {
-                memory: src,
-                offset: offset + start,
-                len,
-                write: false,
-            };
-            let recorded = self.record(op, &[access], |stream, cmd| {
-                let region = vk::BufferCopy {
-                    src_offset: offset + start,
-                    dst_offset: 0,
-                    size: len,
-                };
-                // SAFETY: `cmd` is recording; both ranges lie in their buffers.
-                unsafe {
-                    stream.device().raw.cmd_copy_buffer(
-                        cmd,
-                        src.handle(),
-                        block.raw.buffer,
-                        &[region],
-                    )
-                };
-                Ok(stream.pending_value())
-            });
-            let value = match recorded {
-                Ok(v) => v,
-                Err(e) => {
-                    self.lock().readback.recycle(device, [block]);
-                    return Err(e);
+        // Chunks through readback staging, a few in flight: the host copies
+        // chunk i out while the device copies chunk i + 1 in.
+        let mut in_flight: VecDeque<(StagingBlock, u64, usize)> = VecDeque::new();
+        let mut chunks = (0..out.len()).step_by(TRANSFER_CHUNK as usize);
+        // (`out` is written below; the closure only needs its length.)
+        let total = out.len();
+        let piece = |start: usize| (total - start).min(TRANSFER_CHUNK as usize);
+        let result = 'pieces: loop {
+            while in_flight.len() < DOWNLOAD_WINDOW {
+                let Some(start) = chunks.next() else { break };
+                match self.stage_readback(op, src, offset + start as u64, piece(start)) {
+                    Ok((block, value)) => in_flight.push_back((block, value, start)),
+                    Err(e) => break 'pieces Err(e),
                 }
+                if let Err(e) = self.flush() {
+                    break 'pieces Err(e);
+                }
+            }
+            let Some((block, value, start)) = in_flight.pop_front() else {
+                break Ok(());
             };
             if let Err(e) = self.timeline.wait(value) {
-                // The copy may still be running: free the block only after it.
-                let raw = self.lock().readback.forget(block);
-                self.defer_free(Garbage {
-                    raw,
-                    pending: vec![(self.timeline.clone(), value)],
-                });
-                return Err(e);
+                in_flight.push_front((block, value, start));
+                break Err(e);
             }
+            let len = piece(start);
             // SAFETY: the copy into the block completed (the wait above), and
             // the batch's final barrier made it visible to the host; the
             // block is coherent memory of at least `len` bytes.
-            unsafe { std::ptr::copy_nonoverlapping(block.ptr(), chunk.as_mut_ptr(), chunk.len()) };
-            self.lock().readback.recycle(device, [block]);
+            unsafe { std::ptr::copy_nonoverlapping(block.ptr(), out[start..].as_mut_ptr(), len) };
+            self.lock().readback.recycle(&self.device, [block]);
+        };
+        // After an error: blocks the device may still copy into are freed
+        // once it is done with them.
+        for (block, value, _) in in_flight {
+            let raw = self.lock().readback.forget(block);
+            self.defer_free(Garbage {
+                raw,
+                pending: vec![(self.timeline.clone(), value)],
+            });
         }
-        Ok(())
+        result
+    }
+
+    /// Records a copy of `len` bytes of `src` at `offset` into a readback
+    /// block: the block and the timeline value after which it holds them.
+    fn stage_readback(
+        &self,
+        op: &'static str,
+        src: &Arc<BufferMemory>,
+        offset: u64,
+        len: usize,
+    ) -> Result<(StagingBlock, u64)> {
+        let device = &self.device;
+        let len = len as u64;
+        let block = self.lock().readback.acquire(device, len)?;
+        let access = BufferAccess {
+            memory: src,
+            offset,
+            len,
+            write: false,
+        };
+        let recorded = self.record(op, &[access], |stream, cmd| {
+            let region = vk::BufferCopy {
+                src_offset: offset,
+                dst_offset: 0,
+                size: len,
+            };
+            // SAFETY: `cmd` is recording; both ranges lie in their buffers.
+            unsafe {
+                stream
+                    .device()
+                    .raw
+                    .cmd_copy_buffer(cmd, src.handle(), block.raw.buffer, &[region])
+            };
+            Ok(stream.pending_value())
+        });
+        match recorded {
+            Ok(value) => Ok((block, value)),
+            Err(e) => {
+                self.lock().readback.recycle(device, [block]);
+                Err(e)
+            }
+        }
     }
 
     /// Enqueues a copy of `len` bytes of `src` at byte `offset` to `dst`,

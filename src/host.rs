@@ -9,9 +9,7 @@ use std::ptr::NonNull;
 
 use bytemuck::Pod;
 
-use crate::buffer::{
-    dtype_name, CopyDestination, CopySource, DeviceBuffer, RawBufferRef, Source, View,
-};
+use crate::buffer::{DeviceBuffer, Source, View};
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::resource::HostAccess;
@@ -43,15 +41,7 @@ pub struct HostBuffer<T> {
     _element: PhantomData<fn() -> T>,
 }
 
-impl<T> Clone for HostBuffer<T> {
-    fn clone(&self) -> Self {
-        HostBuffer {
-            view: self.view.clone(),
-            len: self.len,
-            _element: PhantomData,
-        }
-    }
-}
+crate::buffer::typed_buffer!(HostBuffer, "HostBuffer");
 
 impl DeviceContext {
     /// A buffer of `len` elements of `T` in pinned host memory. Its contents
@@ -67,50 +57,6 @@ impl DeviceContext {
 }
 
 impl<T: Pod> HostBuffer<T> {
-    /// The type's name for messages: `HostBuffer[float32]`.
-    pub fn type_name() -> String {
-        format!("HostBuffer[{}]", dtype_name::<T>())
-    }
-
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the buffer has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The size in bytes.
-    pub fn byte_len(&self) -> usize {
-        self.view.bytes as usize
-    }
-
-    /// The context that owns the buffer.
-    pub fn context(&self) -> DeviceContext {
-        self.view.context()
-    }
-
-    /// Enqueues a copy into this buffer from a host slice, a device buffer
-    /// or another host buffer. Lengths must match.
-    pub fn enqueue_copy_from<S: CopySource<T> + ?Sized>(&self, src: &S) -> Result<()> {
-        self.view
-            .copy_from("HostBuffer::enqueue_copy_from", src.source())
-    }
-
-    /// Enqueues a copy of this buffer into a device or host buffer, on this
-    /// buffer's stream. Lengths must match.
-    pub fn enqueue_copy_to<D: CopyDestination<T> + ?Sized>(&self, dst: &D) -> Result<()> {
-        self.view
-            .copy_to("HostBuffer::enqueue_copy_to", dst.destination())
-    }
-
-    /// Enqueues a fill of every element with `value`.
-    pub fn enqueue_fill(&self, value: T) -> Result<()> {
-        self.view.fill("HostBuffer::enqueue_fill", &value)
-    }
-
     /// The contents, for reading, once the pending device work that writes
     /// the buffer is done. Device work that writes the buffer cannot be
     /// enqueued while the slice lives ([`Error::BufferMapped`]).
@@ -144,53 +90,6 @@ impl<T: Pod> HostBuffer<T> {
     /// A copy of the contents, once the device work that writes them is done.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         Ok(self.as_slice()?.to_vec())
-    }
-
-    /// A view of `len` elements of `U` starting `offset` elements of `U`
-    /// into this buffer; see [`DeviceBuffer::create_sub_buffer`].
-    pub fn create_sub_buffer<U: Pod>(&self, offset: usize, len: usize) -> Result<HostBuffer<U>> {
-        let view = self.view.sub_view::<U>(
-            "HostBuffer::create_sub_buffer",
-            Self::type_name,
-            offset,
-            len,
-        )?;
-        Ok(HostBuffer {
-            view,
-            len,
-            _element: PhantomData,
-        })
-    }
-
-    /// Makes `ctx` (on the same device) the buffer's owner.
-    pub fn reassign_ownership_to(&self, ctx: &DeviceContext) -> Result<()> {
-        self.view.reassign("HostBuffer::reassign_ownership_to", ctx)
-    }
-
-    /// This buffer as a kernel argument (bound as a storage buffer).
-    pub fn arg(&self) -> crate::KernelArg<'_> {
-        crate::KernelArg {
-            view: &self.view,
-            element_size: size_of::<T>(),
-            type_name: Self::type_name,
-        }
-    }
-
-    /// The `VkBuffer`, byte offset and byte size behind this buffer.
-    pub fn raw(&self) -> RawBufferRef {
-        self.view.raw()
-    }
-}
-
-impl<T> crate::buffer::Sealed for HostBuffer<T> {}
-impl<T: Pod> CopySource<T> for HostBuffer<T> {
-    fn source(&self) -> Source<'_> {
-        Source::View(&self.view)
-    }
-}
-impl<T: Pod> CopyDestination<T> for HostBuffer<T> {
-    fn destination(&self) -> &View {
-        &self.view
     }
 }
 

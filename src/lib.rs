@@ -34,6 +34,10 @@ mod memory;
 mod pipeline;
 mod reflect;
 mod resource;
+mod spirv_val;
+// Linked for its native library (SPIRV-Tools inside shaderc), which
+// `spirv_val` calls; no Rust item of the crate is used.
+extern crate shaderc_sys;
 mod staging;
 mod stream;
 mod timeline;

@@ -254,6 +254,8 @@ impl Stream {
     /// Submits the open batch, if any, signalling its timeline value.
     pub(crate) fn flush(&mut self) -> Result<()> {
         let Some(mut batch) = self.batch.take() else {
+            // Nothing to submit; still reclaim, as every flush does.
+            self.reclaim()?;
             return self.failed.take().map_or(Ok(()), Err);
         };
         batch.staging = self.upload.take_for_batch();
@@ -320,6 +322,9 @@ impl Stream {
     /// Gives back everything held by batches that have completed, and frees
     /// garbage whose last use has passed.
     pub(crate) fn reclaim(&mut self) -> Result<()> {
+        if self.in_flight.is_empty() && self.garbage.is_empty() {
+            return Ok(());
+        }
         let completed = self.timeline.query()?;
         while self.in_flight.front().is_some_and(|b| b.value <= completed) {
             let batch = self.in_flight.pop_front().expect("checked above");

@@ -96,11 +96,11 @@ impl Timeline {
     /// Waits on the host until `value` is reached, submitting it first if
     /// needed. Must not be called with that stream's lock held.
     pub(crate) fn wait(&self, value: u64) -> Result<()> {
-        if self.completed.load(Ordering::Acquire) >= value {
-            return Ok(());
+        if self.completed.load(Ordering::Acquire) < value {
+            self.ensure_submitted(value)?;
+            self.wait_submitted(value)?;
         }
-        self.ensure_submitted(value)?;
-        self.wait_submitted(value)?;
+        // Every wait reclaims, even one that found the value reached.
         if let Some(context) = self.context.upgrade() {
             context.reclaim()?;
         }

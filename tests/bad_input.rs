@@ -48,6 +48,23 @@ macro_rules! row {
     };
 }
 
+/// `words` with the width of its first `OpTypeFloat` set to 13 bits: every
+/// instruction keeps its length, so only a real validator notices.
+fn corrupt_float_width(words: &[u32]) -> Vec<u32> {
+    const OP_TYPE_FLOAT: u32 = 22;
+    let mut out = words.to_vec();
+    let mut at = 5;
+    while at < out.len() {
+        let (count, opcode) = ((out[at] >> 16) as usize, out[at] & 0xffff);
+        if opcode == OP_TYPE_FLOAT {
+            out[at + 2] = 13;
+            return out;
+        }
+        at += count.max(1);
+    }
+    panic!("the module has no OpTypeFloat");
+}
+
 fn rows() -> Vec<Row> {
     vec![
         row!(
@@ -367,6 +384,13 @@ fn rows() -> Vec<Row> {
             |e| Kernel::new(&e.ctx, &shaders::SAXPY[..shaders::SAXPY.len() / 2], "main").map(drop),
             Error::InvalidSpirv { .. },
             "truncated"
+        ),
+        row!(
+            "Kernel::new",
+            "well-formed but invalid (a float of 13 bits)",
+            |e| Kernel::new(&e.ctx, &corrupt_float_width(shaders::SAXPY), "main").map(drop),
+            Error::InvalidSpirv { .. },
+            "13"
         ),
         row!(
             "Kernel::new",
