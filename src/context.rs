@@ -257,6 +257,27 @@ impl ContextShared {
         accesses: &[BufferAccess<'_>],
         body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
     ) -> Result<R> {
+        self.record_command(op, accesses, false, body)
+    }
+
+    /// [`record`](Self::record) for a copy: `body` gives its regions with
+    /// `Stream::push_copy`, which merges copies between the same buffers.
+    pub(crate) fn record_copy<R>(
+        &self,
+        op: &'static str,
+        accesses: &[BufferAccess<'_>],
+        body: impl FnOnce(&mut Stream) -> Result<R>,
+    ) -> Result<R> {
+        self.record_command(op, accesses, true, |stream, _| body(stream))
+    }
+
+    fn record_command<R>(
+        &self,
+        op: &'static str,
+        accesses: &[BufferAccess<'_>],
+        copy: bool,
+        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
+    ) -> Result<R> {
         let mut waits = Vec::new();
         for a in accesses {
             if a.memory.device.id != self.device.id {
@@ -289,7 +310,7 @@ impl ContextShared {
             &large
         };
         let mut stream = self.lock();
-        let cmd = stream.command(hazards, waits)?;
+        let cmd = stream.command(hazards, waits, copy)?;
         // Note the uses before recording: a host borrow that starts from now
         // on sees them and waits, and one that already started fails this.
         let value = stream.pending_value();
@@ -342,7 +363,7 @@ impl ContextShared {
                 len: chunk.len() as u64,
                 write: true,
             };
-            self.record(op, &[access], |stream, cmd| {
+            self.record_copy(op, &[access], |stream| {
                 let slice = stream.stage_upload(chunk.len() as u64)?;
                 // SAFETY: the staging slice has room for `chunk.len()` bytes
                 // and no device work uses it yet.
@@ -352,13 +373,7 @@ impl ContextShared {
                     dst_offset: offset + start,
                     size: chunk.len() as u64,
                 };
-                // SAFETY: `cmd` is recording; both ranges lie in their buffers.
-                unsafe {
-                    stream
-                        .device()
-                        .raw
-                        .cmd_copy_buffer(cmd, slice.buffer, dst.handle(), &[region])
-                };
+                stream.push_copy(slice.buffer, dst.handle(), &[region]);
                 Ok(())
             })?;
         }
@@ -451,19 +466,13 @@ impl ContextShared {
             len,
             write: false,
         };
-        let recorded = self.record(op, &[access], |stream, cmd| {
+        let recorded = self.record_copy(op, &[access], |stream| {
             let region = vk::BufferCopy {
                 src_offset: offset,
                 dst_offset: 0,
                 size: len,
             };
-            // SAFETY: `cmd` is recording; both ranges lie in their buffers.
-            unsafe {
-                stream
-                    .device()
-                    .raw
-                    .cmd_copy_buffer(cmd, src.handle(), block.raw.buffer, &[region])
-            };
+            stream.push_copy(src.handle(), block.raw.buffer, &[region]);
             Ok(stream.pending_value())
         });
         match recorded {
@@ -509,19 +518,13 @@ impl ContextShared {
         };
         let (buffer, block_ptr) = (block.raw.buffer, block.ptr() as usize);
         let mut block = Some(block);
-        let recorded = self.record(op, &[access], |stream, cmd| {
+        let recorded = self.record_copy(op, &[access], |stream| {
             let region = vk::BufferCopy {
                 src_offset: offset,
                 dst_offset: 0,
                 size: len,
             };
-            // SAFETY: `cmd` is recording; both ranges lie in their buffers.
-            unsafe {
-                stream
-                    .device()
-                    .raw
-                    .cmd_copy_buffer(cmd, src.handle(), buffer, &[region])
-            };
+            stream.push_copy(src.handle(), buffer, &[region]);
             let block = block.take().expect("recorded once");
             let dst = Destination(dst);
             stream.on_complete(Box::new(move |stream: &mut Stream| {
@@ -576,20 +579,14 @@ impl ContextShared {
                 write: true,
             },
         ];
-        self.record(op, &accesses, |stream, cmd| {
+        // Both ranges lie in their buffers and do not overlap (checked above).
+        self.record_copy(op, &accesses, |stream| {
             let region = vk::BufferCopy {
                 src_offset,
                 dst_offset,
                 size: len,
             };
-            // SAFETY: `cmd` is recording; both ranges lie in their buffers and
-            // do not overlap.
-            unsafe {
-                stream
-                    .device()
-                    .raw
-                    .cmd_copy_buffer(cmd, src.handle(), dst.handle(), &[region])
-            };
+            stream.push_copy(src.handle(), dst.handle(), &[region]);
             Ok(())
         })
     }
@@ -698,7 +695,7 @@ impl DeviceContext {
         }
         self.shared
             .lock()
-            .command(&[], vec![(other.shared.timeline.clone(), value)])
+            .command(&[], vec![(other.shared.timeline.clone(), value)], false)
             .map(drop)
     }
 

@@ -223,7 +223,7 @@ impl ContextShared {
             }
             FillPlan::Tiles => {
                 let tile = tile_len(len, element.len() as u64);
-                self.record(op, &[write(offset, len)], |stream, cmd| {
+                self.record_copy(op, &[write(offset, len)], |stream| {
                     let slice = stream.stage_upload(tile)?;
                     // SAFETY: the slice has room for `tile` bytes and no device
                     // work uses it yet.
@@ -240,15 +240,8 @@ impl ContextShared {
                             size: tile.min(len - at),
                         })
                         .collect();
-                    // SAFETY: `cmd` is recording; every region lies in its buffer.
-                    unsafe {
-                        stream.device().raw.cmd_copy_buffer(
-                            cmd,
-                            slice.buffer,
-                            dst.handle(),
-                            &regions,
-                        )
-                    };
+                    // Every region lies in its buffer.
+                    stream.push_copy(slice.buffer, dst.handle(), &regions);
                     Ok(())
                 })
             }

@@ -50,6 +50,13 @@ impl Garbage {
     }
 }
 
+/// A copy being recorded: more regions between the same buffers may join it.
+struct PendingCopy {
+    src: vk::Buffer,
+    dst: vk::Buffer,
+    regions: Vec<vk::BufferCopy>,
+}
+
 /// The commands recorded since the last submission.
 struct Batch {
     cmd: vk::CommandBuffer,
@@ -89,6 +96,10 @@ pub(crate) struct Stream {
     recorded: u64,
     /// Bytes of buffers in `garbage`.
     garbage_bytes: u64,
+    /// The copy being merged (part of the open batch, not yet recorded).
+    pending_copy: Option<PendingCopy>,
+    /// An empty vector with capacity, for the next merged copy's regions.
+    spare_regions: Vec<vk::BufferCopy>,
 }
 
 impl Stream {
@@ -120,6 +131,8 @@ impl Stream {
             failed: None,
             recorded: 0,
             garbage_bytes: 0,
+            pending_copy: None,
+            spare_regions: Vec::new(),
         }
     }
 
@@ -135,11 +148,15 @@ impl Stream {
     /// Starts a command that makes `accesses`, after waiting (on the device)
     /// for `waits` of other streams: opens a batch if none is open, and
     /// records a barrier first if the command depends on an earlier one of
-    /// the batch. Returns the command buffer to record into.
+    /// the batch. Returns the command buffer to record into. A copy
+    /// (`copy: true`) is then given with [`push_copy`](Self::push_copy),
+    /// which may merge it into the copy before it; any other command is
+    /// recorded into the returned buffer directly.
     pub(crate) fn command(
         &mut self,
         accesses: &[Access],
         waits: Vec<(Arc<Timeline>, u64)>,
+        copy: bool,
     ) -> Result<vk::CommandBuffer> {
         if let Some(e) = self.failed.take() {
             return Err(e);
@@ -158,19 +175,69 @@ impl Stream {
                 None => batch.waits.push((timeline, value)),
             }
         }
-        if self.hazards.conflicts(accesses) {
+        let cmd = batch.cmd;
+        let conflict = self.hazards.conflicts(accesses);
+        if conflict || !copy {
+            self.emit_copy();
+        }
+        if conflict {
             barrier(
                 &self.device,
-                batch.cmd,
+                cmd,
                 (STAGES, WRITES),
                 (STAGES, READS_AND_WRITES),
             );
             self.hazards.clear();
         }
         self.hazards.record(accesses);
-        batch.commands += 1;
+        if let Some(batch) = &mut self.batch {
+            batch.commands += 1;
+        }
         self.recorded += 1;
-        Ok(batch.cmd)
+        Ok(cmd)
+    }
+
+    /// Records a copy of `regions` from `src` to `dst`, after
+    /// [`command`](Self::command) with `copy: true`. Copies between the same
+    /// two buffers with nothing between them become one `vkCmdCopyBuffer`
+    /// with several regions (they are independent: `command` separated any
+    /// that depend on each other with a barrier, which ends the merging).
+    pub(crate) fn push_copy(
+        &mut self,
+        src: vk::Buffer,
+        dst: vk::Buffer,
+        regions: &[vk::BufferCopy],
+    ) {
+        match &mut self.pending_copy {
+            Some(p) if p.src == src && p.dst == dst => p.regions.extend_from_slice(regions),
+            _ => {
+                self.emit_copy();
+                let mut merged = std::mem::take(&mut self.spare_regions);
+                merged.extend_from_slice(regions);
+                self.pending_copy = Some(PendingCopy {
+                    src,
+                    dst,
+                    regions: merged,
+                });
+            }
+        }
+    }
+
+    /// Records the copy being merged, if any.
+    fn emit_copy(&mut self) {
+        let (Some(copy), Some(batch)) = (self.pending_copy.take(), &self.batch) else {
+            return;
+        };
+        // SAFETY: the batch's command buffer is recording; every region was
+        // checked against both buffers by the caller of `push_copy`.
+        unsafe {
+            self.device
+                .raw
+                .cmd_copy_buffer(batch.cmd, copy.src, copy.dst, &copy.regions)
+        };
+        let mut regions = copy.regions;
+        regions.clear();
+        self.spare_regions = regions;
     }
 
     /// Room in a staging buffer for an upload recorded into the open batch.
@@ -253,6 +320,7 @@ impl Stream {
 
     /// Submits the open batch, if any, signalling its timeline value.
     pub(crate) fn flush(&mut self) -> Result<()> {
+        self.emit_copy();
         let Some(mut batch) = self.batch.take() else {
             // Nothing to submit; still reclaim, as every flush does.
             self.reclaim()?;
