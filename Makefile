@@ -8,6 +8,11 @@ CARGO := ./scripts/cargo.sh
 # Any validation message aborts examples and doctests run by `make test`;
 # the integration tests check their own messages through the harness.
 STRICT := VKCOMPUTE_VALIDATION=abort
+# One test at a time within each test binary: the Khronos validation layer
+# of Debian 12 (1.3.239) can crash when one thread creates a device while
+# another records commands on a different one (a race inside the layer,
+# seen in tests/model.rs under load; not a rule vkcompute breaks).
+SERIAL := RUST_TEST_THREADS=1
 
 .PHONY: all setup demo test check lint unit bench bench-quick clean
 
@@ -24,7 +29,7 @@ lint: setup
 	$(CARGO) clippy --all-targets --all-features -- -D warnings
 
 unit: setup
-	$(STRICT) $(CARGO) test --all-features
+	$(STRICT) $(SERIAL) $(CARGO) test --all-features
 
 EXAMPLES := quickstart tour saxpy reduce embedding
 
