@@ -19,7 +19,9 @@
 //! `saxpy_raw` and `dispatch_raw` dispatch the same kernels through a
 //! minimal hand-written `ash` sequence (a command buffer recorded once, one
 //! submit and one fence wait per repetition): the floor the runtime's own
-//! overhead is measured against. `increment` is `map_rw`'s loop alone, on a
+//! overhead is measured against (in a full run `saxpy` and `saxpy_raw`
+//! alternate their repetitions over the same buffers, so that neither gains
+//! from drift in llvmpipe's speed). `increment` is `map_rw`'s loop alone, on a
 //! 1 MiB `Vec<u32>` in host memory: the floor of `map_rw`. These three
 //! cases are additions to BENCH.md's list.
 
@@ -149,6 +151,17 @@ fn run(options: &Options) -> BenchResult<()> {
         if options.case.as_deref().is_some_and(|c| c != case) {
             continue;
         }
+        // In a full run `saxpy` times both saxpy cases, alternating their
+        // repetitions, so that drift in the device's speed and the
+        // placement of the buffers do not favour either.
+        if case == "saxpy_raw" && options.case.is_none() {
+            continue;
+        }
+        let case = if case == "saxpy" && options.case.is_none() {
+            "saxpy_pair"
+        } else {
+            case
+        };
         bench.run_case(case)?;
     }
     ctx.synchronize()?;
@@ -208,8 +221,9 @@ impl Bench<'_> {
             "fill" => SIZES.iter().try_for_each(|&s| self.fill(s)),
             "small_ops" => self.small_ops(),
             "roundtrip" => self.roundtrip(),
-            "saxpy" => self.saxpy(false),
-            "saxpy_raw" => self.saxpy(true),
+            "saxpy" => self.saxpy(true, false),
+            "saxpy_raw" => self.saxpy(false, true),
+            "saxpy_pair" => self.saxpy(true, true),
             "dispatch" => self.dispatch(),
             "dispatch_raw" => self.dispatch_raw(),
             "increment" => self.increment(),
@@ -261,24 +275,46 @@ impl Bench<'_> {
             f()?;
             times.push(t0.elapsed().as_secs_f64());
         }
-        times.sort_by(f64::total_cmp);
-        let n = times.len();
-        if n == 0 {
-            return Err("no repetitions".into());
-        }
-        let median = if n % 2 == 1 {
-            times[n / 2]
-        } else {
-            (times[n / 2 - 1] + times[n / 2]) / 2.0
-        };
-        Ok(Timing {
-            reps: n,
-            median,
-            min: times[0],
-            max: times[n - 1],
-        })
+        summarize(times)
     }
 
+    /// Like [`time`](Self::time) for two cases at once: warm-ups of both,
+    /// then their repetitions in turn (a, b, a, b...).
+    #[allow(clippy::too_many_arguments)]
+    fn time_pair(
+        &self,
+        cases: [&str; 2],
+        bytes: usize,
+        warmups: usize,
+        reps: usize,
+        mut a: impl FnMut() -> BenchResult<()>,
+        mut b: impl FnMut() -> BenchResult<()>,
+    ) -> BenchResult<(Timing, Timing)> {
+        eprintln!(
+            "bench: [{:7.1} s] {} and {} {}, alternating: {warmups} warm-up + {reps} timed each",
+            self.start.elapsed().as_secs_f64(),
+            cases[0],
+            cases[1],
+            human_size(bytes as u64),
+        );
+        for _ in 0..warmups {
+            a()?;
+            b()?;
+        }
+        let (mut ta, mut tb) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
+        for _ in 0..reps {
+            let t0 = Instant::now();
+            a()?;
+            ta.push(t0.elapsed().as_secs_f64());
+            let t0 = Instant::now();
+            b()?;
+            tb.push(t0.elapsed().as_secs_f64());
+        }
+        Ok((summarize(ta)?, summarize(tb)?))
+    }
+}
+
+impl Bench<'_> {
     fn header(&self) {
         if self.json {
             return;
@@ -518,12 +554,12 @@ impl Bench<'_> {
         Ok(())
     }
 
-    /// `y = a * x + y` over 16 Mi floats, through the runtime or (`raw`)
-    /// through a hand-written `ash` dispatch of the same kernel.
-    fn saxpy(&self, raw: bool) -> BenchResult<()> {
+    /// `y = a * x + y` over 16 Mi floats: through the runtime (`runtime`),
+    /// by hand-written `ash` (`raw`), or both with their repetitions
+    /// alternating over the same buffers.
+    fn saxpy(&self, runtime: bool, raw: bool) -> BenchResult<()> {
         const N: u32 = 1 << 24;
         const A: f32 = 2.0;
-        let case = if raw { "saxpy_raw" } else { "saxpy" };
         let ctx = self.ctx;
         // Multiples of 0.5 and 0.25 small enough that every sum is exact,
         // with or without fused multiply-adds.
@@ -538,31 +574,55 @@ impl Bench<'_> {
         let grid = grid_2d(N.div_ceil(256), max_x);
         let reps = self.reps(20);
         let warmups = self.warmups(reps);
-        let t = if raw {
-            ctx.synchronize()?; // the runtime is idle from here on
-            let dispatch = RawDispatch::new(
+        let kernel = Kernel::new(ctx, vkcompute::shaders::SAXPY, "main")?;
+        check(
+            kernel.local_size() == [256, 1, 1],
+            "saxpy: the kernel does not have 256 invocations per workgroup",
+        )?;
+        // Each runtime repetition ends synchronized, so the runtime is idle
+        // whenever the raw dispatch submits.
+        let through_runtime = || -> BenchResult<()> {
+            ctx.enqueue_function(&kernel, grid, &[x.arg(), y.arg()], &push)?;
+            ctx.synchronize()?;
+            Ok(())
+        };
+        ctx.synchronize()?;
+        let dispatch = if raw {
+            Some(RawDispatch::new(
                 ctx,
                 vkcompute::shaders::SAXPY,
                 &[x.raw(), y.raw()],
                 bytemuck::bytes_of(&push),
                 [grid.0, grid.1, 1],
-            )?;
-            let t = self.time(case, N as usize * 4, warmups, reps, || dispatch.run())?;
-            drop(dispatch);
-            t
+            )?)
         } else {
-            let kernel = Kernel::new(ctx, vkcompute::shaders::SAXPY, "main")?;
-            check(
-                kernel.local_size() == [256, 1, 1],
-                "saxpy: the kernel does not have 256 invocations per workgroup",
-            )?;
-            self.time(case, N as usize * 4, warmups, reps, || {
-                ctx.enqueue_function(&kernel, grid, &[x.arg(), y.arg()], &push)?;
-                ctx.synchronize()?;
-                Ok(())
-            })?
+            None
         };
-        let runs = warmups + reps;
+        let by_hand = || dispatch.as_ref().map_or(Ok(()), RawDispatch::run);
+        let bytes = N as usize * 4;
+        let (t_runtime, t_raw) = match (runtime, raw) {
+            (true, true) => {
+                let (a, b) = self.time_pair(
+                    ["saxpy", "saxpy_raw"],
+                    bytes,
+                    warmups,
+                    reps,
+                    through_runtime,
+                    by_hand,
+                )?;
+                (Some(a), Some(b))
+            }
+            (true, false) => (
+                Some(self.time("saxpy", bytes, warmups, reps, through_runtime)?),
+                None,
+            ),
+            _ => (
+                None,
+                Some(self.time("saxpy_raw", bytes, warmups, reps, by_hand)?),
+            ),
+        };
+        drop(dispatch);
+        let runs = (warmups + reps) * (usize::from(runtime) + usize::from(raw));
         let got = y.to_vec()?;
         let wrong = (0..N as usize)
             .filter(|&i| {
@@ -575,14 +635,13 @@ impl Bench<'_> {
             .count();
         check(
             wrong == 0,
-            &format!("{case}: {wrong} of {N} elements are wrong after {runs} runs (grid {grid:?})"),
+            &format!("saxpy: {wrong} of {N} elements are wrong after {runs} runs (grid {grid:?})"),
         )?;
-        self.report(
-            case,
-            N as usize * 4,
-            &t,
-            Figure::GigabytesPerSecond(12.0 * N as f64),
-        );
+        for (case, t) in [("saxpy", t_runtime), ("saxpy_raw", t_raw)] {
+            if let Some(t) = t {
+                self.report(case, bytes, &t, Figure::GigabytesPerSecond(12.0 * N as f64));
+            }
+        }
         Ok(())
     }
 
@@ -1107,4 +1166,24 @@ fn json_number(v: f64) -> String {
     } else {
         "null".to_string()
     }
+}
+
+/// The median, min and max of `times`.
+fn summarize(mut times: Vec<f64>) -> BenchResult<Timing> {
+    times.sort_by(f64::total_cmp);
+    let n = times.len();
+    if n == 0 {
+        return Err("no repetitions".into());
+    }
+    let median = if n % 2 == 1 {
+        times[n / 2]
+    } else {
+        (times[n / 2 - 1] + times[n / 2]) / 2.0
+    };
+    Ok(Timing {
+        reps: n,
+        median,
+        min: times[0],
+        max: times[n - 1],
+    })
 }
