@@ -181,12 +181,7 @@ impl Stream {
             self.emit_copy();
         }
         if conflict {
-            barrier(
-                &self.device,
-                cmd,
-                (STAGES, WRITES),
-                (STAGES, READS_AND_WRITES),
-            );
+            dependency_barrier(&self.device, cmd);
             self.hazards.clear();
         }
         self.hazards.record(accesses);
@@ -297,12 +292,7 @@ impl Stream {
             return Err(Error::vk("vkBeginCommandBuffer", e));
         }
         // Order this batch after everything submitted before it on the queue.
-        barrier(
-            &self.device,
-            cmd,
-            (STAGES, WRITES),
-            (STAGES, READS_AND_WRITES),
-        );
+        dependency_barrier(&self.device, cmd);
         self.hazards.clear();
         self.batch = Some(Batch {
             cmd,
@@ -551,9 +541,15 @@ impl Drop for Stream {
     }
 }
 
+/// Records a barrier after which transfers and compute see everything
+/// earlier transfers and compute wrote (and may overwrite what they read).
+fn dependency_barrier(device: &Device, cmd: vk::CommandBuffer) {
+    barrier(device, cmd, (STAGES, WRITES), (STAGES, READS_AND_WRITES));
+}
+
 /// Records a global memory barrier from `src` to `dst` (stages, accesses),
 /// with synchronization2 where it is enabled.
-pub(crate) fn barrier(
+fn barrier(
     device: &Device,
     cmd: vk::CommandBuffer,
     src: (vk::PipelineStageFlags, vk::AccessFlags),
