@@ -508,41 +508,20 @@ impl ContextShared {
         // SAFETY: the caller of `download_later` guarantees the memory stays
         // valid and untouched until the completion runs, on whichever thread.
         unsafe impl Send for Destination {}
-        let device = &self.device;
-        let block = self.lock().readback.acquire(device, len)?;
-        let access = BufferAccess {
-            memory: src,
-            offset,
-            len,
-            write: false,
-        };
-        let (buffer, block_ptr) = (block.raw.buffer, block.ptr() as usize);
-        let mut block = Some(block);
-        let recorded = self.record_copy(op, &[access], |stream| {
-            let region = vk::BufferCopy {
-                src_offset: offset,
-                dst_offset: 0,
-                size: len,
-            };
-            stream.push_copy(src.handle(), buffer, &[region]);
-            let block = block.take().expect("recorded once");
-            let dst = Destination(dst);
-            stream.on_complete(Box::new(move |stream: &mut Stream| {
+        let (block, value) = self.stage_readback(op, src, offset, len as usize)?;
+        let dst = Destination(dst);
+        self.lock().on_complete(
+            value,
+            Box::new(move |stream: &mut Stream| {
                 let dst = dst;
                 // SAFETY: the copy into the block completed; the caller
                 // guarantees `dst` is valid for `len` bytes.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(block_ptr as *const u8, dst.0, len as usize)
-                };
+                unsafe { std::ptr::copy_nonoverlapping(block.ptr(), dst.0, len as usize) };
                 let device = stream.device().clone();
                 stream.readback.recycle(&device, [block]);
-            }));
-            Ok(())
-        });
-        if let Some(block) = block {
-            self.lock().readback.recycle(device, [block]);
-        }
-        recorded
+            }),
+        );
+        Ok(())
     }
 
     /// Copies `len` bytes from `src` at `src_offset` to `dst` at `dst_offset`.

@@ -251,11 +251,19 @@ impl Stream {
         }
     }
 
-    /// Runs `completion` once the open batch has completed (when the stream
-    /// reclaims it: on a later flush or wait).
-    pub(crate) fn on_complete(&mut self, completion: Completion) {
-        if let Some(batch) = &mut self.batch {
-            batch.completions.push(completion);
+    /// Runs `completion` once the batch that signals `value` has completed
+    /// (when the stream reclaims it: on a later flush or wait), or now if it
+    /// has been reclaimed already.
+    pub(crate) fn on_complete(&mut self, value: u64, completion: Completion) {
+        let pending = self
+            .batch
+            .iter_mut()
+            .chain(self.in_flight.iter_mut())
+            .find(|b| b.value == value);
+        match pending {
+            Some(batch) => batch.completions.push(completion),
+            // Retired already: the work is done.
+            None => completion(self),
         }
     }
 
