@@ -610,9 +610,10 @@ impl DeviceContext {
 
     /// Opens a device as `options` say.
     pub fn with_options(options: ContextOptions) -> Result<Self> {
-        let validation = setting(options.validation, "VKCOMPUTE_VALIDATION", false)
-            || (options.validation.is_none() && validation_aborts());
+        // `VKCOMPUTE_VALIDATION=abort` (only where the option is unset)
+        // turns validation on and makes any message fatal.
         let fatal = options.validation.is_none() && validation_aborts();
+        let validation = setting(options.validation, "VKCOMPUTE_VALIDATION", false) || fatal;
         let instance = Instance::new(validation, fatal)?;
         let adapter = Adapter::choose(&instance, options.resolved_device())?;
         let device = Device::new(
