@@ -217,6 +217,22 @@ pub enum Error {
         reason: String,
     },
 
+    /// Two arguments of a dispatch whose byte ranges overlap in one buffer
+    /// while the kernel writes at least one of them.
+    #[error(
+        "kernel `{kernel}`: arguments {first} and {second} overlap: {detail}; pass disjoint ranges"
+    )]
+    AliasedArguments {
+        /// The entry point.
+        kernel: String,
+        /// The first argument's index.
+        first: usize,
+        /// The second argument's index.
+        second: usize,
+        /// Their byte ranges in the shared buffer, and which the kernel writes.
+        detail: String,
+    },
+
     /// GLSL that did not compile (the compiler's message, with line numbers).
     #[error("GLSL compilation failed:\n{message}")]
     ShaderCompilation {

@@ -408,6 +408,38 @@ fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>> {
     Ok(words)
 }
 
+/// Refuses two arguments whose byte ranges overlap in one buffer where the
+/// kernel writes at least one of their bindings.
+fn check_aliasing(k: &KernelPipeline, args: &[KernelArg<'_>]) -> Result<()> {
+    let bindings = &k.interface.bindings;
+    let range = |arg: &KernelArg<'_>| arg.view.offset..arg.view.offset + arg.view.bytes;
+    for (first, (a, a_binding)) in args.iter().zip(bindings).enumerate() {
+        for (second, (b, b_binding)) in args.iter().zip(bindings).enumerate().skip(first + 1) {
+            if a_binding.read_only && b_binding.read_only {
+                continue;
+            }
+            let (ra, rb) = (range(a), range(b));
+            if Arc::ptr_eq(&a.view.memory, &b.view.memory) && ra.start < rb.end && rb.start < ra.end
+            {
+                let written = match (a_binding.read_only, b_binding.read_only) {
+                    (false, false) => "both".to_string(),
+                    (false, true) => format!("argument {first}"),
+                    _ => format!("argument {second}"),
+                };
+                return Err(Error::AliasedArguments {
+                    kernel: k.entry.clone(),
+                    first,
+                    second,
+                    detail: format!(
+                        "bytes {ra:?} and {rb:?} of one buffer, and the kernel writes {written}"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_header(words: &[u32]) -> Result<()> {
     reflect::check_structure(words).map_err(|reason| Error::InvalidSpirv { reason })
 }
@@ -421,7 +453,9 @@ impl DeviceContext {
     /// of buffers, each buffer's element size against the binding's array
     /// stride, binding size against `maxStorageBufferRange`, offset against
     /// `minStorageBufferOffsetAlignment`, the device of every buffer, the
-    /// push-constant size, and the grid against `maxComputeWorkGroupCount`.
+    /// push-constant size, the grid against `maxComputeWorkGroupCount`, and
+    /// that no two arguments overlap in one buffer where the kernel writes
+    /// either ([`Error::AliasedArguments`]; read-only aliases are fine).
     pub fn enqueue_function<P: Pod>(
         &self,
         kernel: &Kernel,
@@ -482,6 +516,7 @@ impl DeviceContext {
                 });
             }
         }
+        check_aliasing(k, args)?;
         let mut accesses = Vec::with_capacity(args.len());
         let mut infos = Vec::with_capacity(args.len());
         for (index, (arg, binding)) in args.iter().zip(bindings).enumerate() {
