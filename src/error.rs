@@ -217,6 +217,21 @@ pub enum Error {
         reason: String,
     },
 
+    /// A kernel that addresses memory through pointers, refused by the safe
+    /// API, which cannot bound where such a kernel reads and writes.
+    #[error(
+        "kernel `{kernel}` addresses memory through pointers ({found}); the safe API cannot bound \
+         what it touches: load it with the unsafe `KernelBuilder::allow_pointer_addressing` and \
+         dispatch it with the unsafe `DeviceContext::enqueue_function_with_addresses`"
+    )]
+    PointerAddressing {
+        /// The entry point.
+        kernel: String,
+        /// What was found: a capability, addressing model, storage class or
+        /// instruction, or that the kernel was loaded for pointer addressing.
+        found: String,
+    },
+
     /// Two arguments of a dispatch whose byte ranges overlap in one buffer
     /// while the kernel writes at least one of them.
     #[error(
