@@ -33,7 +33,16 @@ impl View {
         kind: &str,
     ) -> Result<Self> {
         let what = format!("{kind}[{}] of {len} elements", dtype_name::<T>());
+        check_element_size::<T>(&what)?;
         let bytes = Error::byte_size(&what, len, size_of::<T>())?;
+        // The memory is whole 32-bit words (see `BufferMemory::new`).
+        if bytes.checked_next_multiple_of(4).is_none() {
+            return Err(Error::SizeOverflow {
+                what,
+                len,
+                elem_size: size_of::<T>(),
+            });
+        }
         Ok(View {
             memory: BufferMemory::new(&ctx.shared, bytes, usage, &what)?,
             offset: 0,
@@ -146,6 +155,7 @@ impl View {
         offset: usize,
         len: usize,
     ) -> Result<View> {
+        check_element_size::<U>(op)?;
         let size = size_of::<U>();
         let out_of_range = || Error::OutOfRange {
             op,
@@ -201,6 +211,18 @@ impl View {
     }
 }
 
+/// Refuses element types of no size: a buffer of them could hold nothing,
+/// yet `len()` would count elements that no copy can carry.
+fn check_element_size<T>(what: &str) -> Result<()> {
+    if size_of::<T>() == 0 {
+        return Err(Error::ZeroSizedElement {
+            what: what.to_string(),
+            type_name: std::any::type_name::<T>(),
+        });
+    }
+    Ok(())
+}
+
 fn check_len(op: &'static str, dst_bytes: u64, src_bytes: u64) -> Result<()> {
     if dst_bytes != src_bytes {
         return Err(Error::LengthMismatch {
@@ -224,11 +246,15 @@ pub struct RawBufferRef {
 }
 
 /// A buffer and its memory handed over by [`DeviceBuffer::take_raw`]: the
-/// caller owns them and frees them with [`DeviceContext::free_raw`].
-#[must_use = "the memory leaks unless given to `DeviceContext::free_raw`"]
+/// caller owns them and frees them with [`free`](Self::free) (or
+/// [`DeviceContext::free_raw`]). It keeps its device alive, so it may
+/// outlive every context. Dropped without being freed, the buffer is freed
+/// when its device is destroyed (after the device is idle).
+#[must_use = "the memory stays allocated until the device goes unless freed with `free`"]
 pub struct OwnedRawBuffer {
-    raw: crate::memory::RawBuffer,
-    device_id: u64,
+    /// `Some` until freed or handed to the device.
+    raw: Option<crate::memory::RawBuffer>,
+    device: Arc<crate::vk::Device>,
     size: u64,
     device_address: Option<u64>,
 }
@@ -236,12 +262,14 @@ pub struct OwnedRawBuffer {
 impl OwnedRawBuffer {
     /// The buffer handle.
     pub fn buffer(&self) -> vk::Buffer {
-        self.raw.buffer
+        self.raw.as_ref().map_or(vk::Buffer::null(), |r| r.buffer)
     }
 
     /// The device memory the buffer is bound to, and the buffer's offset in it.
     pub fn memory(&self) -> (vk::DeviceMemory, u64) {
-        self.raw.memory()
+        self.raw
+            .as_ref()
+            .map_or((vk::DeviceMemory::null(), 0), |r| r.memory())
     }
 
     /// The bytes of data (the `VkBuffer` may be a little larger).
@@ -254,15 +282,37 @@ impl OwnedRawBuffer {
         self.device_address
     }
 
-    pub(crate) fn into_parts(self) -> (crate::memory::RawBuffer, u64) {
-        (self.raw, self.device_id)
+    /// Frees the buffer and its memory now.
+    ///
+    /// # Safety
+    ///
+    /// No work (submitted by vkcompute or by the caller) may still use the
+    /// buffer, and nothing may use it afterwards.
+    pub unsafe fn free(mut self) {
+        if let Some(raw) = self.raw.take() {
+            raw.destroy(&self.device);
+        }
+    }
+
+    /// Whether the buffer belongs to the device of `ctx`.
+    pub(crate) fn is_of(&self, ctx: &DeviceContext) -> bool {
+        Arc::ptr_eq(&self.device, &ctx.shared.device)
+    }
+}
+
+impl Drop for OwnedRawBuffer {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            // The caller's work may still use it: free it with the device.
+            self.device.free_when_destroyed(raw);
+        }
     }
 }
 
 impl std::fmt::Debug for OwnedRawBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OwnedRawBuffer")
-            .field("buffer", &self.raw.buffer)
+            .field("buffer", &self.buffer())
             .field("size", &self.size)
             .field("device_address", &self.device_address)
             .finish()
@@ -544,7 +594,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// uses them has completed. Only a whole buffer with no other clone or
     /// view can be taken ([`Error::Shared`] otherwise: the buffer is
     /// returned inside the error's context unchanged). Free the result with
-    /// [`DeviceContext::free_raw`].
+    /// [`OwnedRawBuffer::free`].
     pub fn take_raw(self) -> std::result::Result<OwnedRawBuffer, (Self, Error)> {
         let op = "DeviceBuffer::take_raw";
         if self.view.bytes == 0 {
@@ -590,16 +640,13 @@ impl<T: Pod> DeviceBuffer<T> {
                 ));
             }
         };
-        let device_id = memory.device.id;
         let size = memory.size;
         let device = memory.device.clone();
-        let raw = memory
-            .into_raw()
-            .expect("a buffer of more than zero bytes has a VkBuffer");
+        let raw = memory.into_raw();
         Ok(OwnedRawBuffer {
-            device_address: raw.device_address(&device),
+            device_address: raw.as_ref().and_then(|r| r.device_address(&device)),
             raw,
-            device_id,
+            device,
             size,
         })
     }

@@ -11,9 +11,9 @@ use bytemuck::Pod;
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::hazard::Access;
-use crate::resource::BufferMemory;
+use crate::resource::{lock_all, BufferMemory};
 use crate::staging::StagingBlock;
-use crate::stream::{Garbage, Stream};
+use crate::stream::{Garbage, GarbageList, Stream};
 use crate::timeline::Timeline;
 use crate::vk::{
     Adapter, Device, DeviceInfo, DeviceOptions, DeviceSelector, Enabled, Instance, ValidationLog,
@@ -162,6 +162,8 @@ pub(crate) struct ContextShared {
     pub(crate) timeline: Arc<Timeline>,
     stream: Mutex<Stream>,
     pub(crate) force_staging: bool,
+    /// The device's garbage, shared by all its streams.
+    garbage: Arc<GarbageList>,
 }
 
 /// One byte range of a buffer that a command reads or writes.
@@ -184,7 +186,11 @@ impl BufferAccess<'_> {
 }
 
 impl ContextShared {
-    fn new(device: Arc<Device>, force_staging: bool) -> Result<Arc<Self>> {
+    fn new(
+        device: Arc<Device>,
+        force_staging: bool,
+        garbage: Arc<GarbageList>,
+    ) -> Result<Arc<Self>> {
         let semaphore = Timeline::create_semaphore(&device)?;
         let pool = match Stream::create_pool(&device) {
             Ok(pool) => pool,
@@ -197,7 +203,13 @@ impl ContextShared {
         Ok(Arc::new_cyclic(|weak| {
             let timeline = Arc::new(Timeline::new(device.clone(), semaphore, weak.clone()));
             ContextShared {
-                stream: Mutex::new(Stream::new(device.clone(), timeline.clone(), pool)),
+                stream: Mutex::new(Stream::new(
+                    device.clone(),
+                    timeline.clone(),
+                    pool,
+                    garbage.clone(),
+                )),
+                garbage,
                 device,
                 timeline,
                 force_staging,
@@ -219,27 +231,24 @@ impl ContextShared {
         self.lock().reclaim()
     }
 
-    /// Submits the recorded work and waits until all of it is done.
+    /// Submits the recorded work and waits until all of it is done, even
+    /// where the submission (or one before it) failed: whatever was
+    /// submitted has completed when this returns. Returns the first error:
+    /// this submission's, the wait's, or one kept from a submission that a
+    /// `Drop` made.
     pub(crate) fn synchronize(&self) -> Result<()> {
-        let value = {
+        let (flushed, value) = {
             let mut stream = self.lock();
-            stream.flush()?;
-            self.timeline.submitted()
+            (stream.flush(), self.timeline.submitted())
         };
-        self.timeline.wait(value)?;
-        match self.lock().take_failed() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        let waited = self.timeline.wait(value);
+        let kept = self.lock().take_failed();
+        flushed.and(waited).and(kept.map_or(Ok(()), Err))
     }
 
-    /// Keeps an error from a `Drop` for the next call on this context.
-    pub(crate) fn keep_error(&self, error: Error) {
-        self.lock().set_failed(error);
-    }
-
-    /// Frees `garbage` once its last uses complete. Called from `Drop`:
-    /// an error (of a submission it triggered) is kept for the next call.
+    /// Frees `garbage` once its last uses complete. Called from `Drop`: an
+    /// error (of a submission it triggered, whose work then did not run) is
+    /// kept for the stream's next `flush` or `synchronize`.
     pub(crate) fn defer_free(&self, garbage: Garbage) {
         let mut stream = self.lock();
         if let Err(e) = stream.defer_free(garbage) {
@@ -257,7 +266,7 @@ impl ContextShared {
         accesses: &[BufferAccess<'_>],
         body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
     ) -> Result<R> {
-        self.record_command(op, accesses, false, body)
+        self.record_command(op, accesses, false, None, body)
     }
 
     /// [`record`](Self::record) for a copy: `body` gives its regions with
@@ -268,7 +277,31 @@ impl ContextShared {
         accesses: &[BufferAccess<'_>],
         body: impl FnOnce(&mut Stream) -> Result<R>,
     ) -> Result<R> {
-        self.record_command(op, accesses, true, |stream, _| body(stream))
+        self.record_command(op, accesses, true, None, |stream, _| body(stream))
+    }
+
+    /// [`record`](Self::record) for one command of an operation that holds
+    /// `held`'s operation lock (see `BufferMemory::lock_ops`).
+    pub(crate) fn record_held<R>(
+        &self,
+        op: &'static str,
+        accesses: &[BufferAccess<'_>],
+        held: &BufferMemory,
+        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
+    ) -> Result<R> {
+        self.record_command(op, accesses, false, Some(held), body)
+    }
+
+    /// [`record_copy`](Self::record_copy) for one command of an operation
+    /// that holds `held`'s operation lock.
+    fn record_copy_held<R>(
+        &self,
+        op: &'static str,
+        accesses: &[BufferAccess<'_>],
+        held: &BufferMemory,
+        body: impl FnOnce(&mut Stream) -> Result<R>,
+    ) -> Result<R> {
+        self.record_command(op, accesses, true, Some(held), |stream, _| body(stream))
     }
 
     fn record_command<R>(
@@ -276,8 +309,12 @@ impl ContextShared {
         op: &'static str,
         accesses: &[BufferAccess<'_>],
         copy: bool,
+        held: Option<&BufferMemory>,
         body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
     ) -> Result<R> {
+        // One command is atomic: no operation of several commands on these
+        // buffers is half done while it is recorded.
+        let _ops = lock_all(accesses.iter().map(|a| a.memory), held);
         let mut waits = Vec::new();
         for a in accesses {
             if a.memory.device.id != self.device.id {
@@ -292,6 +329,7 @@ impl ContextShared {
                     ),
                 });
             }
+            a.memory.check_kept_error()?;
             a.memory.foreign_waits(&self.timeline, a.write, &mut waits);
         }
         for (timeline, value) in &waits {
@@ -324,7 +362,8 @@ impl ContextShared {
     }
 
     /// Copies `bytes` into `dst` at byte `offset`: straight into its memory
-    /// when it is host visible and idle, else through a staging buffer.
+    /// when it is host visible and idle, else through staging, in pieces
+    /// that no other operation on `dst` can fall between.
     pub(crate) fn upload(
         &self,
         op: &'static str,
@@ -332,8 +371,21 @@ impl ContextShared {
         offset: u64,
         bytes: &[u8],
     ) -> Result<()> {
+        let _ops = dst.lock_ops(bytes.len() as u64 > TRANSFER_CHUNK);
+        self.upload_held(op, dst, offset, bytes)
+    }
+
+    /// [`upload`](Self::upload) by a caller that holds `dst`'s operation
+    /// lock (exclusively where `bytes` is more than one piece).
+    pub(crate) fn upload_held(
+        &self,
+        op: &'static str,
+        dst: &Arc<BufferMemory>,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<()> {
         if bytes.is_empty() {
-            return Ok(());
+            return dst.check_kept_error();
         }
         let len = bytes.len() as u64;
         if !self.force_staging {
@@ -363,7 +415,7 @@ impl ContextShared {
                 len: chunk.len() as u64,
                 write: true,
             };
-            self.record_copy(op, &[access], |stream| {
+            self.record_copy_held(op, &[access], dst, |stream| {
                 let slice = stream.stage_upload(chunk.len() as u64)?;
                 // SAFETY: the staging slice has room for `chunk.len()` bytes
                 // and no device work uses it yet.
@@ -389,8 +441,11 @@ impl ContextShared {
         offset: u64,
         out: &mut [u8],
     ) -> Result<()> {
+        // Read in pieces, the download holds the buffer's operations until
+        // the last piece is recorded, so no write falls between two pieces.
+        let _ops = src.lock_ops(out.len() as u64 > TRANSFER_CHUNK);
         if out.is_empty() {
-            return Ok(());
+            return src.check_kept_error();
         }
         if !self.force_staging {
             let out_ptr = out.as_mut_ptr();
@@ -414,7 +469,7 @@ impl ContextShared {
         let result = 'pieces: loop {
             while in_flight.len() < DOWNLOAD_WINDOW {
                 let Some(start) = chunks.next() else { break };
-                match self.stage_readback(op, src, offset + start as u64, piece(start)) {
+                match self.stage_readback(op, src, offset + start as u64, piece(start), true) {
                     Ok((block, value)) => in_flight.push_back((block, value, start)),
                     Err(e) => break 'pieces Err(e),
                 }
@@ -456,6 +511,7 @@ impl ContextShared {
         src: &Arc<BufferMemory>,
         offset: u64,
         len: usize,
+        held: bool,
     ) -> Result<(StagingBlock, u64)> {
         let device = &self.device;
         let len = len as u64;
@@ -466,7 +522,7 @@ impl ContextShared {
             len,
             write: false,
         };
-        let recorded = self.record_copy(op, &[access], |stream| {
+        let record = |stream: &mut Stream| {
             let region = vk::BufferCopy {
                 src_offset: offset,
                 dst_offset: 0,
@@ -474,7 +530,12 @@ impl ContextShared {
             };
             stream.push_copy(src.handle(), block.raw.buffer, &[region]);
             Ok(stream.pending_value())
-        });
+        };
+        let recorded = if held {
+            self.record_copy_held(op, &[access], src, record)
+        } else {
+            self.record_copy(op, &[access], record)
+        };
         match recorded {
             Ok(value) => Ok((block, value)),
             Err(e) => {
@@ -508,7 +569,7 @@ impl ContextShared {
         // SAFETY: the caller of `download_later` guarantees the memory stays
         // valid and untouched until the completion runs, on whichever thread.
         unsafe impl Send for Destination {}
-        let (block, value) = self.stage_readback(op, src, offset, len as usize)?;
+        let (block, value) = self.stage_readback(op, src, offset, len as usize, false)?;
         let dst = Destination(dst);
         self.lock().on_complete(
             value,
@@ -634,7 +695,7 @@ impl DeviceContext {
         )?;
         let force_staging = setting(options.force_staging, "VKCOMPUTE_FORCE_STAGING", false);
         Ok(DeviceContext {
-            shared: ContextShared::new(device, force_staging)?,
+            shared: ContextShared::new(device.clone(), force_staging, GarbageList::new(device))?,
         })
     }
 
@@ -645,7 +706,11 @@ impl DeviceContext {
     /// device (a semaphore wait in the submission, no host block).
     pub fn new_stream(&self) -> Result<DeviceContext> {
         Ok(DeviceContext {
-            shared: ContextShared::new(self.shared.device.clone(), self.shared.force_staging)?,
+            shared: ContextShared::new(
+                self.shared.device.clone(),
+                self.shared.force_staging,
+                self.shared.garbage.clone(),
+            )?,
         })
     }
 
@@ -720,7 +785,11 @@ impl DeviceContext {
         };
         let device = Device::borrowed(instance, adapter, raw.device, enabled)?;
         Ok(DeviceContext {
-            shared: ContextShared::new(device, setting(None, "VKCOMPUTE_FORCE_STAGING", false))?,
+            shared: ContextShared::new(
+                device.clone(),
+                setting(None, "VKCOMPUTE_FORCE_STAGING", false),
+                GarbageList::new(device),
+            )?,
         })
     }
 
@@ -743,13 +812,21 @@ impl DeviceContext {
         &self.shared.device.adapter.info
     }
 
-    /// Submits the work enqueued so far without waiting for it.
+    /// Submits the work enqueued so far without waiting for it. Also
+    /// returns the error of an earlier submission of this stream that a
+    /// buffer's `Drop` made (its work did not run), once.
     pub fn flush(&self) -> Result<()> {
-        self.shared.flush()
+        self.shared.flush()?;
+        self.shared.lock().take_failed().map_or(Ok(()), Err)
     }
 
-    /// Submits the work enqueued so far and waits until all of it is done.
-    /// Returns any error kept from an earlier `Drop` on this context.
+    /// Submits the work enqueued so far and waits until all of it is done;
+    /// it waits even where a submission failed, so that nothing submitted
+    /// is still running when it returns. Returns the first error: of this
+    /// submission, of the wait, or of an earlier submission of this stream
+    /// that a buffer's `Drop` made. Errors that arise in the `Drop` of a
+    /// mapping or host slice belong to their buffer, not to the stream:
+    /// the buffer's next operation returns them.
     pub fn synchronize(&self) -> Result<()> {
         self.shared.synchronize()
     }
@@ -819,24 +896,26 @@ impl DeviceContext {
             .total_allocated_bytes
     }
 
-    /// Frees a buffer taken with [`DeviceBuffer::take_raw`](crate::DeviceBuffer::take_raw).
+    /// Frees a buffer taken with [`DeviceBuffer::take_raw`](crate::DeviceBuffer::take_raw)
+    /// from a context of this device, as [`OwnedRawBuffer::free`](crate::OwnedRawBuffer::free)
+    /// does. A buffer of another device is refused ([`Error::DifferentDevice`])
+    /// and freed when its own device is destroyed.
     ///
     /// # Safety
     ///
     /// No work (submitted by vkcompute or by the caller) may still use the
     /// buffer, and nothing may use it afterwards.
     pub unsafe fn free_raw(&self, raw: crate::OwnedRawBuffer) -> Result<()> {
-        let (raw, device_id) = raw.into_parts();
-        if device_id != self.shared.device.id {
-            // Hand it to nobody: leaking is the only safe course for a buffer
-            // of another device whose context is not at hand.
-            std::mem::forget(raw);
+        if !raw.is_of(self) {
             return Err(Error::DifferentDevice {
                 op: "DeviceContext::free_raw",
-                detail: "the buffer belongs to another device; free it with a context of that device (it was leaked)".into(),
+                detail: "the buffer belongs to another device; it is freed when that device is \
+                         destroyed, or free it with `OwnedRawBuffer::free`"
+                    .into(),
             });
         }
-        raw.destroy(&self.shared.device);
+        // SAFETY: the caller guarantees that nothing uses the buffer any more.
+        unsafe { raw.free() };
         Ok(())
     }
 
@@ -881,27 +960,78 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_error_kept_from_drop_is_returned_by_the_next_call_only() {
+    fn an_error_kept_from_drop_belongs_to_its_buffer() {
         let ctx =
             DeviceContext::with_options(ContextOptions::new().validation(true)).expect("lavapipe");
         let log = ctx.validation_log();
         let buf = ctx.enqueue_create_buffer::<u32>(4).unwrap();
-        ctx.shared.keep_error(Error::Overlap {
+        let other = ctx.enqueue_create_buffer::<u32>(4).unwrap();
+        buf.view.memory.keep_error(Error::Overlap {
             op: "a write-back in Drop",
             src_offset: 0,
             dst_offset: 0,
             len: 4,
         });
+        // Another buffer's operations and the context's own calls do not see it.
+        other.enqueue_fill(5).unwrap();
+        ctx.synchronize().unwrap();
+        assert_eq!(other.to_vec().unwrap(), [5; 4]);
+        // The buffer's next operation returns it, once, and does nothing.
         match buf.enqueue_fill(1) {
             Err(Error::Deferred(inner)) => assert!(matches!(*inner, Error::Overlap { .. })),
             other => panic!("expected the kept error, got {other:?}"),
         }
         buf.enqueue_fill(2).unwrap();
-        ctx.shared.keep_error(Error::ValidationLayerMissing);
-        assert!(matches!(ctx.synchronize(), Err(Error::Deferred(_))));
-        ctx.synchronize().unwrap();
         assert_eq!(buf.to_vec().unwrap(), [2; 4]);
-        drop((buf, ctx));
+        // A stream failure kept from a drop: `synchronize` still waits for
+        // the work submitted before (long enough to be seen running).
+        let big = ctx.enqueue_create_buffer::<u32>(32 << 20).unwrap();
+        big.enqueue_fill(3).unwrap();
+        ctx.shared.flush().unwrap();
+        ctx.shared.lock().set_failed(Error::ValidationLayerMissing);
+        assert!(matches!(ctx.synchronize(), Err(Error::Deferred(_))));
+        let submitted = ctx.shared.timeline.submitted();
+        assert!(ctx.shared.timeline.is_complete(submitted));
+        assert_eq!(ctx.shared.lock().live_objects().batches_in_flight, 0);
+        ctx.synchronize().unwrap();
+        drop((buf, big, other, ctx));
+        assert!(log.messages().is_empty(), "{:?}", log.messages());
+    }
+
+    #[test]
+    fn execution_time_never_destroys_its_queries_under_running_work() {
+        let ctx =
+            DeviceContext::with_options(ContextOptions::new().validation(true)).expect("lavapipe");
+        let log = ctx.validation_log();
+        let big = ctx.enqueue_create_buffer::<u32>(32 << 20).unwrap();
+        // A stream failure kept from a drop made `synchronize` return before
+        // waiting, and `execution_time` destroyed its pool under the work.
+        ctx.shared.lock().set_failed(Error::ValidationLayerMissing);
+        let timed = ctx.execution_time(|_| big.enqueue_fill(1), 2);
+        assert!(matches!(timed, Err(Error::Deferred(_))), "{timed:?}");
+        // A panic inside the closure: the pool goes once its work is done.
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctx.execution_time(
+                |_| {
+                    big.enqueue_fill(2)?;
+                    panic!("a user's closure panics");
+                },
+                1,
+            )
+        }));
+        assert!(panicked.is_err());
+        ctx.synchronize().unwrap();
+        let elapsed = ctx.execution_time(|_| big.enqueue_fill(3), 1).unwrap();
+        assert!(elapsed > std::time::Duration::ZERO);
+        assert_eq!(
+            big.create_sub_buffer::<u32>(7, 1)
+                .unwrap()
+                .to_vec()
+                .unwrap(),
+            [3]
+        );
+        drop((big, ctx));
+        // Destroying the device reports any query pool left alive.
         assert!(log.messages().is_empty(), "{:?}", log.messages());
     }
 }

@@ -102,6 +102,16 @@ pub enum Error {
         elem_size: usize,
     },
 
+    /// A buffer or view of a zero-sized element type (such as `()`), which
+    /// could hold no data however many elements it had.
+    #[error("{what}: the element type `{type_name}` has no size, so its elements hold no data")]
+    ZeroSizedElement {
+        /// The call and argument.
+        what: String,
+        /// The element type.
+        type_name: &'static str,
+    },
+
     /// A buffer larger than a device limit allows.
     #[error("{what}: {bytes} bytes exceed the device's {limit_name} of {limit} bytes")]
     TooLarge {

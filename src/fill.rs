@@ -192,13 +192,18 @@ impl ContextShared {
                     limits.min_storage_buffer_offset_alignment,
                     limits.max_storage_buffer_range as u64,
                 );
+                // A fill of several dispatches holds the buffer's operations
+                // from the first to the last, so no other operation on it
+                // sees the fill half done.
+                let _ops = dst.lock_ops(chunks.len() > 1);
                 for chunk in chunks {
                     // The whole binding counts as written: the kernel touches
                     // only the words of the range, but synchronization (and
                     // its validation) works on descriptor ranges.
-                    self.record(
+                    self.record_held(
                         op,
                         &[write(chunk.bind_offset, chunk.bind_size)],
+                        dst,
                         |stream, cmd| {
                             let groups = (chunk.params.word_count as u64)
                                 .div_ceil(64)

@@ -199,7 +199,7 @@ impl<T: Pod> Drop for HostSliceMut<'_, T> {
     fn drop(&mut self) {
         if self.borrowed {
             if let Err(e) = self.view.end_host_borrow(true) {
-                self.view.memory.owner().keep_error(e);
+                self.view.memory.keep_error(e);
             }
         }
     }
@@ -361,12 +361,22 @@ impl<T: Pod> MappedBuffer<'_, T> {
                 }
             }
             Mapping::Copy(copy) => {
+                let memory = &self.view.memory;
+                // The borrow ends and the write-back is recorded under the
+                // buffer's exclusive operation lock: no other operation (a
+                // fill, another mapping) falls between them, so none is lost
+                // under the write-back or sees the contents before it.
+                let _ops = memory.lock_ops(true);
                 if self.borrowed {
-                    self.view.memory.release_host();
+                    memory.release_host();
                 }
                 if self.written && !std::thread::panicking() {
-                    self.view
-                        .copy_from(op, Source::Host(bytemuck::cast_slice(copy)))
+                    memory.owner().upload_held(
+                        op,
+                        memory,
+                        self.view.offset,
+                        bytemuck::cast_slice(copy),
+                    )
                 } else {
                     Ok(())
                 }
@@ -404,7 +414,7 @@ impl<T: Pod> Drop for MappedBuffer<'_, T> {
     fn drop(&mut self) {
         if !self.done {
             if let Err(e) = self.complete() {
-                self.view.memory.owner().keep_error(e);
+                self.view.memory.keep_error(e);
             }
         }
     }

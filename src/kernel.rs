@@ -749,19 +749,11 @@ impl DeviceContext {
                 device: device.name().to_string(),
             });
         }
-        let info = vk::QueryPoolCreateInfo::default()
-            .query_type(vk::QueryType::TIMESTAMP)
-            .query_count(2);
-        // SAFETY: a valid create info.
-        let pool =
-            unsafe { device.raw.create_query_pool(&info, None) }.during("vkCreateQueryPool")?;
-        let measured = self.time_between(pool, &mut f, iters);
-        // Wait for the queries even on error, before the pool goes.
-        let settled = self.synchronize();
-        // SAFETY: the stream is idle (synchronized), so no batch uses the pool.
-        unsafe { device.raw.destroy_query_pool(pool, None) };
-        let ticks = measured?;
-        settled?;
+        let pool = Arc::new(QueryPool::new(device)?);
+        // Every batch that records a query keeps the pool alive, so it is
+        // destroyed only once no submitted work uses it, even where `f`
+        // fails or panics.
+        let ticks = self.time_between(&pool, &mut f, iters)?;
         let mask = if valid_bits >= 64 {
             u64::MAX
         } else {
@@ -774,38 +766,74 @@ impl DeviceContext {
 
     fn time_between(
         &self,
-        pool: vk::QueryPool,
+        pool: &Arc<QueryPool>,
         f: &mut impl FnMut(&DeviceContext) -> Result<()>,
         iters: usize,
     ) -> Result<[u64; 2]> {
         let raw = &self.shared.device.raw;
         self.synchronize()?;
-        self.shared.record("execution_time", &[], |_, cmd| {
+        self.shared.record("execution_time", &[], |stream, cmd| {
+            stream.keep_alive(pool.clone());
             // SAFETY: `cmd` is recording outside any render pass; the pool
-            // has two queries.
+            // has two queries and lives until the batch completes (kept above).
             unsafe {
-                raw.cmd_reset_query_pool(cmd, pool, 0, 2);
-                raw.cmd_write_timestamp(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, pool, 0);
+                raw.cmd_reset_query_pool(cmd, pool.raw, 0, 2);
+                raw.cmd_write_timestamp(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, pool.raw, 0);
             }
             Ok(())
         })?;
         for _ in 0..iters {
             f(self)?;
         }
-        self.shared.record("execution_time", &[], |_, cmd| {
-            // SAFETY: `cmd` is recording outside any render pass; query 1 of
-            // the pool's two was reset by the first command.
+        self.shared.record("execution_time", &[], |stream, cmd| {
+            stream.keep_alive(pool.clone());
+            // SAFETY: `cmd` is recording outside any render pass; query 1
+            // exists and the pool lives until the batch completes (kept
+            // above). BOTTOM_OF_PIPE waits for all earlier commands.
             unsafe {
-                raw.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, 1)
+                raw.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool.raw, 1)
             };
             Ok(())
         })?;
         self.synchronize()?;
         let mut ticks = [0u64; 2];
-        // SAFETY: both queries were written by completed work.
-        unsafe { raw.get_query_pool_results(pool, 0, &mut ticks, vk::QueryResultFlags::TYPE_64) }
-            .during("vkGetQueryPoolResults")?;
+        // SAFETY: both queries were written by work that has completed
+        // (`synchronize` waited for it).
+        unsafe {
+            raw.get_query_pool_results(pool.raw, 0, &mut ticks, vk::QueryResultFlags::TYPE_64)
+        }
+        .during("vkGetQueryPoolResults")?;
         Ok(ticks)
+    }
+}
+
+/// A pool of two timestamp queries, destroyed when the last reference
+/// goes: `execution_time`'s and those of the batches that use it.
+struct QueryPool {
+    device: Arc<Device>,
+    raw: vk::QueryPool,
+}
+
+impl QueryPool {
+    fn new(device: &Arc<Device>) -> Result<Self> {
+        let info = vk::QueryPoolCreateInfo::default()
+            .query_type(vk::QueryType::TIMESTAMP)
+            .query_count(2);
+        // SAFETY: a valid create info on a live device.
+        let raw =
+            unsafe { device.raw.create_query_pool(&info, None) }.during("vkCreateQueryPool")?;
+        Ok(QueryPool {
+            device: device.clone(),
+            raw,
+        })
+    }
+}
+
+impl Drop for QueryPool {
+    fn drop(&mut self) {
+        // SAFETY: every batch that records a query holds a reference until it
+        // completes, so no pending work uses the pool once the last one goes.
+        unsafe { self.device.raw.destroy_query_pool(self.raw, None) };
     }
 }
 

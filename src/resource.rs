@@ -8,7 +8,7 @@
 //! while a conflicting host borrow is alive. Both checks happen under one
 //! lock, so neither can slip past the other.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ash::vk;
 
@@ -55,6 +55,9 @@ pub(crate) enum HostAccess {
 struct UseState {
     uses: Vec<BufferUse>,
     borrow: HostBorrow,
+    /// An error that arose in a `Drop` of something using this memory (a
+    /// mapping's write-back, say), returned by the memory's next operation.
+    kept: Option<Error>,
 }
 
 impl UseState {
@@ -114,6 +117,20 @@ pub(crate) struct BufferMemory {
     owner: Mutex<Arc<ContextShared>>,
     /// Leaf lock: nothing else is locked while it is held.
     state: Mutex<UseState>,
+    /// Makes operations on the memory atomic with respect to each other. An
+    /// operation recorded as one command holds it shared while it records;
+    /// one that takes several commands (a transfer in pieces, a mapping's
+    /// write-back) holds it exclusively from its first command to its last,
+    /// so that no other operation on the memory falls between them. Taken
+    /// before the stream lock; several memories are locked in address order
+    /// ([`lock_all`]); an exclusive holder locks no other memory.
+    ops: RwLock<()>,
+}
+
+/// A lock on a memory's operations (see `BufferMemory::ops`).
+pub(crate) enum OpsGuard<'a> {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
+    Exclusive(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
 }
 
 impl BufferMemory {
@@ -136,7 +153,7 @@ impl BufferMemory {
                 .checked_next_multiple_of(4)
                 .ok_or_else(|| Error::SizeOverflow {
                     what: what.to_string(),
-                    len: usize::MAX,
+                    len: usize::try_from(size).unwrap_or(usize::MAX),
                     elem_size: 1,
                 })?;
             Some(RawBuffer::new(&device, padded, usage, what)?)
@@ -149,7 +166,9 @@ impl BufferMemory {
             state: Mutex::new(UseState {
                 uses: Vec::new(),
                 borrow: HostBorrow::None,
+                kept: None,
             }),
+            ops: RwLock::new(()),
         }))
     }
 
@@ -186,6 +205,30 @@ impl BufferMemory {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Locks the memory's operations: exclusively for an operation of
+    /// several commands, shared for one of a single command.
+    pub(crate) fn lock_ops(&self, exclusive: bool) -> OpsGuard<'_> {
+        if exclusive {
+            OpsGuard::Exclusive(self.ops.write().unwrap_or_else(|e| e.into_inner()))
+        } else {
+            OpsGuard::Shared(self.ops.read().unwrap_or_else(|e| e.into_inner()))
+        }
+    }
+
+    /// Keeps an error from a `Drop` (a mapping's write-back, say) for the
+    /// memory's next operation. The first error is kept.
+    pub(crate) fn keep_error(&self, error: Error) {
+        let mut state = self.state();
+        if state.kept.is_none() {
+            state.kept = Some(Error::Deferred(Box::new(error)));
+        }
+    }
+
+    /// Returns (and forgets) the error kept by [`keep_error`](Self::keep_error).
+    pub(crate) fn check_kept_error(&self) -> Result<()> {
+        self.state().kept.take().map_or(Ok(()), Err)
+    }
+
     /// Adds to `out` what an access by `own`'s stream must wait for on
     /// other streams: their writes, and for a write their reads too.
     pub(crate) fn foreign_waits(
@@ -207,7 +250,8 @@ impl BufferMemory {
     }
 
     /// Notes that work signalling `value` on `timeline` reads (or writes)
-    /// the buffer; fails if a host borrow forbids it.
+    /// the buffer; fails if a host borrow forbids it, or with an error kept
+    /// from a `Drop`.
     pub(crate) fn note_device_use(
         &self,
         op: &'static str,
@@ -216,6 +260,9 @@ impl BufferMemory {
         write: bool,
     ) -> Result<()> {
         let mut state = self.state();
+        if let Some(e) = state.kept.take() {
+            return Err(e);
+        }
         state.check_device(op, write)?;
         let uses = &mut state.uses;
         let entry = match uses.iter().position(|u| Arc::ptr_eq(&u.timeline, timeline)) {
@@ -256,7 +303,12 @@ impl BufferMemory {
         let waits_for_reads = access == HostAccess::Write;
         loop {
             {
+                // No borrow starts inside an operation of several commands.
+                let _ops = self.lock_ops(false);
                 let mut state = self.state();
+                if let Some(e) = state.kept.take() {
+                    return Err(e);
+                }
                 if !state.host_allows(access) {
                     return Err(Error::BufferMapped {
                         op,
@@ -306,7 +358,10 @@ impl BufferMemory {
             return Ok(None);
         };
         debug_assert!(offset + len <= self.size);
-        let state = self.state();
+        let mut state = self.state();
+        if let Some(e) = state.kept.take() {
+            return Err(e);
+        }
         state.check_device(op, write)?;
         if !state.pending(write).is_empty() {
             return Ok(None);
@@ -341,6 +396,60 @@ impl BufferMemory {
             self.wait_for_host_access(write)?;
         }
     }
+}
+
+/// Shared locks on the operations of several memories (see `lock_all`).
+pub(crate) struct OpsGuards<'a> {
+    _small: [Option<OpsGuard<'a>>; 8],
+    _large: Vec<OpsGuard<'a>>,
+}
+
+/// Locks the operations of every memory in `memories` (shared), in address
+/// order so that two threads never wait for each other, skipping `held`
+/// (which the caller has locked already) and repeats. Allocates nothing for
+/// up to eight memories.
+pub(crate) fn lock_all<'a>(
+    memories: impl Iterator<Item = &'a Arc<BufferMemory>>,
+    held: Option<&BufferMemory>,
+) -> OpsGuards<'a> {
+    let address = |m: &Arc<BufferMemory>| Arc::as_ptr(m) as usize;
+    let mut sorted: [Option<&'a Arc<BufferMemory>>; 8] = [None; 8];
+    let mut overflow: Vec<&'a Arc<BufferMemory>> = Vec::new();
+    let mut n = 0;
+    for m in memories {
+        if held.is_some_and(|h| std::ptr::eq(h, &**m)) {
+            continue;
+        }
+        match sorted.get_mut(n) {
+            Some(slot) => *slot = Some(m),
+            None => overflow.push(m),
+        }
+        n += 1;
+    }
+    let mut guards = OpsGuards {
+        _small: Default::default(),
+        _large: Vec::new(),
+    };
+    if overflow.is_empty() {
+        let list = &mut sorted[..n];
+        list.sort_unstable_by_key(|m| m.map_or(0, address));
+        let mut last = 0;
+        let mut slots = guards._small.iter_mut();
+        for m in list.iter().flatten() {
+            if address(m) != last {
+                last = address(m);
+                if let Some(slot) = slots.next() {
+                    *slot = Some(m.lock_ops(false));
+                }
+            }
+        }
+    } else {
+        overflow.extend(sorted.iter().flatten().copied());
+        overflow.sort_unstable_by_key(|m| address(m));
+        overflow.dedup_by_key(|m| address(m));
+        guards._large = overflow.iter().map(|m| m.lock_ops(false)).collect();
+    }
+    guards
 }
 
 fn describe_borrow(borrow: HostBorrow) -> String {

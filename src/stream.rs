@@ -4,7 +4,7 @@
 
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
 
@@ -50,6 +50,77 @@ impl Garbage {
     }
 }
 
+/// The garbage of every stream of one device, in one list: memory used on
+/// several streams is freed by whichever of them sees its last use pass,
+/// not only by the stream that owned it. Lock order: a stream's lock, then
+/// this list's.
+pub(crate) struct GarbageList {
+    device: Arc<Device>,
+    items: Mutex<(Vec<Garbage>, u64)>,
+}
+
+impl GarbageList {
+    pub(crate) fn new(device: Arc<Device>) -> Arc<Self> {
+        Arc::new(GarbageList {
+            device,
+            items: Mutex::new((Vec::new(), 0)),
+        })
+    }
+
+    fn items(&self) -> MutexGuard<'_, (Vec<Garbage>, u64)> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds `garbage`; returns the bytes now waiting.
+    fn push(&self, garbage: Garbage) -> u64 {
+        let mut items = self.items();
+        items.1 += garbage.raw.size;
+        items.0.push(garbage);
+        items.1
+    }
+
+    /// Frees the garbage whose last uses have completed.
+    fn reclaim(&self) {
+        let freed: Vec<Garbage> = {
+            let mut items = self.items();
+            let (list, bytes) = &mut *items;
+            let mut freed = Vec::new();
+            let mut i = 0;
+            while i < list.len() {
+                if list[i].is_free() {
+                    let g = list.swap_remove(i);
+                    *bytes -= g.raw.size;
+                    freed.push(g);
+                } else {
+                    i += 1;
+                }
+            }
+            freed
+        };
+        for g in freed {
+            self.device.retire_buffer(g.raw);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.items().0.len()
+    }
+}
+
+impl Drop for GarbageList {
+    fn drop(&mut self) {
+        // Every stream of the device is gone, and each waited for its work
+        // as it went: the pending values are complete (the waits are sure).
+        let (list, _) = std::mem::take(self.items.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for g in list {
+            for (timeline, value) in &g.pending {
+                let _ = timeline.wait(*value);
+            }
+            self.device.retire_buffer(g.raw);
+        }
+    }
+}
+
 /// A copy being recorded: more regions between the same buffers may join it.
 struct PendingCopy {
     src: vk::Buffer,
@@ -85,17 +156,17 @@ pub(crate) struct Stream {
     free_cmds: Vec<vk::CommandBuffer>,
     batch: Option<Batch>,
     in_flight: VecDeque<Batch>,
-    garbage: Vec<Garbage>,
+    /// Shared with the device's other streams.
+    garbage: Arc<GarbageList>,
     hazards: HazardTracker,
     pub(crate) upload: StagingPool,
     pub(crate) readback: StagingPool,
     pub(crate) descriptors: DescriptorPools,
-    /// An error from a submission whose caller could not be told.
+    /// An error from a submission whose caller could not be told (one a
+    /// `Drop` made), for the next `flush` or `synchronize`.
     failed: Option<Error>,
     /// Commands recorded since the stream began.
     recorded: u64,
-    /// Bytes of buffers in `garbage`.
-    garbage_bytes: u64,
     /// The copy being merged (part of the open batch, not yet recorded).
     pending_copy: Option<PendingCopy>,
     /// An empty vector with capacity, for the next merged copy's regions.
@@ -113,7 +184,12 @@ impl Stream {
     }
 
     /// Takes ownership of `pool` (from `create_pool`).
-    pub(crate) fn new(device: Arc<Device>, timeline: Arc<Timeline>, pool: vk::CommandPool) -> Self {
+    pub(crate) fn new(
+        device: Arc<Device>,
+        timeline: Arc<Timeline>,
+        pool: vk::CommandPool,
+        garbage: Arc<GarbageList>,
+    ) -> Self {
         let queue = device.assign_queue();
         Stream {
             device,
@@ -123,14 +199,13 @@ impl Stream {
             free_cmds: Vec::new(),
             batch: None,
             in_flight: VecDeque::new(),
-            garbage: Vec::new(),
+            garbage,
             hazards: HazardTracker::default(),
             upload: StagingPool::new(MemoryUsage::Upload),
             readback: StagingPool::new(MemoryUsage::Readback),
             descriptors: DescriptorPools::default(),
             failed: None,
             recorded: 0,
-            garbage_bytes: 0,
             pending_copy: None,
             spare_regions: Vec::new(),
         }
@@ -158,9 +233,6 @@ impl Stream {
         waits: Vec<(Arc<Timeline>, u64)>,
         copy: bool,
     ) -> Result<vk::CommandBuffer> {
-        if let Some(e) = self.failed.take() {
-            return Err(e);
-        }
         if self.batch.is_none() {
             self.begin_batch()?;
         }
@@ -321,8 +393,7 @@ impl Stream {
         self.emit_copy();
         let Some(mut batch) = self.batch.take() else {
             // Nothing to submit; still reclaim, as every flush does.
-            self.reclaim()?;
-            return self.failed.take().map_or(Ok(()), Err);
+            return self.reclaim();
         };
         batch.staging = self.upload.take_for_batch();
         batch.descriptor_pools = self.descriptors.take_for_batch();
@@ -388,24 +459,14 @@ impl Stream {
     /// Gives back everything held by batches that have completed, and frees
     /// garbage whose last use has passed.
     pub(crate) fn reclaim(&mut self) -> Result<()> {
-        if self.in_flight.is_empty() && self.garbage.is_empty() {
-            return Ok(());
-        }
-        let completed = self.timeline.query()?;
-        while self.in_flight.front().is_some_and(|b| b.value <= completed) {
-            let batch = self.in_flight.pop_front().expect("checked above");
-            self.retire(batch);
-        }
-        let mut i = 0;
-        while i < self.garbage.len() {
-            if self.garbage[i].is_free() {
-                let g = self.garbage.swap_remove(i);
-                self.garbage_bytes -= g.raw.size;
-                self.device.retire_buffer(g.raw);
-            } else {
-                i += 1;
+        if !self.in_flight.is_empty() {
+            let completed = self.timeline.query()?;
+            while self.in_flight.front().is_some_and(|b| b.value <= completed) {
+                let batch = self.in_flight.pop_front().expect("checked above");
+                self.retire(batch);
             }
         }
+        self.garbage.reclaim();
         Ok(())
     }
 
@@ -460,9 +521,8 @@ impl Stream {
             self.device.retire_buffer(garbage.raw);
             return Ok(());
         }
-        self.garbage_bytes += garbage.raw.size;
-        self.garbage.push(garbage);
-        if self.garbage_bytes >= FLUSH_GARBAGE_BYTES && self.batch.is_some() {
+        let waiting = self.garbage.push(garbage);
+        if waiting >= FLUSH_GARBAGE_BYTES && self.batch.is_some() {
             // Much memory waits on work not yet submitted: submit it, so that
             // the memory comes back (for reuse) as soon as the work is done.
             self.flush()?;
@@ -470,18 +530,16 @@ impl Stream {
         Ok(())
     }
 
-    /// Frees garbage whose work completed, if any garbage is waiting: cheap
-    /// when there is none. Called before buffers are created, so their
-    /// memory can be reused at once.
+    /// Frees garbage whose work completed. Called before buffers are
+    /// created, so their memory can be reused at once.
     pub(crate) fn reclaim_garbage(&mut self) -> Result<()> {
-        if self.garbage.is_empty() {
-            return Ok(());
-        }
-        self.reclaim()
+        self.garbage.reclaim();
+        Ok(())
     }
 
-    /// Remembers an error that arose where no caller could receive it (in a
-    /// `Drop`); the next command, flush or synchronize returns it.
+    /// Remembers the error of a submission that a `Drop` made (so no caller
+    /// could be told): the stream's next public `flush` or `synchronize`
+    /// returns it. Recording goes on: the stream itself is still usable.
     pub(crate) fn set_failed(&mut self, error: Error) {
         if self.failed.is_none() {
             self.failed = Some(Error::Deferred(Box::new(error)));
@@ -526,14 +584,9 @@ impl Stream {
         while let Some(batch) = self.in_flight.pop_front() {
             self.retire(batch);
         }
-        for g in std::mem::take(&mut self.garbage) {
-            for (timeline, value) in &g.pending {
-                // Uses on other streams: those streams finish their work too.
-                let _ = timeline.wait(*value);
-            }
-            self.device.retire_buffer(g.raw);
-        }
-        self.garbage_bytes = 0;
+        // Garbage this stream's work held is free now; what other streams
+        // still use stays in the shared list for them (or its drop).
+        self.garbage.reclaim();
         self.upload.destroy(&self.device);
         self.readback.destroy(&self.device);
         self.descriptors.destroy(&self.device);

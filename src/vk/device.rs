@@ -59,6 +59,9 @@ pub(crate) struct Device {
     allocator: ManuallyDrop<Mutex<Allocator>>,
     /// Retired buffers kept for reuse (leaf lock, like the allocator's).
     buffer_cache: Mutex<BufferCache>,
+    /// Buffers handed to the user (`take_raw`) and dropped unfreed: the
+    /// user's work may still use them, so they go with the device.
+    orphans: Mutex<Vec<RawBuffer>>,
     /// User kernels loaded on this device, reused when loaded again.
     kernels: Mutex<crate::kernel::KernelCache>,
     /// The crate's own pipelines (the fill kernel), made on first use.
@@ -274,6 +277,7 @@ impl Device {
             pipeline_cache,
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
             buffer_cache: Mutex::new(BufferCache::new(cache_limit(&adapter))),
+            orphans: Mutex::new(Vec::new()),
             internal_pipelines: Mutex::new(Vec::new()),
             kernels: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
@@ -331,6 +335,14 @@ impl Device {
         if let Some(raw) = refused {
             raw.destroy(self);
         }
+    }
+
+    /// Frees `raw` when the device is destroyed, once it is idle.
+    pub(crate) fn free_when_destroyed(&self, raw: RawBuffer) {
+        self.orphans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(raw);
     }
 
     /// Frees every buffer the cache keeps for reuse.
@@ -467,6 +479,10 @@ impl Drop for Device {
             self.raw.destroy_pipeline_cache(self.pipeline_cache, None);
         }
         self.release_cached_buffers();
+        let orphans = std::mem::take(self.orphans.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for raw in orphans {
+            raw.destroy(self);
+        }
         let pipelines = std::mem::take(
             self.internal_pipelines
                 .get_mut()
