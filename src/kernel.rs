@@ -459,6 +459,25 @@ fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>> {
     Ok(words)
 }
 
+/// The bytes a kernel may write through a binding of `view`, as (offset,
+/// length) in its memory, for ordering against other commands: an
+/// out-of-range index may write past the view, within 4 bytes of its end
+/// under robustBufferAccess2 (robustStorageBufferAccessSizeAlignment is at
+/// most 4), anywhere in the buffer under robustBufferAccess alone, and
+/// (where the device has neither) only the view is assumed.
+fn write_extent(device: &Device, view: &View) -> (u64, u64) {
+    let end = view.offset + view.bytes;
+    let f = &device.features;
+    if f.robust_buffer_access2 {
+        let padded = end.next_multiple_of(4).min(view.memory.size.max(end));
+        (view.offset, padded - view.offset)
+    } else if f.robust_buffer_access {
+        (0, view.memory.size.max(end))
+    } else {
+        (view.offset, view.bytes)
+    }
+}
+
 /// Refuses two arguments whose byte ranges overlap in one buffer where the
 /// kernel writes at least one of their bindings.
 fn check_aliasing(k: &KernelPipeline, args: &[KernelArg<'_>]) -> Result<()> {
@@ -703,10 +722,15 @@ impl DeviceContext {
                     rule: "a buffer bound to a kernel must start at a multiple of minStorageBufferOffsetAlignment",
                 });
             }
+            let (offset, len) = if binding.read_only {
+                (view.offset, view.bytes)
+            } else {
+                write_extent(device, view)
+            };
             accesses.push(BufferAccess {
                 memory: &view.memory,
-                offset: view.offset,
-                len: view.bytes,
+                offset,
+                len,
                 write: !binding.read_only,
             });
             infos.push(vk::DescriptorBufferInfo {

@@ -67,12 +67,14 @@ pub struct DeviceInfo {
 #[non_exhaustive]
 pub struct KernelFeatures {
     /// `robustBufferAccess`: a kernel's out-of-range access of a storage
-    /// buffer stays inside the range bound to it (a write may land anywhere
-    /// in that range or be dropped; a read returns data of that range or
-    /// zero). Enabled wherever the device has it.
+    /// buffer stays inside that buffer (a write may land anywhere in the
+    /// [`DeviceBuffer`](crate::DeviceBuffer) the bound view belongs to, or
+    /// be dropped; a read returns data of that buffer or zero). Enabled
+    /// wherever the device has it.
     pub robust_buffer_access: bool,
     /// `robustBufferAccess2` (`VK_EXT_robustness2`): out-of-range writes
-    /// are dropped and out-of-range reads return zero. Enabled wherever the
+    /// are dropped and out-of-range reads return zero (the range of a bound
+    /// view counts as rounded up to at most 4 bytes). Enabled wherever the
     /// device has it.
     pub robust_buffer_access2: bool,
     /// `vulkanMemoryModel`: enabled only together with
