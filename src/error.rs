@@ -231,7 +231,7 @@ pub enum Error {
     /// API, which cannot bound where such a kernel reads and writes.
     #[error(
         "kernel `{kernel}` addresses memory through pointers ({found}); the safe API cannot bound \
-         what it touches: load it with the unsafe `KernelBuilder::allow_pointer_addressing` and \
+         what it touches: load it with `KernelBuilder::allow_pointer_addressing` and \
          dispatch it with the unsafe `DeviceContext::enqueue_function_with_addresses`"
     )]
     PointerAddressing {

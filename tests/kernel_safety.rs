@@ -219,7 +219,7 @@ fn the_safe_api_refuses_kernels_that_address_memory_through_pointers() {
             assert_refused_for_pointers(Kernel::builder(&words).build(ctx), "KernelBuilder::build");
             // Loaded for pointers first, the module is still refused by the
             // safe path (the kernel cache keeps the two apart).
-            let unsafe_kernel = Kernel::builder(&words)
+            let pointer_kernel = Kernel::builder(&words)
                 .allow_pointer_addressing()
                 .build(ctx)
                 .unwrap();
@@ -232,9 +232,9 @@ fn the_safe_api_refuses_kernels_that_address_memory_through_pointers() {
             };
             let recorded = ctx.live_objects().commands_recorded;
             let refused = if source == WRITE_THROUGH_ADDRESS {
-                ctx.enqueue_function(&unsafe_kernel, 1, &[], &push)
+                ctx.enqueue_function(&pointer_kernel, 1, &[], &push)
             } else {
-                ctx.enqueue_function(&unsafe_kernel, 1, &[], &push.addr)
+                ctx.enqueue_function(&pointer_kernel, 1, &[], &push.addr)
             };
             match refused {
                 Err(Error::PointerAddressing { found, .. }) => {

@@ -85,7 +85,7 @@ pub struct KernelFeatures {
     /// `vulkanMemoryModelDeviceScope`.
     pub vulkan_memory_model_device_scope: bool,
     /// `bufferDeviceAddress`: buffers have device addresses, which only
-    /// kernels loaded through the `unsafe` pointer path may use.
+    /// kernels dispatched through the `unsafe` pointer path may use.
     pub buffer_device_address: bool,
 }
 
