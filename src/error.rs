@@ -227,6 +227,37 @@ pub enum Error {
         reason: String,
     },
 
+    /// A kernel that addresses memory through pointers, refused by the safe
+    /// API, which cannot bound where such a kernel reads and writes.
+    #[error(
+        "kernel `{kernel}` addresses memory through pointers ({found}); the safe API cannot bound \
+         what it touches: load it with `KernelBuilder::allow_pointer_addressing` and \
+         dispatch it with the unsafe `DeviceContext::enqueue_function_with_addresses`"
+    )]
+    PointerAddressing {
+        /// The entry point.
+        kernel: String,
+        /// What was found: a capability, addressing model, storage class or
+        /// instruction, or that the kernel was loaded for pointer addressing.
+        found: String,
+    },
+
+    /// Two arguments of a dispatch whose byte ranges overlap in one buffer
+    /// while the kernel writes at least one of them.
+    #[error(
+        "kernel `{kernel}`: arguments {first} and {second} overlap: {detail}; pass disjoint ranges"
+    )]
+    AliasedArguments {
+        /// The entry point.
+        kernel: String,
+        /// The first argument's index.
+        first: usize,
+        /// The second argument's index.
+        second: usize,
+        /// Their byte ranges in the shared buffer, and which the kernel writes.
+        detail: String,
+    },
+
     /// GLSL that did not compile (the compiler's message, with line numbers).
     #[error("GLSL compilation failed:\n{message}")]
     ShaderCompilation {

@@ -15,7 +15,7 @@ use crate::buffer::View;
 use crate::context::{BufferAccess, DeviceContext};
 use crate::error::{Error, Result, VkResultExt};
 use crate::pipeline::{self, ComputePipeline, Specialization};
-use crate::reflect::{self, BindingInfo, Interface, SpecConstantInfo};
+use crate::reflect::{self, BindingInfo, Feature, Interface, SpecConstantInfo};
 use crate::spirv_val;
 use crate::vk::Device;
 
@@ -109,6 +109,9 @@ pub(crate) struct KernelPipeline {
     specialization: Vec<(u32, Vec<u8>)>,
     interface: Interface,
     local_size: [u32; 3],
+    /// Loaded with [`KernelBuilder::allow_pointer_addressing`]: only
+    /// [`DeviceContext::enqueue_function_with_addresses`] dispatches it.
+    pointers: bool,
 }
 
 impl Drop for KernelPipeline {
@@ -123,9 +126,13 @@ impl Drop for KernelPipeline {
 /// dispatch on a context of its device with
 /// [`DeviceContext::enqueue_function`]. Cloning is cheap.
 ///
-/// Loading checks the module (header, entry point, descriptor types)
-/// and reflects its interface: storage-buffer bindings (in set 0),
-/// push-constant size, workgroup size and specialization constants.
+/// Loading checks the module (header, entry point, descriptor types, the
+/// device features its capabilities need) and reflects its interface:
+/// storage-buffer bindings (in set 0), push-constant size, workgroup size
+/// and specialization constants. A module that addresses memory through
+/// pointers (physical storage buffers, pointer casts, variable pointers)
+/// is refused with [`Error::PointerAddressing`]: see
+/// [`KernelBuilder::allow_pointer_addressing`] for those.
 /// Loading the same module, entry point and specialization again on a
 /// device reuses the pipeline.
 #[derive(Clone)]
@@ -138,6 +145,7 @@ pub struct KernelBuilder<'a> {
     words: &'a [u32],
     entry: String,
     specialization: Vec<(u32, SpecValue)>,
+    pointers: bool,
 }
 
 impl KernelBuilder<'_> {
@@ -155,6 +163,22 @@ impl KernelBuilder<'_> {
         self
     }
 
+    /// Accepts a module that addresses memory through pointers (buffer
+    /// device addresses: GLSL `GL_EXT_buffer_reference`, the
+    /// `PhysicalStorageBufferAddresses` capability, pointer casts, variable
+    /// pointers), which [`Kernel::new`] refuses.
+    ///
+    /// Loading such a kernel is harmless; running it is not, since its
+    /// addresses come with each dispatch. So the kernel this builds is
+    /// refused by [`DeviceContext::enqueue_function`] and runs only through
+    /// the `unsafe` [`DeviceContext::enqueue_function_with_addresses`],
+    /// whose caller lists the buffers the kernel reaches by address and
+    /// answers for what it touches.
+    pub fn allow_pointer_addressing(mut self) -> Self {
+        self.pointers = true;
+        self
+    }
+
     /// Loads the kernel on `ctx`'s device.
     pub fn build(self, ctx: &DeviceContext) -> Result<Kernel> {
         let mut spec: Vec<(u32, Vec<u8>)> = self
@@ -163,7 +187,7 @@ impl KernelBuilder<'_> {
             .map(|(id, v)| (*id, v.bytes()))
             .collect();
         spec.sort_by_key(|(id, _)| *id);
-        Kernel::load(ctx, self.words, &self.entry, spec)
+        Kernel::load(ctx, self.words, &self.entry, spec, self.pointers)
     }
 }
 
@@ -182,7 +206,7 @@ impl Kernel {
     /// # Ok(()) }
     /// ```
     pub fn new(ctx: &DeviceContext, spirv: &[u32], entry: &str) -> Result<Kernel> {
-        Kernel::load(ctx, spirv, entry, Vec::new())
+        Kernel::load(ctx, spirv, entry, Vec::new(), false)
     }
 
     /// Loads a kernel from SPIR-V bytes (a `.spv` file), checking their
@@ -218,6 +242,7 @@ impl Kernel {
             words: spirv,
             entry: "main".to_string(),
             specialization: Vec::new(),
+            pointers: false,
         }
     }
 
@@ -226,15 +251,18 @@ impl Kernel {
         words: &[u32],
         entry: &str,
         specialization: Vec<(u32, Vec<u8>)>,
+        pointers: bool,
     ) -> Result<Kernel> {
         check_header(words)?;
         let device = &ctx.shared.device;
         let mut cache = device.kernels();
         cache.retain(|w| w.strong_count() > 0);
-        let hit = cache
-            .iter()
-            .filter_map(Weak::upgrade)
-            .find(|k| k.entry == entry && k.specialization == specialization && k.words == words);
+        let hit = cache.iter().filter_map(Weak::upgrade).find(|k| {
+            k.entry == entry
+                && k.pointers == pointers
+                && k.specialization == specialization
+                && k.words == words
+        });
         if let Some(inner) = hit {
             return Ok(Kernel { inner });
         }
@@ -244,6 +272,28 @@ impl Kernel {
         };
         spirv_val::validate(words, device.adapter.api_version >= vk::API_VERSION_1_3)
             .map_err(|reason| Error::InvalidSpirv { reason })?;
+        let module = reflect::module_use(words);
+        if let (false, Some(found)) = (pointers, module.pointers) {
+            return Err(Error::PointerAddressing {
+                kernel: entry.to_string(),
+                found,
+            });
+        }
+        for capability in &module.capabilities {
+            let needs = reflect::FEATURE_CAPABILITIES
+                .iter()
+                .find(|(c, _, _)| c == capability);
+            if let Some((_, name, feature)) = needs {
+                if !feature_enabled(device, *feature) {
+                    return Err(unsupported(format!(
+                        "it declares the {name} capability, which needs {} and the device `{}` \
+                         does not have it enabled",
+                        feature.name(),
+                        device.name()
+                    )));
+                }
+            }
+        }
         // spirq is not written against hostile input: a panic is an error too.
         let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
             .map_err(|_| Error::InvalidSpirv {
@@ -340,6 +390,7 @@ impl Kernel {
             specialization,
             interface: reflected,
             local_size,
+            pointers,
         });
         cache.push(Arc::downgrade(&inner));
         Ok(Kernel { inner })
@@ -408,6 +459,77 @@ fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>> {
     Ok(words)
 }
 
+/// The bytes a kernel may write through a binding of `view`, as (offset,
+/// length) in its memory, for ordering against other commands: an
+/// out-of-range index may write past the view, within 4 bytes of its end
+/// under robustBufferAccess2 (robustStorageBufferAccessSizeAlignment is at
+/// most 4), anywhere in the buffer under robustBufferAccess alone, and
+/// (where the device has neither) only the view is assumed.
+fn write_extent(device: &Device, view: &View) -> (u64, u64) {
+    let end = view.offset + view.bytes;
+    let f = &device.features;
+    if f.robust_buffer_access2 {
+        let padded = end.next_multiple_of(4).min(view.memory.size.max(end));
+        (view.offset, padded - view.offset)
+    } else if f.robust_buffer_access {
+        (0, view.memory.size.max(end))
+    } else {
+        (view.offset, view.bytes)
+    }
+}
+
+/// Refuses two arguments whose byte ranges overlap in one buffer where the
+/// kernel writes at least one of their bindings.
+fn check_aliasing(k: &KernelPipeline, args: &[KernelArg<'_>]) -> Result<()> {
+    let bindings = &k.interface.bindings;
+    let range = |arg: &KernelArg<'_>| arg.view.offset..arg.view.offset + arg.view.bytes;
+    for (first, (a, a_binding)) in args.iter().zip(bindings).enumerate() {
+        for (second, (b, b_binding)) in args.iter().zip(bindings).enumerate().skip(first + 1) {
+            if a_binding.read_only && b_binding.read_only {
+                continue;
+            }
+            let (ra, rb) = (range(a), range(b));
+            if Arc::ptr_eq(&a.view.memory, &b.view.memory) && ra.start < rb.end && rb.start < ra.end
+            {
+                let written = match (a_binding.read_only, b_binding.read_only) {
+                    (false, false) => "both".to_string(),
+                    (false, true) => format!("argument {first}"),
+                    _ => format!("argument {second}"),
+                };
+                return Err(Error::AliasedArguments {
+                    kernel: k.entry.clone(),
+                    first,
+                    second,
+                    detail: format!(
+                        "bytes {ra:?} and {rb:?} of one buffer, and the kernel writes {written}"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `feature` is enabled on `device`.
+fn feature_enabled(device: &Device, feature: Feature) -> bool {
+    let f = &device.features;
+    match feature {
+        Feature::ShaderFloat16 => f.shader_float16,
+        Feature::ShaderFloat64 => f.shader_float64,
+        Feature::ShaderInt64 => f.shader_int64,
+        Feature::ShaderBufferInt64Atomics => f.shader_buffer_int64_atomics,
+        Feature::ShaderInt16 => f.shader_int16,
+        Feature::ShaderInt8 => f.shader_int8,
+        Feature::StorageBuffer16Bit => f.storage_buffer_16bit,
+        Feature::UniformAndStorageBuffer16Bit => f.uniform_and_storage_buffer_16bit,
+        Feature::StorageBuffer8Bit => f.storage_buffer_8bit,
+        Feature::UniformAndStorageBuffer8Bit => f.uniform_and_storage_buffer_8bit,
+        Feature::VulkanMemoryModel => f.vulkan_memory_model && f.vulkan_memory_model_device_scope,
+        Feature::BufferDeviceAddress => f.buffer_device_address,
+        Feature::NotEnabled => false,
+    }
+}
+
 fn check_header(words: &[u32]) -> Result<()> {
     reflect::check_structure(words).map_err(|reason| Error::InvalidSpirv { reason })
 }
@@ -421,7 +543,13 @@ impl DeviceContext {
     /// of buffers, each buffer's element size against the binding's array
     /// stride, binding size against `maxStorageBufferRange`, offset against
     /// `minStorageBufferOffsetAlignment`, the device of every buffer, the
-    /// push-constant size, and the grid against `maxComputeWorkGroupCount`.
+    /// push-constant size, the grid against `maxComputeWorkGroupCount`, and
+    /// that no two arguments overlap in one buffer where the kernel writes
+    /// either ([`Error::AliasedArguments`]; read-only aliases are fine).
+    ///
+    /// A kernel loaded with [`KernelBuilder::allow_pointer_addressing`] is
+    /// refused ([`Error::PointerAddressing`]): dispatch it with
+    /// [`enqueue_function_with_addresses`](Self::enqueue_function_with_addresses).
     pub fn enqueue_function<P: Pod>(
         &self,
         kernel: &Kernel,
@@ -430,6 +558,76 @@ impl DeviceContext {
         push: &P,
     ) -> Result<()> {
         let op = "DeviceContext::enqueue_function";
+        if kernel.inner.pointers {
+            return Err(Error::PointerAddressing {
+                kernel: kernel.inner.entry.clone(),
+                found: "it was loaded with `allow_pointer_addressing`".into(),
+            });
+        }
+        self.dispatch(op, kernel, grid.into(), args, &[], bytemuck::bytes_of(push))
+    }
+
+    /// Enqueues a dispatch of a kernel that reaches buffers through device
+    /// addresses (the seed's `DevicePassable` model), loaded with
+    /// [`KernelBuilder::allow_pointer_addressing`] (or an ordinary kernel).
+    /// `args` bind to its storage-buffer bindings as in
+    /// [`enqueue_function`](Self::enqueue_function), with the same checks;
+    /// `addressed` lists the buffers (or views) the kernel reaches through
+    /// addresses, typically from [`DeviceBuffer::device_address`] passed in
+    /// `push`. Each listed buffer counts as read and written by the
+    /// dispatch: it stays alive until the dispatch completes even if every
+    /// handle to it is dropped at once, and the dispatch is ordered after
+    /// earlier work on it and before later work, like an argument.
+    ///
+    /// # Safety
+    ///
+    /// vkcompute cannot see the kernel's addresses, so the caller answers
+    /// for them. For the whole execution of the dispatch:
+    ///
+    /// - every memory access the kernel makes through a pointer (a device
+    ///   address, or a pointer derived from one) falls inside the byte range
+    ///   of one buffer or view in `addressed`, or of one in `args`, and its
+    ///   address was taken from that buffer on this device
+    ///   ([`DeviceBuffer::device_address`]);
+    /// - the kernel does not write, through addresses, a range it also
+    ///   reaches through another argument or listed buffer, unless its own
+    ///   synchronization makes those accesses race-free (vkcompute orders
+    ///   the dispatch against other commands, not the kernel's invocations
+    ///   against each other);
+    /// - every value the kernel writes into a buffer is a valid value of
+    ///   that buffer's element type (always so for the plain numeric
+    ///   element types).
+    ///
+    /// [`DeviceBuffer::device_address`]: crate::DeviceBuffer::device_address
+    pub unsafe fn enqueue_function_with_addresses<P: Pod>(
+        &self,
+        kernel: &Kernel,
+        grid: impl Into<Grid>,
+        args: &[KernelArg<'_>],
+        addressed: &[KernelArg<'_>],
+        push: &P,
+    ) -> Result<()> {
+        self.dispatch(
+            "DeviceContext::enqueue_function_with_addresses",
+            kernel,
+            grid.into(),
+            args,
+            addressed,
+            bytemuck::bytes_of(push),
+        )
+    }
+
+    /// Checks a dispatch and records it; `addressed` buffers are noted as
+    /// read and written, beside the bound `args`.
+    fn dispatch(
+        &self,
+        op: &'static str,
+        kernel: &Kernel,
+        grid: Grid,
+        args: &[KernelArg<'_>],
+        addressed: &[KernelArg<'_>],
+        push_bytes: &[u8],
+    ) -> Result<()> {
         let k = &kernel.inner;
         let device = &self.shared.device;
         let name = || k.entry.clone();
@@ -456,7 +654,6 @@ impl DeviceContext {
                 given: args.len(),
             });
         }
-        let push_bytes = bytemuck::bytes_of(push);
         if push_bytes.len() != k.interface.push_size as usize {
             return Err(Error::PushConstantSize {
                 kernel: name(),
@@ -464,7 +661,7 @@ impl DeviceContext {
                 given: push_bytes.len(),
             });
         }
-        let Grid(grid) = grid.into();
+        let Grid(grid) = grid;
         let limits = device.limits();
         for (axis, (&n, &max)) in grid
             .iter()
@@ -482,7 +679,8 @@ impl DeviceContext {
                 });
             }
         }
-        let mut accesses = Vec::with_capacity(args.len());
+        check_aliasing(k, args)?;
+        let mut accesses = Vec::with_capacity(args.len() + addressed.len());
         let mut infos = Vec::with_capacity(args.len());
         for (index, (arg, binding)) in args.iter().zip(bindings).enumerate() {
             let bad = |reason: String| Error::Argument {
@@ -524,10 +722,15 @@ impl DeviceContext {
                     rule: "a buffer bound to a kernel must start at a multiple of minStorageBufferOffsetAlignment",
                 });
             }
+            let (offset, len) = if binding.read_only {
+                (view.offset, view.bytes)
+            } else {
+                write_extent(device, view)
+            };
             accesses.push(BufferAccess {
                 memory: &view.memory,
-                offset: view.offset,
-                len: view.bytes,
+                offset,
+                len,
                 write: !binding.read_only,
             });
             infos.push(vk::DescriptorBufferInfo {
@@ -536,6 +739,12 @@ impl DeviceContext {
                 range: view.bytes,
             });
         }
+        accesses.extend(addressed.iter().map(|arg| BufferAccess {
+            memory: &arg.view.memory,
+            offset: arg.view.offset,
+            len: arg.view.bytes,
+            write: true,
+        }));
         let mut padded = push_bytes.to_vec();
         padded.resize(push_bytes.len().next_multiple_of(4), 0);
         let keep = k.clone();

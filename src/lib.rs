@@ -69,7 +69,10 @@ pub use error::{Error, Result};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use reflect::{BindingInfo, SpecConstantInfo};
-pub use vk::{DeviceInfo, DeviceKind, DeviceSelector, Severity, ValidationLog, ValidationMessage};
+pub use vk::{
+    DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, ValidationLog,
+    ValidationMessage,
+};
 
 /// Half-precision floats (`f16`, `bf16`) from the `half` crate, usable as
 /// buffer elements.

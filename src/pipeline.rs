@@ -227,7 +227,8 @@ impl DescriptorPools {
             if reset.is_ok() {
                 self.free.push(pool);
             } else {
-                // SAFETY: as above; a pool that cannot be reset is not reused.
+                // SAFETY: the batch that used the pool's sets has completed, so
+                // nothing uses the pool; it is destroyed, not reused.
                 unsafe { device.raw.destroy_descriptor_pool(pool, None) };
                 self.live -= 1;
             }
@@ -288,6 +289,13 @@ pub(crate) fn record_dispatch(
     let raw = &device.raw;
     let bind = vk::PipelineBindPoint::COMPUTE;
     match &device.push_descriptor {
+        // A kernel without bindings needs no descriptors, and a push of
+        // none is invalid (descriptorWriteCount must be at least 1).
+        _ if pipeline.bindings.is_empty() => {
+            // SAFETY: `cmd` is recording; the pipeline is live (its kernel
+            // is kept alive with the batch).
+            unsafe { raw.cmd_bind_pipeline(cmd, bind, pipeline.pipeline) };
+        }
         Some(push_descriptor) => {
             // SAFETY: `cmd` is recording; the layout was made with the push
             // descriptor flag, and every buffer range was checked by the caller.

@@ -7,7 +7,7 @@
 //! `local_size_x_id`), whose parts may be specialization constants.
 #![deny(unsafe_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use spirq::ty::{AccessType, DescriptorType, Type};
 use spirq::var::Variable;
@@ -227,6 +227,238 @@ pub(crate) fn local_size(words: &[u32], entry: &str, spec: &HashMap<u32, u32>) -
     local_size
 }
 
+const OP_CAPABILITY: u32 = 17;
+const OP_MEMORY_MODEL: u32 = 14;
+const OP_TYPE_POINTER: u32 = 32;
+const OP_TYPE_FORWARD_POINTER: u32 = 39;
+const OP_VARIABLE: u32 = 59;
+const OP_CONVERT_PTR_TO_U: u32 = 117;
+const OP_CONVERT_U_TO_PTR: u32 = 120;
+const OP_PTR_CAST_TO_GENERIC: u32 = 121;
+const OP_GENERIC_CAST_TO_PTR: u32 = 122;
+const OP_GENERIC_CAST_TO_PTR_EXPLICIT: u32 = 123;
+const OP_BITCAST: u32 = 124;
+const OP_SPEC_CONSTANT_OP: u32 = 52;
+/// Instructions whose result (type operand 0, id operand 1) may be a
+/// pointer: OpUndef, OpConstantNull, OpFunctionParameter, OpFunctionCall,
+/// OpVariable, OpLoad, OpAccessChain, OpInBoundsAccessChain,
+/// OpPtrAccessChain, OpInBoundsPtrAccessChain, OpCompositeExtract,
+/// OpCopyObject, OpSelect, OpPhi.
+const POINTER_RESULTS: &[u32] = &[1, 46, 55, 57, 59, 61, 65, 66, 67, 70, 81, 83, 169, 245];
+const ADDRESSING_LOGICAL: u32 = 0;
+
+/// SPIR-V capabilities that depend on a device feature: (capability,
+/// its name, which feature).
+pub(crate) const FEATURE_CAPABILITIES: &[(u32, &str, Feature)] = &[
+    (9, "Float16", Feature::ShaderFloat16),
+    (10, "Float64", Feature::ShaderFloat64),
+    (11, "Int64", Feature::ShaderInt64),
+    (12, "Int64Atomics", Feature::ShaderBufferInt64Atomics),
+    (22, "Int16", Feature::ShaderInt16),
+    (39, "Int8", Feature::ShaderInt8),
+    (
+        4433,
+        "StorageBuffer16BitAccess",
+        Feature::StorageBuffer16Bit,
+    ),
+    (
+        4434,
+        "UniformAndStorageBuffer16BitAccess",
+        Feature::UniformAndStorageBuffer16Bit,
+    ),
+    (4435, "StoragePushConstant16", Feature::NotEnabled),
+    (4448, "StorageBuffer8BitAccess", Feature::StorageBuffer8Bit),
+    (
+        4449,
+        "UniformAndStorageBuffer8BitAccess",
+        Feature::UniformAndStorageBuffer8Bit,
+    ),
+    (4450, "StoragePushConstant8", Feature::NotEnabled),
+    (5345, "VulkanMemoryModel", Feature::VulkanMemoryModel),
+    (
+        5346,
+        "VulkanMemoryModelDeviceScope",
+        Feature::VulkanMemoryModel,
+    ),
+    (
+        5347,
+        "PhysicalStorageBufferAddresses",
+        Feature::BufferDeviceAddress,
+    ),
+];
+
+/// A device feature a capability needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Feature {
+    ShaderFloat16,
+    ShaderFloat64,
+    ShaderInt64,
+    ShaderBufferInt64Atomics,
+    ShaderInt16,
+    ShaderInt8,
+    StorageBuffer16Bit,
+    UniformAndStorageBuffer16Bit,
+    StorageBuffer8Bit,
+    UniformAndStorageBuffer8Bit,
+    /// `vulkanMemoryModel` with `vulkanMemoryModelDeviceScope` (vkcompute
+    /// enables neither without the other).
+    VulkanMemoryModel,
+    BufferDeviceAddress,
+    /// A feature vkcompute never enables.
+    NotEnabled,
+}
+
+impl Feature {
+    /// The feature's name in the Vulkan specification.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Feature::ShaderFloat16 => "shaderFloat16",
+            Feature::ShaderFloat64 => "shaderFloat64",
+            Feature::ShaderInt64 => "shaderInt64",
+            Feature::ShaderBufferInt64Atomics => "shaderBufferInt64Atomics",
+            Feature::ShaderInt16 => "shaderInt16",
+            Feature::ShaderInt8 => "shaderInt8",
+            Feature::StorageBuffer16Bit => "storageBuffer16BitAccess",
+            Feature::UniformAndStorageBuffer16Bit => "uniformAndStorageBuffer16BitAccess",
+            Feature::StorageBuffer8Bit => "storageBuffer8BitAccess",
+            Feature::UniformAndStorageBuffer8Bit => "uniformAndStorageBuffer8BitAccess",
+            Feature::VulkanMemoryModel => "vulkanMemoryModel with vulkanMemoryModelDeviceScope",
+            Feature::BufferDeviceAddress => "bufferDeviceAddress",
+            Feature::NotEnabled => "a feature vkcompute does not enable",
+        }
+    }
+}
+
+/// The storage classes a kernel of the safe API may use: UniformConstant
+/// (0) is absent since vkcompute binds no images or samplers; Input (1)
+/// holds the compute built-ins; Uniform (2) is where SPIR-V before 1.3
+/// puts storage buffers (`BufferBlock`); Workgroup (4), Private (6),
+/// Function (7), PushConstant (9) and StorageBuffer (12).
+const SAFE_STORAGE_CLASSES: &[u32] = &[1, 2, 4, 6, 7, 9, 12];
+
+fn storage_class_name(class: u32) -> String {
+    match class {
+        0 => "UniformConstant".into(),
+        3 => "Output".into(),
+        5 => "CrossWorkgroup".into(),
+        8 => "Generic".into(),
+        10 => "AtomicCounter".into(),
+        11 => "Image".into(),
+        5349 => "PhysicalStorageBuffer".into(),
+        other => format!("storage class {other}"),
+    }
+}
+
+/// What a module declares that loading must check against the device.
+#[derive(Debug, Default)]
+pub(crate) struct ModuleUse {
+    /// Its `OpCapability` operands.
+    pub(crate) capabilities: Vec<u32>,
+    /// How it addresses memory through pointers, where it does: the first
+    /// construct found, named.
+    pub(crate) pointers: Option<String>,
+}
+
+/// Reads the capabilities of `words` and looks for any way of addressing
+/// memory through pointers, which the safe API cannot bound: the
+/// `PhysicalStorageBufferAddresses` or `VariablePointers*` capabilities,
+/// an addressing model other than `Logical`, integer/pointer conversions,
+/// bitcasts to or from pointers, and storage classes outside
+/// [`SAFE_STORAGE_CLASSES`].
+pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
+    let mut found = ModuleUse::default();
+    let mut pointer_types: HashSet<u32> = HashSet::new();
+    let mut pointer_ids: HashSet<u32> = HashSet::new();
+    let note = |found: &mut ModuleUse, what: String| {
+        found.pointers.get_or_insert(what);
+    };
+    for (op, operands) in instructions(words) {
+        if POINTER_RESULTS.contains(&op)
+            && operands.len() >= 2
+            && pointer_types.contains(&operands[0])
+        {
+            pointer_ids.insert(operands[1]);
+        }
+        match op {
+            OP_CAPABILITY if !operands.is_empty() => {
+                let capability = operands[0];
+                found.capabilities.push(capability);
+                let name = match capability {
+                    4 => Some("Addresses"),
+                    4441 => Some("VariablePointersStorageBuffer"),
+                    4442 => Some("VariablePointers"),
+                    5347 => Some("PhysicalStorageBufferAddresses"),
+                    _ => None,
+                };
+                if let Some(name) = name {
+                    note(&mut found, format!("the {name} capability"));
+                }
+            }
+            OP_MEMORY_MODEL if !operands.is_empty() && operands[0] != ADDRESSING_LOGICAL => {
+                let model = match operands[0] {
+                    1 => "Physical32".to_string(),
+                    2 => "Physical64".to_string(),
+                    5348 => "PhysicalStorageBuffer64".to_string(),
+                    other => format!("{other}"),
+                };
+                note(&mut found, format!("the {model} addressing model"));
+            }
+            OP_TYPE_POINTER | OP_TYPE_FORWARD_POINTER if operands.len() >= 2 => {
+                pointer_types.insert(operands[0]);
+                if !SAFE_STORAGE_CLASSES.contains(&operands[1]) {
+                    note(
+                        &mut found,
+                        format!(
+                            "a pointer into the {} storage class",
+                            storage_class_name(operands[1])
+                        ),
+                    );
+                }
+            }
+            OP_VARIABLE if operands.len() >= 3 && !SAFE_STORAGE_CLASSES.contains(&operands[2]) => {
+                note(
+                    &mut found,
+                    format!(
+                        "a variable in the {} storage class",
+                        storage_class_name(operands[2])
+                    ),
+                );
+            }
+            OP_CONVERT_PTR_TO_U => note(&mut found, "OpConvertPtrToU".into()),
+            OP_CONVERT_U_TO_PTR => note(&mut found, "OpConvertUToPtr".into()),
+            OP_PTR_CAST_TO_GENERIC | OP_GENERIC_CAST_TO_PTR | OP_GENERIC_CAST_TO_PTR_EXPLICIT => {
+                note(
+                    &mut found,
+                    "a cast between generic and typed pointers".into(),
+                )
+            }
+            OP_BITCAST
+                if operands.len() >= 3
+                    && (pointer_types.contains(&operands[0])
+                        || pointer_ids.contains(&operands[2])) =>
+            {
+                note(
+                    &mut found,
+                    "an OpBitcast between a pointer and a value".into(),
+                )
+            }
+            // A conversion folded into a specialization constant.
+            OP_SPEC_CONSTANT_OP
+                if operands.len() >= 3
+                    && (matches!(operands[2], OP_CONVERT_PTR_TO_U | OP_CONVERT_U_TO_PTR)
+                        || (operands[2] == OP_BITCAST && pointer_types.contains(&operands[0]))) =>
+            {
+                note(
+                    &mut found,
+                    "a pointer conversion in OpSpecConstantOp".into(),
+                )
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
 /// Checks that `words` is a well-formed SPIR-V module: a valid header and
 /// an instruction stream whose word counts add up exactly. (A truncated or
 /// corrupted module must not reach the driver, which may crash on it.)
@@ -295,4 +527,89 @@ fn literal_string(words: &[u32]) -> String {
         .take_while(|&b| b != 0)
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Instructions as (opcode, operands).
+    type Instructions<'a> = &'a [(u32, &'a [u32])];
+
+    /// A module header followed by `instructions` (opcode, operands); only
+    /// the scan of [`module_use`] reads it, so it need not be valid.
+    fn module(instructions: Instructions<'_>) -> Vec<u32> {
+        let mut words = vec![MAGIC, 0x0001_0500, 0, 100, 0];
+        for (op, operands) in instructions {
+            words.push(((operands.len() as u32 + 1) << 16) | op);
+            words.extend_from_slice(operands);
+        }
+        words
+    }
+
+    /// `OpCapability Shader`, `OpMemoryModel Logical GLSL450`, a uint type
+    /// (%1) and a StorageBuffer pointer to it (%2).
+    const SAFE_PRELUDE: Instructions<'static> = &[
+        (OP_CAPABILITY, &[1]),
+        (OP_MEMORY_MODEL, &[ADDRESSING_LOGICAL, 1]),
+        (21, &[1, 32, 0]),
+        (OP_TYPE_POINTER, &[2, 12, 1]),
+        (OP_VARIABLE, &[2, 3, 12]),
+    ];
+
+    fn found(extra: Instructions<'_>) -> Option<String> {
+        let mut all = SAFE_PRELUDE.to_vec();
+        all.extend_from_slice(extra);
+        module_use(&module(&all)).pointers
+    }
+
+    #[test]
+    fn the_shipped_kernels_address_no_memory_through_pointers() {
+        for (name, words) in [
+            ("saxpy", crate::shaders::SAXPY),
+            ("vector_add", crate::shaders::VECTOR_ADD),
+            ("reduce_sum", crate::shaders::REDUCE_SUM),
+            ("store", crate::shaders::STORE),
+            ("fill", crate::shaders::FILL),
+        ] {
+            assert_eq!(module_use(words).pointers, None, "{name}");
+        }
+        assert_eq!(found(&[]), None);
+    }
+
+    #[test]
+    fn each_way_of_addressing_memory_through_pointers_is_found() {
+        let cases: &[(Instructions<'_>, &str)] = &[
+            (
+                &[(OP_CAPABILITY, &[5347])],
+                "PhysicalStorageBufferAddresses",
+            ),
+            (&[(OP_CAPABILITY, &[4442])], "VariablePointers"),
+            (&[(OP_CAPABILITY, &[4441])], "VariablePointersStorageBuffer"),
+            (&[(OP_MEMORY_MODEL, &[5348, 3])], "PhysicalStorageBuffer64"),
+            (&[(OP_MEMORY_MODEL, &[2, 1])], "Physical64"),
+            (&[(OP_TYPE_POINTER, &[9, 5349, 1])], "PhysicalStorageBuffer"),
+            (
+                &[(OP_TYPE_FORWARD_POINTER, &[9, 5349])],
+                "PhysicalStorageBuffer",
+            ),
+            (&[(OP_VARIABLE, &[2, 9, 5])], "CrossWorkgroup"),
+            (&[(OP_CONVERT_U_TO_PTR, &[2, 9, 4])], "OpConvertUToPtr"),
+            (&[(OP_CONVERT_PTR_TO_U, &[1, 9, 3])], "OpConvertPtrToU"),
+            (&[(OP_GENERIC_CAST_TO_PTR, &[2, 9, 3])], "generic"),
+            // To a pointer type, and from a pointer (the variable %3).
+            (&[(OP_BITCAST, &[2, 9, 4])], "OpBitcast"),
+            (&[(OP_BITCAST, &[1, 9, 3])], "OpBitcast"),
+            (
+                &[(OP_SPEC_CONSTANT_OP, &[2, 9, OP_CONVERT_U_TO_PTR, 4])],
+                "OpSpecConstantOp",
+            ),
+        ];
+        for (extra, name) in cases {
+            let what = found(extra).unwrap_or_else(|| panic!("{name} was not found"));
+            assert!(what.contains(name), "{name}: found {what:?}");
+        }
+        // A bitcast between plain values is no pointer use.
+        assert_eq!(found(&[(OP_BITCAST, &[1, 9, 4])]), None);
+    }
 }

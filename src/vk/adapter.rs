@@ -54,6 +54,39 @@ pub struct DeviceInfo {
     pub memory_bytes: u64,
     /// Why vkcompute cannot use the device, or `None` when it can.
     pub unsupported: Option<String>,
+    /// What is enabled on the opened device that bears on what kernels may
+    /// do: `Some` in [`DeviceContext::info`](crate::DeviceContext::info),
+    /// `None` in a [`DeviceContext::devices`](crate::DeviceContext::devices)
+    /// listing, which opens no device.
+    pub enabled: Option<KernelFeatures>,
+}
+
+/// Device features that decide what a kernel's memory accesses can do, as
+/// enabled on an opened device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KernelFeatures {
+    /// `robustBufferAccess`: a kernel's out-of-range access of a storage
+    /// buffer stays inside that buffer (a write may land anywhere in the
+    /// [`DeviceBuffer`](crate::DeviceBuffer) the bound view belongs to, or
+    /// be dropped; a read returns data of that buffer or zero). Enabled
+    /// wherever the device has it.
+    pub robust_buffer_access: bool,
+    /// `robustBufferAccess2` (`VK_EXT_robustness2`): out-of-range writes
+    /// are dropped and out-of-range reads return zero (the range of a bound
+    /// view counts as rounded up to at most 4 bytes). Enabled wherever the
+    /// device has it.
+    pub robust_buffer_access2: bool,
+    /// `vulkanMemoryModel`: enabled only together with
+    /// `vulkanMemoryModelDeviceScope`, since with the first alone no kernel
+    /// may use Device-scope memory operations (which every GLSL buffer
+    /// atomic is).
+    pub vulkan_memory_model: bool,
+    /// `vulkanMemoryModelDeviceScope`.
+    pub vulkan_memory_model_device_scope: bool,
+    /// `bufferDeviceAddress`: buffers have device addresses, which only
+    /// kernels dispatched through the `unsafe` pointer path may use.
+    pub buffer_device_address: bool,
 }
 
 impl fmt::Display for DeviceInfo {
@@ -125,6 +158,10 @@ pub(crate) struct Features {
     pub(crate) host_query_reset: bool,
     pub(crate) scalar_block_layout: bool,
     pub(crate) vulkan_memory_model: bool,
+    pub(crate) vulkan_memory_model_device_scope: bool,
+    pub(crate) shader_buffer_int64_atomics: bool,
+    pub(crate) robust_buffer_access: bool,
+    pub(crate) robust_buffer_access2: bool,
     pub(crate) timeline_semaphore: bool,
     pub(crate) synchronization2: bool,
 }
@@ -184,18 +221,33 @@ impl Adapter {
         unsafe { vki.get_physical_device_properties2(raw, &mut props2) };
         let properties = props2.properties;
 
+        // SAFETY: `raw` comes from this instance's enumeration.
+        let extensions: Vec<CString> = unsafe { vki.enumerate_device_extension_properties(raw) }
+            .during("vkEnumerateDeviceExtensionProperties")?
+            .iter()
+            .filter_map(|p| p.extension_name_as_c_str().ok().map(CStr::to_owned))
+            .collect();
+        let has_robustness2 = extensions
+            .iter()
+            .any(|e| e.as_c_str() == ash::ext::robustness2::NAME);
+
         let mut features = Features::default();
         if new_enough {
             let mut v11 = vk::PhysicalDeviceVulkan11Features::default();
             let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
             let mut v13 = vk::PhysicalDeviceVulkan13Features::default();
+            let mut robustness2 = vk::PhysicalDeviceRobustness2FeaturesEXT::default();
             let mut f2 = vk::PhysicalDeviceFeatures2::default()
                 .push_next(&mut v11)
                 .push_next(&mut v12);
             if api_version >= vk::API_VERSION_1_3 {
                 f2 = f2.push_next(&mut v13);
             }
-            // SAFETY: the chain holds only structs of the device's API version.
+            if has_robustness2 {
+                f2 = f2.push_next(&mut robustness2);
+            }
+            // SAFETY: the chain holds only structs of the device's API version
+            // and of extensions it offers.
             unsafe { vki.get_physical_device_features2(raw, &mut f2) };
             let v10 = f2.features;
             let on = |b: vk::Bool32| b == vk::TRUE;
@@ -213,6 +265,10 @@ impl Adapter {
                 host_query_reset: on(v12.host_query_reset),
                 scalar_block_layout: on(v12.scalar_block_layout),
                 vulkan_memory_model: on(v12.vulkan_memory_model),
+                vulkan_memory_model_device_scope: on(v12.vulkan_memory_model_device_scope),
+                shader_buffer_int64_atomics: on(v12.shader_buffer_int64_atomics),
+                robust_buffer_access: on(v10.robust_buffer_access),
+                robust_buffer_access2: has_robustness2 && on(robustness2.robust_buffer_access2),
                 timeline_semaphore: on(v12.timeline_semaphore),
                 synchronization2: api_version >= vk::API_VERSION_1_3 && on(v13.synchronization2),
             };
@@ -229,13 +285,6 @@ impl Adapter {
             .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
             .map(|h| h.size)
             .sum();
-
-        // SAFETY: as above.
-        let extensions = unsafe { vki.enumerate_device_extension_properties(raw) }
-            .during("vkEnumerateDeviceExtensionProperties")?
-            .iter()
-            .filter_map(|p| p.extension_name_as_c_str().ok().map(CStr::to_owned))
-            .collect();
 
         let name = properties
             .device_name_as_c_str()
@@ -280,6 +329,7 @@ impl Adapter {
                 api_version: conv::version_string(basic.api_version),
                 memory_bytes,
                 unsupported,
+                enabled: None,
             },
             api_version,
             limits: properties.limits,

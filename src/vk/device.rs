@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 
-use super::adapter::Adapter;
+use super::adapter::{Adapter, Features, KernelFeatures};
 use super::instance::Instance;
 use crate::error::{Error, Result, VkResultExt};
 use crate::memory::{BufferCache, RawBuffer};
@@ -51,6 +51,9 @@ pub(crate) struct Device {
     /// Synchronization2 barriers are enabled.
     pub(crate) synchronization2: bool,
     pub(crate) buffer_device_address: bool,
+    /// The optional features enabled on the device (for a borrowed device,
+    /// those the application is taken to have enabled: see `borrowed`).
+    pub(crate) features: Features,
     memory_budget: bool,
     pub(crate) pipeline_cache: vk::PipelineCache,
     allocator: ManuallyDrop<Mutex<Allocator>>,
@@ -73,7 +76,9 @@ pub(crate) struct Device {
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Device {
-    /// Opens `adapter` with every optional feature vkcompute can use.
+    /// Opens `adapter` with every optional feature vkcompute can use, and
+    /// with robust buffer access wherever the device has it, so that no
+    /// kernel index reaches memory outside the buffers bound to it.
     pub(crate) fn new(
         instance: Instance,
         adapter: Adapter,
@@ -109,7 +114,25 @@ impl Device {
         let f = adapter.features;
         let b = |on: bool| if on { vk::TRUE } else { vk::FALSE };
         let synchronization2 = options.synchronization2 && f.synchronization2;
+        // With `vulkanMemoryModel` on and `vulkanMemoryModelDeviceScope` off,
+        // Device scope is forbidden in every module (VUID-RuntimeSpirv-
+        // vulkanMemoryModel-06265), and glslang gives every buffer atomic
+        // Device scope: enable the model only with its Device scope.
+        let memory_model = f.vulkan_memory_model && f.vulkan_memory_model_device_scope;
+        // robustBufferAccess2 requires robustBufferAccess.
+        let robust2 = f.robust_buffer_access && f.robust_buffer_access2;
+        if robust2 {
+            extensions.push(ash::ext::robustness2::NAME.as_ptr());
+        }
+        let enabled_features = Features {
+            vulkan_memory_model: memory_model,
+            vulkan_memory_model_device_scope: memory_model,
+            robust_buffer_access2: robust2,
+            synchronization2,
+            ..f
+        };
         let v10 = vk::PhysicalDeviceFeatures::default()
+            .robust_buffer_access(f.robust_buffer_access)
             .shader_int64(f.shader_int64)
             .shader_float64(f.shader_float64)
             .shader_int16(f.shader_int16);
@@ -125,7 +148,9 @@ impl Device {
             .buffer_device_address(f.buffer_device_address)
             .host_query_reset(f.host_query_reset)
             .scalar_block_layout(f.scalar_block_layout)
-            .vulkan_memory_model(f.vulkan_memory_model);
+            .shader_buffer_int64_atomics(f.shader_buffer_int64_atomics)
+            .vulkan_memory_model(memory_model)
+            .vulkan_memory_model_device_scope(memory_model);
         let mut v13 = vk::PhysicalDeviceVulkan13Features {
             synchronization2: b(synchronization2),
             ..Default::default()
@@ -138,6 +163,11 @@ impl Device {
             .push_next(&mut v12);
         if adapter.api_version >= vk::API_VERSION_1_3 {
             info = info.push_next(&mut v13);
+        }
+        let mut robustness2 =
+            vk::PhysicalDeviceRobustness2FeaturesEXT::default().robust_buffer_access2(true);
+        if robust2 {
+            info = info.push_next(&mut robustness2);
         }
         // SAFETY: `adapter.raw` belongs to `instance`; every pointer in `info`
         // refers to locals that outlive the call.
@@ -159,6 +189,7 @@ impl Device {
             adapter,
             parts.raw.clone().expect("set above"),
             enabled,
+            enabled_features,
             true,
         )?;
         // The device now belongs to `device`, which destroys it when dropped.
@@ -169,23 +200,47 @@ impl Device {
     /// Wraps a device the application created (see
     /// `DeviceContext::from_raw`); vkcompute creates its own objects on it
     /// (allocator, pipelines, command pools) but never destroys the device.
+    ///
+    /// Which features the application enabled cannot be read back from a
+    /// device: kernels may use those the physical device has, robust buffer
+    /// access is recorded as off, and the memory model as on only where its
+    /// Device scope is supported too.
     pub(crate) fn borrowed(
         instance: Instance,
         adapter: Adapter,
         raw: ash::Device,
         enabled: Enabled,
     ) -> Result<Arc<Self>> {
-        Self::assemble(instance, adapter, raw, enabled, false)
+        let f = adapter.features;
+        let memory_model = f.vulkan_memory_model && f.vulkan_memory_model_device_scope;
+        let features = Features {
+            robust_buffer_access: false,
+            robust_buffer_access2: false,
+            vulkan_memory_model: memory_model,
+            vulkan_memory_model_device_scope: memory_model,
+            buffer_device_address: enabled.buffer_device_address,
+            synchronization2: enabled.synchronization2,
+            ..f
+        };
+        Self::assemble(instance, adapter, raw, enabled, features, false)
     }
 
     /// Everything after `vkCreateDevice`: queues, allocator, pipeline cache.
     fn assemble(
         instance: Instance,
-        adapter: Adapter,
+        mut adapter: Adapter,
         raw: ash::Device,
         enabled: Enabled,
+        features: Features,
         owned: bool,
     ) -> Result<Arc<Self>> {
+        adapter.info.enabled = Some(KernelFeatures {
+            robust_buffer_access: features.robust_buffer_access,
+            robust_buffer_access2: features.robust_buffer_access2,
+            vulkan_memory_model: features.vulkan_memory_model,
+            vulkan_memory_model_device_scope: features.vulkan_memory_model_device_scope,
+            buffer_device_address: features.buffer_device_address,
+        });
         let queues = (0..enabled.queue_count)
             // SAFETY: the queues were created with the device.
             .map(|i| Mutex::new(unsafe { raw.get_device_queue(enabled.queue_family, i) }))
@@ -217,6 +272,7 @@ impl Device {
             push_descriptor,
             synchronization2: enabled.synchronization2,
             buffer_device_address: enabled.buffer_device_address,
+            features,
             memory_budget: enabled.memory_budget,
             pipeline_cache,
             allocator: ManuallyDrop::new(Mutex::new(allocator)),

@@ -8,7 +8,7 @@ mod debug;
 mod device;
 mod instance;
 
-pub use adapter::{DeviceInfo, DeviceKind, DeviceSelector};
+pub use adapter::{DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures};
 pub use debug::{Severity, ValidationLog, ValidationMessage};
 
 pub(crate) use adapter::Adapter;
