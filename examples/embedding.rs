@@ -40,8 +40,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .queue_family_index(family)
         .queue_priorities(&priorities)];
     let mut v12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+    // vkcompute's safe kernels rely on robust buffer access (see `from_raw`).
+    let v10 = vk::PhysicalDeviceFeatures::default().robust_buffer_access(true);
     let info = vk::DeviceCreateInfo::default()
         .queue_create_infos(&queues)
+        .enabled_features(&v10)
         .push_next(&mut v12);
     // SAFETY: a valid create info for a device of this instance.
     let device = unsafe { instance.create_device(physical, &info, None)? };
@@ -50,8 +53,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let name = name.device_name_as_c_str().unwrap_or(c"?").to_owned();
 
     {
-        // SAFETY: the handles are valid; the device has timeline semaphores
-        // and one compute queue, which the application leaves to vkcompute
+        // SAFETY: the handles are valid; the device has timeline semaphores,
+        // robust buffer access (saxpy needs no other feature) and one compute queue, which the application leaves to vkcompute
         // while the context lives; instance and device outlive the context.
         let ctx = unsafe {
             DeviceContext::from_raw(RawContext {

@@ -761,6 +761,11 @@ impl DeviceContext {
     ///   synchronizes externally).
     /// - The instance and device outlive the returned context, every clone
     ///   of it, and every buffer and kernel made from it.
+    /// - `robustBufferAccess` is enabled on the device (the safe kernel API
+    ///   relies on it: an out-of-range index in a kernel must not reach other
+    ///   memory), and every kernel loaded on the context needs only device
+    ///   features the application enabled (features cannot be read back
+    ///   from a device, so vkcompute takes those the physical device has).
     pub unsafe fn from_raw(raw: RawContext) -> Result<DeviceContext> {
         let instance = Instance::borrowed(raw.entry, raw.instance, raw.api_version);
         let physical = instance.physical_devices()?;

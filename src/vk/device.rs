@@ -203,7 +203,8 @@ impl Device {
     ///
     /// Which features the application enabled cannot be read back from a
     /// device: kernels may use those the physical device has, robust buffer
-    /// access is recorded as off, and the memory model as on only where its
+    /// access is taken as on (the caller of `from_raw` guarantees it),
+    /// robustBufferAccess2 as off, and the memory model as on only where its
     /// Device scope is supported too.
     pub(crate) fn borrowed(
         instance: Instance,
@@ -214,7 +215,7 @@ impl Device {
         let f = adapter.features;
         let memory_model = f.vulkan_memory_model && f.vulkan_memory_model_device_scope;
         let features = Features {
-            robust_buffer_access: false,
+            robust_buffer_access: true,
             robust_buffer_access2: false,
             vulkan_memory_model: memory_model,
             vulkan_memory_model_device_scope: memory_model,
