@@ -31,7 +31,7 @@ lint: setup
 unit: setup
 	$(STRICT) $(SERIAL) $(CARGO) test --all-features
 
-EXAMPLES := quickstart tour saxpy reduce embedding
+EXAMPLES := quickstart tour saxpy reduce embedding trace
 
 test: lint unit
 	@for e in $(EXAMPLES); do \

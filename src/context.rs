@@ -13,8 +13,9 @@ use crate::error::{Error, Result};
 use crate::hazard::Access;
 use crate::resource::{lock_all, BufferMemory};
 use crate::staging::StagingBlock;
-use crate::stream::{Garbage, GarbageList, Stream};
+use crate::stream::{Garbage, GarbageList, Stream, StreamTrace};
 use crate::timeline::Timeline;
+use crate::trace::Tracer;
 use crate::vk::{
     Adapter, Device, DeviceInfo, DeviceOptions, DeviceSelector, Enabled, Instance, ValidationLog,
     ValidationMessage,
@@ -36,6 +37,7 @@ pub struct ContextOptions {
     force_staging: Option<bool>,
     push_descriptors: Option<bool>,
     synchronization2: Option<bool>,
+    trace: Option<std::path::PathBuf>,
 }
 
 impl ContextOptions {
@@ -83,6 +85,19 @@ impl ContextOptions {
     /// (`VKCOMPUTE_SYNCHRONIZATION2=0` turns it off). Default: on.
     pub fn synchronization2(mut self, on: bool) -> Self {
         self.synchronization2 = Some(on);
+        self
+    }
+
+    /// Writes a trace of the device work to `path` (`VKCOMPUTE_TRACE`), in
+    /// the Chrome / Perfetto trace-event JSON format: per stream, a track
+    /// with one slice per recorded command at its host enqueue time
+    /// (copies, fills, dispatches with kernel and grid, transfers) and
+    /// instants for barriers and waits, and a track with the device time
+    /// of each submitted batch (timestamp queries). Streams made with
+    /// [`DeviceContext::new_stream`] write to the same file. The file is
+    /// complete once the last context of the device is dropped. Default: off.
+    pub fn trace(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.trace = Some(path.into());
         self
     }
 
@@ -164,6 +179,8 @@ pub(crate) struct ContextShared {
     pub(crate) force_staging: bool,
     /// The device's garbage, shared by all its streams.
     garbage: Arc<GarbageList>,
+    /// The trace the device's streams write, where one was asked for.
+    tracer: Option<Arc<Tracer>>,
 }
 
 /// One byte range of a buffer that a command reads or writes.
@@ -190,7 +207,12 @@ impl ContextShared {
         device: Arc<Device>,
         force_staging: bool,
         garbage: Arc<GarbageList>,
+        tracer: Option<Arc<Tracer>>,
     ) -> Result<Arc<Self>> {
+        let trace = match &tracer {
+            Some(t) => Some(StreamTrace::new(&device, t.clone())?),
+            None => None,
+        };
         let semaphore = Timeline::create_semaphore(&device)?;
         let pool = match Stream::create_pool(&device) {
             Ok(pool) => pool,
@@ -208,8 +230,10 @@ impl ContextShared {
                     timeline.clone(),
                     pool,
                     garbage.clone(),
+                    trace,
                 )),
                 garbage,
+                tracer,
                 device,
                 timeline,
                 force_staging,
@@ -266,7 +290,19 @@ impl ContextShared {
         accesses: &[BufferAccess<'_>],
         body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
     ) -> Result<R> {
-        self.record_command(op, accesses, false, None, body)
+        self.record_command(op, accesses, false, None, None, body)
+    }
+
+    /// [`record`](Self::record) with a description of the command for the
+    /// trace (called only where the context traces).
+    pub(crate) fn record_described<R>(
+        &self,
+        op: &'static str,
+        describe: &dyn Fn() -> String,
+        accesses: &[BufferAccess<'_>],
+        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
+    ) -> Result<R> {
+        self.record_command(op, accesses, false, None, Some(describe), body)
     }
 
     /// [`record`](Self::record) for a copy: `body` gives its regions with
@@ -277,7 +313,7 @@ impl ContextShared {
         accesses: &[BufferAccess<'_>],
         body: impl FnOnce(&mut Stream) -> Result<R>,
     ) -> Result<R> {
-        self.record_command(op, accesses, true, None, |stream, _| body(stream))
+        self.record_command(op, accesses, true, None, None, |stream, _| body(stream))
     }
 
     /// [`record`](Self::record) for one command of an operation that holds
@@ -289,7 +325,7 @@ impl ContextShared {
         held: &BufferMemory,
         body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
     ) -> Result<R> {
-        self.record_command(op, accesses, false, Some(held), body)
+        self.record_command(op, accesses, false, Some(held), None, body)
     }
 
     /// [`record_copy`](Self::record_copy) for one command of an operation
@@ -301,7 +337,9 @@ impl ContextShared {
         held: &BufferMemory,
         body: impl FnOnce(&mut Stream) -> Result<R>,
     ) -> Result<R> {
-        self.record_command(op, accesses, true, Some(held), |stream, _| body(stream))
+        self.record_command(op, accesses, true, Some(held), None, |stream, _| {
+            body(stream)
+        })
     }
 
     fn record_command<R>(
@@ -310,8 +348,10 @@ impl ContextShared {
         accesses: &[BufferAccess<'_>],
         copy: bool,
         held: Option<&BufferMemory>,
+        describe: Option<&dyn Fn() -> String>,
         body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
     ) -> Result<R> {
+        let started = self.tracer.as_ref().map(|t| t.now_us());
         // One command is atomic: no operation of several commands on these
         // buffers is half done while it is recorded.
         let _ops = lock_all(accesses.iter().map(|a| a.memory), held);
@@ -357,6 +397,9 @@ impl ContextShared {
                 .note_device_use(op, &self.timeline, value, a.write)?;
         }
         let result = body(&mut stream, cmd)?;
+        if let (Some(t), Some(start)) = (&stream.trace, started) {
+            trace_command(t, op, start, accesses, describe);
+        }
         stream.maybe_flush()?;
         Ok(result)
     }
@@ -632,6 +675,36 @@ impl ContextShared {
     }
 }
 
+/// Writes a recorded command's slice: its operation, the byte ranges it
+/// reads and writes, and the caller's description.
+fn trace_command(
+    t: &StreamTrace,
+    op: &str,
+    start: f64,
+    accesses: &[BufferAccess<'_>],
+    describe: Option<&dyn Fn() -> String>,
+) {
+    use std::fmt::Write as _;
+    let mut args = String::from(r#""ranges":["#);
+    for (i, a) in accesses.iter().enumerate() {
+        let _ = write!(
+            args,
+            r#"{}"{} {:#x} +{}..+{}""#,
+            if i > 0 { "," } else { "" },
+            if a.write { "write" } else { "read" },
+            vk::Handle::as_raw(a.memory.handle()),
+            a.offset,
+            a.offset + a.len
+        );
+    }
+    args.push(']');
+    if let Some(describe) = describe {
+        let _ = write!(args, r#","detail":"{}""#, crate::trace::escape(&describe()));
+    }
+    t.tracer
+        .slice(t.host, op, start, t.tracer.now_us() - start, &args);
+}
+
 impl Drop for ContextShared {
     fn drop(&mut self) {
         // Dropping a context synchronizes it: submit what was recorded; the
@@ -694,8 +767,21 @@ impl DeviceContext {
             },
         )?;
         let force_staging = setting(options.force_staging, "VKCOMPUTE_FORCE_STAGING", false);
+        let trace_path = options
+            .trace
+            .clone()
+            .or_else(|| std::env::var_os("VKCOMPUTE_TRACE").map(Into::into));
+        let tracer = match trace_path {
+            Some(path) => Some(Arc::new(Tracer::create(&path)?)),
+            None => None,
+        };
         Ok(DeviceContext {
-            shared: ContextShared::new(device.clone(), force_staging, GarbageList::new(device))?,
+            shared: ContextShared::new(
+                device.clone(),
+                force_staging,
+                GarbageList::new(device),
+                tracer,
+            )?,
         })
     }
 
@@ -710,6 +796,7 @@ impl DeviceContext {
                 self.shared.device.clone(),
                 self.shared.force_staging,
                 self.shared.garbage.clone(),
+                self.shared.tracer.clone(),
             )?,
         })
     }
@@ -794,6 +881,7 @@ impl DeviceContext {
                 device.clone(),
                 setting(None, "VKCOMPUTE_FORCE_STAGING", false),
                 GarbageList::new(device),
+                None,
             )?,
         })
     }

@@ -102,6 +102,15 @@ pub enum Error {
         elem_size: usize,
     },
 
+    /// The trace file could not be created.
+    #[error("cannot write the trace file {path}: {detail}")]
+    Trace {
+        /// The path asked for.
+        path: String,
+        /// The system's message.
+        detail: String,
+    },
+
     /// A buffer or view of a zero-sized element type (such as `()`), which
     /// could hold no data however many elements it had.
     #[error("{what}: the element type `{type_name}` has no size, so its elements hold no data")]

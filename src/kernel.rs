@@ -748,10 +748,12 @@ impl DeviceContext {
         let mut padded = push_bytes.to_vec();
         padded.resize(push_bytes.len().next_multiple_of(4), 0);
         let keep = k.clone();
-        self.shared.record(op, &accesses, |stream, cmd| {
-            stream.keep_alive(keep);
-            pipeline::record_dispatch(stream, cmd, &k.pipeline, &infos, &padded, grid)
-        })
+        let describe = || format!("kernel {} grid {grid:?}", k.entry);
+        self.shared
+            .record_described(op, &describe, &accesses, |stream, cmd| {
+                stream.keep_alive(keep);
+                pipeline::record_dispatch(stream, cmd, &k.pipeline, &infos, &padded, grid)
+            })
     }
 
     /// The device time taken by the work `f` enqueues, run `iters` times:

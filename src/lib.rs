@@ -41,6 +41,7 @@ extern crate shaderc_sys;
 mod staging;
 mod stream;
 mod timeline;
+mod trace;
 mod vk;
 
 /// The SPIR-V of the kernels that ship with vkcompute (`shaders/*.comp`,

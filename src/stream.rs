@@ -14,6 +14,7 @@ use crate::memory::RawBuffer;
 use crate::pipeline::DescriptorPools;
 use crate::staging::{StagingBlock, StagingPool, StagingSlice};
 use crate::timeline::Timeline;
+use crate::trace::Tracer;
 use crate::vk::{Device, MemoryUsage};
 
 /// A batch is submitted once it holds this many commands.
@@ -121,6 +122,141 @@ impl Drop for GarbageList {
     }
 }
 
+/// A stream's part of a trace (see `crate::trace`): its two tracks and the
+/// timestamp queries that measure each batch on the device.
+pub(crate) struct StreamTrace {
+    device: Arc<Device>,
+    pub(crate) tracer: Arc<Tracer>,
+    /// The track of recorded commands.
+    pub(crate) host: u64,
+    /// The track of device batches.
+    batches: u64,
+    /// Two timestamps per batch slot; `None` where the queue has none.
+    queries: Option<vk::QueryPool>,
+    /// Nanoseconds per timestamp tick.
+    period: f64,
+    /// The bits of a timestamp that are valid.
+    mask: u64,
+}
+
+/// Batch slots in the trace's query pool: more than can be in flight at once.
+const TRACE_SLOTS: u64 = MAX_IN_FLIGHT as u64 * 2;
+
+impl StreamTrace {
+    pub(crate) fn new(device: &Arc<Device>, tracer: Arc<Tracer>) -> Result<Self> {
+        let (host, batches) = tracer.new_stream(device.name());
+        let bits = device
+            .adapter
+            .queue_family
+            .map_or(0, |f| f.timestamp_valid_bits);
+        let queries = if bits == 0 {
+            None
+        } else {
+            let info = vk::QueryPoolCreateInfo::default()
+                .query_type(vk::QueryType::TIMESTAMP)
+                .query_count(TRACE_SLOTS as u32 * 2);
+            // SAFETY: a valid create info on a live device.
+            Some(unsafe { device.raw.create_query_pool(&info, None) }.during("vkCreateQueryPool")?)
+        };
+        Ok(StreamTrace {
+            device: device.clone(),
+            tracer,
+            host,
+            batches,
+            queries,
+            period: f64::from(device.limits().timestamp_period),
+            mask: if bits >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << bits) - 1
+            },
+        })
+    }
+
+    fn slot(value: u64) -> u32 {
+        (value % TRACE_SLOTS) as u32 * 2
+    }
+
+    /// Records the timestamp that opens the batch signalling `value`.
+    fn begin(&self, device: &Device, cmd: vk::CommandBuffer, value: u64) {
+        if let Some(pool) = self.queries {
+            let slot = Self::slot(value);
+            // SAFETY: `cmd` is recording outside a render pass; the slot's
+            // two queries exist and no batch in flight uses them (fewer than
+            // TRACE_SLOTS batches are ever in flight).
+            unsafe {
+                device.raw.cmd_reset_query_pool(cmd, pool, slot, 2);
+                device.raw.cmd_write_timestamp(
+                    cmd,
+                    vk::PipelineStageFlags::TOP_OF_PIPE,
+                    pool,
+                    slot,
+                );
+            }
+        }
+    }
+
+    /// Records the timestamp that closes the batch signalling `value`.
+    fn end(&self, device: &Device, cmd: vk::CommandBuffer, value: u64) {
+        if let Some(pool) = self.queries {
+            // SAFETY: as in `begin`; BOTTOM_OF_PIPE follows every command.
+            unsafe {
+                device.raw.cmd_write_timestamp(
+                    cmd,
+                    vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                    pool,
+                    Self::slot(value) + 1,
+                )
+            };
+        }
+    }
+
+    /// Writes the device slice of a completed batch.
+    fn retire(&self, device: &Device, batch: &Batch) {
+        let (Some(pool), Some(submitted)) = (self.queries, batch.submitted_us) else {
+            return;
+        };
+        let mut ticks = [0u64; 2];
+        // SAFETY: the batch completed, so both of its queries were written.
+        let read = unsafe {
+            device.raw.get_query_pool_results(
+                pool,
+                Self::slot(batch.value),
+                &mut ticks,
+                vk::QueryResultFlags::TYPE_64,
+            )
+        };
+        if read.is_err() {
+            return;
+        }
+        let us = |t: u64| (t & self.mask) as f64 * self.period / 1e3;
+        let start = self.tracer.device_to_host(us(ticks[0]), submitted);
+        let args = format!(
+            r#""value":{},"commands":{},"waits":{}"#,
+            batch.value,
+            batch.commands,
+            batch.waits.len()
+        );
+        self.tracer.slice(
+            self.batches,
+            "batch",
+            start,
+            us(ticks[1].wrapping_sub(ticks[0]) & self.mask),
+            &args,
+        );
+    }
+}
+
+impl Drop for StreamTrace {
+    fn drop(&mut self) {
+        if let Some(pool) = self.queries.take() {
+            // SAFETY: dropped with its stream, after the stream waited for
+            // all its batches (or before it submitted any).
+            unsafe { self.device.raw.destroy_query_pool(pool, None) };
+        }
+    }
+}
+
 /// A copy being recorded: more regions between the same buffers may join it.
 struct PendingCopy {
     src: vk::Buffer,
@@ -142,6 +278,8 @@ struct Batch {
     /// Host work to run once the batch completes (copies out of readback
     /// staging into user memory).
     completions: Vec<Completion>,
+    /// When it was submitted, in trace microseconds (traced streams only).
+    submitted_us: Option<f64>,
 }
 
 /// Host work run when a batch completes, with the stream at hand.
@@ -171,6 +309,8 @@ pub(crate) struct Stream {
     pending_copy: Option<PendingCopy>,
     /// An empty vector with capacity, for the next merged copy's regions.
     spare_regions: Vec<vk::BufferCopy>,
+    /// The stream's tracks, where the context traces.
+    pub(crate) trace: Option<StreamTrace>,
 }
 
 impl Stream {
@@ -189,6 +329,7 @@ impl Stream {
         timeline: Arc<Timeline>,
         pool: vk::CommandPool,
         garbage: Arc<GarbageList>,
+        trace: Option<StreamTrace>,
     ) -> Self {
         let queue = device.assign_queue();
         Stream {
@@ -208,6 +349,7 @@ impl Stream {
             recorded: 0,
             pending_copy: None,
             spare_regions: Vec::new(),
+            trace,
         }
     }
 
@@ -236,6 +378,12 @@ impl Stream {
         if self.batch.is_none() {
             self.begin_batch()?;
         }
+        if let Some(t) = &self.trace {
+            for (_, value) in &waits {
+                t.tracer
+                    .instant(t.host, "wait", &format!(r#""for_value":{value}"#));
+            }
+        }
         let batch = self.batch.as_mut().expect("opened above");
         for (timeline, value) in waits {
             match batch
@@ -255,6 +403,9 @@ impl Stream {
         if conflict {
             dependency_barrier(&self.device, cmd);
             self.hazards.clear();
+            if let Some(t) = &self.trace {
+                t.tracer.instant(t.host, "barrier", "");
+            }
         }
         self.hazards.record(accesses);
         if let Some(batch) = &mut self.batch {
@@ -371,12 +522,16 @@ impl Stream {
             self.free_cmds.push(cmd);
             return Err(Error::vk("vkBeginCommandBuffer", e));
         }
+        let value = self.pending_value();
+        if let Some(t) = &self.trace {
+            t.begin(&self.device, cmd, value);
+        }
         // Order this batch after everything submitted before it on the queue.
         dependency_barrier(&self.device, cmd);
         self.hazards.clear();
         self.batch = Some(Batch {
             cmd,
-            value: self.pending_value(),
+            value,
             commands: 0,
             staged: 0,
             waits: Vec::new(),
@@ -384,6 +539,7 @@ impl Stream {
             descriptor_pools: Vec::new(),
             keep: Vec::new(),
             completions: Vec::new(),
+            submitted_us: None,
         });
         Ok(())
     }
@@ -408,6 +564,10 @@ impl Stream {
                 vk::AccessFlags::HOST_READ | vk::AccessFlags::HOST_WRITE,
             ),
         );
+        if let Some(t) = &self.trace {
+            t.end(&self.device, batch.cmd, batch.value);
+            batch.submitted_us = Some(t.tracer.now_us());
+        }
         let submitted = self.submit(&batch);
         if submitted.is_err() {
             // The batch's work will not run. Its value is signalled from the
@@ -415,6 +575,7 @@ impl Stream {
             // nothing waits for it forever; the error goes to the caller.
             let _ = self.timeline.wait_submitted(batch.value - 1);
             self.timeline.signal_from_host(batch.value);
+            batch.submitted_us = None; // its timestamps are never written
         }
         self.timeline.set_submitted(batch.value);
         self.in_flight.push_back(batch);
@@ -473,6 +634,9 @@ impl Stream {
     fn retire(&mut self, mut batch: Batch) {
         for completion in std::mem::take(&mut batch.completions) {
             completion(self);
+        }
+        if let Some(t) = &self.trace {
+            t.retire(&self.device, &batch);
         }
         // SAFETY: the batch completed, so its command buffer is not pending.
         let reset = unsafe {

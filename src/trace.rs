@@ -1,0 +1,168 @@
+//! A trace of the device work, in the Chrome / Perfetto trace-event JSON
+//! format (open it in `ui.perfetto.dev` or `chrome://tracing`): one track
+//! per stream with a slice per recorded command at its host enqueue time
+//! (copy, fill, dispatch with its kernel and grid, upload, download),
+//! instant events for barriers and cross-stream waits, and one track per
+//! stream with the device time of each submitted batch, measured with
+//! timestamp queries.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+
+/// The process id written into every event (a trace has one process).
+const PID: u32 = 1;
+
+/// Writes trace events to a file; shared by every stream of a device.
+pub(crate) struct Tracer {
+    out: Mutex<Output>,
+    start: Instant,
+    next_stream: AtomicU64,
+    /// Host microseconds minus device microseconds: one device clock, so
+    /// one offset for every stream. A batch starts on the device no earlier
+    /// than it was submitted, so each gives a lower bound; the largest so
+    /// far is the estimate (a batch that waited for another stream gives a
+    /// loose bound, one that did not a tight one).
+    device_offset: Mutex<Option<f64>>,
+}
+
+struct Output {
+    file: BufWriter<File>,
+    first: bool,
+    /// A failed write ends the trace quietly: tracing never fails the work.
+    broken: bool,
+}
+
+impl Tracer {
+    /// Creates (or truncates) the trace file at `path`.
+    pub(crate) fn create(path: &Path) -> Result<Self> {
+        let file = File::create(path).map_err(|e| Error::Trace {
+            path: path.display().to_string(),
+            detail: e.to_string(),
+        })?;
+        let tracer = Tracer {
+            out: Mutex::new(Output {
+                file: BufWriter::new(file),
+                first: true,
+                broken: false,
+            }),
+            start: Instant::now(),
+            next_stream: AtomicU64::new(1),
+            device_offset: Mutex::new(None),
+        };
+        tracer.raw("[\n");
+        tracer.event(&format!(
+            r#"{{"name":"process_name","ph":"M","pid":{PID},"args":{{"name":"vkcompute"}}}}"#
+        ));
+        Ok(tracer)
+    }
+
+    /// Microseconds since the trace began.
+    pub(crate) fn now_us(&self) -> f64 {
+        self.start.elapsed().as_secs_f64() * 1e6
+    }
+
+    /// The host time, in trace microseconds, of the device time
+    /// `device_us` at which a batch submitted at `submitted_us` started.
+    pub(crate) fn device_to_host(&self, device_us: f64, submitted_us: f64) -> f64 {
+        let mut offset = self.device_offset.lock().unwrap_or_else(|e| e.into_inner());
+        let bound = submitted_us - device_us;
+        let estimate = offset.map_or(bound, |o: f64| o.max(bound));
+        *offset = Some(estimate);
+        device_us + estimate
+    }
+
+    /// A new stream's two track ids (host commands, device batches), named.
+    pub(crate) fn new_stream(&self, device: &str) -> (u64, u64) {
+        let n = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let (host, batches) = (n * 2, n * 2 + 1);
+        for (tid, what) in [(host, "commands"), (batches, "device batches")] {
+            self.event(&format!(
+                r#"{{"name":"thread_name","ph":"M","pid":{PID},"tid":{tid},"args":{{"name":"stream {n} {what} ({})"}}}}"#,
+                escape(device)
+            ));
+        }
+        (host, batches)
+    }
+
+    /// A slice `name` on track `tid` from `start_us` lasting `dur_us`, with
+    /// `args` (a JSON object's members, without braces).
+    pub(crate) fn slice(&self, tid: u64, name: &str, start_us: f64, dur_us: f64, args: &str) {
+        self.event(&format!(
+            r#"{{"name":"{}","ph":"X","pid":{PID},"tid":{tid},"ts":{start_us:.3},"dur":{:.3},"args":{{{args}}}}}"#,
+            escape(name),
+            dur_us.max(0.0)
+        ));
+    }
+
+    /// An instant event `name` on track `tid`, now.
+    pub(crate) fn instant(&self, tid: u64, name: &str, args: &str) {
+        self.event(&format!(
+            r#"{{"name":"{}","ph":"i","s":"t","pid":{PID},"tid":{tid},"ts":{:.3},"args":{{{args}}}}}"#,
+            escape(name),
+            self.now_us()
+        ));
+    }
+
+    fn event(&self, json: &str) {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if out.broken {
+            return;
+        }
+        let sep = if out.first { "" } else { ",\n" };
+        out.first = false;
+        if write!(out.file, "{sep}{json}").is_err() {
+            out.broken = true;
+        }
+    }
+
+    fn raw(&self, text: &str) {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if out.file.write_all(text.as_bytes()).is_err() {
+            out.broken = true;
+        }
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        let out = self.out.get_mut().unwrap_or_else(|e| e.into_inner());
+        if !out.broken {
+            let _ = out.file.write_all(b"\n]\n");
+            let _ = out.file.flush();
+        }
+    }
+}
+
+/// `text` as the inside of a JSON string.
+pub(crate) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn strings_are_escaped_for_json() {
+        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape("x\ny"), "x\\u000ay");
+    }
+}

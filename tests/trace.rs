@@ -1,0 +1,131 @@
+//! The trace file (`ContextOptions::trace`): valid trace-event JSON with a
+//! track per stream, one slice per recorded command in enqueue order (the
+//! dispatch naming its kernel and grid), barrier instants between dependent
+//! commands, cross-stream waits, and a device slice per submitted batch.
+
+mod common;
+
+use common::{assert_clean, context_with};
+use serde_json::Value;
+use vkcompute::{shaders, ContextOptions, Kernel};
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Saxpy {
+    a: f32,
+    n: u32,
+}
+
+#[test]
+fn a_trace_holds_every_command_in_order_and_the_device_batches() {
+    let dir = std::env::temp_dir().join(format!("vkcompute-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.json");
+    {
+        let ctx = context_with(ContextOptions::new().validation(true).trace(&path));
+        let log = ctx.validation_log();
+        let saxpy = Kernel::new(&ctx, shaders::SAXPY, "main").unwrap();
+        let n = 4096u32;
+        let x = ctx.enqueue_create_buffer::<f32>(n as usize).unwrap();
+        let y = ctx.enqueue_create_buffer::<f32>(n as usize).unwrap();
+        x.enqueue_fill(1.0).unwrap();
+        y.enqueue_fill(2.0).unwrap();
+        ctx.enqueue_function(&saxpy, n / 256, &[x.arg(), y.arg()], &Saxpy { a: 3.0, n })
+            .unwrap();
+        ctx.synchronize().unwrap();
+        // A second stream waits for the first.
+        let other = ctx.new_stream().unwrap();
+        let z = other.enqueue_create_buffer::<f32>(n as usize).unwrap();
+        y.enqueue_fill(4.0).unwrap();
+        z.enqueue_copy_from(&y).unwrap();
+        assert_eq!(z.to_vec().unwrap(), vec![4.0; n as usize]);
+        drop((x, y, z, saxpy, other));
+        ctx.synchronize().unwrap();
+        drop(ctx);
+        assert_clean(&log, "a traced run");
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: Vec<Value> = serde_json::from_str(&text).expect("the trace is a JSON array");
+    let names: Vec<(&str, &str, u64)> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" || e["ph"] == "i")
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e["ph"].as_str().unwrap(),
+                e["tid"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // The first stream's commands, in order, on one track.
+    let first_track = events
+        .iter()
+        .find(|e| e["name"] == "DeviceBuffer::enqueue_fill")
+        .unwrap()["tid"]
+        .as_u64()
+        .unwrap();
+    let commands: Vec<&str> = names
+        .iter()
+        .filter(|(_, ph, tid)| *ph == "X" && *tid == first_track)
+        .map(|(n, _, _)| *n)
+        .collect();
+    assert_eq!(
+        commands[..3],
+        [
+            "DeviceBuffer::enqueue_fill",
+            "DeviceBuffer::enqueue_fill",
+            "DeviceContext::enqueue_function"
+        ],
+        "{commands:?}"
+    );
+    let dispatch = events
+        .iter()
+        .find(|e| e["name"] == "DeviceContext::enqueue_function")
+        .unwrap();
+    assert_eq!(dispatch["args"]["detail"], "kernel main grid [16, 1, 1]");
+    // The dispatch depends on both fills: a barrier before it.
+    assert!(names
+        .iter()
+        .any(|(n, ph, tid)| *n == "barrier" && *ph == "i" && *tid == first_track));
+    // The copy on the second stream waited for the first stream's fill.
+    let copy = events
+        .iter()
+        .find(|e| e["name"] == "DeviceBuffer::enqueue_copy_from")
+        .expect("the copy on the second stream");
+    assert_ne!(copy["tid"].as_u64(), Some(first_track));
+    assert!(names
+        .iter()
+        .any(|(n, _, tid)| *n == "wait" && Some(*tid) == copy["tid"].as_u64()));
+    // Slices on a track are in time order.
+    let times: Vec<f64> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"].as_u64() == Some(first_track))
+        .map(|e| e["ts"].as_f64().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    // Device batches, measured, on their own tracks.
+    let batches: Vec<&Value> = events.iter().filter(|e| e["name"] == "batch").collect();
+    assert!(batches.len() >= 3, "{} batches", batches.len());
+    assert!(batches
+        .iter()
+        .all(|b| b["dur"].as_f64().unwrap() >= 0.0 && b["tid"].as_u64() != Some(first_track)));
+    assert!(batches
+        .iter()
+        .any(|b| b["args"]["commands"].as_u64().unwrap() >= 3));
+    // Track names for a viewer.
+    assert!(events.iter().any(|e| e["name"] == "thread_name"
+        && e["args"]["name"]
+            .as_str()
+            .unwrap()
+            .contains("device batches")));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_trace_file_that_cannot_be_created_is_a_clear_error() {
+    let err = vkcompute::DeviceContext::with_options(
+        ContextOptions::new().trace("/nonexistent-dir/for/sure/trace.json"),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("trace file"), "{err}");
+}
