@@ -51,6 +51,11 @@ const CASES: &[&str] = &[
     "increment",
     "map_rw",
     "alloc",
+    "launches",
+    "launches_raw",
+    "graph",
+    "enqueue_cost",
+    "replay_cost",
 ];
 
 /// The sizes of the transfer cases.
@@ -182,6 +187,8 @@ enum Figure {
     PerSecond(f64, &'static str),
     /// The median time in microseconds.
     Microseconds,
+    /// The median time in nanoseconds.
+    Nanoseconds,
 }
 
 impl Figure {
@@ -191,6 +198,7 @@ impl Figure {
             Figure::GigabytesPerSecond(bytes) => (bytes / t / 1e9, "GB/s"),
             Figure::PerSecond(count, unit) => (count / t, unit),
             Figure::Microseconds => (t * 1e6, "us"),
+            Figure::Nanoseconds => (t * 1e9, "ns"),
         }
     }
 }
@@ -229,6 +237,11 @@ impl Bench<'_> {
             "increment" => self.increment(),
             "map_rw" => self.map_rw(),
             "alloc" => self.alloc(),
+            "launches" => self.launches(),
+            "launches_raw" => self.launches_raw(),
+            "graph" => self.graph(),
+            "enqueue_cost" => self.enqueue_cost(),
+            "replay_cost" => self.replay_cost(),
             other => Err(format!("no case `{other}`").into()),
         };
         result.map_err(|e| format!("case `{case}`: {e}").into())
@@ -594,6 +607,7 @@ impl Bench<'_> {
                 &[x.raw(), y.raw()],
                 bytemuck::bytes_of(&push),
                 [grid.0, grid.1, 1],
+                1,
             )?)
         } else {
             None
@@ -692,6 +706,7 @@ impl Bench<'_> {
             &[buf.raw()],
             bytemuck::bytes_of(&push),
             [1, 1, 1],
+            1,
         )?;
         let reps = self.reps(500);
         let t = self.time("dispatch_raw", 0, self.warmups(reps), reps, || {
@@ -797,6 +812,193 @@ impl Bench<'_> {
     }
 }
 
+/// Dependent dispatches per repetition of the launch cases.
+const LAUNCHES: u32 = 10_000;
+/// Elements of the launch cases' buffer (one workgroup of `ADD_ONE`).
+const LAUNCH_LEN: u32 = 64;
+
+impl Bench<'_> {
+    /// The launch cases' buffer, filled with a pattern, and the kernel.
+    fn launch_setup(&self) -> BenchResult<(Kernel, DeviceBuffer<u32>, Vec<u32>)> {
+        let ctx = self.ctx;
+        let kernel = Kernel::new(ctx, vkcompute::shaders::ADD_ONE, "main")?;
+        let start = word_pattern(LAUNCH_LEN as usize);
+        let buf = ctx.enqueue_create_buffer::<u32>(LAUNCH_LEN as usize)?;
+        buf.enqueue_copy_from(&start[..])?;
+        ctx.synchronize()?;
+        Ok((kernel, buf, start))
+    }
+
+    /// Checks that every element of `buf` grew by `runs` launches.
+    fn launch_check(
+        &self,
+        case: &str,
+        buf: &DeviceBuffer<u32>,
+        start: &[u32],
+        runs: usize,
+    ) -> BenchResult<()> {
+        let added = (runs as u64 * LAUNCHES as u64) as u32;
+        let expected: Vec<u32> = start.iter().map(|&v| v.wrapping_add(added)).collect();
+        check_words(case, &buf.to_vec()?, &expected)
+    }
+
+    /// 10,000 dependent dispatches enqueued one by one, then one wait.
+    fn launches(&self) -> BenchResult<()> {
+        let ctx = self.ctx;
+        let (kernel, buf, start) = self.launch_setup()?;
+        let reps = self.reps(10);
+        let warmups = self.warmups(reps);
+        let t = self.time("launches", 0, warmups, reps, || {
+            for _ in 0..LAUNCHES {
+                ctx.enqueue_function(&kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
+            }
+            ctx.synchronize()?;
+            Ok(())
+        })?;
+        self.launch_check("launches", &buf, &start, warmups + reps)?;
+        self.report(
+            "launches",
+            0,
+            &t,
+            Figure::PerSecond(LAUNCHES as f64, "launches/s"),
+        );
+        Ok(())
+    }
+
+    /// The same dispatches recorded once by hand into one command buffer.
+    fn launches_raw(&self) -> BenchResult<()> {
+        let ctx = self.ctx;
+        let (_kernel, buf, start) = self.launch_setup()?;
+        let raw = RawDispatch::new(
+            ctx,
+            vkcompute::shaders::ADD_ONE,
+            &[buf.raw()],
+            bytemuck::bytes_of(&LAUNCH_LEN),
+            [1, 1, 1],
+            LAUNCHES,
+        )?;
+        let reps = self.reps(10);
+        let warmups = self.warmups(reps);
+        let t = self.time("launches_raw", 0, warmups, reps, || raw.run())?;
+        drop(raw);
+        self.launch_check("launches_raw", &buf, &start, warmups + reps)?;
+        self.report(
+            "launches_raw",
+            0,
+            &t,
+            Figure::PerSecond(LAUNCHES as f64, "launches/s"),
+        );
+        Ok(())
+    }
+
+    /// The 10,000 dispatches captured once as a graph.
+    fn launch_graph(
+        &self,
+        kernel: &Kernel,
+        buf: &DeviceBuffer<u32>,
+    ) -> BenchResult<vkcompute::Graph> {
+        let mut g = self.ctx.capture_graph();
+        for _ in 0..LAUNCHES {
+            g.dispatch(kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
+        }
+        Ok(g.finish()?)
+    }
+
+    /// The same dispatches replayed from a graph, then one wait.
+    fn graph(&self) -> BenchResult<()> {
+        let ctx = self.ctx;
+        let (kernel, buf, start) = self.launch_setup()?;
+        let graph = self.launch_graph(&kernel, &buf)?;
+        let reps = self.reps(10);
+        let warmups = self.warmups(reps);
+        let t = self.time("graph", 0, warmups, reps, || {
+            ctx.enqueue_graph(&graph)?;
+            ctx.synchronize()?;
+            Ok(())
+        })?;
+        self.launch_check("graph", &buf, &start, warmups + reps)?;
+        self.report(
+            "graph",
+            0,
+            &t,
+            Figure::PerSecond(LAUNCHES as f64, "launches/s"),
+        );
+        Ok(())
+    }
+
+    /// Times `f` alone for `reps` repetitions (after warm-ups), running
+    /// `settle` untimed after each.
+    fn time_host(
+        &self,
+        case: &str,
+        reps: usize,
+        mut f: impl FnMut() -> BenchResult<()>,
+        mut settle: impl FnMut() -> BenchResult<()>,
+    ) -> BenchResult<Timing> {
+        let warmups = self.warmups(reps);
+        eprintln!(
+            "bench: [{:7.1} s] {case}: {warmups} warm-up + {reps} timed (host time only)",
+            self.start.elapsed().as_secs_f64(),
+        );
+        for _ in 0..warmups {
+            f()?;
+            settle()?;
+        }
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t0 = Instant::now();
+            f()?;
+            times.push(t0.elapsed().as_secs_f64());
+            settle()?;
+        }
+        summarize(times)
+    }
+
+    /// Host time of one `enqueue_function` call (10,000 per repetition).
+    fn enqueue_cost(&self) -> BenchResult<()> {
+        let ctx = self.ctx;
+        let (kernel, buf, start) = self.launch_setup()?;
+        let reps = self.reps(10);
+        let t = self.time_host(
+            "enqueue_cost",
+            reps,
+            || {
+                for _ in 0..LAUNCHES {
+                    ctx.enqueue_function(&kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
+                }
+                Ok(())
+            },
+            || Ok(ctx.synchronize()?),
+        )?;
+        self.launch_check("enqueue_cost", &buf, &start, self.warmups(reps) + reps)?;
+        let per_call = Timing {
+            reps: t.reps,
+            median: t.median / LAUNCHES as f64,
+            min: t.min / LAUNCHES as f64,
+            max: t.max / LAUNCHES as f64,
+        };
+        self.report("enqueue_cost", 0, &per_call, Figure::Nanoseconds);
+        Ok(())
+    }
+
+    /// Host time of one replay call of the 10,000-dispatch graph.
+    fn replay_cost(&self) -> BenchResult<()> {
+        let ctx = self.ctx;
+        let (kernel, buf, start) = self.launch_setup()?;
+        let graph = self.launch_graph(&kernel, &buf)?;
+        let reps = self.reps(30);
+        let t = self.time_host(
+            "replay_cost",
+            reps,
+            || Ok(ctx.enqueue_graph(&graph)?),
+            || Ok(ctx.synchronize()?),
+        )?;
+        self.launch_check("replay_cost", &buf, &start, self.warmups(reps) + reps)?;
+        self.report("replay_cost", 0, &t, Figure::Microseconds);
+        Ok(())
+    }
+}
+
 /// The push constants of `shaders/saxpy.comp`.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -841,6 +1043,7 @@ impl RawDispatch {
         buffers: &[RawBufferRef],
         push: &[u8],
         grid: [u32; 3],
+        repeat: u32,
     ) -> BenchResult<Self> {
         let device = ctx.raw_device().clone();
         let family = ctx.queue_family_index();
@@ -966,6 +1169,9 @@ impl RawDispatch {
         let before = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
             .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
+        let between = [vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
         let after = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::SHADER_WRITE)
             .dst_access_mask(
@@ -1004,7 +1210,21 @@ impl RawDispatch {
                 0,
                 push,
             );
-            d.cmd_dispatch(cb, grid[0], grid[1], grid[2]);
+            for i in 0..repeat {
+                if i > 0 {
+                    // Each dispatch depends on the one before.
+                    d.cmd_pipeline_barrier(
+                        cb,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::DependencyFlags::empty(),
+                        &between,
+                        &[],
+                        &[],
+                    );
+                }
+                d.cmd_dispatch(cb, grid[0], grid[1], grid[2]);
+            }
             d.cmd_pipeline_barrier(
                 cb,
                 vk::PipelineStageFlags::COMPUTE_SHADER,

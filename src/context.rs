@@ -817,17 +817,23 @@ impl DeviceContext {
                 ),
             });
         }
-        if Arc::ptr_eq(&self.shared, &other.shared) {
+        self.wait_for_shared(&other.shared)
+    }
+
+    /// [`enqueue_wait_for`](Self::enqueue_wait_for) on a stream of this
+    /// device (checked by the caller).
+    pub(crate) fn wait_for_shared(&self, other: &Arc<ContextShared>) -> Result<()> {
+        if Arc::ptr_eq(&self.shared, other) {
             return Ok(()); // a stream is always ordered after itself
         }
-        other.shared.flush()?;
-        let value = other.shared.timeline.submitted();
-        if value == 0 || other.shared.timeline.is_complete(value) {
+        other.flush()?;
+        let value = other.timeline.submitted();
+        if value == 0 || other.timeline.is_complete(value) {
             return Ok(());
         }
         self.shared
             .lock()
-            .command(&[], vec![(other.shared.timeline.clone(), value)], false)
+            .command(&[], vec![(other.timeline.clone(), value)], false)
             .map(drop)
     }
 

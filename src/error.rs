@@ -102,6 +102,16 @@ pub enum Error {
         elem_size: usize,
     },
 
+    /// An operation that a graph cannot hold (it reads host memory when
+    /// enqueued, or needs a path graphs do not capture).
+    #[error("{op}: cannot be captured in a graph: {reason}")]
+    NotCapturable {
+        /// The call.
+        op: &'static str,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+
     /// The trace file could not be created.
     #[error("cannot write the trace file {path}: {detail}")]
     Trace {

@@ -99,6 +99,16 @@ pub struct KernelArg<'a> {
     pub(crate) type_name: fn() -> String,
 }
 
+/// A dispatch that passed every check: the buffer ranges it reads and
+/// writes, its descriptors, push constants (padded to whole words) and grid.
+pub(crate) struct CheckedDispatch<'a> {
+    pub(crate) kernel: &'a Arc<KernelPipeline>,
+    pub(crate) accesses: Vec<BufferAccess<'a>>,
+    pub(crate) infos: Vec<vk::DescriptorBufferInfo>,
+    pub(crate) push: Vec<u8>,
+    pub(crate) grid: [u32; 3],
+}
+
 /// The pipeline and interface behind a [`Kernel`], shared by every kernel
 /// loaded from the same module, entry point and specialization on a device.
 pub(crate) struct KernelPipeline {
@@ -112,6 +122,16 @@ pub(crate) struct KernelPipeline {
     /// Loaded with [`KernelBuilder::allow_pointer_addressing`]: only
     /// [`DeviceContext::enqueue_function_with_addresses`] dispatches it.
     pointers: bool,
+}
+
+impl KernelPipeline {
+    pub(crate) fn pipeline(&self) -> &ComputePipeline {
+        &self.pipeline
+    }
+
+    pub(crate) fn entry(&self) -> &str {
+        &self.entry
+    }
 }
 
 impl Drop for KernelPipeline {
@@ -465,7 +485,7 @@ fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>> {
 /// under robustBufferAccess2 (robustStorageBufferAccessSizeAlignment is at
 /// most 4), anywhere in the buffer under robustBufferAccess alone, and
 /// (where the device has neither) only the view is assumed.
-fn write_extent(device: &Device, view: &View) -> (u64, u64) {
+pub(crate) fn write_extent(device: &Device, view: &View) -> (u64, u64) {
     let end = view.offset + view.bytes;
     let f = &device.features;
     if f.robust_buffer_access2 {
@@ -628,6 +648,28 @@ impl DeviceContext {
         addressed: &[KernelArg<'_>],
         push_bytes: &[u8],
     ) -> Result<()> {
+        let d = self.check_dispatch(op, kernel, grid, args, addressed, push_bytes)?;
+        let k = d.kernel;
+        let keep = k.clone();
+        let describe = || format!("kernel {} grid {:?}", k.entry, d.grid);
+        self.shared
+            .record_described(op, &describe, &d.accesses, |stream, cmd| {
+                stream.keep_alive(keep);
+                pipeline::record_dispatch(stream, cmd, &k.pipeline, &d.infos, &d.push, d.grid)
+            })
+    }
+
+    /// Checks a dispatch (everything `enqueue_function` documents) and
+    /// returns what recording it needs.
+    pub(crate) fn check_dispatch<'a>(
+        &self,
+        op: &'static str,
+        kernel: &'a Kernel,
+        grid: Grid,
+        args: &[KernelArg<'a>],
+        addressed: &[KernelArg<'a>],
+        push_bytes: &[u8],
+    ) -> Result<CheckedDispatch<'a>> {
         let k = &kernel.inner;
         let device = &self.shared.device;
         let name = || k.entry.clone();
@@ -745,15 +787,15 @@ impl DeviceContext {
             len: arg.view.bytes,
             write: true,
         }));
-        let mut padded = push_bytes.to_vec();
-        padded.resize(push_bytes.len().next_multiple_of(4), 0);
-        let keep = k.clone();
-        let describe = || format!("kernel {} grid {grid:?}", k.entry);
-        self.shared
-            .record_described(op, &describe, &accesses, |stream, cmd| {
-                stream.keep_alive(keep);
-                pipeline::record_dispatch(stream, cmd, &k.pipeline, &infos, &padded, grid)
-            })
+        let mut push = push_bytes.to_vec();
+        push.resize(push_bytes.len().next_multiple_of(4), 0);
+        Ok(CheckedDispatch {
+            kernel: k,
+            accesses,
+            infos,
+            push,
+            grid,
+        })
     }
 
     /// The device time taken by the work `f` enqueues, run `iters` times:

@@ -27,6 +27,7 @@ mod context;
 mod display;
 mod error;
 mod fill;
+mod graph;
 mod hazard;
 mod host;
 mod kernel;
@@ -48,8 +49,9 @@ mod vk;
 /// compiled by `build.rs`), each ready for [`Kernel::new`] with entry
 /// point `main`: `SAXPY` (`y = a * x + y`, 2D grids), `VECTOR_ADD`
 /// (workgroup size set by specialization constant 0), `REDUCE_SUM` (one
-/// pass of a parallel sum), `STORE` (writes one element) and `FILL` (the
-/// kernel behind `enqueue_fill`).
+/// pass of a parallel sum), `STORE` (writes one element), `ADD_ONE` (adds 1
+/// to each of `n` `u32`s, 64 per workgroup) and `FILL` (the kernel behind
+/// `enqueue_fill`).
 pub mod shaders {
     include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
 }
@@ -67,6 +69,7 @@ pub mod build {
 pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
 pub use context::{ContextOptions, DeviceContext, LiveObjects, RawContext};
 pub use error::{Error, Result};
+pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use reflect::{BindingInfo, SpecConstantInfo};

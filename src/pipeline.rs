@@ -269,8 +269,31 @@ pub(crate) fn record_dispatch(
     push: &[u8],
     groups: [u32; 3],
 ) -> Result<()> {
-    debug_assert_eq!(buffers.len(), pipeline.bindings.len());
     let device = stream.device().clone();
+    record_dispatch_into(
+        &device,
+        &mut stream.descriptors,
+        cmd,
+        pipeline,
+        buffers,
+        push,
+        groups,
+    )
+}
+
+/// [`record_dispatch`] into any command buffer, with descriptor sets (where
+/// push descriptors are off) from `descriptors`, which must outlive every
+/// execution of `cmd`.
+pub(crate) fn record_dispatch_into(
+    device: &Device,
+    descriptors: &mut DescriptorPools,
+    cmd: vk::CommandBuffer,
+    pipeline: &ComputePipeline,
+    buffers: &[vk::DescriptorBufferInfo],
+    push: &[u8],
+    groups: [u32; 3],
+) -> Result<()> {
+    debug_assert_eq!(buffers.len(), pipeline.bindings.len());
     let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers.iter().map(|b| [*b]).collect();
     let writes = |set: vk::DescriptorSet| -> Vec<vk::WriteDescriptorSet<'_>> {
         pipeline
@@ -311,7 +334,7 @@ pub(crate) fn record_dispatch(
             }
         }
         None => {
-            let set = stream.descriptors.allocate(&device, pipeline.set_layout)?;
+            let set = descriptors.allocate(device, pipeline.set_layout)?;
             // SAFETY: the set is new and not in use; every buffer range was
             // checked by the caller; `cmd` is recording.
             unsafe {

@@ -768,7 +768,7 @@ impl Drop for Stream {
 
 /// Records a barrier after which transfers and compute see everything
 /// earlier transfers and compute wrote (and may overwrite what they read).
-fn dependency_barrier(device: &Device, cmd: vk::CommandBuffer) {
+pub(crate) fn dependency_barrier(device: &Device, cmd: vk::CommandBuffer) {
     barrier(device, cmd, (STAGES, WRITES), (STAGES, READS_AND_WRITES));
 }
 

@@ -5,16 +5,9 @@
 
 mod common;
 
-use common::{assert_clean, context_with};
+use common::{assert_clean, context_with, Saxpy};
 use serde_json::Value;
 use vkcompute::{shaders, ContextOptions, Kernel};
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Saxpy {
-    a: f32,
-    n: u32,
-}
 
 #[test]
 fn a_trace_holds_every_command_in_order_and_the_device_batches() {

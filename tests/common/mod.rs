@@ -90,3 +90,11 @@ impl Rng {
         (0..n).map(|_| (self.next_u64() >> 56) as u8).collect()
     }
 }
+
+/// The push constants of `shaders/saxpy.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Saxpy {
+    pub a: f32,
+    pub n: u32,
+}

@@ -1,0 +1,680 @@
+//! Compute graphs: a sequence of stream operations (copies, fills,
+//! dispatches, waits on other streams) checked and recorded once into a
+//! reusable secondary command buffer, with its barriers computed at
+//! capture, then replayed on the stream with one call.
+//!
+//! A replay is one command of the stream: it waits for, and is waited for
+//! by, other work on the buffers it uses as a whole (the union of the byte
+//! ranges its operations read and write, per buffer), like any other
+//! command. The graph keeps its buffers and kernels alive. Replays may
+//! change push constants and put other buffers of the same type and length
+//! in place of captured ones; such a replay records a new command buffer
+//! from the captured operations (no checks repeat but the substitutes').
+
+use std::sync::{Arc, Mutex};
+
+use ash::vk;
+use bytemuck::Pod;
+
+use crate::buffer::{CopyDestination, CopySource, DeviceBuffer, Source, View};
+use crate::context::{BufferAccess, ContextShared, DeviceContext};
+use crate::error::{Error, Result, VkResultExt};
+use crate::fill::{self, FillPlan};
+use crate::hazard::{Access, HazardTracker};
+use crate::kernel::{write_extent, Grid, Kernel, KernelArg, KernelPipeline};
+use crate::pipeline::{self, DescriptorPools};
+use crate::vk::Device;
+
+/// One captured operation.
+enum Op {
+    Copy {
+        src: View,
+        dst: View,
+    },
+    Fill {
+        dst: View,
+        word: u32,
+    },
+    Dispatch {
+        kernel: Arc<KernelPipeline>,
+        /// Bound arguments: the view, and whether the kernel writes it.
+        args: Vec<(View, bool)>,
+        push: Vec<u8>,
+        grid: [u32; 3],
+    },
+    Wait {
+        other: Arc<ContextShared>,
+    },
+}
+
+impl Op {
+    /// The byte ranges the operation reads and writes, after substitution.
+    fn accesses<'a>(
+        &'a self,
+        device: &Device,
+        subst: &Substitutions<'a>,
+        out: &mut Vec<BufferAccess<'a>>,
+    ) {
+        let whole = |view: &'a View, write: bool| BufferAccess {
+            memory: &view.memory,
+            offset: view.offset,
+            len: view.bytes,
+            write,
+        };
+        match self {
+            Op::Copy { src, dst } => {
+                out.push(whole(subst.view(src), false));
+                out.push(whole(subst.view(dst), true));
+            }
+            Op::Fill { dst, .. } => out.push(whole(subst.view(dst), true)),
+            Op::Dispatch { args, .. } => {
+                for (view, write) in args {
+                    let view = subst.view(view);
+                    let (offset, len) = if *write {
+                        write_extent(device, view)
+                    } else {
+                        (view.offset, view.bytes)
+                    };
+                    out.push(BufferAccess {
+                        memory: &view.memory,
+                        offset,
+                        len,
+                        write: *write,
+                    });
+                }
+            }
+            Op::Wait { .. } => {}
+        }
+    }
+}
+
+/// Views put in place of captured ones for one replay.
+struct Substitutions<'a> {
+    /// (captured, substitute); the substitute has the captured length.
+    views: Vec<(&'a View, &'a View)>,
+    /// (dispatch index, push constants).
+    push: Vec<(usize, &'a [u8])>,
+}
+
+impl<'a> Substitutions<'a> {
+    fn none() -> Self {
+        Substitutions {
+            views: Vec::new(),
+            push: Vec::new(),
+        }
+    }
+
+    fn view(&self, captured: &'a View) -> &'a View {
+        self.views
+            .iter()
+            .find(|(c, _)| same_view(c, captured))
+            .map_or(captured, |(_, s)| s)
+    }
+}
+
+fn same_view(a: &View, b: &View) -> bool {
+    Arc::ptr_eq(&a.memory, &b.memory) && a.offset == b.offset && a.bytes == b.bytes
+}
+
+/// Per buffer and direction, one byte range covering every access of a
+/// graph: (the memory, offset, length, write).
+type Uses = Vec<(View, u64, u64, bool)>;
+
+/// The command pool a graph's recordings come from. Recording into (and
+/// freeing) its buffers needs its lock.
+struct Pools {
+    device: Arc<Device>,
+    commands: vk::CommandPool,
+}
+
+impl Drop for Pools {
+    fn drop(&mut self) {
+        // SAFETY: every recording holds the pools (an Arc) and every batch
+        // that executes a recording holds the recording: none is pending.
+        unsafe { self.device.raw.destroy_command_pool(self.commands, None) };
+    }
+}
+
+/// One recording of a graph: a secondary command buffer, the descriptor
+/// sets it binds (where push descriptors are off), and the union of the
+/// byte ranges it reads and writes. Batches that execute it hold it.
+struct Recording {
+    pools: Arc<Mutex<Pools>>,
+    cmd: vk::CommandBuffer,
+    descriptors: DescriptorPools,
+    uses: Uses,
+    commands: usize,
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: no batch that executes the buffer is pending (they hold
+        // this recording until they complete); the pool is locked.
+        unsafe {
+            pools
+                .device
+                .raw
+                .free_command_buffers(pools.commands, &[self.cmd])
+        };
+        self.descriptors.destroy(&pools.device);
+    }
+}
+
+struct GraphInner {
+    device: Arc<Device>,
+    ops: Vec<Op>,
+    pools: Arc<Mutex<Pools>>,
+    recording: Arc<Recording>,
+}
+
+/// A captured sequence of stream operations, replayed with
+/// [`DeviceContext::enqueue_graph`]. See [`DeviceContext::capture_graph`].
+///
+/// Cloning is cheap (same graph). The graph keeps the buffers and kernels it
+/// uses alive, so they may be dropped by the caller while it lives.
+#[derive(Clone)]
+pub struct Graph {
+    inner: Arc<GraphInner>,
+}
+
+/// Which dispatch of a graph: returned by [`GraphBuilder::dispatch`], to
+/// change its push constants on a replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DispatchId(usize);
+
+/// Records operations into a [`Graph`]: see [`DeviceContext::capture_graph`].
+///
+/// Every operation is checked as its `enqueue_*` counterpart checks it;
+/// what cannot be replayed (host memory, mappings) does not exist here, and
+/// a host slice as a copy's source is an error ([`Error::NotCapturable`]).
+pub struct GraphBuilder<'c> {
+    ctx: &'c DeviceContext,
+    ops: Vec<Op>,
+    dispatches: usize,
+}
+
+impl DeviceContext {
+    /// Starts capturing a graph of operations on this context's device.
+    ///
+    /// ```
+    /// # fn main() -> vkcompute::Result<()> {
+    /// let ctx = vkcompute::DeviceContext::new()?;
+    /// let a = ctx.enqueue_create_buffer::<u32>(64)?;
+    /// let b = ctx.enqueue_create_buffer::<u32>(64)?;
+    /// let mut g = ctx.capture_graph();
+    /// g.fill(&a, 5)?;
+    /// g.copy(&a, &b)?;
+    /// let graph = g.finish()?;
+    /// for _ in 0..3 {
+    ///     ctx.enqueue_graph(&graph)?; // one call, nothing re-checked
+    /// }
+    /// assert_eq!(b.to_vec()?, vec![5; 64]);
+    /// # Ok(()) }
+    /// ```
+    pub fn capture_graph(&self) -> GraphBuilder<'_> {
+        GraphBuilder {
+            ctx: self,
+            ops: Vec::new(),
+            dispatches: 0,
+        }
+    }
+
+    /// Enqueues a replay of `graph`: all its operations, in order, as one
+    /// command of this stream.
+    pub fn enqueue_graph(&self, graph: &Graph) -> Result<()> {
+        self.replay(graph, graph.inner.recording.clone())
+    }
+
+    /// Enqueues a replay of `graph` with `params`: other push constants for
+    /// some dispatches, other buffers in place of captured ones. Records a
+    /// new command buffer for the replay (its cost grows with the graph).
+    pub fn enqueue_graph_with(&self, graph: &Graph, params: &GraphParams<'_>) -> Result<()> {
+        let inner = &graph.inner;
+        let mut subst = Substitutions::none();
+        for (captured, with) in &params.views {
+            if with.memory.device.id != inner.device.id {
+                return Err(Error::DifferentDevice {
+                    op: "DeviceContext::enqueue_graph_with",
+                    detail: "a substitute buffer is on another device than the graph".into(),
+                });
+            }
+            subst.views.push((captured, with));
+        }
+        for (id, bytes) in &params.push {
+            let Some(Op::Dispatch { push, kernel, .. }) = dispatch_op(&inner.ops, id.0) else {
+                return Err(Error::NotCapturable {
+                    op: "DeviceContext::enqueue_graph_with",
+                    reason: format!("the graph has no dispatch {}", id.0),
+                });
+            };
+            let padded = bytes.len().next_multiple_of(4);
+            if padded != push.len() {
+                return Err(Error::PushConstantSize {
+                    kernel: kernel.entry().to_string(),
+                    expected: push.len() as u32,
+                    given: bytes.len(),
+                });
+            }
+            subst.push.push((id.0, bytes));
+        }
+        let recording = record(&inner.device, &inner.pools, &inner.ops, &subst)?;
+        self.replay(graph, Arc::new(recording))
+    }
+
+    fn replay(&self, graph: &Graph, recording: Arc<Recording>) -> Result<()> {
+        let op = "DeviceContext::enqueue_graph";
+        let inner = &graph.inner;
+        if inner.device.id != self.shared.device.id {
+            return Err(Error::DifferentDevice {
+                op,
+                detail: "the graph was captured on another device".into(),
+            });
+        }
+        for captured in &inner.ops {
+            if let Op::Wait { other } = captured {
+                self.wait_for_shared(other)?;
+            }
+        }
+        let accesses: Vec<BufferAccess<'_>> = recording
+            .uses
+            .iter()
+            .map(|(view, offset, len, write)| BufferAccess {
+                memory: &view.memory,
+                offset: *offset,
+                len: *len,
+                write: *write,
+            })
+            .collect();
+        let describe = || format!("graph of {} commands", recording.commands);
+        let keep = recording.clone();
+        self.shared
+            .record_described(op, &describe, &accesses, |stream, cmd| {
+                stream.keep_alive(keep);
+                // SAFETY: `cmd` is a recording primary buffer of this device's
+                // compute family; the secondary was recorded for simultaneous
+                // use on a pool of the same family, and the batch keeps it
+                // (and what it uses) alive until the batch completes.
+                unsafe {
+                    stream
+                        .device()
+                        .raw
+                        .cmd_execute_commands(cmd, &[recording.cmd])
+                };
+                Ok(())
+            })
+    }
+}
+
+/// The `n`th dispatch of `ops`.
+fn dispatch_op(ops: &[Op], n: usize) -> Option<&Op> {
+    ops.iter()
+        .filter(|op| matches!(op, Op::Dispatch { .. }))
+        .nth(n)
+}
+
+/// What a replay changes: see [`DeviceContext::enqueue_graph_with`].
+#[derive(Default)]
+pub struct GraphParams<'a> {
+    views: Vec<(&'a View, &'a View)>,
+    push: Vec<(DispatchId, &'a [u8])>,
+}
+
+impl<'a> GraphParams<'a> {
+    /// No changes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Puts `with` wherever the graph uses `captured` (the same buffer or
+    /// view, exactly); both hold `T` and must have the same length.
+    pub fn buffer<T: Pod>(
+        mut self,
+        captured: &'a DeviceBuffer<T>,
+        with: &'a DeviceBuffer<T>,
+    ) -> Result<Self> {
+        if captured.len() != with.len() {
+            return Err(Error::LengthMismatch {
+                op: "GraphParams::buffer",
+                dst_len: captured.len(),
+                src_len: with.len(),
+            });
+        }
+        self.views.push((&captured.view, &with.view));
+        Ok(self)
+    }
+
+    /// Other push constants for dispatch `id` (of the captured size).
+    pub fn push<P: Pod>(mut self, id: DispatchId, value: &'a P) -> Self {
+        self.push.push((id, bytemuck::bytes_of(value)));
+        self
+    }
+}
+
+impl GraphBuilder<'_> {
+    fn check_device(&self, op: &'static str, view: &View) -> Result<()> {
+        if view.memory.device.id != self.ctx.shared.device.id {
+            return Err(Error::DifferentDevice {
+                op,
+                detail: "a graph uses buffers of its context's device only".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Captures a copy from `src` to `dst` (device or host buffers of the
+    /// same length); host slices cannot be captured.
+    pub fn copy<T: Pod, S, D>(&mut self, src: &S, dst: &D) -> Result<&mut Self>
+    where
+        S: CopySource<T> + ?Sized,
+        D: CopyDestination<T> + ?Sized,
+    {
+        let op = "GraphBuilder::copy";
+        let Source::View(src) = src.source() else {
+            return Err(Error::NotCapturable {
+                op,
+                reason: "a host slice is read when it is enqueued, not when the graph runs; \
+                         copy it into a HostBuffer and capture a copy from that"
+                    .into(),
+            });
+        };
+        let dst = dst.destination();
+        self.check_device(op, src)?;
+        self.check_device(op, dst)?;
+        if src.bytes != dst.bytes {
+            return Err(Error::LengthMismatch {
+                op,
+                dst_len: dst.bytes as usize,
+                src_len: src.bytes as usize,
+            });
+        }
+        if Arc::ptr_eq(&src.memory, &dst.memory)
+            && src.offset < dst.offset + dst.bytes
+            && dst.offset < src.offset + src.bytes
+        {
+            return Err(Error::Overlap {
+                op,
+                src_offset: src.offset,
+                dst_offset: dst.offset,
+                len: src.bytes,
+            });
+        }
+        if src.bytes > 0 {
+            self.ops.push(Op::Copy {
+                src: src.clone(),
+                dst: dst.clone(),
+            });
+        }
+        Ok(self)
+    }
+
+    /// Captures a fill of `buffer` with `value`. Fills that are one 32-bit
+    /// pattern at a 4-byte-aligned offset and length (any 32-bit element;
+    /// 8- and 16-bit elements on such ranges) are capturable.
+    pub fn fill<T: Pod>(&mut self, buffer: &DeviceBuffer<T>, value: T) -> Result<&mut Self> {
+        let op = "GraphBuilder::fill";
+        let view = &buffer.view;
+        self.check_device(op, view)?;
+        if view.bytes == 0 {
+            return Ok(self);
+        }
+        match fill::plan(view.offset, view.bytes, bytemuck::bytes_of(&value)) {
+            FillPlan::Word(word) => {
+                self.ops.push(Op::Fill {
+                    dst: view.clone(),
+                    word,
+                });
+                Ok(self)
+            }
+            _ => Err(Error::NotCapturable {
+                op,
+                reason: format!(
+                    "a fill of {}-byte elements at byte {} for {} bytes needs a kernel or staged \
+                     tiles; graphs capture fills that are one 32-bit pattern on 4-byte-aligned ranges",
+                    std::mem::size_of::<T>(),
+                    view.offset,
+                    view.bytes
+                ),
+            }),
+        }
+    }
+
+    /// Captures a dispatch, checked as [`DeviceContext::enqueue_function`]
+    /// checks it. Returns its id, to change its push constants on a replay.
+    pub fn dispatch<P: Pod>(
+        &mut self,
+        kernel: &Kernel,
+        grid: impl Into<Grid>,
+        args: &[KernelArg<'_>],
+        push: &P,
+    ) -> Result<DispatchId> {
+        let op = "GraphBuilder::dispatch";
+        let checked = self.ctx.check_dispatch(
+            op,
+            kernel,
+            grid.into(),
+            args,
+            &[],
+            bytemuck::bytes_of(push),
+        )?;
+        let args = checked
+            .accesses
+            .iter()
+            .zip(args)
+            .map(|(a, arg)| (arg.view.clone(), a.write))
+            .collect();
+        self.ops.push(Op::Dispatch {
+            kernel: checked.kernel.clone(),
+            args,
+            push: checked.push,
+            grid: checked.grid,
+        });
+        self.dispatches += 1;
+        Ok(DispatchId(self.dispatches - 1))
+    }
+
+    /// Makes every replay wait (on the device) for the work enqueued on
+    /// `other` by the time of the replay, as
+    /// [`DeviceContext::enqueue_wait_for`] does.
+    pub fn wait_for(&mut self, other: &DeviceContext) -> Result<&mut Self> {
+        if other.shared.device.id != self.ctx.shared.device.id {
+            return Err(Error::DifferentDevice {
+                op: "GraphBuilder::wait_for",
+                detail: "a graph can wait on the device only for streams of its own device".into(),
+            });
+        }
+        self.ops.push(Op::Wait {
+            other: other.shared.clone(),
+        });
+        Ok(self)
+    }
+
+    /// Records the graph.
+    pub fn finish(self) -> Result<Graph> {
+        let device = self.ctx.shared.device.clone();
+        let info = vk::CommandPoolCreateInfo::default().queue_family_index(device.queue_family);
+        // SAFETY: a valid create info on a live device.
+        let commands =
+            unsafe { device.raw.create_command_pool(&info, None) }.during("vkCreateCommandPool")?;
+        let pools = Arc::new(Mutex::new(Pools {
+            device: device.clone(),
+            commands,
+        }));
+        let recording = record(&device, &pools, &self.ops, &Substitutions::none())?;
+        Ok(Graph {
+            inner: Arc::new(GraphInner {
+                device,
+                ops: self.ops,
+                pools,
+                recording: Arc::new(recording),
+            }),
+        })
+    }
+}
+
+/// Records `ops` (with `subst`) into a new secondary command buffer, with a
+/// barrier wherever an operation depends on an earlier one.
+fn record(
+    device: &Arc<Device>,
+    pools: &Arc<Mutex<Pools>>,
+    ops: &[Op],
+    subst: &Substitutions<'_>,
+) -> Result<Recording> {
+    // The pool's lock is held while its buffer records (Vulkan requires it).
+    let guard = pools.lock().unwrap_or_else(|e| e.into_inner());
+    let info = vk::CommandBufferAllocateInfo::default()
+        .command_pool(guard.commands)
+        .level(vk::CommandBufferLevel::SECONDARY)
+        .command_buffer_count(1);
+    // SAFETY: the pool is live and locked.
+    let cmd = unsafe { device.raw.allocate_command_buffers(&info) }
+        .during("vkAllocateCommandBuffers")?[0];
+    let mut descriptors = DescriptorPools::default();
+    let recorded = record_into(device, cmd, &mut descriptors, ops, subst);
+    drop(guard);
+    // From here the recording owns `cmd` and the descriptor sets.
+    let mut recording = Recording {
+        pools: pools.clone(),
+        cmd,
+        descriptors,
+        uses: Vec::new(),
+        commands: 0,
+    };
+    (recording.uses, recording.commands) = recorded?;
+    Ok(recording)
+}
+
+/// The body of [`record`]: returns the union of the uses and the number of
+/// commands recorded.
+fn record_into(
+    device: &Arc<Device>,
+    cmd: vk::CommandBuffer,
+    descriptors: &mut DescriptorPools,
+    ops: &[Op],
+    subst: &Substitutions<'_>,
+) -> Result<(Uses, usize)> {
+    let inheritance = vk::CommandBufferInheritanceInfo::default();
+    let begin = vk::CommandBufferBeginInfo::default()
+        .flags(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE)
+        .inheritance_info(&inheritance);
+    // SAFETY: `cmd` is a new secondary buffer, in the initial state; its
+    // pool is locked by the caller.
+    unsafe { device.raw.begin_command_buffer(cmd, &begin) }.during("vkBeginCommandBuffer")?;
+    let mut hazards = HazardTracker::default();
+    let mut accesses = Vec::new();
+    let mut ranges = Vec::new();
+    let mut union: Uses = Vec::new();
+    let mut dispatch_index = 0;
+    let mut commands = 0;
+    for op in ops {
+        accesses.clear();
+        op.accesses(device, subst, &mut accesses);
+        ranges.clear();
+        ranges.extend(accesses.iter().map(|a| Access {
+            buffer: vk::Handle::as_raw(a.memory.handle()),
+            start: a.offset,
+            end: a.offset + a.len,
+            write: a.write,
+        }));
+        if hazards.conflicts(&ranges) {
+            crate::stream::dependency_barrier(device, cmd);
+            hazards.clear();
+        }
+        hazards.record(&ranges);
+        for a in &accesses {
+            add_use(&mut union, a);
+        }
+        match op {
+            Op::Copy { src, dst } => {
+                let (s, d) = (subst.view(src), subst.view(dst));
+                let region = vk::BufferCopy {
+                    src_offset: s.offset,
+                    dst_offset: d.offset,
+                    size: s.bytes,
+                };
+                // SAFETY: `cmd` is recording; both ranges lie in their
+                // buffers and do not overlap (checked at capture; a
+                // substitute has the captured length).
+                unsafe {
+                    device
+                        .raw
+                        .cmd_copy_buffer(cmd, s.memory.handle(), d.memory.handle(), &[region])
+                };
+            }
+            Op::Fill { dst, word } => {
+                let d = subst.view(dst);
+                // SAFETY: `cmd` is recording; offset and size are multiples
+                // of 4 inside the buffer (the fill plan said so at capture).
+                unsafe {
+                    device
+                        .raw
+                        .cmd_fill_buffer(cmd, d.memory.handle(), d.offset, d.bytes, *word)
+                };
+            }
+            Op::Dispatch {
+                kernel,
+                args,
+                push,
+                grid,
+            } => {
+                let infos: Vec<vk::DescriptorBufferInfo> = args
+                    .iter()
+                    .map(|(view, _)| {
+                        let v = subst.view(view);
+                        vk::DescriptorBufferInfo {
+                            buffer: v.memory.handle(),
+                            offset: v.offset,
+                            range: v.bytes,
+                        }
+                    })
+                    .collect();
+                let push = match subst.push.iter().find(|(i, _)| *i == dispatch_index) {
+                    Some((_, bytes)) => {
+                        let mut p = bytes.to_vec();
+                        p.resize(push.len(), 0);
+                        p
+                    }
+                    None => push.clone(),
+                };
+                dispatch_index += 1;
+                pipeline::record_dispatch_into(
+                    device,
+                    descriptors,
+                    cmd,
+                    kernel.pipeline(),
+                    &infos,
+                    &push,
+                    *grid,
+                )?;
+            }
+            Op::Wait { .. } => continue,
+        }
+        commands += 1;
+    }
+    // SAFETY: `cmd` is recording.
+    unsafe { device.raw.end_command_buffer(cmd) }.during("vkEndCommandBuffer")?;
+    Ok((union, commands))
+}
+
+/// Widens the graph's use of `a`'s memory (in `a`'s direction) to cover `a`.
+fn add_use(union: &mut Uses, a: &BufferAccess<'_>) {
+    let end = a.offset + a.len;
+    for (view, offset, len, write) in union.iter_mut() {
+        if *write == a.write && Arc::ptr_eq(&view.memory, a.memory) {
+            let new_end = (*offset + *len).max(end);
+            *offset = (*offset).min(a.offset);
+            *len = new_end - *offset;
+            return;
+        }
+    }
+    union.push((
+        View {
+            memory: a.memory.clone(),
+            offset: 0,
+            bytes: a.memory.size,
+        },
+        a.offset,
+        a.len,
+        a.write,
+    ));
+}

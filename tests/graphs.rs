@@ -1,0 +1,309 @@
+//! Compute graphs: a random sequence captured and replayed N times gives
+//! the same bytes as the same sequence enqueued N times, on both descriptor
+//! paths and under synchronization validation, with buffers the user
+//! dropped while the graph holds them; replays with parameters; ordering
+//! against surrounding work and other streams; what cannot be captured.
+
+mod common;
+
+use common::{assert_clean, context_with, Rng, Saxpy};
+use vkcompute::{shaders, ContextOptions, DeviceBuffer, DeviceContext, Error, GraphParams, Kernel};
+
+const N: usize = 256;
+
+fn options(push_descriptors: bool) -> ContextOptions {
+    ContextOptions::new()
+        .validation(true)
+        .push_descriptors(push_descriptors)
+}
+
+/// One operation of a random sequence, on buffer indices.
+#[derive(Clone, Debug)]
+enum Step {
+    /// A whole-buffer copy.
+    Copy(usize, usize),
+    /// A copy of a quarter of one buffer into a quarter of another.
+    CopyQuarter(usize, usize, usize, usize),
+    Fill(usize, u32),
+    /// `c = a + b` over the whole buffers.
+    Add(usize, usize, usize),
+}
+
+fn random_steps(rng: &mut Rng, buffers: usize, len: usize) -> Vec<Step> {
+    let pick = |rng: &mut Rng| rng.below(buffers as u64) as usize;
+    (0..len)
+        .map(|_| match rng.below(4) {
+            0 => loop {
+                let (a, b) = (pick(rng), pick(rng));
+                if a != b {
+                    break Step::Copy(a, b);
+                }
+            },
+            1 => loop {
+                let (a, b) = (pick(rng), pick(rng));
+                let (qa, qb) = (rng.below(4) as usize, rng.below(4) as usize);
+                if a != b || qa != qb {
+                    break Step::CopyQuarter(a, qa, b, qb);
+                }
+            },
+            2 => Step::Fill(pick(rng), rng.below(1000) as u32),
+            _ => loop {
+                let (a, b, c) = (pick(rng), pick(rng), pick(rng));
+                if c != a && c != b {
+                    break Step::Add(a, b, c);
+                }
+            },
+        })
+        .collect()
+}
+
+fn quarter(buf: &DeviceBuffer<u32>, q: usize) -> DeviceBuffer<u32> {
+    buf.create_sub_buffer(q * N / 4, N / 4).unwrap()
+}
+
+/// Runs `steps` on `bufs` directly.
+fn enqueue(ctx: &DeviceContext, add: &Kernel, bufs: &[DeviceBuffer<u32>], steps: &[Step]) {
+    for step in steps {
+        match *step {
+            Step::Copy(a, b) => bufs[b].enqueue_copy_from(&bufs[a]).unwrap(),
+            Step::CopyQuarter(a, qa, b, qb) => quarter(&bufs[b], qb)
+                .enqueue_copy_from(&quarter(&bufs[a], qa))
+                .unwrap(),
+            Step::Fill(a, v) => bufs[a].enqueue_fill(v).unwrap(),
+            Step::Add(a, b, c) => ctx
+                .enqueue_function(
+                    add,
+                    (N / 64) as u32,
+                    &[bufs[a].arg(), bufs[b].arg(), bufs[c].arg()],
+                    &(N as u32),
+                )
+                .unwrap(),
+        }
+    }
+}
+
+/// Captures `steps` on `bufs` into a graph.
+fn capture(
+    ctx: &DeviceContext,
+    add: &Kernel,
+    bufs: &[DeviceBuffer<u32>],
+    steps: &[Step],
+) -> vkcompute::Graph {
+    let mut g = ctx.capture_graph();
+    for step in steps {
+        match *step {
+            Step::Copy(a, b) => {
+                g.copy(&bufs[a], &bufs[b]).unwrap();
+            }
+            Step::CopyQuarter(a, qa, b, qb) => {
+                g.copy(&quarter(&bufs[a], qa), &quarter(&bufs[b], qb))
+                    .unwrap();
+            }
+            Step::Fill(a, v) => {
+                g.fill(&bufs[a], v).unwrap();
+            }
+            Step::Add(a, b, c) => {
+                g.dispatch(
+                    add,
+                    (N / 64) as u32,
+                    &[bufs[a].arg(), bufs[b].arg(), bufs[c].arg()],
+                    &(N as u32),
+                )
+                .unwrap();
+            }
+        }
+    }
+    g.finish().unwrap()
+}
+
+/// Buffers of small floats (as bits), the same on every call with `seed`.
+fn buffers(ctx: &DeviceContext, count: usize, seed: u64) -> Vec<DeviceBuffer<u32>> {
+    let mut rng = Rng::new(seed);
+    (0..count)
+        .map(|_| {
+            let b = ctx.enqueue_create_buffer::<u32>(N).unwrap();
+            let data: Vec<u32> = (0..N).map(|_| (rng.below(64) as f32).to_bits()).collect();
+            b.enqueue_copy_from(&data).unwrap();
+            b
+        })
+        .collect()
+}
+
+#[test]
+fn replays_match_the_same_operations_enqueued_one_by_one() {
+    for push_descriptors in [true, false] {
+        let ctx = context_with(options(push_descriptors));
+        let log = ctx.validation_log();
+        let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
+        for seed in 0..12u64 {
+            let mut rng = Rng::new(seed + 100);
+            let count = 3 + rng.below(3) as usize;
+            let len = 1 + rng.below(24) as usize;
+            let steps = random_steps(&mut rng, count, len);
+            let replays = 1 + rng.below(5) as usize;
+            let direct = buffers(&ctx, count, seed);
+            let mut captured = buffers(&ctx, count, seed);
+            let graph = capture(&ctx, &add, &captured, &steps);
+            // Drop the user's handles of all but the first buffer: the graph
+            // keeps them alive; the results of the first are compared below,
+            // the others through a copy the graph makes into a fresh buffer.
+            let keep = captured.remove(0);
+            drop(captured);
+            for _ in 0..replays {
+                enqueue(&ctx, &add, &direct, &steps);
+                ctx.enqueue_graph(&graph).unwrap();
+            }
+            assert_eq!(
+                keep.to_vec().unwrap(),
+                direct[0].to_vec().unwrap(),
+                "seed {seed} ({push_descriptors}): {steps:?} x{replays}"
+            );
+        }
+        drop((add, ctx));
+        assert_clean(&log, "graph replays");
+    }
+}
+
+#[test]
+fn every_buffer_of_a_graph_matches_after_interleaved_work() {
+    let ctx = context_with(options(true));
+    let log = ctx.validation_log();
+    let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
+    let mut rng = Rng::new(7);
+    let steps = random_steps(&mut rng, 4, 30);
+    let direct = buffers(&ctx, 4, 1);
+    let captured = buffers(&ctx, 4, 1);
+    let graph = capture(&ctx, &add, &captured, &steps);
+    for round in 0..6u32 {
+        // Ordinary work on the same buffers before and after each replay.
+        direct[round as usize % 4].enqueue_fill(round).unwrap();
+        captured[round as usize % 4].enqueue_fill(round).unwrap();
+        enqueue(&ctx, &add, &direct, &steps);
+        ctx.enqueue_graph(&graph).unwrap();
+        direct[3].enqueue_copy_from(&direct[0]).unwrap();
+        captured[3].enqueue_copy_from(&captured[0]).unwrap();
+    }
+    for (d, c) in direct.iter().zip(&captured) {
+        assert_eq!(d.to_vec().unwrap(), c.to_vec().unwrap());
+    }
+    drop((graph, add, direct, captured, ctx));
+    assert_clean(&log, "interleaved replays");
+}
+
+#[test]
+fn replays_take_other_push_constants_and_buffers() {
+    for push_descriptors in [true, false] {
+        let ctx = context_with(options(push_descriptors));
+        let log = ctx.validation_log();
+        let saxpy = Kernel::new(&ctx, shaders::SAXPY, "main").unwrap();
+        let n = 1024usize;
+        let x = ctx.enqueue_create_buffer::<f32>(n).unwrap();
+        let y = ctx.enqueue_create_buffer::<f32>(n).unwrap();
+        let y2 = ctx.enqueue_create_buffer::<f32>(n).unwrap();
+        x.enqueue_fill(1.0).unwrap();
+        let mut g = ctx.capture_graph();
+        g.fill(&y, 0.0f32).unwrap();
+        let step = g
+            .dispatch(
+                &saxpy,
+                (n / 256) as u32,
+                &[x.arg(), y.arg()],
+                &Saxpy {
+                    a: 2.0,
+                    n: n as u32,
+                },
+            )
+            .unwrap();
+        let graph = g.finish().unwrap();
+        ctx.enqueue_graph(&graph).unwrap();
+        assert_eq!(y.to_vec().unwrap(), vec![2.0; n]);
+        let three = Saxpy {
+            a: 3.0,
+            n: n as u32,
+        };
+        let params = GraphParams::new()
+            .push(step, &three)
+            .buffer(&y, &y2)
+            .unwrap();
+        ctx.enqueue_graph_with(&graph, &params).unwrap();
+        assert_eq!(y2.to_vec().unwrap(), vec![3.0; n]);
+        assert_eq!(
+            y.to_vec().unwrap(),
+            vec![2.0; n],
+            "the captured buffer is untouched"
+        );
+        // The plain replay is unchanged by a replay with parameters.
+        y.enqueue_fill(9.0).unwrap();
+        ctx.enqueue_graph(&graph).unwrap();
+        assert_eq!(y.to_vec().unwrap(), vec![2.0; n]);
+        // Wrong substitutes are clear errors, and the graph still works.
+        let short = ctx.enqueue_create_buffer::<f32>(n - 1).unwrap();
+        let e = GraphParams::new().buffer(&y, &short).err().unwrap();
+        assert!(matches!(e, Error::LengthMismatch { .. }), "{e}");
+        let e = ctx
+            .enqueue_graph_with(&graph, &GraphParams::new().push(step, &1u32))
+            .unwrap_err();
+        assert!(matches!(e, Error::PushConstantSize { .. }), "{e}");
+        ctx.enqueue_graph(&graph).unwrap();
+        assert_eq!(y.to_vec().unwrap(), vec![2.0; n]);
+        drop((graph, saxpy, x, y, y2, short, ctx));
+        assert_clean(&log, "replays with parameters");
+    }
+}
+
+#[test]
+fn a_graph_waits_for_another_stream_on_every_replay() {
+    let ctx = context_with(options(true));
+    let log = ctx.validation_log();
+    let other = ctx.new_stream().unwrap();
+    let src = other.enqueue_create_buffer::<u32>(N).unwrap();
+    let dst = ctx.enqueue_create_buffer::<u32>(N).unwrap();
+    let mut g = ctx.capture_graph();
+    g.wait_for(&other).unwrap().copy(&src, &dst).unwrap();
+    let graph = g.finish().unwrap();
+    for round in 0..5u32 {
+        src.enqueue_fill(round).unwrap();
+        ctx.enqueue_graph(&graph).unwrap();
+        assert_eq!(dst.to_vec().unwrap(), vec![round; N]);
+    }
+    drop((graph, src, dst, other, ctx));
+    assert_clean(&log, "a graph waiting on another stream");
+}
+
+#[test]
+fn what_cannot_be_replayed_is_refused_at_capture() {
+    let ctx = context_with(options(true));
+    let log = ctx.validation_log();
+    let buf = ctx.enqueue_create_buffer::<u32>(N).unwrap();
+    let mut g = ctx.capture_graph();
+    let e = g.copy(&vec![1u32; N][..], &buf).err().unwrap();
+    assert!(matches!(e, Error::NotCapturable { .. }), "{e}");
+    let wide = ctx.enqueue_create_buffer::<u64>(8).unwrap();
+    let e = g.fill(&wide, 7u64).err().unwrap();
+    assert!(matches!(e, Error::NotCapturable { .. }), "{e}");
+    let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
+    let e = g
+        .dispatch(&add, 1, &[buf.arg(), buf.arg()], &(N as u32))
+        .unwrap_err();
+    assert!(matches!(e, Error::ArgumentCount { .. }), "{e}");
+    let other_device = context_with(ContextOptions::new().validation(true));
+    let foreign = other_device.enqueue_create_buffer::<u32>(N).unwrap();
+    let e = g.copy(&foreign, &buf).err().unwrap();
+    assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
+    // What was captured still replays.
+    g.fill(&buf, 4).unwrap();
+    let graph = g.finish().unwrap();
+    ctx.enqueue_graph(&graph).unwrap();
+    assert_eq!(buf.to_vec().unwrap(), vec![4; N]);
+    // A replay on a mapped buffer is refused like any command.
+    {
+        let mapped = buf.map_to_host().unwrap();
+        let e = ctx.enqueue_graph(&graph).unwrap_err();
+        assert!(matches!(e, Error::BufferMapped { .. }), "{e}");
+        drop(mapped);
+    }
+    let e = other_device.enqueue_graph(&graph).unwrap_err();
+    assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
+    drop((graph, add, buf, wide, foreign, other_device, ctx));
+    assert_clean(&log, "refused captures");
+}
