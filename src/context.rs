@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::hazard::Access;
 use crate::resource::{lock_all, BufferMemory};
 use crate::staging::StagingBlock;
-use crate::stream::{Garbage, GarbageList, Stream, StreamTrace};
+use crate::stream::{Garbage, GarbageList, Stream, StreamTrace, FLUSH_GARBAGE_BYTES};
 use crate::timeline::Timeline;
 use crate::trace::Tracer;
 use crate::vk::{
@@ -273,10 +273,21 @@ impl ContextShared {
     /// Frees `garbage` once its last uses complete. Called from `Drop`: an
     /// error (of a submission it triggered, whose work then did not run) is
     /// kept for the stream's next `flush` or `synchronize`.
+    ///
+    /// It takes no stream lock to keep the garbage: a buffer's last handle
+    /// may go while a stream retires a batch (under its lock) that held
+    /// it. Only where much memory waits does it try to submit the open
+    /// batch, if the stream is free at that moment.
     pub(crate) fn defer_free(&self, garbage: Garbage) {
-        let mut stream = self.lock();
-        if let Err(e) = stream.defer_free(garbage) {
-            stream.set_failed(e);
+        let Some(waiting) = self.garbage.keep(garbage) else {
+            return;
+        };
+        if waiting >= FLUSH_GARBAGE_BYTES {
+            if let Ok(mut stream) = self.stream.try_lock() {
+                if let Err(e) = stream.flush_if_open() {
+                    stream.set_failed(e);
+                }
+            }
         }
     }
 

@@ -22,7 +22,7 @@ const MAX_BATCH_COMMANDS: usize = 4096;
 /// ... or once it has staged this many bytes.
 const MAX_BATCH_STAGED: u64 = 256 << 20;
 /// ... or once buffers of this many bytes, dropped, wait for its work.
-const FLUSH_GARBAGE_BYTES: u64 = 64 << 20;
+pub(crate) const FLUSH_GARBAGE_BYTES: u64 = 64 << 20;
 /// The host waits for the oldest batch when more than this many are in flight.
 const MAX_IN_FLIGHT: usize = 16;
 
@@ -70,6 +70,16 @@ impl GarbageList {
 
     fn items(&self) -> MutexGuard<'_, (Vec<Garbage>, u64)> {
         self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Frees `garbage` at once if its uses are complete (`None`), else keeps
+    /// it and returns the bytes now waiting.
+    pub(crate) fn keep(&self, garbage: Garbage) -> Option<u64> {
+        if garbage.is_free() {
+            self.device.retire_buffer(garbage.raw);
+            return None;
+        }
+        Some(self.push(garbage))
     }
 
     /// Adds `garbage`; returns the bytes now waiting.
@@ -679,16 +689,9 @@ impl Stream {
         Ok(())
     }
 
-    /// Frees `raw` once the listed values complete (at once if they have).
-    pub(crate) fn defer_free(&mut self, garbage: Garbage) -> Result<()> {
-        if garbage.is_free() {
-            self.device.retire_buffer(garbage.raw);
-            return Ok(());
-        }
-        let waiting = self.garbage.push(garbage);
-        if waiting >= FLUSH_GARBAGE_BYTES && self.batch.is_some() {
-            // Much memory waits on work not yet submitted: submit it, so that
-            // the memory comes back (for reuse) as soon as the work is done.
+    /// Submits the open batch, if there is one (dropped buffers wait for it).
+    pub(crate) fn flush_if_open(&mut self) -> Result<()> {
+        if self.batch.is_some() {
             self.flush()?;
         }
         Ok(())

@@ -307,3 +307,35 @@ fn what_cannot_be_replayed_is_refused_at_capture() {
     drop((graph, add, buf, wide, foreign, other_device, ctx));
     assert_clean(&log, "refused captures");
 }
+
+#[test]
+fn a_graph_and_its_buffers_dropped_while_its_replay_runs() {
+    let ctx = context_with(options(false));
+    let log = ctx.validation_log();
+    let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
+    for round in 0..20u64 {
+        let bufs = buffers(&ctx, 3, round);
+        let mut g = ctx.capture_graph();
+        g.fill(&bufs[0], 1.5f32.to_bits()).unwrap();
+        g.dispatch(
+            &add,
+            (N / 64) as u32,
+            &[bufs[0].arg(), bufs[1].arg(), bufs[2].arg()],
+            &(N as u32),
+        )
+        .unwrap();
+        let graph = g.finish().unwrap();
+        ctx.enqueue_graph(&graph).unwrap();
+        ctx.enqueue_graph(&graph).unwrap();
+        // The last handles go while the replays may still run: the batch
+        // that completes them frees the graph's recording and the buffers.
+        drop((graph, bufs));
+        if round % 2 == 0 {
+            ctx.synchronize().unwrap();
+        }
+    }
+    ctx.synchronize().unwrap();
+    assert_eq!(ctx.live_objects().pending_frees, 0);
+    drop((add, ctx));
+    assert_clean(&log, "graphs dropped during their replays");
+}
