@@ -16,7 +16,7 @@ use crate::context::{BufferAccess, DeviceContext};
 use crate::error::{Error, Result, VkResultExt};
 use crate::pipeline::{self, ComputePipeline, Specialization};
 use crate::reflect::{self, BindingInfo, Interface, SpecConstantInfo};
-use crate::spirv_val;
+use crate::spirv_check::{self, Trust};
 use crate::vk::Device;
 
 /// A value for a specialization constant.
@@ -156,14 +156,35 @@ impl KernelBuilder<'_> {
     }
 
     /// Loads the kernel on `ctx`'s device.
+    ///
+    /// Without feature `validate`, only the kernels of
+    /// [`shaders`](crate::shaders) load this way: see
+    /// [`build_unvalidated`](Self::build_unvalidated).
     pub fn build(self, ctx: &DeviceContext) -> Result<Kernel> {
+        self.load(ctx, Trust::Check)
+    }
+
+    /// Loads the kernel like [`build`](Self::build), but without the
+    /// SPIR-V validator (which only builds with feature `validate` have);
+    /// every other check still runs.
+    ///
+    /// # Safety
+    ///
+    /// The module must be valid SPIR-V for the Vulkan version of `ctx`'s
+    /// device, as `spirv-val --target-env vulkan1.2` (or `vulkan1.3`) would
+    /// accept it: invalid SPIR-V handed to the driver is undefined behaviour.
+    pub unsafe fn build_unvalidated(self, ctx: &DeviceContext) -> Result<Kernel> {
+        self.load(ctx, Trust::CallerVouches)
+    }
+
+    fn load(self, ctx: &DeviceContext, trust: Trust) -> Result<Kernel> {
         let mut spec: Vec<(u32, Vec<u8>)> = self
             .specialization
             .iter()
             .map(|(id, v)| (*id, v.bytes()))
             .collect();
         spec.sort_by_key(|(id, _)| *id);
-        Kernel::load(ctx, self.words, &self.entry, spec)
+        Kernel::load(ctx, self.words, &self.entry, spec, trust)
     }
 }
 
@@ -181,8 +202,29 @@ impl Kernel {
     /// assert_eq!(data.to_vec()?, [0, 0, 42, 0]);
     /// # Ok(()) }
     /// ```
+    ///
+    /// Without feature `validate`, only the kernels of
+    /// [`shaders`](crate::shaders) load this way; other modules are an
+    /// [`Error::ValidatorUnavailable`]: see [`Kernel::new_unvalidated`].
     pub fn new(ctx: &DeviceContext, spirv: &[u32], entry: &str) -> Result<Kernel> {
-        Kernel::load(ctx, spirv, entry, Vec::new())
+        Kernel::load(ctx, spirv, entry, Vec::new(), Trust::Check)
+    }
+
+    /// Loads entry point `entry` of `spirv` like [`Kernel::new`], but
+    /// without the SPIR-V validator (which only builds with feature
+    /// `validate` have); every other check still runs.
+    ///
+    /// # Safety
+    ///
+    /// The module must be valid SPIR-V for the Vulkan version of `ctx`'s
+    /// device, as `spirv-val --target-env vulkan1.2` (or `vulkan1.3`) would
+    /// accept it: invalid SPIR-V handed to the driver is undefined behaviour.
+    pub unsafe fn new_unvalidated(
+        ctx: &DeviceContext,
+        spirv: &[u32],
+        entry: &str,
+    ) -> Result<Kernel> {
+        Kernel::load(ctx, spirv, entry, Vec::new(), Trust::CallerVouches)
     }
 
     /// Loads a kernel from SPIR-V bytes (a `.spv` file), checking their
@@ -226,6 +268,7 @@ impl Kernel {
         words: &[u32],
         entry: &str,
         specialization: Vec<(u32, Vec<u8>)>,
+        trust: Trust,
     ) -> Result<Kernel> {
         check_header(words)?;
         let device = &ctx.shared.device;
@@ -242,8 +285,8 @@ impl Kernel {
             kernel: entry.to_string(),
             reason,
         };
-        spirv_val::validate(words, device.adapter.api_version >= vk::API_VERSION_1_3)
-            .map_err(|reason| Error::InvalidSpirv { reason })?;
+        let vulkan_1_3 = device.adapter.api_version >= vk::API_VERSION_1_3;
+        spirv_check::check_module(words, entry, vulkan_1_3, trust)?;
         // spirq is not written against hostile input: a panic is an error too.
         let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
             .map_err(|_| Error::InvalidSpirv {
