@@ -593,6 +593,7 @@ impl<T: Pod> DeviceBuffer<T> {
         let device_id = memory.device.id;
         let size = memory.size;
         let device = memory.device.clone();
+        #[allow(clippy::expect_used, reason = "checked above: the buffer has bytes")]
         let raw = memory
             .into_raw()
             .expect("a buffer of more than zero bytes has a VkBuffer");
