@@ -21,7 +21,12 @@ const REFRESH_HINT: &str = "run `make spirv` (in vkcompute's repository) to reco
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/spirv_source.rs");
-    for var in ["SHADERC_LIB_DIR", "VULKAN_SDK", "DOCS_RS"] {
+    for var in [
+        "SHADERC_LIB_DIR",
+        "VULKAN_SDK",
+        "DOCS_RS",
+        "VKCOMPUTE_SHADERC_CHECK",
+    ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     if let Err(e) = run() {
@@ -134,6 +139,8 @@ fn check_shaderc_link() -> Result<(), String> {
         || std::env::var_os("DOCS_RS").is_some()
         || std::env::var_os("SHADERC_LIB_DIR").is_some()
         || std::env::var_os("VULKAN_SDK").is_some()
+        // For a shaderc built another way (shaderc's `build-from-source`).
+        || std::env::var_os("VKCOMPUTE_SHADERC_CHECK").is_some_and(|v| v == "0")
         || std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux")
     {
         return Ok(());
@@ -188,7 +195,9 @@ fn check_shaderc_link() -> Result<(), String> {
          export SHADERC_LIB_DIR=\"$HOME/.local/lib/shaderc-merged\"\n    \
          cargo clean -p shaderc-sys   # shaderc-sys does not notice a new SHADERC_LIB_DIR by itself\n\n\
          then build again (keep SHADERC_LIB_DIR set for every build, e.g. in .cargo/config.toml's \
-         [env]). Without these features vkcompute needs no shaderc at all.",
+         [env]). Without these features vkcompute needs no shaderc at all. If shaderc is \
+         built from source instead (shaderc's `build-from-source` feature), set \
+         VKCOMPUTE_SHADERC_CHECK=0 to skip this check.",
         shared = shared.display()
     ))
 }
