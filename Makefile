@@ -14,7 +14,7 @@ STRICT := VKCOMPUTE_VALIDATION=abort
 # seen in tests/model.rs under load; not a rule vkcompute breaks).
 SERIAL := RUST_TEST_THREADS=1
 
-.PHONY: all setup demo test check lint unit bench bench-quick clean
+.PHONY: all setup demo test check lint unit bench bench-quick clean spirv downstream
 
 all: test
 
@@ -33,7 +33,12 @@ unit: setup
 
 EXAMPLES := quickstart tour saxpy reduce embedding trace
 
-test: lint unit
+# The packaged crate, as a new user gets it: default features, no shader
+# toolchain in the environment, a fresh target directory (timed).
+downstream: setup
+	$(STRICT) ./scripts/downstream.sh
+
+test: lint unit downstream
 	@for e in $(EXAMPLES); do \
 	  echo "== example $$e"; \
 	  $(STRICT) $(CARGO) run -q --example $$e || exit 1; \
@@ -41,6 +46,12 @@ test: lint unit
 	@echo "== bench --quick (release), both memory paths"
 	$(CARGO) run -q --release --example bench -- --quick
 	$(CARGO) run -q --release --example bench -- --quick --staging
+
+# Recompiles shaders/*.comp into the shipped SPIR-V (shaders/spv/*.spv),
+# validating it; commit the result. `make test` fails while they differ.
+spirv: setup
+	VKCOMPUTE_REFRESH_SPIRV=1 $(CARGO) test --lib --features shader-compiler -- --exact \
+	  shader_build::shipped_spirv::shipped_spirv_matches_the_sources --nocapture
 
 bench: setup
 	$(CARGO) run --release --example bench

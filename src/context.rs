@@ -452,6 +452,7 @@ impl ContextShared {
             if copied.is_some() {
                 return Ok(());
             }
+            log::trace!("{op}: the buffer's memory is not host visible; staging {len} bytes");
         }
         for (i, (start, chunk)) in (0..)
             .step_by(TRANSFER_CHUNK as usize)
@@ -722,7 +723,7 @@ impl Drop for ContextShared {
         // stream's own drop then waits for it and frees what it held.
         let mut stream = self.lock();
         if let Err(e) = stream.flush() {
-            eprintln!("vkcompute: a context's final submission failed: {e}");
+            log::error!("a context's final submission failed: {e}");
         }
     }
 }
@@ -761,22 +762,24 @@ impl DeviceContext {
         let validation = setting(options.validation, "VKCOMPUTE_VALIDATION", false) || fatal;
         let instance = Instance::new(validation, fatal)?;
         let adapter = Adapter::choose(&instance, options.resolved_device())?;
-        let device = Device::new(
-            instance,
-            adapter,
-            DeviceOptions {
-                push_descriptors: setting(
-                    options.push_descriptors,
-                    "VKCOMPUTE_PUSH_DESCRIPTORS",
-                    true,
-                ),
-                synchronization2: setting(
-                    options.synchronization2,
-                    "VKCOMPUTE_SYNCHRONIZATION2",
-                    true,
-                ),
-            },
-        )?;
+        log::info!("using Vulkan device {}", adapter.info);
+        let wanted = DeviceOptions {
+            push_descriptors: setting(options.push_descriptors, "VKCOMPUTE_PUSH_DESCRIPTORS", true),
+            synchronization2: setting(options.synchronization2, "VKCOMPUTE_SYNCHRONIZATION2", true),
+        };
+        let device = Device::new(instance, adapter, wanted)?;
+        if wanted.push_descriptors && device.push_descriptor.is_none() {
+            log::info!(
+                "`{}` lacks VK_KHR_push_descriptor: kernels bind through descriptor sets",
+                device.name()
+            );
+        }
+        if wanted.synchronization2 && !device.synchronization2 {
+            log::info!(
+                "`{}` lacks synchronization2: barriers use the original pipeline barrier",
+                device.name()
+            );
+        }
         let force_staging = setting(options.force_staging, "VKCOMPUTE_FORCE_STAGING", false);
         let trace_path = options
             .trace
@@ -786,6 +789,9 @@ impl DeviceContext {
             Some(path) => Some(Arc::new(Tracer::create(&path)?)),
             None => None,
         };
+        if force_staging {
+            log::info!("every host transfer goes through staging buffers (forced)");
+        }
         Ok(DeviceContext {
             shared: ContextShared::new(
                 device.clone(),

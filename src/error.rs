@@ -237,6 +237,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// User SPIR-V reached a safe loader in a build without the SPIR-V
+    /// validator (feature `validate`).
+    #[error(
+        "kernel `{kernel}`: this build of vkcompute cannot validate user SPIR-V, and an invalid \
+         module reaching the driver is undefined behaviour; enable vkcompute's feature \
+         `validate` (SPIRV-Tools, linked through shaderc), or, if you can guarantee that the \
+         module is valid SPIR-V for the device's Vulkan version, load it with the unsafe \
+         `Kernel::new_unvalidated` or `KernelBuilder::build_unvalidated`"
+    )]
+    ValidatorUnavailable {
+        /// The entry point asked for.
+        kernel: String,
+    },
+
     /// A kernel whose interface vkcompute cannot drive.
     #[error("kernel `{kernel}` cannot be loaded: {reason}")]
     UnsupportedKernel {

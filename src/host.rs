@@ -96,6 +96,10 @@ impl<T: Pod> HostBuffer<T> {
 impl View {
     /// Borrows the view for host code as elements of `T`: the address and
     /// whether a borrow was taken (none for an empty view).
+    #[allow(
+        clippy::expect_used,
+        reason = "host_ptr succeeded: the memory is mapped"
+    )]
     fn borrow_for_host<T: Pod>(
         &self,
         op: &'static str,

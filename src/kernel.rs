@@ -16,7 +16,7 @@ use crate::context::{BufferAccess, DeviceContext};
 use crate::error::{Error, Result, VkResultExt};
 use crate::pipeline::{self, ComputePipeline, Specialization};
 use crate::reflect::{self, BindingInfo, Feature, Interface, SpecConstantInfo};
-use crate::spirv_val;
+use crate::spirv_check::{self, Trust};
 use crate::vk::Device;
 
 /// A value for a specialization constant.
@@ -200,14 +200,35 @@ impl KernelBuilder<'_> {
     }
 
     /// Loads the kernel on `ctx`'s device.
+    ///
+    /// Without feature `validate`, only the kernels of
+    /// [`shaders`](crate::shaders) load this way: see
+    /// [`build_unvalidated`](Self::build_unvalidated).
     pub fn build(self, ctx: &DeviceContext) -> Result<Kernel> {
+        self.load(ctx, Trust::Check)
+    }
+
+    /// Loads the kernel like [`build`](Self::build), but without the
+    /// SPIR-V validator (which only builds with feature `validate` have);
+    /// every other check still runs.
+    ///
+    /// # Safety
+    ///
+    /// The module must be valid SPIR-V for the Vulkan version of `ctx`'s
+    /// device, as `spirv-val --target-env vulkan1.2` (or `vulkan1.3`) would
+    /// accept it: invalid SPIR-V handed to the driver is undefined behaviour.
+    pub unsafe fn build_unvalidated(self, ctx: &DeviceContext) -> Result<Kernel> {
+        self.load(ctx, Trust::CallerVouches)
+    }
+
+    fn load(self, ctx: &DeviceContext, trust: Trust) -> Result<Kernel> {
         let mut spec: Vec<(u32, Vec<u8>)> = self
             .specialization
             .iter()
             .map(|(id, v)| (*id, v.bytes()))
             .collect();
         spec.sort_by_key(|(id, _)| *id);
-        Kernel::load(ctx, self.words, &self.entry, spec, self.pointers)
+        Kernel::load(ctx, self.words, &self.entry, spec, self.pointers, trust)
     }
 }
 
@@ -225,8 +246,29 @@ impl Kernel {
     /// assert_eq!(data.to_vec()?, [0, 0, 42, 0]);
     /// # Ok(()) }
     /// ```
+    ///
+    /// Without feature `validate`, only the kernels of
+    /// [`shaders`](crate::shaders) load this way; other modules are an
+    /// [`Error::ValidatorUnavailable`]: see [`Kernel::new_unvalidated`].
     pub fn new(ctx: &DeviceContext, spirv: &[u32], entry: &str) -> Result<Kernel> {
-        Kernel::load(ctx, spirv, entry, Vec::new(), false)
+        Kernel::load(ctx, spirv, entry, Vec::new(), false, Trust::Check)
+    }
+
+    /// Loads entry point `entry` of `spirv` like [`Kernel::new`], but
+    /// without the SPIR-V validator (which only builds with feature
+    /// `validate` have); every other check still runs.
+    ///
+    /// # Safety
+    ///
+    /// The module must be valid SPIR-V for the Vulkan version of `ctx`'s
+    /// device, as `spirv-val --target-env vulkan1.2` (or `vulkan1.3`) would
+    /// accept it: invalid SPIR-V handed to the driver is undefined behaviour.
+    pub unsafe fn new_unvalidated(
+        ctx: &DeviceContext,
+        spirv: &[u32],
+        entry: &str,
+    ) -> Result<Kernel> {
+        Kernel::load(ctx, spirv, entry, Vec::new(), false, Trust::CallerVouches)
     }
 
     /// Loads a kernel from SPIR-V bytes (a `.spv` file), checking their
@@ -272,6 +314,7 @@ impl Kernel {
         entry: &str,
         specialization: Vec<(u32, Vec<u8>)>,
         pointers: bool,
+        trust: Trust,
     ) -> Result<Kernel> {
         check_header(words)?;
         let device = &ctx.shared.device;
@@ -290,8 +333,8 @@ impl Kernel {
             kernel: entry.to_string(),
             reason,
         };
-        spirv_val::validate(words, device.adapter.api_version >= vk::API_VERSION_1_3)
-            .map_err(|reason| Error::InvalidSpirv { reason })?;
+        let vulkan_1_3 = device.adapter.api_version >= vk::API_VERSION_1_3;
+        spirv_check::check_module(words, entry, vulkan_1_3, trust)?;
         let module = reflect::module_use(words);
         if let (false, Some(found)) = (pointers, module.pointers) {
             return Err(Error::PointerAddressing {

@@ -35,9 +35,15 @@ mod memory;
 mod pipeline;
 mod reflect;
 mod resource;
+mod spirv_check;
+#[cfg(any(feature = "build", feature = "glsl"))]
+#[cfg_attr(not(feature = "build"), allow(dead_code))]
+mod spirv_source;
+#[cfg(feature = "validate")]
 mod spirv_val;
 // Linked for its native library (SPIRV-Tools inside shaderc), which
 // `spirv_val` calls; no Rust item of the crate is used.
+#[cfg(feature = "validate")]
 extern crate shaderc_sys;
 mod staging;
 mod stream;
@@ -46,7 +52,8 @@ mod trace;
 mod vk;
 
 /// The SPIR-V of the kernels that ship with vkcompute (`shaders/*.comp`,
-/// compiled by `build.rs`), each ready for [`Kernel::new`] with entry
+/// compiled and validated ahead of time into `shaders/spv/`, which the
+/// package carries), each ready for [`Kernel::new`] with entry
 /// point `main`: `SAXPY` (`y = a * x + y`, 2D grids), `VECTOR_ADD`
 /// (workgroup size set by specialization constant 0), `REDUCE_SUM` (one
 /// pass of a parallel sum), `STORE` (writes one element), `ADD_ONE` (adds 1

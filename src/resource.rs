@@ -265,6 +265,7 @@ impl BufferMemory {
         }
         state.check_device(op, write)?;
         let uses = &mut state.uses;
+        #[allow(clippy::expect_used, reason = "the use was pushed just before")]
         let entry = match uses.iter().position(|u| Arc::ptr_eq(&u.timeline, timeline)) {
             Some(i) => &mut uses[i],
             None => {

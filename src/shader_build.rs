@@ -26,8 +26,9 @@
 //! defines one `pub static NAME: &[u32]` per `shaders/name.comp`, ready for
 //! `Kernel::new(&ctx, NAME, "main")`.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+use crate::spirv_source::{append_static, static_name};
 
 /// Compiles GLSL compute-shader `source` (named `file_name` in messages)
 /// to SPIR-V for Vulkan 1.2, optimised for speed, with `entry` as the
@@ -86,29 +87,66 @@ pub fn compile_shaders(shader_dir: &Path, out_dir: &Path) -> Result<(), String> 
         );
         let words = compile_glsl(&source, &shown, "main")
             .map_err(|e| format!("shader compilation failed:\n{e}"))?;
-        let name: String = path
-            .file_stem()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() {
-                    c.to_ascii_uppercase()
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        // Writing to a String cannot fail.
-        let _ = writeln!(generated, "/// SPIR-V of `{shown}`.");
-        let _ = writeln!(generated, "pub static {name}: &[u32] = &[");
-        for chunk in words.chunks(8) {
-            let line: Vec<String> = chunk.iter().map(|w| format!("{w:#010x}")).collect();
-            let _ = writeln!(generated, "    {},", line.join(", "));
-        }
-        let _ = writeln!(generated, "];");
+        let name = static_name(&path.file_stem().unwrap_or_default().to_string_lossy());
+        append_static(&mut generated, &name, &shown, &words);
     }
     let target = out_dir.join("shaders.rs");
     std::fs::write(&target, generated)
         .map_err(|e| format!("cannot write {}: {e}", target.display()))
+}
+
+/// The shipped SPIR-V (`shaders/spv/`, what the default build loads) is
+/// what `shaders/*.comp` compile to, and valid for Vulkan 1.2 and 1.3.
+/// `VKCOMPUTE_REFRESH_SPIRV=1` (`make spirv`) rewrites it instead.
+#[cfg(all(test, feature = "shader-compiler"))]
+mod shipped_spirv {
+    use std::path::Path;
+
+    #[test]
+    fn shipped_spirv_matches_the_sources() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let shader_dir = root.join("shaders");
+        let spv_dir = shader_dir.join("spv");
+        let refresh = std::env::var_os("VKCOMPUTE_REFRESH_SPIRV").is_some_and(|v| v == "1");
+        let mut sources: Vec<_> = std::fs::read_dir(&shader_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|ext| ext == "comp"))
+            .collect();
+        sources.sort();
+        assert!(
+            !sources.is_empty(),
+            "no shaders in {}",
+            shader_dir.display()
+        );
+        let mut drifted = Vec::new();
+        for path in &sources {
+            let stem = path.file_stem().unwrap().to_string_lossy();
+            let shown = format!("shaders/{stem}.comp");
+            let source = std::fs::read_to_string(path).unwrap();
+            let words = super::compile_glsl(&source, &shown, "main")
+                .unwrap_or_else(|e| panic!("{shown} does not compile:\n{e}"));
+            for vulkan_1_3 in [false, true] {
+                if let Err(e) = crate::spirv_val::validate(&words, vulkan_1_3) {
+                    panic!("SPIRV-Tools rejects {shown} (Vulkan 1.3: {vulkan_1_3}): {e}");
+                }
+            }
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let spv = spv_dir.join(format!("{stem}.spv"));
+            if refresh {
+                std::fs::create_dir_all(&spv_dir).unwrap();
+                std::fs::write(&spv, &bytes).unwrap();
+                eprintln!("wrote {}", spv.display());
+            } else if std::fs::read(&spv).ok().as_deref() != Some(&bytes[..]) {
+                drifted.push(format!("shaders/spv/{stem}.spv"));
+            }
+        }
+        assert!(
+            drifted.is_empty(),
+            "the shipped SPIR-V differs from what shaders/*.comp compile to (or is missing): {}; \
+             run `make spirv` to recompile shaders/*.comp into shaders/spv/, then commit \
+             shaders/spv/",
+            drifted.join(", ")
+        );
+    }
 }

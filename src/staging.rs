@@ -26,6 +26,7 @@ pub(crate) struct StagingBlock {
 
 impl StagingBlock {
     /// The host address of the block's first byte.
+    #[allow(clippy::expect_used, reason = "staging memory is always mapped")]
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.raw
             .mapped

@@ -394,6 +394,7 @@ impl Stream {
                     .instant(t.host, "wait", &format!(r#""for_value":{value}"#));
             }
         }
+        #[allow(clippy::expect_used, reason = "the batch was opened just above")]
         let batch = self.batch.as_mut().expect("opened above");
         for (timeline, value) in waits {
             match batch
@@ -633,6 +634,7 @@ impl Stream {
         if !self.in_flight.is_empty() {
             let completed = self.timeline.query()?;
             while self.in_flight.front().is_some_and(|b| b.value <= completed) {
+                #[allow(clippy::expect_used, reason = "the loop condition saw a front batch")]
                 let batch = self.in_flight.pop_front().expect("checked above");
                 self.retire(batch);
             }

@@ -17,6 +17,11 @@
 //! Runs on both memory paths under synchronization validation. The short
 //! version runs in `make test`; `VKCOMPUTE_CONCURRENCY_OPS` sets the
 //! operations per thread (default 120) for a long run.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

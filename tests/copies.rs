@@ -1,5 +1,10 @@
 //! Copies host -> device, device -> device and device -> host, for every
 //! element type and several sizes, on both memory paths, against a host model.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

@@ -1,6 +1,11 @@
 //! `enqueue_fill` for every element width: 32-bit patterns (vkCmdFillBuffer),
 //! 8/16/64-bit elements (the fill kernel), and wider values (tile copies),
 //! against a host model, on both memory paths.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

@@ -3,6 +3,11 @@
 //! paths and under synchronization validation, with buffers the user
 //! dropped while the graph holds them; replays with parameters; ordering
 //! against surrounding work and other streams; what cannot be captured.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

@@ -3,6 +3,11 @@
 //! capabilities checked against the enabled features, kernels without
 //! buffers on both descriptor paths, buffer atomics under the memory model,
 //! and written arguments that alias.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 #![cfg(all(feature = "glsl", feature = "build"))]
 
 mod common;

@@ -2,6 +2,11 @@
 //! input, 1D and 2D grids, push and specialization constants, both
 //! descriptor paths, ordering with copies and fills, and every wrong
 //! argument, each leaving the context working.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

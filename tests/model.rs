@@ -9,6 +9,11 @@
 //! `VKCOMPUTE_PROPTEST_CASES` sets the number of sequences per
 //! configuration (default 64); `VKCOMPUTE_PROPTEST_OPS` their maximum length
 //! (default 40).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

@@ -1,4 +1,9 @@
 //! Leaks and growth, threads, and a machine without a Vulkan driver.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

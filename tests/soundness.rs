@@ -3,6 +3,11 @@
 //! their context, memory of one stream freed by another, zero-sized
 //! elements and size overflows. Each failed before its fix. (Errors kept
 //! from `Drop` and `execution_time`'s queries: unit tests in context.rs.)
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

@@ -2,6 +2,11 @@
 //! track per stream, one slice per recorded command in enqueue order (the
 //! dispatch naming its kernel and grid), barrier instants between dependent
 //! commands, cross-stream waits, and a device slice per submitted batch.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

@@ -1,5 +1,10 @@
 //! Sub-buffers (views of another element type over the same memory),
 //! ownership, and raw handles.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

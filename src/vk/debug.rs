@@ -140,11 +140,19 @@ unsafe extern "system" fn callback(
         // SAFETY: as above.
         text: text(unsafe { data.message_as_c_str() }),
     };
-    eprintln!("vkcompute: validation {message}");
-    log.push(message);
+    match message.severity {
+        Severity::Error => log::error!("validation {message}"),
+        Severity::Warning => log::warn!("validation {message}"),
+    }
     if log.fatal {
-        eprintln!("vkcompute: aborting on a validation message (VKCOMPUTE_VALIDATION=abort)");
+        log::error!("aborting on a validation message (VKCOMPUTE_VALIDATION=abort)");
+        // The process ends here: where no logger shows errors, say why on
+        // stderr rather than die silently (abort is an explicit debug mode).
+        if !log::log_enabled!(log::Level::Error) {
+            eprintln!("vkcompute: aborting on validation {message} (VKCOMPUTE_VALIDATION=abort)");
+        }
         std::process::abort();
     }
+    log.push(message);
     vk::FALSE
 }

@@ -184,6 +184,7 @@ impl Device {
             buffer_device_address: f.buffer_device_address,
             memory_budget,
         };
+        #[allow(clippy::expect_used, reason = "parts.raw was set just above")]
         let device = Self::assemble(
             instance,
             adapter,
@@ -456,6 +457,10 @@ struct DeviceParts {
 }
 
 impl DeviceParts {
+    #[allow(
+        clippy::expect_used,
+        reason = "release consumes the parts, so runs once"
+    )]
     fn release(mut self) -> ash::Device {
         self.raw.take().expect("released once")
     }

@@ -1,6 +1,11 @@
 //! The test harness: every test runs on a context with the Khronos
 //! validation layer and synchronization validation enabled, and fails if the
 //! layer reports anything, including at device destruction.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 #![allow(dead_code)]
 
 use vkcompute::{ContextOptions, DeviceContext, ValidationLog};

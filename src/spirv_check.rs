@@ -1,0 +1,73 @@
+//! What the safe kernel loaders may hand to the driver: a module that passed
+//! SPIRV-Tools (feature `validate`), one of the shipped kernels (validated
+//! when they were compiled, see build.rs), or one the caller vouched for
+//! through an `unsafe` loader.
+
+use crate::error::{Error, Result};
+
+/// Who answers for a module's validity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Trust {
+    /// The safe API: vkcompute checks the module.
+    Check,
+    /// An `unsafe` loader: the caller guarantees the module is valid.
+    CallerVouches,
+}
+
+/// Checks that `words` (entry point `entry`) may reach the driver.
+pub(crate) fn check_module(
+    words: &[u32],
+    entry: &str,
+    vulkan_1_3: bool,
+    trust: Trust,
+) -> Result<()> {
+    match trust {
+        Trust::CallerVouches => Ok(()),
+        Trust::Check => check(words, entry, vulkan_1_3),
+    }
+}
+
+#[cfg(feature = "validate")]
+fn check(words: &[u32], _entry: &str, vulkan_1_3: bool) -> Result<()> {
+    crate::spirv_val::validate(words, vulkan_1_3).map_err(|reason| Error::InvalidSpirv { reason })
+}
+
+#[cfg(not(feature = "validate"))]
+fn check(words: &[u32], entry: &str, _vulkan_1_3: bool) -> Result<()> {
+    if crate::shaders::SHIPPED.contains(&words) {
+        Ok(())
+    } else {
+        Err(Error::ValidatorUnavailable {
+            kernel: entry.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_kernels_pass_and_others_need_the_validator_or_a_promise() {
+        for words in crate::shaders::SHIPPED {
+            assert!(check_module(words, "main", false, Trust::Check).is_ok());
+        }
+        // A shipped module with one word changed is not a shipped module.
+        let mut altered = crate::shaders::STORE.to_vec();
+        let last = altered.len() - 1;
+        altered[last] ^= 1;
+        let checked = check_module(&altered, "main", false, Trust::Check);
+        if cfg!(feature = "validate") {
+            assert!(
+                matches!(checked, Err(Error::InvalidSpirv { .. })),
+                "{checked:?}"
+            );
+        } else {
+            assert!(
+                matches!(checked, Err(Error::ValidatorUnavailable { .. })),
+                "{checked:?}"
+            );
+        }
+        assert!(check_module(&altered, "main", false, Trust::CallerVouches).is_ok());
+    }
+}
