@@ -75,6 +75,7 @@ impl RawBuffer {
             .size(size)
             .usage(usage_flags)
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        crate::fault::allocation(device).during("vkCreateBuffer")?;
         // SAFETY: a valid create info with a non-zero size within the limits.
         let buffer = unsafe { device.raw.create_buffer(&info, None) }.during("vkCreateBuffer")?;
         // SAFETY: `buffer` was just created on this device.
@@ -93,13 +94,16 @@ impl RawBuffer {
         // Choose the memory type here (gpu-allocator's locations cannot say
         // "cached system memory" or "write-combined, not device-local").
         requirements.memory_type_bits = 1 << type_index;
-        let allocated = device.allocator().allocate(&AllocationCreateDesc {
-            name: what,
-            requirements,
-            location: MemoryLocation::Unknown,
-            linear: true,
-            allocation_scheme: AllocationScheme::GpuAllocatorManaged,
-        });
+        let allocated = match crate::fault::allocation(device) {
+            Err(_) => Err(AllocationError::OutOfMemory),
+            Ok(()) => device.allocator().allocate(&AllocationCreateDesc {
+                name: what,
+                requirements,
+                location: MemoryLocation::Unknown,
+                linear: true,
+                allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+            }),
+        };
         let allocation = match allocated {
             Ok(a) => a,
             Err(e) => {

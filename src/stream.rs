@@ -359,6 +359,7 @@ impl Stream {
                     .command_pool(self.pool)
                     .level(vk::CommandBufferLevel::PRIMARY)
                     .command_buffer_count(1);
+                crate::fault::allocation(&self.device).during("vkAllocateCommandBuffers")?;
                 // SAFETY: the pool is live and used only under this stream's lock.
                 unsafe { self.device.raw.allocate_command_buffers(&info) }
                     .during("vkAllocateCommandBuffers")?[0]
