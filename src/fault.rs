@@ -2,11 +2,13 @@
 //! allocation point reached on a device fail as the driver or the allocator
 //! would (out of memory), so that every failure path can be exercised.
 //!
-//! The allocation points: `vkCreateBuffer` and the memory allocation of
-//! every buffer (device, host and staging buffers), `vkAllocateCommandBuffers`
-//! when a batch opens, `vkCreateDescriptorPool` and `vkAllocateDescriptorSets`
-//! on the pooled descriptor path, and `vkCreateComputePipelines` when a
-//! kernel (or the crate's fill kernel) is loaded.
+//! The allocation points: `vkCreateBuffer`, the memory allocation and
+//! `vkBindBufferMemory` of every buffer (device, host and staging buffers),
+//! `vkAllocateCommandBuffers` (when no free one is pooled) and
+//! `vkBeginCommandBuffer` when a batch opens, `vkCreateDescriptorPool` and `vkAllocateDescriptorSets`
+//! on the pooled descriptor path, `vkCreateComputePipelines` when a kernel
+//! (or the crate's fill kernel) is loaded, and `vkCreateSemaphore` and
+//! `vkCreateCommandPool` when a stream is made.
 //!
 //! Without the feature, [`allocation`] is `Ok(())`, which the compiler
 //! removes: normal builds pay nothing.
@@ -46,13 +48,18 @@ mod injection {
         passed: AtomicU64,
         /// Whether the armed failure has been injected.
         fired: AtomicBool,
+        /// Whether every allocation point after the armed one fails too.
+        sticky: AtomicBool,
     }
 
     impl Faults {
-        /// Makes the `n`th allocation point from now fail (once); 0 disarms.
-        pub(crate) fn arm(&self, n: u64) {
+        /// Makes the `n`th allocation point from now fail, and with
+        /// `sticky` every one after it too; 0 disarms.
+        pub(crate) fn arm(&self, n: u64, sticky: bool) {
+            self.countdown.store(0, Ordering::SeqCst);
             self.passed.store(0, Ordering::SeqCst);
             self.fired.store(false, Ordering::SeqCst);
+            self.sticky.store(sticky, Ordering::SeqCst);
             self.countdown.store(n, Ordering::SeqCst);
         }
 
@@ -66,14 +73,20 @@ mod injection {
 
         fn hit(&self) -> bool {
             self.passed.fetch_add(1, Ordering::SeqCst);
-            let before = self
-                .countdown
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| c.checked_sub(1));
-            if before == Ok(1) {
+            let sticky = self.sticky.load(Ordering::SeqCst);
+            // 0: disarmed; 1: this point fails (and stays at 1 when sticky).
+            let before =
+                self.countdown
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| match c {
+                        0 => None,
+                        1 if sticky => None,
+                        c => Some(c - 1),
+                    });
+            let fails = matches!(before, Ok(1) | Err(1));
+            if fails {
                 self.fired.store(true, Ordering::SeqCst);
-                return true;
             }
-            false
+            fails
         }
     }
 
@@ -98,7 +111,13 @@ pub mod testing {
     /// driver does when out of memory; `0` disarms. Re-arming resets
     /// [`allocations_passed`] and [`fault_injected`].
     pub fn fail_allocation(ctx: &DeviceContext, n: u64) {
-        ctx.shared.device.faults.arm(n);
+        ctx.shared.device.faults.arm(n, false);
+    }
+
+    /// As [`fail_allocation`], but every allocation point after the `n`th
+    /// fails too (memory stays exhausted) until re-armed or disarmed.
+    pub fn fail_allocations_from(ctx: &DeviceContext, n: u64) {
+        ctx.shared.device.faults.arm(n, true);
     }
 
     /// Allocation points reached on `ctx`'s device since the last

@@ -112,13 +112,15 @@ impl RawBuffer {
                 return Err(allocation_error(device, what, size, e));
             }
         };
-        // SAFETY: the allocation is at least `requirements.size` bytes of a
-        // memory type the buffer allows, at an offset aligned as required.
-        let bound = unsafe {
-            device
-                .raw
-                .bind_buffer_memory(buffer, allocation.memory(), allocation.offset())
-        };
+        let bound = crate::fault::allocation(device).and_then(|()| {
+            // SAFETY: the allocation is at least `requirements.size` bytes of a
+            // memory type the buffer allows, at an offset aligned as required.
+            unsafe {
+                device
+                    .raw
+                    .bind_buffer_memory(buffer, allocation.memory(), allocation.offset())
+            }
+        });
         let raw = RawBuffer {
             buffer,
             usage,

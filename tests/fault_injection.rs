@@ -1,7 +1,7 @@
 //! Fault injection (feature `fault-injection`): for every N, a model
 //! sequence of operations runs with the Nth allocation on the device made to
 //! fail (buffer creation, memory, staging, command buffers, descriptor pools
-//! and sets, pipelines). Every call succeeds or returns an error; results
+//! and sets, pipelines, a second stream's semaphore and command pool). Every call succeeds or returns an error; results
 //! of calls that succeeded are right; nothing leaks (live objects and
 //! allocated bytes return to their baseline after `trim`, and the
 //! validation layer reports nothing, leaked objects at device destruction
@@ -12,7 +12,9 @@
 //! kernel's pipeline, the first descriptor pool) fail too, and so that the
 //! layer's leak check at device destruction covers that N alone.
 //! `VKCOMPUTE_FAULT_LONG=1` adds a large staged transfer (several pieces)
-//! to the sequence.
+//! to the sequence and runs every combination of memory path, descriptor
+//! path and fault kind;
+//! `VKCOMPUTE_FAULT_VERBOSE=1` prints what failed for each N.
 
 mod common;
 
@@ -24,6 +26,8 @@ use vkcompute::{shaders, testing, DeviceContext, Error, Kernel, LiveObjects};
 struct Config {
     path: Path,
     push_descriptors: bool,
+    /// Every allocation after the Nth fails too, not only the Nth.
+    sticky: bool,
     /// Adds a transfer larger than one staging piece (8 MiB).
     long: bool,
 }
@@ -82,8 +86,18 @@ impl Outcome {
         match result {
             Ok(v) => Some(v),
             Err(e) => {
-                // Only the injected failure (an allocation running out of
-                // memory) or its consequences are expected here.
+                // Only the injected failure is expected: running out of
+                // memory, reported by the call that allocated or, for a
+                // write-back in `Drop`, by the buffer's next operation.
+                let out_of_memory = |e: &Error| matches!(e, Error::OutOfMemory { .. });
+                let expected = match &e {
+                    Error::Deferred(inner) => out_of_memory(inner),
+                    e => out_of_memory(e),
+                };
+                assert!(
+                    expected,
+                    "{what}: an error other than the injected one: {e}"
+                );
                 if self.first.is_none() {
                     self.first = Some(format!("{what}: {e}"));
                 }
@@ -115,13 +129,16 @@ fn fill_and_check<T: bytemuck::Pod + PartialEq + std::fmt::Debug>(
     len: usize,
     value: T,
 ) {
-    let Some(buf) = out.step(what, ctx.enqueue_create_buffer::<T>(len)) else {
+    let Some(buf) = out.step(
+        &format!("create {what}"),
+        ctx.enqueue_create_buffer::<T>(len),
+    ) else {
         return;
     };
     let model = out
-        .step(what, buf.enqueue_fill(value))
+        .step(&format!("fill {what}"), buf.enqueue_fill(value))
         .map(|()| vec![value; len]);
-    let got = out.step(what, buf.to_vec());
+    let got = out.step(&format!("download {what}"), buf.to_vec());
     expect(n, what, got, &model);
 }
 
@@ -185,6 +202,14 @@ fn sequence(ctx: &DeviceContext, config: Config, n: u64) -> Outcome {
     fill_and_check(ctx, &mut out, n, "[u32; 3]", 50, [1u32, 2, 3]);
 
     out.step("trim", ctx.trim());
+
+    // An idle buffer dropped goes to the device's cache of retired buffers:
+    // a creation that then runs out of memory empties the cache and tries
+    // again.
+    drop(out.step(
+        "create a buffer to retire",
+        ctx.enqueue_create_buffer::<u8>(4096),
+    ));
 
     // A host buffer written by the host and copied to a device buffer.
     let host = out.step("create host", ctx.enqueue_create_host_buffer::<f32>(len));
@@ -272,6 +297,20 @@ fn sequence(ctx: &DeviceContext, config: Config, n: u64) -> Outcome {
             });
     }
 
+    // A second stream (its own timeline and command pool) copies `a` into a
+    // buffer it owns, ordered after this stream's work by a semaphore wait.
+    if let Some(other) = out.step("new stream", ctx.new_stream()) {
+        if let Some(d) = out.step("create d", other.enqueue_create_buffer::<f32>(len)) {
+            if let Some(a) = &a {
+                let model = out
+                    .step("copy a to d", d.enqueue_copy_from(a))
+                    .and(a_model.clone());
+                expect(n, "d", out.step("download d", d.to_vec()), &model);
+            }
+        }
+        out.step("synchronize the other stream", other.synchronize());
+    }
+
     out.step("trim", ctx.trim());
 
     // Downloads of everything the model knows.
@@ -325,7 +364,11 @@ fn every_n(config: Config) -> u64 {
         ctx.trim().unwrap();
         let (objects, bytes) = (live(&ctx), ctx.allocated_bytes());
 
-        testing::fail_allocation(&ctx, n);
+        if config.sticky {
+            testing::fail_allocations_from(&ctx, n);
+        } else {
+            testing::fail_allocation(&ctx, n);
+        }
         let outcome = sequence(&ctx, config, n);
         let fired = testing::fault_injected(&ctx);
         let passed = testing::allocations_passed(&ctx);
@@ -390,10 +433,11 @@ fn verbose() -> bool {
     std::env::var("VKCOMPUTE_FAULT_VERBOSE").is_ok_and(|v| v == "1")
 }
 
-fn run(path: Path, push_descriptors: bool) {
+fn run(path: Path, push_descriptors: bool, sticky: bool) {
     let config = Config {
         path,
         push_descriptors,
+        sticky,
         long: long(),
     };
     let start = std::time::Instant::now();
@@ -404,22 +448,39 @@ fn run(path: Path, push_descriptors: bool) {
     );
 }
 
+// Both memory paths and both descriptor paths are covered by the three
+// tests `make test` runs: direct with push descriptors, staging with pooled
+// sets, and exhausted memory on staging with push descriptors; the other
+// combinations run with `VKCOMPUTE_FAULT_LONG=1`.
+
 #[test]
 fn every_allocation_failure_on_the_direct_path_with_push_descriptors() {
-    run(Path::Direct, true);
-}
-
-#[test]
-fn every_allocation_failure_on_the_staging_path_with_push_descriptors() {
-    run(Path::Staging, true);
-}
-
-#[test]
-fn every_allocation_failure_on_the_direct_path_with_pooled_descriptors() {
-    run(Path::Direct, false);
+    run(Path::Direct, true, false);
+    if long() {
+        run(Path::Direct, false, false);
+    }
 }
 
 #[test]
 fn every_allocation_failure_on_the_staging_path_with_pooled_descriptors() {
-    run(Path::Staging, false);
+    run(Path::Staging, false, false);
+    if long() {
+        run(Path::Staging, true, false);
+    }
+}
+
+/// Memory stays exhausted from the Nth allocation on: the failure paths
+/// must not depend on allocating.
+#[test]
+fn memory_exhausted_from_every_allocation_on() {
+    run(Path::Staging, true, true);
+    if long() {
+        for (path, push) in [
+            (Path::Staging, false),
+            (Path::Direct, true),
+            (Path::Direct, false),
+        ] {
+            run(path, push, true);
+        }
+    }
 }
