@@ -75,9 +75,12 @@ impl RawBuffer {
             .size(size)
             .usage(usage_flags)
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        crate::fault::allocation(device).during("vkCreateBuffer")?;
-        // SAFETY: a valid create info with a non-zero size within the limits.
-        let buffer = unsafe { device.raw.create_buffer(&info, None) }.during("vkCreateBuffer")?;
+        let buffer = crate::fault::allocation(device)
+            .and_then(|()| {
+                // SAFETY: a valid create info with a non-zero size within the limits.
+                unsafe { device.raw.create_buffer(&info, None) }
+            })
+            .map_err(|e| buffer_call_error(what, size, "vkCreateBuffer", e))?;
         // SAFETY: `buffer` was just created on this device.
         let mut requirements = unsafe { device.raw.get_buffer_memory_requirements(buffer) };
         let Some(type_index) = device.memory_type(requirements.memory_type_bits, usage) else {
@@ -133,7 +136,7 @@ impl RawBuffer {
         };
         if let Err(e) = bound {
             raw.destroy(device);
-            return Err(Error::vk("vkBindBufferMemory", e));
+            return Err(buffer_call_error(what, size, "vkBindBufferMemory", e));
         }
         Ok(raw)
     }
@@ -293,6 +296,19 @@ fn check_size(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Res
         });
     }
     Ok(())
+}
+
+/// The error of a failed call on a buffer: out of memory names the buffer
+/// and its size (which the call's own error does not know).
+fn buffer_call_error(what: &str, size: u64, call: &'static str, result: vk::Result) -> Error {
+    match Error::vk(call, result) {
+        Error::OutOfMemory { .. } => Error::OutOfMemory {
+            what: what.to_string(),
+            bytes: size,
+            detail: format!("{call} returned {result}"),
+        },
+        e => e,
+    }
 }
 
 fn allocation_error(device: &Device, what: &str, size: u64, e: AllocationError) -> Error {

@@ -98,6 +98,9 @@ impl Outcome {
                     expected,
                     "{what}: an error other than the injected one: {e}"
                 );
+                // Where the size is not known, the message does not make one up.
+                let message = e.to_string();
+                assert!(!message.contains("needs 0 bytes"), "{what}: {message}");
                 if self.first.is_none() {
                     self.first = Some(format!("{what}: {e}"));
                 }
