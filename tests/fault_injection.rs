@@ -11,6 +11,8 @@
 //! Each N runs on a fresh context, so that first-use allocations (the fill
 //! kernel's pipeline, the first descriptor pool) fail too, and so that the
 //! layer's leak check at device destruction covers that N alone.
+//! One test runs the sequence on two threads at once, each on a stream of
+//! the device, so that a fault lands on either.
 //! `VKCOMPUTE_FAULT_LONG=1` adds a large staged transfer (several pieces)
 //! to the sequence and runs every combination of memory path, descriptor
 //! path and fault kind;
@@ -30,6 +32,10 @@ struct Config {
     sticky: bool,
     /// Adds a transfer larger than one staging piece (8 MiB).
     long: bool,
+    /// Threads running the sequence at once, each on a stream of its own.
+    threads: usize,
+    /// The step between the values of N tried.
+    step: u64,
 }
 
 /// Buffers made before the fault is armed and never touched by the
@@ -354,25 +360,50 @@ fn live(ctx: &DeviceContext) -> LiveObjects {
     }
 }
 
+/// Runs the sequence on each of `streams` at once, one thread each.
+fn on_each_stream(streams: &[DeviceContext], config: Config, n: u64) -> Outcome {
+    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+        let runs: Vec<_> = streams
+            .iter()
+            .map(|s| scope.spawn(move || sequence(s, config, n)))
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    Outcome {
+        failures: outcomes.iter().map(|o| o.failures).sum(),
+        first: outcomes.into_iter().find_map(|o| o.first),
+    }
+}
+
 /// Runs the sequence with the Nth allocation failing, for N = 1, 2, ...
-/// until a run passes all its allocation points. Returns the N values run.
+/// (every `config.step`th) until a run passes all its allocation points.
+/// Returns the N values run.
 fn every_n(config: Config) -> u64 {
     let mut n = 1;
+    let mut runs = 0;
     loop {
+        runs += 1;
         let options = common::options(config.path).push_descriptors(config.push_descriptors);
         let ctx = context_with(options);
         let log = ctx.validation_log();
         let mut rng = Rng::new(n);
         let bystanders = Bystanders::new(&ctx, &mut rng);
-        ctx.trim().unwrap();
-        let (objects, bytes) = (live(&ctx), ctx.allocated_bytes());
+        let mut streams = vec![ctx.clone()];
+        for _ in 1..config.threads {
+            streams.push(ctx.new_stream().unwrap());
+        }
+        for s in &streams {
+            s.trim().unwrap();
+        }
+        let objects: Vec<LiveObjects> = streams.iter().map(live).collect();
+        let bytes = ctx.allocated_bytes();
 
         if config.sticky {
             testing::fail_allocations_from(&ctx, n);
         } else {
             testing::fail_allocation(&ctx, n);
         }
-        let outcome = sequence(&ctx, config, n);
+        let outcome = on_each_stream(&streams, config, n);
         let fired = testing::fault_injected(&ctx);
         let passed = testing::allocations_passed(&ctx);
         testing::fail_allocation(&ctx, 0);
@@ -388,12 +419,14 @@ fn every_n(config: Config) -> u64 {
             outcome.first
         );
 
-        ctx.synchronize()
-            .unwrap_or_else(|e| panic!("N = {n}: synchronize after the faulty run: {e}"));
-        ctx.trim()
-            .unwrap_or_else(|e| panic!("N = {n}: trim after the faulty run: {e}"));
+        for s in &streams {
+            s.synchronize()
+                .unwrap_or_else(|e| panic!("N = {n}: synchronize after the faulty run: {e}"));
+            s.trim()
+                .unwrap_or_else(|e| panic!("N = {n}: trim after the faulty run: {e}"));
+        }
         assert_eq!(
-            live(&ctx),
+            streams.iter().map(live).collect::<Vec<_>>(),
             objects,
             "N = {n}: live objects after trim ({config:?})"
         );
@@ -405,7 +438,7 @@ fn every_n(config: Config) -> u64 {
         bystanders.check(n);
 
         // The context still works: the sequence again, without faults.
-        let clean = sequence(&ctx, config, n);
+        let clean = on_each_stream(&streams, config, n);
         assert_eq!(
             clean.failures, 0,
             "N = {n}: the context is not usable after the fault: {:?}",
@@ -413,17 +446,19 @@ fn every_n(config: Config) -> u64 {
         );
         bystanders.check(n);
         drop(bystanders);
-        ctx.trim().unwrap();
-        drop(ctx);
+        for s in &streams {
+            s.trim().unwrap();
+        }
+        drop((streams, ctx));
         assert_clean(&log, &format!("N = {n} ({config:?})"));
         assert!(
             passed > 0,
             "N = {n}: the sequence reached no allocation point"
         );
         if !fired {
-            return n;
+            return runs;
         }
-        n += 1;
+        n += config.step;
     }
 }
 
@@ -437,12 +472,17 @@ fn verbose() -> bool {
 }
 
 fn run(path: Path, push_descriptors: bool, sticky: bool) {
-    let config = Config {
+    run_config(Config {
         path,
         push_descriptors,
         sticky,
         long: long(),
-    };
+        threads: 1,
+        step: 1,
+    });
+}
+
+fn run_config(config: Config) {
     let start = std::time::Instant::now();
     let runs = every_n(config);
     eprintln!(
@@ -486,4 +526,20 @@ fn memory_exhausted_from_every_allocation_on() {
             run(path, push, true);
         }
     }
+}
+
+/// Two threads run the sequence at once on two streams of the device, so
+/// the fault lands on either (the hook counts allocations device-wide,
+/// whichever thread makes them). Every third N (every N with
+/// `VKCOMPUTE_FAULT_LONG=1`), on the direct path with pooled sets.
+#[test]
+fn allocation_failures_while_two_threads_use_two_streams() {
+    run_config(Config {
+        path: Path::Direct,
+        push_descriptors: false,
+        sticky: false,
+        long: false,
+        threads: 2,
+        step: if long() { 1 } else { 3 },
+    });
 }
