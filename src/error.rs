@@ -81,11 +81,12 @@ pub enum Error {
     },
 
     /// Not enough device or host memory for an allocation.
-    #[error("out of memory: {what} needs {bytes} bytes; {detail}")]
+    #[error("{}", out_of_memory_message(.what, *.bytes, .detail))]
     OutOfMemory {
         /// What was being allocated.
         what: String,
-        /// How many bytes were asked for.
+        /// How many bytes were asked for (0 where the failing call does
+        /// not say: command buffers, descriptor pools and the like).
         bytes: u64,
         /// The limit that was hit and what to do about it.
         detail: String,
@@ -407,6 +408,15 @@ impl Error {
                 len,
                 elem_size,
             })
+    }
+}
+
+/// The message of [`Error::OutOfMemory`]: the size only where it is known.
+fn out_of_memory_message(what: &str, bytes: u64, detail: &str) -> String {
+    if bytes == 0 {
+        format!("out of memory in {what}; {detail}")
+    } else {
+        format!("out of memory: {what} needs {bytes} bytes; {detail}")
     }
 }
 

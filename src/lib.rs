@@ -26,6 +26,7 @@ mod buffer;
 mod context;
 mod display;
 mod error;
+mod fault;
 mod fill;
 mod graph;
 mod hazard;
@@ -72,6 +73,11 @@ mod shader_build;
 pub mod build {
     pub use crate::shader_build::{compile_glsl, compile_shaders};
 }
+
+/// Test hooks (feature `fault-injection`); not part of the supported API.
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub use fault::testing;
 
 pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
 pub use context::{ContextOptions, DeviceContext, LiveObjects, RawContext};

@@ -75,8 +75,12 @@ impl RawBuffer {
             .size(size)
             .usage(usage_flags)
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: a valid create info with a non-zero size within the limits.
-        let buffer = unsafe { device.raw.create_buffer(&info, None) }.during("vkCreateBuffer")?;
+        let buffer = crate::fault::allocation(device)
+            .and_then(|()| {
+                // SAFETY: a valid create info with a non-zero size within the limits.
+                unsafe { device.raw.create_buffer(&info, None) }
+            })
+            .map_err(|e| buffer_call_error(what, size, "vkCreateBuffer", e))?;
         // SAFETY: `buffer` was just created on this device.
         let mut requirements = unsafe { device.raw.get_buffer_memory_requirements(buffer) };
         let Some(type_index) = device.memory_type(requirements.memory_type_bits, usage) else {
@@ -93,13 +97,16 @@ impl RawBuffer {
         // Choose the memory type here (gpu-allocator's locations cannot say
         // "cached system memory" or "write-combined, not device-local").
         requirements.memory_type_bits = 1 << type_index;
-        let allocated = device.allocator().allocate(&AllocationCreateDesc {
-            name: what,
-            requirements,
-            location: MemoryLocation::Unknown,
-            linear: true,
-            allocation_scheme: AllocationScheme::GpuAllocatorManaged,
-        });
+        let allocated = match crate::fault::allocation(device) {
+            Err(_) => Err(AllocationError::OutOfMemory),
+            Ok(()) => device.allocator().allocate(&AllocationCreateDesc {
+                name: what,
+                requirements,
+                location: MemoryLocation::Unknown,
+                linear: true,
+                allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+            }),
+        };
         let allocation = match allocated {
             Ok(a) => a,
             Err(e) => {
@@ -108,13 +115,15 @@ impl RawBuffer {
                 return Err(allocation_error(device, what, size, e));
             }
         };
-        // SAFETY: the allocation is at least `requirements.size` bytes of a
-        // memory type the buffer allows, at an offset aligned as required.
-        let bound = unsafe {
-            device
-                .raw
-                .bind_buffer_memory(buffer, allocation.memory(), allocation.offset())
-        };
+        let bound = crate::fault::allocation(device).and_then(|()| {
+            // SAFETY: the allocation is at least `requirements.size` bytes of a
+            // memory type the buffer allows, at an offset aligned as required.
+            unsafe {
+                device
+                    .raw
+                    .bind_buffer_memory(buffer, allocation.memory(), allocation.offset())
+            }
+        });
         let raw = RawBuffer {
             buffer,
             usage,
@@ -127,7 +136,7 @@ impl RawBuffer {
         };
         if let Err(e) = bound {
             raw.destroy(device);
-            return Err(Error::vk("vkBindBufferMemory", e));
+            return Err(buffer_call_error(what, size, "vkBindBufferMemory", e));
         }
         Ok(raw)
     }
@@ -287,6 +296,19 @@ fn check_size(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Res
         });
     }
     Ok(())
+}
+
+/// The error of a failed call on a buffer: out of memory names the buffer
+/// and its size (which the call's own error does not know).
+fn buffer_call_error(what: &str, size: u64, call: &'static str, result: vk::Result) -> Error {
+    match Error::vk(call, result) {
+        Error::OutOfMemory { .. } => Error::OutOfMemory {
+            what: what.to_string(),
+            bytes: size,
+            detail: format!("{call} returned {result}"),
+        },
+        e => e,
+    }
 }
 
 fn allocation_error(device: &Device, what: &str, size: u64, e: AllocationError) -> Error {

@@ -118,6 +118,7 @@ impl ComputePipeline {
         let info = vk::ComputePipelineCreateInfo::default()
             .stage(stage)
             .layout(self.layout);
+        crate::fault::allocation(device).during("vkCreateComputePipelines")?;
         // SAFETY: every handle in `info` is live; the cache belongs to this device.
         let pipelines =
             unsafe { raw.create_compute_pipelines(device.pipeline_cache, &[info], None) }
@@ -178,8 +179,11 @@ impl DescriptorPools {
             let info = vk::DescriptorSetAllocateInfo::default()
                 .descriptor_pool(pool)
                 .set_layouts(&layouts);
-            // SAFETY: the pool and layout are live and used under the stream's lock.
-            match unsafe { device.raw.allocate_descriptor_sets(&info) } {
+            let sets = crate::fault::allocation(device).and_then(|()| {
+                // SAFETY: the pool and layout are live and used under the stream's lock.
+                unsafe { device.raw.allocate_descriptor_sets(&info) }
+            });
+            match sets {
                 Ok(sets) => return Ok(sets[0]),
                 Err(vk::Result::ERROR_OUT_OF_POOL_MEMORY | vk::Result::ERROR_FRAGMENTED_POOL)
                     if attempt == 0 =>
@@ -202,6 +206,7 @@ impl DescriptorPools {
         let info = vk::DescriptorPoolCreateInfo::default()
             .max_sets(SETS_PER_POOL)
             .pool_sizes(&sizes);
+        crate::fault::allocation(device).during("vkCreateDescriptorPool")?;
         // SAFETY: a valid create info.
         let pool = unsafe { device.raw.create_descriptor_pool(&info, None) }
             .during("vkCreateDescriptorPool")?;

@@ -329,6 +329,7 @@ impl Stream {
         let info = vk::CommandPoolCreateInfo::default()
             .queue_family_index(device.queue_family)
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        crate::fault::allocation(device).during("vkCreateCommandPool")?;
         // SAFETY: a valid create info.
         unsafe { device.raw.create_command_pool(&info, None) }.during("vkCreateCommandPool")
     }
@@ -521,6 +522,7 @@ impl Stream {
                     .command_pool(self.pool)
                     .level(vk::CommandBufferLevel::PRIMARY)
                     .command_buffer_count(1);
+                crate::fault::allocation(&self.device).during("vkAllocateCommandBuffers")?;
                 // SAFETY: the pool is live and used only under this stream's lock.
                 unsafe { self.device.raw.allocate_command_buffers(&info) }
                     .during("vkAllocateCommandBuffers")?[0]
@@ -528,8 +530,11 @@ impl Stream {
         };
         let begin = vk::CommandBufferBeginInfo::default()
             .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-        // SAFETY: the command buffer is in the initial state (new or reset).
-        if let Err(e) = unsafe { self.device.raw.begin_command_buffer(cmd, &begin) } {
+        let begun = crate::fault::allocation(&self.device).and_then(|()| {
+            // SAFETY: the command buffer is in the initial state (new or reset).
+            unsafe { self.device.raw.begin_command_buffer(cmd, &begin) }
+        });
+        if let Err(e) = begun {
             self.free_cmds.push(cmd);
             return Err(Error::vk("vkBeginCommandBuffer", e));
         }

@@ -30,6 +30,7 @@ impl Timeline {
             .semaphore_type(vk::SemaphoreType::TIMELINE)
             .initial_value(0);
         let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        crate::fault::allocation(device).during("vkCreateSemaphore")?;
         // SAFETY: a valid create info; timeline semaphores are enabled.
         unsafe { device.raw.create_semaphore(&info, None) }.during("vkCreateSemaphore")
     }

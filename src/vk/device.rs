@@ -68,6 +68,8 @@ pub(crate) struct Device {
     internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,
     /// Unique among the devices of this process.
     pub(crate) id: u64,
+    #[cfg(feature = "fault-injection")]
+    pub(crate) faults: crate::fault::Faults,
     owned: bool,
     /// Dropped after everything above (fields drop in order).
     pub(crate) instance: Instance,
@@ -283,6 +285,8 @@ impl Device {
             internal_pipelines: Mutex::new(Vec::new()),
             kernels: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
+            #[cfg(feature = "fault-injection")]
+            faults: Default::default(),
             owned,
             adapter,
             instance,
