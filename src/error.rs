@@ -113,6 +113,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// A replay's parameters do not fit the graph (a buffer it does not
+    /// use, a dispatch it does not have, or substitutes that would overlap
+    /// where the captured buffers did not).
+    #[error("DeviceContext::enqueue_graph_with: invalid parameters: {reason}")]
+    GraphParameter {
+        /// What is wrong.
+        reason: String,
+    },
+
     /// The trace file could not be created.
     #[error("cannot write the trace file {path}: {detail}")]
     Trace {

@@ -39,7 +39,9 @@ enum Op {
         kernel: Arc<KernelPipeline>,
         /// Bound arguments: the view, and whether the kernel writes it.
         args: Vec<(View, bool)>,
+        /// Padded to whole words; `push_size` bytes are the kernel's.
         push: Vec<u8>,
+        push_size: usize,
         grid: [u32; 3],
     },
     Wait {
@@ -48,6 +50,16 @@ enum Op {
 }
 
 impl Op {
+    /// Whether the operation uses exactly `view`.
+    fn uses(&self, view: &View) -> bool {
+        match self {
+            Op::Copy { src, dst } => same_view(src, view) || same_view(dst, view),
+            Op::Fill { dst, .. } => same_view(dst, view),
+            Op::Dispatch { args, .. } => args.iter().any(|(v, _)| same_view(v, view)),
+            Op::Wait { .. } => false,
+        }
+    }
+
     /// The byte ranges the operation reads and writes, after substitution.
     fn accesses<'a>(
         &'a self,
@@ -232,6 +244,7 @@ impl DeviceContext {
     pub fn enqueue_graph_with(&self, graph: &Graph, params: &GraphParams<'_>) -> Result<()> {
         let inner = &graph.inner;
         let mut subst = Substitutions::none();
+        let bad = |reason: String| Error::GraphParameter { reason };
         for (captured, with) in &params.views {
             if with.memory.device.id != inner.device.id {
                 return Err(Error::DifferentDevice {
@@ -239,25 +252,31 @@ impl DeviceContext {
                     detail: "a substitute buffer is on another device than the graph".into(),
                 });
             }
+            if !inner.ops.iter().any(|op| op.uses(captured)) {
+                return Err(bad(format!(
+                    "the graph does not use the buffer given as captured ({} bytes at byte {})",
+                    captured.bytes, captured.offset
+                )));
+            }
             subst.views.push((captured, with));
         }
         for (id, bytes) in &params.push {
-            let Some(Op::Dispatch { push, kernel, .. }) = dispatch_op(&inner.ops, id.0) else {
-                return Err(Error::NotCapturable {
-                    op: "DeviceContext::enqueue_graph_with",
-                    reason: format!("the graph has no dispatch {}", id.0),
-                });
+            let Some(Op::Dispatch {
+                push_size, kernel, ..
+            }) = dispatch_op(&inner.ops, id.0)
+            else {
+                return Err(bad(format!("the graph has no dispatch {}", id.0)));
             };
-            let padded = bytes.len().next_multiple_of(4);
-            if padded != push.len() {
+            if bytes.len() != *push_size {
                 return Err(Error::PushConstantSize {
                     kernel: kernel.entry().to_string(),
-                    expected: push.len() as u32,
+                    expected: *push_size as u32,
                     given: bytes.len(),
                 });
             }
             subst.push.push((id.0, bytes));
         }
+        check_substitutions(&inner.device, &inner.ops, &subst)?;
         let recording = record(&inner.device, &inner.pools, &inner.ops, &subst)?;
         self.replay(graph, Arc::new(recording))
     }
@@ -304,6 +323,54 @@ impl DeviceContext {
                 Ok(())
             })
     }
+}
+
+/// Checks what substitutes change: a copy's ends must not overlap, a
+/// dispatch's bindings must stay aligned, and no two of its arguments may
+/// overlap where the kernel writes either (as at capture).
+fn check_substitutions(device: &Device, ops: &[Op], subst: &Substitutions<'_>) -> Result<()> {
+    let bad = |reason: String| Error::GraphParameter { reason };
+    let overlap = |a: &View, b: &View| {
+        Arc::ptr_eq(&a.memory, &b.memory)
+            && a.offset < b.offset + b.bytes
+            && b.offset < a.offset + a.bytes
+    };
+    let align = device.limits().min_storage_buffer_offset_alignment.max(1);
+    for (index, op) in ops.iter().enumerate() {
+        match op {
+            Op::Copy { src, dst } => {
+                if overlap(subst.view(src), subst.view(dst)) {
+                    return Err(bad(format!(
+                        "operation {index}, a copy, would copy between overlapping ranges"
+                    )));
+                }
+            }
+            Op::Dispatch { args, .. } => {
+                for (i, (a, a_writes)) in args.iter().enumerate() {
+                    let a = subst.view(a);
+                    if a.offset % align != 0 {
+                        return Err(Error::Misaligned {
+                            op: "DeviceContext::enqueue_graph_with",
+                            offset: a.offset,
+                            alignment: align,
+                            rule: "a buffer bound to a kernel must start at a multiple of \
+                                   minStorageBufferOffsetAlignment",
+                        });
+                    }
+                    for (b, b_writes) in &args[i + 1..] {
+                        if (*a_writes || *b_writes) && overlap(a, subst.view(b)) {
+                            return Err(bad(format!(
+                                "operation {index}, a dispatch, would bind overlapping ranges \
+                                 that the kernel writes"
+                            )));
+                        }
+                    }
+                }
+            }
+            Op::Fill { .. } | Op::Wait { .. } => {}
+        }
+    }
+    Ok(())
 }
 
 /// The `n`th dispatch of `ops`.
@@ -466,6 +533,7 @@ impl GraphBuilder<'_> {
         self.ops.push(Op::Dispatch {
             kernel: checked.kernel.clone(),
             args,
+            push_size: std::mem::size_of::<P>(),
             push: checked.push,
             grid: checked.grid,
         });
@@ -616,6 +684,7 @@ fn record_into(
                 args,
                 push,
                 grid,
+                ..
             } => {
                 let infos: Vec<vk::DescriptorBufferInfo> = args
                     .iter()

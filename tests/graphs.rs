@@ -344,3 +344,87 @@ fn a_graph_and_its_buffers_dropped_while_its_replay_runs() {
     drop((add, ctx));
     assert_clean(&log, "graphs dropped during their replays");
 }
+
+#[test]
+fn substitutes_that_would_break_a_capture_check_are_refused() {
+    let ctx = context_with(options(true));
+    let log = ctx.validation_log();
+    let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
+    let bufs = buffers(&ctx, 3, 9);
+    let whole = ctx.enqueue_create_buffer::<u32>(2 * N).unwrap();
+    let (low, high) = (
+        whole.create_sub_buffer::<u32>(0, N).unwrap(),
+        whole.create_sub_buffer::<u32>(N, N).unwrap(),
+    );
+    let mut g = ctx.capture_graph();
+    g.copy(&bufs[0], &bufs[1]).unwrap();
+    let step = g
+        .dispatch(
+            &add,
+            (N / 64) as u32,
+            &[bufs[0].arg(), bufs[1].arg(), bufs[2].arg()],
+            &(N as u32),
+        )
+        .unwrap();
+    let graph = g.finish().unwrap();
+    // The id of a second dispatch, which this graph does not have.
+    let mut other = ctx.capture_graph();
+    for _ in 0..2 {
+        other
+            .dispatch(
+                &add,
+                1,
+                &[bufs[0].arg(), bufs[1].arg(), bufs[2].arg()],
+                &0u32,
+            )
+            .unwrap();
+    }
+    let missing = other
+        .dispatch(
+            &add,
+            1,
+            &[bufs[0].arg(), bufs[1].arg(), bufs[2].arg()],
+            &0u32,
+        )
+        .unwrap();
+    drop(other);
+    let refused = |params: GraphParams<'_>| {
+        let e = ctx.enqueue_graph_with(&graph, &params).unwrap_err();
+        assert!(
+            matches!(e, Error::GraphParameter { .. } | Error::Misaligned { .. }),
+            "{e}"
+        );
+    };
+    // The copy's ends in one range; the dispatch writing what it reads.
+    refused(GraphParams::new().buffer(&bufs[1], &bufs[0]).unwrap());
+    refused(GraphParams::new().buffer(&bufs[2], &bufs[0]).unwrap());
+    // A buffer the graph does not use.
+    refused(
+        GraphParams::new()
+            .buffer(&whole.create_sub_buffer(0, N).unwrap(), &low)
+            .unwrap(),
+    );
+    // A binding offset the device cannot bind (4 bytes into a buffer).
+    let odd = whole.create_sub_buffer::<u32>(1, N).unwrap();
+    refused(GraphParams::new().buffer(&bufs[2], &odd).unwrap());
+    // A push constant of the wrong size, a dispatch that does not exist.
+    let e = ctx
+        .enqueue_graph_with(&graph, &GraphParams::new().push(step, &[0u8; 3]))
+        .unwrap_err();
+    assert!(matches!(e, Error::PushConstantSize { .. }), "{e}");
+    refused(GraphParams::new().push(missing, &0u32));
+    // Two halves of one buffer are fine: they do not overlap.
+    ctx.enqueue_graph_with(
+        &graph,
+        &GraphParams::new()
+            .buffer(&bufs[0], &low)
+            .unwrap()
+            .buffer(&bufs[1], &high)
+            .unwrap(),
+    )
+    .unwrap();
+    ctx.enqueue_graph(&graph).unwrap();
+    ctx.synchronize().unwrap();
+    drop((graph, add, bufs, low, high, odd, whole, ctx));
+    assert_clean(&log, "refused substitutes");
+}
