@@ -380,8 +380,8 @@ impl ContextShared {
                     ),
                 });
             }
-            a.memory.check_kept_error()?;
-            a.memory.foreign_waits(&self.timeline, a.write, &mut waits);
+            a.memory
+                .foreign_waits(&self.timeline, a.write, &mut waits)?;
         }
         for (timeline, value) in &waits {
             timeline.ensure_submitted(*value)?;

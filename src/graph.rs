@@ -534,7 +534,7 @@ impl GraphBuilder<'_> {
             kernel: checked.kernel.clone(),
             args,
             push_size: std::mem::size_of::<P>(),
-            push: checked.push,
+            push: checked.push.to_vec(),
             grid: checked.grid,
         });
         self.dispatches += 1;

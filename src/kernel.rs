@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use ash::vk;
 use bytemuck::Pod;
+use smallvec::SmallVec;
 
 use crate::buffer::View;
 use crate::context::{BufferAccess, DeviceContext};
@@ -103,9 +104,9 @@ pub struct KernelArg<'a> {
 /// writes, its descriptors, push constants (padded to whole words) and grid.
 pub(crate) struct CheckedDispatch<'a> {
     pub(crate) kernel: &'a Arc<KernelPipeline>,
-    pub(crate) accesses: Vec<BufferAccess<'a>>,
-    pub(crate) infos: Vec<vk::DescriptorBufferInfo>,
-    pub(crate) push: Vec<u8>,
+    pub(crate) accesses: SmallVec<[BufferAccess<'a>; 8]>,
+    pub(crate) infos: SmallVec<[vk::DescriptorBufferInfo; 8]>,
+    pub(crate) push: SmallVec<[u8; 128]>,
     pub(crate) grid: [u32; 3],
 }
 
@@ -765,8 +766,8 @@ impl DeviceContext {
             }
         }
         check_aliasing(k, args)?;
-        let mut accesses = Vec::with_capacity(args.len() + addressed.len());
-        let mut infos = Vec::with_capacity(args.len());
+        let mut accesses = SmallVec::with_capacity(args.len() + addressed.len());
+        let mut infos = SmallVec::with_capacity(args.len());
         for (index, (arg, binding)) in args.iter().zip(bindings).enumerate() {
             let bad = |reason: String| Error::Argument {
                 kernel: name(),
@@ -830,7 +831,7 @@ impl DeviceContext {
             len: arg.view.bytes,
             write: true,
         }));
-        let mut push = push_bytes.to_vec();
+        let mut push = SmallVec::from_slice(push_bytes);
         push.resize(push_bytes.len().next_multiple_of(4), 0);
         Ok(CheckedDispatch {
             kernel: k,

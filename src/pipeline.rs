@@ -299,8 +299,9 @@ pub(crate) fn record_dispatch_into(
     groups: [u32; 3],
 ) -> Result<()> {
     debug_assert_eq!(buffers.len(), pipeline.bindings.len());
-    let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers.iter().map(|b| [*b]).collect();
-    let writes = |set: vk::DescriptorSet| -> Vec<vk::WriteDescriptorSet<'_>> {
+    let infos: smallvec::SmallVec<[[vk::DescriptorBufferInfo; 1]; 8]> =
+        buffers.iter().map(|b| [*b]).collect();
+    let writes = |set: vk::DescriptorSet| -> smallvec::SmallVec<[vk::WriteDescriptorSet<'_>; 8]> {
         pipeline
             .bindings
             .iter()

@@ -230,14 +230,18 @@ impl BufferMemory {
     }
 
     /// Adds to `out` what an access by `own`'s stream must wait for on
-    /// other streams: their writes, and for a write their reads too.
+    /// other streams: their writes, and for a write their reads too. Fails
+    /// with an error kept from a `Drop` (see `keep_error`).
     pub(crate) fn foreign_waits(
         &self,
         own: &Arc<Timeline>,
         write: bool,
         out: &mut Vec<(Arc<Timeline>, u64)>,
-    ) {
-        let state = self.state();
+    ) -> Result<()> {
+        let mut state = self.state();
+        if let Some(e) = state.kept.take() {
+            return Err(e);
+        }
         for u in &state.uses {
             if Arc::ptr_eq(&u.timeline, own) {
                 continue;
@@ -247,6 +251,7 @@ impl BufferMemory {
                 out.push((u.timeline.clone(), value));
             }
         }
+        Ok(())
     }
 
     /// Notes that work signalling `value` on `timeline` reads (or writes)
