@@ -696,15 +696,21 @@ impl DeviceContext {
                     (arg.type_name)()
                 )));
             }
-            if let Some(stride) = binding.element_stride {
-                if stride as usize != arg.element_size {
-                    return Err(bad(format!(
-                        "the binding's array has {stride}-byte elements but {} has {}-byte elements; \
-                         pass a view of a matching type (`create_sub_buffer`)",
-                        (arg.type_name)(),
-                        arg.element_size
-                    )));
-                }
+            if let Err(strides) = binding.accepts(arg.element_size, view.bytes) {
+                let declared = match strides.as_slice() {
+                    [one] => format!("the binding's array has {one}-byte elements"),
+                    many => format!(
+                        "the binding's aliases have arrays of {many:?}-byte elements and its {} bytes \
+                         are not a whole number of elements of each",
+                        view.bytes
+                    ),
+                };
+                return Err(bad(format!(
+                    "{declared} but {} has {}-byte elements; pass a view of a matching type \
+                     (`create_sub_buffer`)",
+                    (arg.type_name)(),
+                    arg.element_size
+                )));
             }
             let max_range = limits.max_storage_buffer_range as u64;
             if view.bytes > max_range {

@@ -68,7 +68,7 @@ pub use context::{ContextOptions, DeviceContext, LiveObjects, RawContext};
 pub use error::{Error, Result};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
-pub use reflect::{BindingInfo, SpecConstantInfo};
+pub use reflect::{BindingAlias, BindingInfo, SpecConstantInfo};
 pub use vk::{
     DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, ValidationLog,
     ValidationMessage,

@@ -16,18 +16,62 @@ use spirq::ReflectConfig;
 /// The SPIR-V magic number, first word of every module.
 pub(crate) const MAGIC: u32 = 0x0723_0203;
 
-/// One storage-buffer binding of a kernel.
+/// One storage-buffer binding of a kernel: one argument of a dispatch.
+///
+/// Several variables may be declared on one binding (a buffer loaded at
+/// different widths, such as `float data[]` and `vec4 data4[]`); they are
+/// one argument, and [`aliases`](Self::aliases) lists each.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BindingInfo {
     /// The binding number (in descriptor set 0).
     pub binding: u32,
-    /// The variable's name, where the module keeps names.
+    /// The name of the binding's first variable, where the module keeps names.
     pub name: Option<String>,
-    /// Whether the kernel only reads the buffer (`readonly` in GLSL).
+    /// Whether the kernel only reads the buffer (`readonly` in GLSL): true
+    /// only where every alias is read-only.
     pub read_only: bool,
     /// The array stride of the buffer's runtime array, where its block is
-    /// one runtime array: the element size arguments must have.
+    /// one runtime array and every alias that has one agrees on it: the
+    /// element size arguments must have. `None` where aliases differ (see
+    /// [`aliases`](Self::aliases)).
     pub element_stride: Option<u32>,
+    /// Every variable declared on this binding, in declaration order (one
+    /// for most kernels).
+    pub aliases: Vec<BindingAlias>,
+}
+
+/// One variable declared on a storage-buffer binding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindingAlias {
+    /// The variable's name, where the module keeps names.
+    pub name: Option<String>,
+    /// Whether the kernel only reads the buffer through this variable.
+    pub read_only: bool,
+    /// The array stride of its runtime array, where its block is one
+    /// runtime array.
+    pub element_stride: Option<u32>,
+}
+
+impl BindingInfo {
+    /// Whether a buffer of `element_size`-byte elements and `byte_len`
+    /// bytes may bind here: its element size is the stride of some alias,
+    /// or its byte length is a whole number of elements of every alias.
+    /// `Err` carries the strides the binding's aliases declare.
+    pub(crate) fn accepts(&self, element_size: usize, byte_len: u64) -> Result<(), Vec<u32>> {
+        let strides: Vec<u32> = self
+            .aliases
+            .iter()
+            .filter_map(|a| a.element_stride)
+            .collect();
+        if strides.is_empty()
+            || strides.iter().any(|&s| s as usize == element_size)
+            || (strides.len() > 1 && strides.iter().all(|&s| byte_len % u64::from(s) == 0))
+        {
+            Ok(())
+        } else {
+            Err(strides)
+        }
+    }
 }
 
 /// One specialization constant of a kernel.
@@ -104,12 +148,24 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                         "`{what}` is an array of {nbind} buffers: bind one buffer per binding"
                     ));
                 }
-                bindings.push(BindingInfo {
-                    binding: desc_bind.bind(),
+                let alias = BindingAlias {
                     name: name.clone(),
                     read_only: *access == AccessType::ReadOnly,
                     element_stride: runtime_array_stride(ty),
-                });
+                };
+                match bindings
+                    .iter_mut()
+                    .find(|b: &&mut BindingInfo| b.binding == desc_bind.bind())
+                {
+                    Some(b) => b.aliases.push(alias),
+                    None => bindings.push(BindingInfo {
+                        binding: desc_bind.bind(),
+                        name: name.clone(),
+                        read_only: true,
+                        element_stride: None,
+                        aliases: vec![alias],
+                    }),
+                }
             }
             Variable::PushConstant { ty, .. } => {
                 push_size = ty
@@ -126,8 +182,11 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
         }
     }
     bindings.sort_by_key(|b| b.binding);
-    if let Some(pair) = bindings.windows(2).find(|w| w[0].binding == w[1].binding) {
-        return Err(format!("two variables share binding {}", pair[0].binding));
+    for b in &mut bindings {
+        b.read_only = b.aliases.iter().all(|a| a.read_only);
+        let mut strides = b.aliases.iter().filter_map(|a| a.element_stride);
+        let first = strides.next();
+        b.element_stride = first.filter(|s| strides.all(|t| t == *s));
     }
     spec_constants.sort_by_key(|s| s.id);
     spec_constants.dedup_by_key(|s| s.id);
