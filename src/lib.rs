@@ -23,6 +23,7 @@
 //! ```
 
 mod buffer;
+mod capabilities;
 mod context;
 mod display;
 mod error;
@@ -70,8 +71,8 @@ pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use reflect::{BindingAlias, BindingInfo, SpecConstantInfo};
 pub use vk::{
-    DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, ValidationLog,
-    ValidationMessage,
+    ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, SubgroupInfo,
+    ValidationLog, ValidationMessage,
 };
 
 /// Half-precision floats (`f16`, `bf16`) from the `half` crate, usable as

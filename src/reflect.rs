@@ -287,6 +287,8 @@ pub(crate) fn local_size(words: &[u32], entry: &str, spec: &HashMap<u32, u32>) -
 }
 
 const OP_CAPABILITY: u32 = 17;
+const OP_EXTENSION: u32 = 10;
+const STORAGE_CLASS_WORKGROUP: u32 = 4;
 const OP_MEMORY_MODEL: u32 = 14;
 const OP_TYPE_POINTER: u32 = 32;
 const OP_TYPE_FORWARD_POINTER: u32 = 39;
@@ -305,88 +307,6 @@ const OP_SPEC_CONSTANT_OP: u32 = 52;
 /// OpCopyObject, OpSelect, OpPhi.
 const POINTER_RESULTS: &[u32] = &[1, 46, 55, 57, 59, 61, 65, 66, 67, 70, 81, 83, 169, 245];
 const ADDRESSING_LOGICAL: u32 = 0;
-
-/// SPIR-V capabilities that depend on a device feature: (capability,
-/// its name, which feature).
-pub(crate) const FEATURE_CAPABILITIES: &[(u32, &str, Feature)] = &[
-    (9, "Float16", Feature::ShaderFloat16),
-    (10, "Float64", Feature::ShaderFloat64),
-    (11, "Int64", Feature::ShaderInt64),
-    (12, "Int64Atomics", Feature::ShaderBufferInt64Atomics),
-    (22, "Int16", Feature::ShaderInt16),
-    (39, "Int8", Feature::ShaderInt8),
-    (
-        4433,
-        "StorageBuffer16BitAccess",
-        Feature::StorageBuffer16Bit,
-    ),
-    (
-        4434,
-        "UniformAndStorageBuffer16BitAccess",
-        Feature::UniformAndStorageBuffer16Bit,
-    ),
-    (4435, "StoragePushConstant16", Feature::NotEnabled),
-    (4448, "StorageBuffer8BitAccess", Feature::StorageBuffer8Bit),
-    (
-        4449,
-        "UniformAndStorageBuffer8BitAccess",
-        Feature::UniformAndStorageBuffer8Bit,
-    ),
-    (4450, "StoragePushConstant8", Feature::NotEnabled),
-    (5345, "VulkanMemoryModel", Feature::VulkanMemoryModel),
-    (
-        5346,
-        "VulkanMemoryModelDeviceScope",
-        Feature::VulkanMemoryModel,
-    ),
-    (
-        5347,
-        "PhysicalStorageBufferAddresses",
-        Feature::BufferDeviceAddress,
-    ),
-];
-
-/// A device feature a capability needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Feature {
-    ShaderFloat16,
-    ShaderFloat64,
-    ShaderInt64,
-    ShaderBufferInt64Atomics,
-    ShaderInt16,
-    ShaderInt8,
-    StorageBuffer16Bit,
-    UniformAndStorageBuffer16Bit,
-    StorageBuffer8Bit,
-    UniformAndStorageBuffer8Bit,
-    /// `vulkanMemoryModel` with `vulkanMemoryModelDeviceScope` (vkcompute
-    /// enables neither without the other).
-    VulkanMemoryModel,
-    BufferDeviceAddress,
-    /// A feature vkcompute never enables.
-    NotEnabled,
-}
-
-impl Feature {
-    /// The feature's name in the Vulkan specification.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Feature::ShaderFloat16 => "shaderFloat16",
-            Feature::ShaderFloat64 => "shaderFloat64",
-            Feature::ShaderInt64 => "shaderInt64",
-            Feature::ShaderBufferInt64Atomics => "shaderBufferInt64Atomics",
-            Feature::ShaderInt16 => "shaderInt16",
-            Feature::ShaderInt8 => "shaderInt8",
-            Feature::StorageBuffer16Bit => "storageBuffer16BitAccess",
-            Feature::UniformAndStorageBuffer16Bit => "uniformAndStorageBuffer16BitAccess",
-            Feature::StorageBuffer8Bit => "storageBuffer8BitAccess",
-            Feature::UniformAndStorageBuffer8Bit => "uniformAndStorageBuffer8BitAccess",
-            Feature::VulkanMemoryModel => "vulkanMemoryModel with vulkanMemoryModelDeviceScope",
-            Feature::BufferDeviceAddress => "bufferDeviceAddress",
-            Feature::NotEnabled => "a feature vkcompute does not enable",
-        }
-    }
-}
 
 /// The storage classes a kernel of the safe API may use: UniformConstant
 /// (0) is absent since vkcompute binds no images or samplers; Input (1)
@@ -413,6 +333,10 @@ fn storage_class_name(class: u32) -> String {
 pub(crate) struct ModuleUse {
     /// Its `OpCapability` operands.
     pub(crate) capabilities: Vec<u32>,
+    /// Its `OpExtension` names.
+    pub(crate) extensions: Vec<String>,
+    /// Whether it declares a Workgroup variable with an initializer.
+    pub(crate) initialized_workgroup: bool,
     /// How it addresses memory through pointers, where it does: the first
     /// construct found, named.
     pub(crate) pointers: Option<String>,
@@ -473,6 +397,10 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
                         ),
                     );
                 }
+            }
+            OP_EXTENSION => found.extensions.push(literal_string(operands)),
+            OP_VARIABLE if operands.len() >= 4 && operands[2] == STORAGE_CLASS_WORKGROUP => {
+                found.initialized_workgroup = true;
             }
             OP_VARIABLE if operands.len() >= 3 && !SAFE_STORAGE_CLASSES.contains(&operands[2]) => {
                 note(

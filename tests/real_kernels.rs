@@ -7,6 +7,7 @@
 mod common;
 
 use common::{run_with, Path};
+use vkcompute::ash::vk;
 use vkcompute::half::f16;
 use vkcompute::{DeviceContext, Error, Kernel};
 
@@ -219,5 +220,247 @@ fn one_buffer_of_halves_read_at_three_widths() {
             // Small integers and halves: exact in f32 either way.
             assert_eq!(out.to_vec().unwrap(), expected);
         }
+    });
+}
+
+/// 8- and 16-bit push-constant members (`StoragePushConstant8/16`), which
+/// the device enables where it has them.
+const SMALL_PUSH_CONSTANTS: &str = r#"#version 450
+#extension GL_EXT_shader_explicit_arithmetic_types : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_8bit_storage : require
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer Data { uint data[]; };
+layout(std430, binding = 1) writeonly buffer Scaled { float scaled[]; };
+layout(push_constant) uniform P { uint16_t n; int8_t add; uint8_t shift; float16_t scale; } p;
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i >= uint(p.n)) return;
+    scaled[i] = float(data[i]) * float(p.scale);
+    data[i] = (data[i] << uint(p.shift)) + uint(int(p.add));
+}
+"#;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SmallPush {
+    n: u16,
+    add: i8,
+    shift: u8,
+    scale: f16,
+}
+
+#[test]
+fn eight_and_sixteen_bit_push_constants_run() {
+    on_each_descriptor_path(|ctx| {
+        let n = 1000u16;
+        let x: Vec<u32> = (0..n as u32).map(|i| i * 3 + 1).collect();
+        let push = SmallPush {
+            n,
+            add: -5,
+            shift: 3,
+            scale: f16::from_f32(0.5),
+        };
+        for kernel in both_ways(ctx, SMALL_PUSH_CONSTANTS) {
+            assert_eq!(kernel.push_constant_size(), 6);
+            let data = ctx.enqueue_create_buffer::<u32>(x.len()).unwrap();
+            data.enqueue_copy_from(&x[..]).unwrap();
+            let scaled = ctx.enqueue_create_buffer::<f32>(x.len()).unwrap();
+            ctx.enqueue_function(&kernel, 16, &[data.arg(), scaled.arg()], &push)
+                .unwrap();
+            let expected: Vec<u32> = x.iter().map(|v| (v << 3).wrapping_sub(5)).collect();
+            assert_eq!(data.to_vec().unwrap(), expected);
+            let halves: Vec<f32> = x.iter().map(|&v| v as f32 * 0.5).collect();
+            assert_eq!(scaled.to_vec().unwrap(), halves);
+        }
+    });
+}
+
+/// 64-bit buffer atomics (`Int64Atomics`) and a workgroup histogram in
+/// zero-initialized shared memory (`shaderZeroInitializeWorkgroupMemory`).
+const ATOMICS_AND_SHARED: &str = r#"#version 450
+#extension GL_EXT_shader_atomic_int64 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_null_initializer : require
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer X { uint x[]; };
+layout(std430, binding = 1) buffer Sums { uint64_t sums[]; };
+layout(std430, binding = 2) buffer Hist { uint hist[]; };
+layout(push_constant) uniform P { uint n; } p;
+shared uint local_hist[16] = {};
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i < p.n) {
+        atomicAdd(sums[x[i] % 4u], uint64_t(x[i]) << 24);
+        atomicAdd(local_hist[x[i] % 16u], 1u);
+    }
+    barrier();
+    uint l = gl_LocalInvocationID.x;
+    if (l < 16u) atomicAdd(hist[l], local_hist[l]);
+}
+"#;
+
+#[test]
+fn sixty_four_bit_atomics_and_zero_initialized_shared_memory_match_the_cpu() {
+    on_each_descriptor_path(|ctx| {
+        let n = 5000u32;
+        let x: Vec<u32> = (0..n).map(|i| (i * 7919) % 1013 + 1).collect();
+        let mut sums = [0u64; 4];
+        let mut hist = [0u32; 16];
+        for &v in &x {
+            sums[(v % 4) as usize] += u64::from(v) << 24;
+            hist[(v % 16) as usize] += 1;
+        }
+        for kernel in both_ways(ctx, ATOMICS_AND_SHARED) {
+            let input = ctx.enqueue_create_buffer::<u32>(x.len()).unwrap();
+            input.enqueue_copy_from(&x[..]).unwrap();
+            let s = ctx.enqueue_create_buffer::<u64>(4).unwrap();
+            s.enqueue_fill(0).unwrap();
+            let h = ctx.enqueue_create_buffer::<u32>(16).unwrap();
+            h.enqueue_fill(0).unwrap();
+            ctx.enqueue_function(
+                &kernel,
+                n.div_ceil(64),
+                &[input.arg(), s.arg(), h.arg()],
+                &n,
+            )
+            .unwrap();
+            assert_eq!(s.to_vec().unwrap(), sums);
+            assert_eq!(h.to_vec().unwrap(), hist);
+        }
+    });
+}
+
+/// Subgroup arithmetic: each invocation writes the sum over its subgroup,
+/// the subgroup it is in and the subgroup size.
+const SUBGROUP_SUM: &str = r#"#version 450
+#extension GL_KHR_shader_subgroup_arithmetic : require
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer X { uint x[]; };
+layout(std430, binding = 1) writeonly buffer S { uint sums[]; };
+layout(std430, binding = 2) writeonly buffer G { uint groups[]; };
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    sums[i] = subgroupAdd(x[i]);
+    groups[2u * i] = gl_WorkGroupID.x * 1024u + gl_SubgroupID;
+    groups[2u * i + 1u] = gl_SubgroupSize;
+}
+"#;
+
+/// Runs [`SUBGROUP_SUM`] and checks it against the CPU; returns the
+/// subgroup size the kernel saw.
+fn check_subgroup_sum(ctx: &DeviceContext, kernel: &Kernel) -> u32 {
+    let n = 64 * 20;
+    let x: Vec<u32> = (0..n as u32).map(|i| i * 5 % 77 + 1).collect();
+    let input = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+    input.enqueue_copy_from(&x[..]).unwrap();
+    let sums = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+    let groups = ctx.enqueue_create_buffer::<u32>(2 * n).unwrap();
+    ctx.enqueue_function(kernel, 20, &[input.arg(), sums.arg(), groups.arg()], &())
+        .unwrap();
+    let sums = sums.to_vec().unwrap();
+    let groups = groups.to_vec().unwrap();
+    let size = groups[1];
+    let mut members: std::collections::HashMap<u32, Vec<usize>> = Default::default();
+    for i in 0..n {
+        assert_eq!(groups[2 * i + 1], size);
+        members.entry(groups[2 * i]).or_default().push(i);
+    }
+    for (id, list) in &members {
+        assert_eq!(list.len(), size as usize, "subgroup {id}: {list:?}");
+        let total: u32 = list.iter().map(|&i| x[i]).sum();
+        assert!(list.iter().all(|&i| sums[i] == total), "subgroup {id}");
+    }
+    size
+}
+
+#[test]
+fn subgroup_operations_run_and_device_info_reports_subgroups_and_limits() {
+    on_each_descriptor_path(|ctx| {
+        let info = ctx.info();
+        let sub = info.subgroup;
+        assert!(sub.size.is_power_of_two(), "{sub:?}");
+        assert!(
+            sub.min_size <= sub.size && sub.size <= sub.max_size,
+            "{sub:?}"
+        );
+        assert!(sub.supported_stages.contains(vk::ShaderStageFlags::COMPUTE));
+        assert!(sub
+            .supported_operations
+            .contains(vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC));
+        let limits = ctx.limits();
+        let reported = info.limits;
+        assert_eq!(
+            reported.max_workgroup_size,
+            limits.max_compute_work_group_size
+        );
+        assert_eq!(
+            reported.max_workgroup_count,
+            limits.max_compute_work_group_count
+        );
+        assert_eq!(
+            reported.max_workgroup_invocations,
+            limits.max_compute_work_group_invocations
+        );
+        assert_eq!(
+            reported.max_shared_memory_bytes,
+            limits.max_compute_shared_memory_size
+        );
+        assert_eq!(
+            reported.max_push_constants_bytes,
+            limits.max_push_constants_size
+        );
+        assert_eq!(
+            reported.max_storage_buffer_range,
+            limits.max_storage_buffer_range
+        );
+        assert_eq!(
+            reported.min_storage_buffer_offset_alignment,
+            limits.min_storage_buffer_offset_alignment
+        );
+        // `devices()` lists the same, without opening a device.
+        let listed = DeviceContext::devices().unwrap();
+        let same = listed.iter().find(|d| d.index == info.index).unwrap();
+        assert_eq!(same.subgroup, sub);
+        assert_eq!(same.limits, reported);
+
+        for kernel in both_ways(ctx, SUBGROUP_SUM) {
+            assert_eq!(check_subgroup_sum(ctx, &kernel), sub.size);
+        }
+    });
+}
+
+#[test]
+fn a_required_subgroup_size_is_given_or_refused_clearly() {
+    on_each_descriptor_path(|ctx| {
+        let sub = ctx.info().subgroup;
+        let words = spirv(SUBGROUP_SUM);
+        if sub.size_control {
+            // Every size the device offers (lavapipe: exactly 8).
+            let mut size = sub.min_size;
+            while size <= sub.max_size {
+                let kernel = Kernel::builder(&words)
+                    .subgroup_size(size)
+                    .build(ctx)
+                    .unwrap();
+                assert_eq!(check_subgroup_sum(ctx, &kernel), size);
+                size *= 2;
+            }
+        }
+        for bad in [sub.max_size * 2, 3, 0] {
+            match Kernel::builder(&words).subgroup_size(bad).build(ctx) {
+                Err(Error::UnsupportedKernel { reason, .. }) => {
+                    assert!(reason.contains(&format!("subgroup size {bad}")), "{reason}");
+                    if sub.size_control {
+                        let range = format!("from {} to {}", sub.min_size, sub.max_size);
+                        assert!(reason.contains(&range), "{reason}");
+                    }
+                }
+                other => panic!("subgroup size {bad}: expected UnsupportedKernel, got {other:?}"),
+            }
+        }
+        // The context still works.
+        let kernel = Kernel::new(ctx, &words, "main").unwrap();
+        assert_eq!(check_subgroup_sum(ctx, &kernel), sub.size);
     });
 }

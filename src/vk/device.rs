@@ -138,7 +138,8 @@ impl Device {
             .shader_int16(f.shader_int16);
         let mut v11 = vk::PhysicalDeviceVulkan11Features::default()
             .storage_buffer16_bit_access(f.storage_buffer_16bit)
-            .uniform_and_storage_buffer16_bit_access(f.uniform_and_storage_buffer_16bit);
+            .uniform_and_storage_buffer16_bit_access(f.uniform_and_storage_buffer_16bit)
+            .storage_push_constant16(f.storage_push_constant_16);
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default()
             .timeline_semaphore(true)
             .storage_buffer8_bit_access(f.storage_buffer_8bit)
@@ -149,12 +150,49 @@ impl Device {
             .host_query_reset(f.host_query_reset)
             .scalar_block_layout(f.scalar_block_layout)
             .shader_buffer_int64_atomics(f.shader_buffer_int64_atomics)
+            .shader_shared_int64_atomics(f.shader_shared_int64_atomics)
+            .storage_push_constant8(f.storage_push_constant_8)
             .vulkan_memory_model(memory_model)
             .vulkan_memory_model_device_scope(memory_model);
         let mut v13 = vk::PhysicalDeviceVulkan13Features {
             synchronization2: b(synchronization2),
+            shader_integer_dot_product: b(f.shader_integer_dot_product),
+            shader_zero_initialize_workgroup_memory: b(f.zero_initialize_workgroup_memory),
+            subgroup_size_control: b(f.subgroup_size_control),
+            compute_full_subgroups: b(f.compute_full_subgroups),
             ..Default::default()
         };
+        // On Vulkan 1.2, the same features through their extensions.
+        let ext = adapter.feature_extensions;
+        let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
+            .shader_integer_dot_product(f.shader_integer_dot_product);
+        let mut zero = vk::PhysicalDeviceZeroInitializeWorkgroupMemoryFeatures::default()
+            .shader_zero_initialize_workgroup_memory(f.zero_initialize_workgroup_memory);
+        let mut sizes = vk::PhysicalDeviceSubgroupSizeControlFeatures::default()
+            .subgroup_size_control(f.subgroup_size_control)
+            .compute_full_subgroups(f.compute_full_subgroups);
+        for (on, name) in [
+            (
+                ext.integer_dot_product,
+                ash::khr::shader_integer_dot_product::NAME,
+            ),
+            (
+                ext.zero_initialize_workgroup_memory,
+                ash::khr::zero_initialize_workgroup_memory::NAME,
+            ),
+            (
+                ext.subgroup_size_control,
+                ash::ext::subgroup_size_control::NAME,
+            ),
+            (
+                ext.non_semantic_info,
+                ash::khr::shader_non_semantic_info::NAME,
+            ),
+        ] {
+            if on {
+                extensions.push(name.as_ptr());
+            }
+        }
         let mut info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
             .enabled_extension_names(&extensions)
@@ -168,6 +206,15 @@ impl Device {
             vk::PhysicalDeviceRobustness2FeaturesEXT::default().robust_buffer_access2(true);
         if robust2 {
             info = info.push_next(&mut robustness2);
+        }
+        if ext.integer_dot_product {
+            info = info.push_next(&mut dot);
+        }
+        if ext.zero_initialize_workgroup_memory {
+            info = info.push_next(&mut zero);
+        }
+        if ext.subgroup_size_control {
+            info = info.push_next(&mut sizes);
         }
         // SAFETY: `adapter.raw` belongs to `instance`; every pointer in `info`
         // refers to locals that outlive the call.

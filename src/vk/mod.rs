@@ -8,9 +8,11 @@ mod debug;
 mod device;
 mod instance;
 
-pub use adapter::{DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures};
+pub use adapter::{
+    ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, SubgroupInfo,
+};
 pub use debug::{Severity, ValidationLog, ValidationMessage};
 
-pub(crate) use adapter::Adapter;
+pub(crate) use adapter::{Adapter, Features};
 pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
 pub(crate) use instance::Instance;

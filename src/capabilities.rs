@@ -1,0 +1,641 @@
+//! What a module needs of the device: the one table that maps SPIR-V
+//! capabilities, SPIR-V extensions and feature-dependent constructs to
+//! the Vulkan features, extensions and properties behind them.
+//!
+//! The device enables at creation every optional feature of this table it
+//! has (`vk::device`), and loading a kernel checks each of its needs
+//! against what is enabled ([`check`]); a capability or extension missing
+//! from the table is refused, since its feature could not be enabled.
+#![deny(unsafe_code)]
+
+use ash::vk;
+
+use crate::vk::{Features, SubgroupInfo};
+
+/// A device feature vkcompute enables where the device has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Feature {
+    ShaderFloat16,
+    ShaderFloat64,
+    ShaderInt64,
+    ShaderBufferInt64Atomics,
+    ShaderSharedInt64Atomics,
+    ShaderInt16,
+    ShaderInt8,
+    StorageBuffer16Bit,
+    UniformAndStorageBuffer16Bit,
+    StoragePushConstant16,
+    StorageBuffer8Bit,
+    UniformAndStorageBuffer8Bit,
+    StoragePushConstant8,
+    /// `vulkanMemoryModel` with `vulkanMemoryModelDeviceScope` (vkcompute
+    /// enables neither without the other).
+    VulkanMemoryModel,
+    BufferDeviceAddress,
+    ShaderIntegerDotProduct,
+    ZeroInitializeWorkgroupMemory,
+    /// `VK_KHR_shader_non_semantic_info` (core in Vulkan 1.3).
+    NonSemanticInfo,
+}
+
+impl Feature {
+    /// The feature's name in the Vulkan specification.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Feature::ShaderFloat16 => "shaderFloat16",
+            Feature::ShaderFloat64 => "shaderFloat64",
+            Feature::ShaderInt64 => "shaderInt64",
+            Feature::ShaderBufferInt64Atomics => "shaderBufferInt64Atomics",
+            Feature::ShaderSharedInt64Atomics => "shaderSharedInt64Atomics",
+            Feature::ShaderInt16 => "shaderInt16",
+            Feature::ShaderInt8 => "shaderInt8",
+            Feature::StorageBuffer16Bit => "storageBuffer16BitAccess",
+            Feature::UniformAndStorageBuffer16Bit => "uniformAndStorageBuffer16BitAccess",
+            Feature::StoragePushConstant16 => "storagePushConstant16",
+            Feature::StorageBuffer8Bit => "storageBuffer8BitAccess",
+            Feature::UniformAndStorageBuffer8Bit => "uniformAndStorageBuffer8BitAccess",
+            Feature::StoragePushConstant8 => "storagePushConstant8",
+            Feature::VulkanMemoryModel => "vulkanMemoryModel with vulkanMemoryModelDeviceScope",
+            Feature::BufferDeviceAddress => "bufferDeviceAddress",
+            Feature::ShaderIntegerDotProduct => {
+                "shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product)"
+            }
+            Feature::ZeroInitializeWorkgroupMemory => {
+                "shaderZeroInitializeWorkgroupMemory (VK_KHR_zero_initialize_workgroup_memory)"
+            }
+            Feature::NonSemanticInfo => "VK_KHR_shader_non_semantic_info",
+        }
+    }
+
+    /// Whether `features` has it on.
+    pub(crate) fn enabled_in(self, f: &Features) -> bool {
+        match self {
+            Feature::ShaderFloat16 => f.shader_float16,
+            Feature::ShaderFloat64 => f.shader_float64,
+            Feature::ShaderInt64 => f.shader_int64,
+            Feature::ShaderBufferInt64Atomics => f.shader_buffer_int64_atomics,
+            Feature::ShaderSharedInt64Atomics => f.shader_shared_int64_atomics,
+            Feature::ShaderInt16 => f.shader_int16,
+            Feature::ShaderInt8 => f.shader_int8,
+            Feature::StorageBuffer16Bit => f.storage_buffer_16bit,
+            Feature::UniformAndStorageBuffer16Bit => f.uniform_and_storage_buffer_16bit,
+            Feature::StoragePushConstant16 => f.storage_push_constant_16,
+            Feature::StorageBuffer8Bit => f.storage_buffer_8bit,
+            Feature::UniformAndStorageBuffer8Bit => f.uniform_and_storage_buffer_8bit,
+            Feature::StoragePushConstant8 => f.storage_push_constant_8,
+            Feature::VulkanMemoryModel => {
+                f.vulkan_memory_model && f.vulkan_memory_model_device_scope
+            }
+            Feature::BufferDeviceAddress => f.buffer_device_address,
+            Feature::ShaderIntegerDotProduct => f.shader_integer_dot_product,
+            Feature::ZeroInitializeWorkgroupMemory => f.zero_initialize_workgroup_memory,
+            Feature::NonSemanticInfo => f.non_semantic_info,
+        }
+    }
+}
+
+/// What one capability, extension or construct needs of the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Nothing beyond the Vulkan 1.2 core every vkcompute device has.
+    Core,
+    /// A feature.
+    Feature(Feature),
+    /// Any one of these features.
+    AnyOf(&'static [Feature]),
+    /// A class of subgroup operations, supported in compute shaders.
+    Subgroup(vk::SubgroupFeatureFlags),
+    /// A float-controls property for 32-bit floats.
+    FloatControls(FloatControl),
+    /// Something vkcompute never enables (what, to say so).
+    Never(&'static str),
+}
+
+/// The float-controls properties (Vulkan 1.2) a capability needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatControl {
+    DenormPreserve,
+    DenormFlushToZero,
+    SignedZeroInfNanPreserve,
+    RoundingModeRte,
+    RoundingModeRtz,
+}
+
+impl FloatControl {
+    fn name(self) -> &'static str {
+        match self {
+            FloatControl::DenormPreserve => "shaderDenormPreserveFloat32",
+            FloatControl::DenormFlushToZero => "shaderDenormFlushToZeroFloat32",
+            FloatControl::SignedZeroInfNanPreserve => "shaderSignedZeroInfNanPreserveFloat32",
+            FloatControl::RoundingModeRte => "shaderRoundingModeRTEFloat32",
+            FloatControl::RoundingModeRtz => "shaderRoundingModeRTZFloat32",
+        }
+    }
+
+    fn supported(self, f: &Features) -> bool {
+        let c = &f.float_controls;
+        match self {
+            FloatControl::DenormPreserve => c.denorm_preserve,
+            FloatControl::DenormFlushToZero => c.denorm_flush_to_zero,
+            FloatControl::SignedZeroInfNanPreserve => c.signed_zero_inf_nan_preserve,
+            FloatControl::RoundingModeRte => c.rounding_mode_rte,
+            FloatControl::RoundingModeRtz => c.rounding_mode_rtz,
+        }
+    }
+}
+
+type Sg = vk::SubgroupFeatureFlags;
+
+/// Every SPIR-V capability a compute kernel may declare: (value, name, need).
+pub(crate) const CAPABILITIES: &[(u32, &str, Need)] = &[
+    (0, "Matrix", Need::Core),
+    (1, "Shader", Need::Core),
+    (
+        4,
+        "Addresses",
+        Need::Never("the Addresses capability (OpenCL kernels)"),
+    ),
+    (9, "Float16", Need::Feature(Feature::ShaderFloat16)),
+    (10, "Float64", Need::Feature(Feature::ShaderFloat64)),
+    (11, "Int64", Need::Feature(Feature::ShaderInt64)),
+    (
+        12,
+        "Int64Atomics",
+        Need::AnyOf(&[
+            Feature::ShaderBufferInt64Atomics,
+            Feature::ShaderSharedInt64Atomics,
+        ]),
+    ),
+    (22, "Int16", Need::Feature(Feature::ShaderInt16)),
+    (39, "Int8", Need::Feature(Feature::ShaderInt8)),
+    (61, "GroupNonUniform", Need::Subgroup(Sg::BASIC)),
+    (62, "GroupNonUniformVote", Need::Subgroup(Sg::VOTE)),
+    (
+        63,
+        "GroupNonUniformArithmetic",
+        Need::Subgroup(Sg::ARITHMETIC),
+    ),
+    (64, "GroupNonUniformBallot", Need::Subgroup(Sg::BALLOT)),
+    (65, "GroupNonUniformShuffle", Need::Subgroup(Sg::SHUFFLE)),
+    (
+        66,
+        "GroupNonUniformShuffleRelative",
+        Need::Subgroup(Sg::SHUFFLE_RELATIVE),
+    ),
+    (
+        67,
+        "GroupNonUniformClustered",
+        Need::Subgroup(Sg::CLUSTERED),
+    ),
+    (68, "GroupNonUniformQuad", Need::Subgroup(Sg::QUAD)),
+    (
+        4423,
+        "SubgroupBallotKHR",
+        Need::Never("VK_EXT_shader_subgroup_ballot"),
+    ),
+    (
+        4431,
+        "SubgroupVoteKHR",
+        Need::Never("VK_EXT_shader_subgroup_vote"),
+    ),
+    (
+        4433,
+        "StorageBuffer16BitAccess",
+        Need::Feature(Feature::StorageBuffer16Bit),
+    ),
+    (
+        4434,
+        "UniformAndStorageBuffer16BitAccess",
+        Need::Feature(Feature::UniformAndStorageBuffer16Bit),
+    ),
+    (
+        4435,
+        "StoragePushConstant16",
+        Need::Feature(Feature::StoragePushConstant16),
+    ),
+    (4437, "DeviceGroup", Need::Core),
+    (
+        4441,
+        "VariablePointersStorageBuffer",
+        Need::Never("variablePointersStorageBuffer"),
+    ),
+    (4442, "VariablePointers", Need::Never("variablePointers")),
+    (
+        4448,
+        "StorageBuffer8BitAccess",
+        Need::Feature(Feature::StorageBuffer8Bit),
+    ),
+    (
+        4449,
+        "UniformAndStorageBuffer8BitAccess",
+        Need::Feature(Feature::UniformAndStorageBuffer8Bit),
+    ),
+    (
+        4450,
+        "StoragePushConstant8",
+        Need::Feature(Feature::StoragePushConstant8),
+    ),
+    (
+        4464,
+        "DenormPreserve",
+        Need::FloatControls(FloatControl::DenormPreserve),
+    ),
+    (
+        4465,
+        "DenormFlushToZero",
+        Need::FloatControls(FloatControl::DenormFlushToZero),
+    ),
+    (
+        4466,
+        "SignedZeroInfNanPreserve",
+        Need::FloatControls(FloatControl::SignedZeroInfNanPreserve),
+    ),
+    (
+        4467,
+        "RoundingModeRTE",
+        Need::FloatControls(FloatControl::RoundingModeRte),
+    ),
+    (
+        4468,
+        "RoundingModeRTZ",
+        Need::FloatControls(FloatControl::RoundingModeRtz),
+    ),
+    (5301, "ShaderNonUniform", Need::Core),
+    (
+        5302,
+        "RuntimeDescriptorArray",
+        Need::Never("runtimeDescriptorArray (vkcompute binds one buffer per binding)"),
+    ),
+    (
+        5345,
+        "VulkanMemoryModel",
+        Need::Feature(Feature::VulkanMemoryModel),
+    ),
+    (
+        5346,
+        "VulkanMemoryModelDeviceScope",
+        Need::Feature(Feature::VulkanMemoryModel),
+    ),
+    (
+        5347,
+        "PhysicalStorageBufferAddresses",
+        Need::Feature(Feature::BufferDeviceAddress),
+    ),
+    (
+        6016,
+        "DotProductInputAll",
+        Need::Feature(Feature::ShaderIntegerDotProduct),
+    ),
+    (
+        6017,
+        "DotProductInput4x8Bit",
+        Need::Feature(Feature::ShaderIntegerDotProduct),
+    ),
+    (
+        6018,
+        "DotProductInput4x8BitPacked",
+        Need::Feature(Feature::ShaderIntegerDotProduct),
+    ),
+    (
+        6019,
+        "DotProduct",
+        Need::Feature(Feature::ShaderIntegerDotProduct),
+    ),
+    (
+        6022,
+        "CooperativeMatrixKHR",
+        Need::Never("VK_KHR_cooperative_matrix"),
+    ),
+    (
+        6033,
+        "AtomicFloat32AddEXT",
+        Need::Never("VK_EXT_shader_atomic_float"),
+    ),
+    (
+        6034,
+        "AtomicFloat64AddEXT",
+        Need::Never("VK_EXT_shader_atomic_float"),
+    ),
+    (
+        6095,
+        "AtomicFloat16AddEXT",
+        Need::Never("VK_EXT_shader_atomic_float2"),
+    ),
+];
+
+/// Every SPIR-V extension (`OpExtension`) a compute kernel may declare,
+/// with what it needs beyond its capabilities (which the table above checks).
+pub(crate) const EXTENSIONS: &[(&str, Need)] = &[
+    ("SPV_KHR_storage_buffer_storage_class", Need::Core),
+    ("SPV_KHR_16bit_storage", Need::Core),
+    ("SPV_KHR_8bit_storage", Need::Core),
+    ("SPV_KHR_variable_pointers", Need::Core),
+    ("SPV_KHR_vulkan_memory_model", Need::Core),
+    ("SPV_KHR_float_controls", Need::Core),
+    ("SPV_KHR_physical_storage_buffer", Need::Core),
+    ("SPV_KHR_device_group", Need::Core),
+    ("SPV_EXT_descriptor_indexing", Need::Core),
+    ("SPV_KHR_shader_draw_parameters", Need::Core),
+    ("SPV_KHR_no_integer_wrap_decoration", Need::Core),
+    (
+        "SPV_KHR_integer_dot_product",
+        Need::Feature(Feature::ShaderIntegerDotProduct),
+    ),
+    (
+        "SPV_KHR_non_semantic_info",
+        Need::Feature(Feature::NonSemanticInfo),
+    ),
+    (
+        "SPV_KHR_shader_ballot",
+        Need::Never("VK_EXT_shader_subgroup_ballot"),
+    ),
+    (
+        "SPV_KHR_subgroup_vote",
+        Need::Never("VK_EXT_shader_subgroup_vote"),
+    ),
+    (
+        "SPV_EXT_shader_atomic_float_add",
+        Need::Never("VK_EXT_shader_atomic_float"),
+    ),
+    (
+        "SPV_EXT_shader_atomic_float16_add",
+        Need::Never("VK_EXT_shader_atomic_float2"),
+    ),
+    (
+        "SPV_EXT_shader_atomic_float_min_max",
+        Need::Never("VK_EXT_shader_atomic_float2"),
+    ),
+    (
+        "SPV_KHR_cooperative_matrix",
+        Need::Never("VK_KHR_cooperative_matrix"),
+    ),
+];
+
+/// The need of an `OpVariable` in Workgroup memory with an initializer
+/// (`shared` variables with initializers; WGSL compilers emit them).
+pub(crate) const ZERO_INITIALIZED_WORKGROUP: (&str, Need) = (
+    "an initialized Workgroup variable",
+    Need::Feature(Feature::ZeroInitializeWorkgroupMemory),
+);
+
+/// What a module declares that needs something of the device.
+#[derive(Debug, Default)]
+pub(crate) struct Declared<'a> {
+    pub(crate) capabilities: &'a [u32],
+    pub(crate) extensions: &'a [String],
+    pub(crate) initialized_workgroup: bool,
+}
+
+/// Checks every need of `declared` against the enabled `features` and the
+/// device's `subgroup` properties; the error says which capability (or
+/// extension, or construct) needs which missing feature.
+pub(crate) fn check(
+    declared: &Declared<'_>,
+    features: &Features,
+    subgroup: &SubgroupInfo,
+    device: &str,
+) -> Result<(), String> {
+    let mut needs: Vec<(String, Need)> = Vec::new();
+    for &capability in declared.capabilities {
+        match CAPABILITIES.iter().find(|(c, _, _)| *c == capability) {
+            Some((_, name, need)) => needs.push((format!("the {name} capability"), *need)),
+            None => {
+                return Err(format!(
+                    "it declares capability {capability}, which vkcompute does not know; the \
+                     device feature it needs could not be enabled"
+                ))
+            }
+        }
+    }
+    for extension in declared.extensions {
+        match EXTENSIONS.iter().find(|(e, _)| e == extension) {
+            Some((_, need)) => needs.push((format!("the {extension} extension"), *need)),
+            None => {
+                return Err(format!(
+                    "it declares the SPIR-V extension {extension}, which vkcompute does not \
+                     know; the device extension it needs could not be enabled"
+                ))
+            }
+        }
+    }
+    if declared.initialized_workgroup {
+        let (what, need) = ZERO_INITIALIZED_WORKGROUP;
+        needs.push((what.to_string(), need));
+    }
+    for (what, need) in needs {
+        let missing = match need {
+            Need::Core => None,
+            Need::Feature(f) => (!f.enabled_in(features)).then(|| f.name().to_string()),
+            Need::AnyOf(list) => (!list.iter().any(|f| f.enabled_in(features))).then(|| {
+                let names: Vec<&str> = list.iter().map(|f| f.name()).collect();
+                format!("one of {}", names.join(", "))
+            }),
+            Need::Subgroup(ops) => (!subgroup
+                .supported_stages
+                .contains(vk::ShaderStageFlags::COMPUTE)
+                || !subgroup.supported_operations.contains(ops))
+            .then(|| format!("subgroup operations {ops:?} in compute shaders")),
+            Need::FloatControls(c) => (!c.supported(features)).then(|| c.name().to_string()),
+            Need::Never(feature) => {
+                return Err(format!(
+                    "{what} needs {feature}, which vkcompute does not enable"
+                ))
+            }
+        };
+        if let Some(missing) = missing {
+            return Err(format!(
+                "{what} needs {missing}, which the device `{device}` does not have"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Features with every entry of the table on.
+    fn everything() -> (Features, SubgroupInfo) {
+        let mut f = Features {
+            shader_float16: true,
+            shader_float64: true,
+            shader_int64: true,
+            shader_buffer_int64_atomics: true,
+            shader_shared_int64_atomics: true,
+            shader_int16: true,
+            shader_int8: true,
+            storage_buffer_16bit: true,
+            uniform_and_storage_buffer_16bit: true,
+            storage_push_constant_16: true,
+            storage_buffer_8bit: true,
+            uniform_and_storage_buffer_8bit: true,
+            storage_push_constant_8: true,
+            vulkan_memory_model: true,
+            vulkan_memory_model_device_scope: true,
+            buffer_device_address: true,
+            shader_integer_dot_product: true,
+            zero_initialize_workgroup_memory: true,
+            non_semantic_info: true,
+            ..Features::default()
+        };
+        f.float_controls.denorm_preserve = true;
+        f.float_controls.denorm_flush_to_zero = true;
+        f.float_controls.signed_zero_inf_nan_preserve = true;
+        f.float_controls.rounding_mode_rte = true;
+        f.float_controls.rounding_mode_rtz = true;
+        let subgroup = SubgroupInfo {
+            supported_stages: vk::ShaderStageFlags::COMPUTE,
+            supported_operations: Sg::from_raw(0xff),
+            ..SubgroupInfo::default()
+        };
+        (f, subgroup)
+    }
+
+    /// Turns off what `need` asks for.
+    fn without(need: Need, f: &mut Features, s: &mut SubgroupInfo) {
+        let mut off = |feature: Feature| match feature {
+            Feature::ShaderFloat16 => f.shader_float16 = false,
+            Feature::ShaderFloat64 => f.shader_float64 = false,
+            Feature::ShaderInt64 => f.shader_int64 = false,
+            Feature::ShaderBufferInt64Atomics => f.shader_buffer_int64_atomics = false,
+            Feature::ShaderSharedInt64Atomics => f.shader_shared_int64_atomics = false,
+            Feature::ShaderInt16 => f.shader_int16 = false,
+            Feature::ShaderInt8 => f.shader_int8 = false,
+            Feature::StorageBuffer16Bit => f.storage_buffer_16bit = false,
+            Feature::UniformAndStorageBuffer16Bit => f.uniform_and_storage_buffer_16bit = false,
+            Feature::StoragePushConstant16 => f.storage_push_constant_16 = false,
+            Feature::StorageBuffer8Bit => f.storage_buffer_8bit = false,
+            Feature::UniformAndStorageBuffer8Bit => f.uniform_and_storage_buffer_8bit = false,
+            Feature::StoragePushConstant8 => f.storage_push_constant_8 = false,
+            Feature::VulkanMemoryModel => f.vulkan_memory_model_device_scope = false,
+            Feature::BufferDeviceAddress => f.buffer_device_address = false,
+            Feature::ShaderIntegerDotProduct => f.shader_integer_dot_product = false,
+            Feature::ZeroInitializeWorkgroupMemory => f.zero_initialize_workgroup_memory = false,
+            Feature::NonSemanticInfo => f.non_semantic_info = false,
+        };
+        match need {
+            Need::Core | Need::Never(_) => {}
+            Need::Feature(x) => off(x),
+            Need::AnyOf(list) => list.iter().for_each(|x| off(*x)),
+            Need::Subgroup(ops) => s.supported_operations &= !ops,
+            Need::FloatControls(c) => {
+                let fc = &mut f.float_controls;
+                match c {
+                    FloatControl::DenormPreserve => fc.denorm_preserve = false,
+                    FloatControl::DenormFlushToZero => fc.denorm_flush_to_zero = false,
+                    FloatControl::SignedZeroInfNanPreserve => {
+                        fc.signed_zero_inf_nan_preserve = false
+                    }
+                    FloatControl::RoundingModeRte => fc.rounding_mode_rte = false,
+                    FloatControl::RoundingModeRtz => fc.rounding_mode_rtz = false,
+                }
+            }
+        }
+    }
+
+    fn missing_name(need: Need) -> Option<String> {
+        match need {
+            Need::Core => None,
+            Need::Feature(f) => Some(f.name().to_string()),
+            Need::AnyOf(list) => Some(list[0].name().to_string()),
+            Need::Subgroup(ops) => Some(format!("{ops:?}")),
+            Need::FloatControls(c) => Some(c.name().to_string()),
+            Need::Never(what) => Some(what.to_string()),
+        }
+    }
+
+    #[test]
+    fn every_capability_loads_with_its_feature_and_names_it_without() {
+        for &(capability, name, need) in CAPABILITIES {
+            let (mut f, mut s) = everything();
+            let caps = [1, capability];
+            let declared = Declared {
+                capabilities: &caps,
+                ..Declared::default()
+            };
+            let with = check(&declared, &f, &s, "dev");
+            if let Need::Never(_) = need {
+                let e = with.expect_err(name);
+                assert!(e.contains(name), "{name}: {e}");
+                continue;
+            }
+            assert_eq!(with, Ok(()), "{name}");
+            without(need, &mut f, &mut s);
+            match (missing_name(need), check(&declared, &f, &s, "dev")) {
+                (None, result) => assert_eq!(result, Ok(()), "{name}"),
+                (Some(feature), Err(e)) => {
+                    assert!(e.contains(name), "{name}: {e}");
+                    assert!(e.contains(&feature), "{name} should name {feature}: {e}");
+                    assert!(e.contains("`dev`"), "{e}");
+                }
+                (Some(_), Ok(())) => panic!("{name} loaded without its feature"),
+            }
+        }
+    }
+
+    #[test]
+    fn subgroup_operations_need_the_compute_stage() {
+        let (f, mut s) = everything();
+        s.supported_stages = vk::ShaderStageFlags::FRAGMENT;
+        let caps = [61];
+        let declared = Declared {
+            capabilities: &caps,
+            ..Declared::default()
+        };
+        let e = check(&declared, &f, &s, "dev").unwrap_err();
+        assert!(
+            e.contains("GroupNonUniform") && e.contains("compute"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_extension_and_initialized_workgroup_memory_is_checked() {
+        for &(extension, need) in EXTENSIONS {
+            let (mut f, mut s) = everything();
+            let exts = [extension.to_string()];
+            let declared = Declared {
+                extensions: &exts,
+                ..Declared::default()
+            };
+            match need {
+                Need::Never(_) => {
+                    assert!(check(&declared, &f, &s, "dev").is_err(), "{extension}")
+                }
+                _ => assert_eq!(check(&declared, &f, &s, "dev"), Ok(()), "{extension}"),
+            }
+            without(need, &mut f, &mut s);
+            if let Some(feature) = missing_name(need) {
+                let e = check(&declared, &f, &s, "dev").unwrap_err();
+                assert!(e.contains(extension) && e.contains(&feature), "{e}");
+            }
+        }
+        let (mut f, s) = everything();
+        let declared = Declared {
+            initialized_workgroup: true,
+            ..Declared::default()
+        };
+        assert_eq!(check(&declared, &f, &s, "dev"), Ok(()));
+        f.zero_initialize_workgroup_memory = false;
+        let e = check(&declared, &f, &s, "dev").unwrap_err();
+        assert!(e.contains("shaderZeroInitializeWorkgroupMemory"), "{e}");
+        // Unknown capabilities and extensions are refused.
+        let caps = [99_999];
+        let unknown = Declared {
+            capabilities: &caps,
+            ..Declared::default()
+        };
+        assert!(check(&unknown, &f, &s, "dev")
+            .unwrap_err()
+            .contains("99999"));
+        let exts = ["SPV_XYZ_unknown".to_string()];
+        let unknown = Declared {
+            extensions: &exts,
+            ..Declared::default()
+        };
+        assert!(check(&unknown, &f, &s, "dev")
+            .unwrap_err()
+            .contains("SPV_XYZ_unknown"));
+    }
+}
