@@ -3,6 +3,7 @@
 //! fill, wait).
 
 use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
@@ -36,6 +37,7 @@ pub struct ContextOptions {
     force_staging: Option<bool>,
     push_descriptors: Option<bool>,
     synchronization2: Option<bool>,
+    pipeline_cache_dir: Option<Option<PathBuf>>,
 }
 
 impl ContextOptions {
@@ -84,6 +86,40 @@ impl ContextOptions {
     pub fn synchronization2(mut self, on: bool) -> Self {
         self.synchronization2 = Some(on);
         self
+    }
+
+    /// Where the pipeline cache is kept between processes: `Some(dir)`
+    /// keeps it in `dir` (one file per physical device), `None` keeps none
+    /// (`VKCOMPUTE_PIPELINE_CACHE=<dir>` or `=off`). Default: a per-user
+    /// directory, `$XDG_CACHE_HOME/vkcompute`, else `~/.cache/vkcompute`.
+    ///
+    /// The file is read when the device opens, checked (vkcompute's own
+    /// length and hash, then the driver's header: vendor ID, device ID and
+    /// `pipelineCacheUUID` must be this device's) so that a truncated,
+    /// stale or foreign file is ignored, and written when the device closes
+    /// (the last context and buffer on it dropped) if new pipelines were
+    /// made, through a temporary file renamed over the old one, so that
+    /// processes writing at once never leave a torn file. Failing to read
+    /// or write it is never an error: the cache only saves time.
+    pub fn pipeline_cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.pipeline_cache_dir = Some(dir);
+        self
+    }
+
+    fn resolved_pipeline_cache_dir(&self) -> Option<PathBuf> {
+        if let Some(choice) = &self.pipeline_cache_dir {
+            return choice.clone();
+        }
+        match std::env::var_os("VKCOMPUTE_PIPELINE_CACHE") {
+            Some(v) if !v.is_empty() => {
+                let off = matches!(
+                    v.to_string_lossy().trim().to_ascii_lowercase().as_str(),
+                    "off" | "0" | "false" | "no" | "none"
+                );
+                (!off).then(|| PathBuf::from(v))
+            }
+            _ => crate::vk::default_pipeline_cache_dir(),
+        }
     }
 
     fn resolved_device(&self) -> Option<(DeviceSelector, &'static str)> {
@@ -681,6 +717,7 @@ impl DeviceContext {
             instance,
             adapter,
             DeviceOptions {
+                pipeline_cache_dir: options.resolved_pipeline_cache_dir(),
                 push_descriptors: setting(
                     options.push_descriptors,
                     "VKCOMPUTE_PUSH_DESCRIPTORS",
@@ -791,6 +828,19 @@ impl DeviceContext {
                 GarbageList::new(device),
             )?,
         })
+    }
+
+    /// The file the device's pipeline cache is saved to when the device
+    /// closes, or `None` where it keeps none (see
+    /// [`ContextOptions::pipeline_cache_dir`]).
+    pub fn pipeline_cache_file(&self) -> Option<&Path> {
+        self.shared.device.pipeline_cache_file()
+    }
+
+    /// Whether the device's pipeline cache started from a file written by
+    /// an earlier device (a warm start).
+    pub fn pipeline_cache_loaded(&self) -> bool {
+        self.shared.device.pipeline_cache_loaded
     }
 
     /// Every Vulkan device the loader sees, usable or not.

@@ -2,6 +2,7 @@
 
 use std::ffi::c_char;
 use std::mem::ManuallyDrop;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -10,6 +11,7 @@ use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 
 use super::adapter::{Adapter, Features, KernelFeatures};
 use super::instance::Instance;
+use super::pipeline_cache::{self, DiskCache};
 use crate::error::{Error, Result, VkResultExt};
 use crate::memory::{BufferCache, RawBuffer};
 use crate::pipeline::ComputePipeline;
@@ -18,8 +20,10 @@ use crate::pipeline::ComputePipeline;
 const MAX_QUEUES: u32 = 4;
 
 /// Choices made when a device is opened.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct DeviceOptions {
+    /// The directory of the on-disk pipeline cache, or `None` for none.
+    pub(crate) pipeline_cache_dir: Option<PathBuf>,
     /// Use `VK_KHR_push_descriptor` where the device has it.
     pub(crate) push_descriptors: bool,
     /// Use synchronization2 barriers where the device has them.
@@ -56,6 +60,10 @@ pub(crate) struct Device {
     pub(crate) features: Features,
     memory_budget: bool,
     pub(crate) pipeline_cache: vk::PipelineCache,
+    /// Where the pipeline cache is saved when the device is destroyed.
+    disk_cache: Option<DiskCache>,
+    /// Whether the pipeline cache started from a file.
+    pub(crate) pipeline_cache_loaded: bool,
     allocator: ManuallyDrop<Mutex<Allocator>>,
     /// Retired buffers kept for reuse (leaf lock, like the allocator's).
     buffer_cache: Mutex<BufferCache>,
@@ -223,6 +231,10 @@ impl Device {
 
         // From here on, `DeviceParts` destroys the device if a later step fails.
         let parts = DeviceParts { raw: Some(raw) };
+        let disk = options
+            .pipeline_cache_dir
+            .as_deref()
+            .map(|dir| DiskCache::open(dir, &adapter));
         let enabled = Enabled {
             queue_family: family.index,
             queue_count,
@@ -238,6 +250,7 @@ impl Device {
             enabled,
             enabled_features,
             true,
+            disk,
         )?;
         // The device now belongs to `device`, which destroys it when dropped.
         let _ = parts.release();
@@ -269,7 +282,7 @@ impl Device {
             synchronization2: enabled.synchronization2,
             ..f
         };
-        Self::assemble(instance, adapter, raw, enabled, features, false)
+        Self::assemble(instance, adapter, raw, enabled, features, false, None)
     }
 
     /// Everything after `vkCreateDevice`: queues, allocator, pipeline cache.
@@ -280,6 +293,7 @@ impl Device {
         enabled: Enabled,
         features: Features,
         owned: bool,
+        disk: Option<(DiskCache, Option<Vec<u8>>)>,
     ) -> Result<Arc<Self>> {
         adapter.info.enabled = Some(KernelFeatures {
             robust_buffer_access: features.robust_buffer_access,
@@ -304,10 +318,11 @@ impl Device {
             what: "the allocator".into(),
             detail: e.to_string(),
         })?;
-        // SAFETY: a valid, empty create info.
-        let pipeline_cache =
-            unsafe { raw.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
-                .during("vkCreatePipelineCache")?;
+        let (disk_cache, initial) = match disk {
+            Some((cache, data)) => (Some(cache), data),
+            None => (None, None),
+        };
+        let (pipeline_cache, pipeline_cache_loaded) = create_pipeline_cache(&raw, initial)?;
         let push_descriptor = enabled
             .push_descriptors
             .then(|| ash::khr::push_descriptor::Device::new(&instance.raw, &raw));
@@ -322,6 +337,8 @@ impl Device {
             features,
             memory_budget: enabled.memory_budget,
             pipeline_cache,
+            disk_cache,
+            pipeline_cache_loaded,
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
             buffer_cache: Mutex::new(BufferCache::new(cache_limit(&adapter))),
             orphans: Mutex::new(Vec::new()),
@@ -332,6 +349,26 @@ impl Device {
             adapter,
             instance,
         }))
+    }
+
+    /// The file the pipeline cache is saved to, if any.
+    pub(crate) fn pipeline_cache_file(&self) -> Option<&Path> {
+        self.disk_cache.as_ref().map(|d| d.file.as_path())
+    }
+
+    /// Writes the pipeline cache to its file, where it has one and the
+    /// data changed since it was loaded.
+    fn save_pipeline_cache(&self) {
+        let Some(disk) = &self.disk_cache else {
+            return;
+        };
+        // SAFETY: the cache belongs to this device and is still alive.
+        let Ok(data) = (unsafe { self.raw.get_pipeline_cache_data(self.pipeline_cache) }) else {
+            return;
+        };
+        if pipeline_cache::matches_device(&data, &self.adapter) && disk.changed(&data) {
+            disk.save(&data);
+        }
     }
 
     /// The cache of loaded kernels, locked.
@@ -455,6 +492,26 @@ impl Device {
     }
 }
 
+/// The device's pipeline cache, from `initial` data where the driver
+/// accepts it (else empty), and whether it came from that data.
+fn create_pipeline_cache(
+    raw: &ash::Device,
+    initial: Option<Vec<u8>>,
+) -> Result<(vk::PipelineCache, bool)> {
+    if let Some(data) = initial {
+        let info = vk::PipelineCacheCreateInfo::default().initial_data(&data);
+        // SAFETY: a valid create info; `data` was checked to start with this
+        // device's cache header, and the driver checks the rest.
+        if let Ok(cache) = unsafe { raw.create_pipeline_cache(&info, None) } {
+            return Ok((cache, true));
+        }
+    }
+    // SAFETY: a valid, empty create info.
+    let cache = unsafe { raw.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
+        .during("vkCreatePipelineCache")?;
+    Ok((cache, false))
+}
+
 /// The bytes of retired buffers a device keeps for reuse: a quarter of its
 /// device-local memory, at most 512 MiB.
 fn cache_limit(adapter: &Adapter) -> u64 {
@@ -523,8 +580,11 @@ impl Drop for Device {
         // left; waiting makes sure no submitted work still runs.
         unsafe {
             let _ = self.raw.device_wait_idle();
-            self.raw.destroy_pipeline_cache(self.pipeline_cache, None);
         }
+        self.save_pipeline_cache();
+        // SAFETY: no pipeline is being created (every user of the device
+        // is gone), and the cache is destroyed once.
+        unsafe { self.raw.destroy_pipeline_cache(self.pipeline_cache, None) };
         self.release_cached_buffers();
         let orphans = std::mem::take(self.orphans.get_mut().unwrap_or_else(|e| e.into_inner()));
         for raw in orphans {

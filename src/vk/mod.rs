@@ -7,6 +7,7 @@ mod conv;
 mod debug;
 mod device;
 mod instance;
+mod pipeline_cache;
 
 pub use adapter::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, SubgroupInfo,
@@ -16,3 +17,4 @@ pub use debug::{Severity, ValidationLog, ValidationMessage};
 pub(crate) use adapter::{Adapter, Features};
 pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
 pub(crate) use instance::Instance;
+pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;

@@ -17,10 +17,13 @@ pub enum Path {
 pub const PATHS: [Path; 2] = [Path::Direct, Path::Staging];
 
 /// Options of a validated context on the memory path `path`.
+/// No test writes the user's pipeline cache: those that test it give a
+/// directory of their own.
 pub fn options(path: Path) -> ContextOptions {
     ContextOptions::new()
         .validation(true)
         .force_staging(path == Path::Staging)
+        .pipeline_cache_dir(None)
 }
 
 /// A validated context; a missing device or layer fails the test.
