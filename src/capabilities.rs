@@ -36,6 +36,8 @@ pub(crate) enum Feature {
     ZeroInitializeWorkgroupMemory,
     /// `VK_KHR_shader_non_semantic_info` (core in Vulkan 1.3).
     NonSemanticInfo,
+    /// `maintenance4` (Vulkan 1.3).
+    Maintenance4,
 }
 
 impl Feature {
@@ -64,6 +66,7 @@ impl Feature {
                 "shaderZeroInitializeWorkgroupMemory (VK_KHR_zero_initialize_workgroup_memory)"
             }
             Feature::NonSemanticInfo => "VK_KHR_shader_non_semantic_info",
+            Feature::Maintenance4 => "maintenance4 (Vulkan 1.3)",
         }
     }
 
@@ -90,6 +93,7 @@ impl Feature {
             Feature::ShaderIntegerDotProduct => f.shader_integer_dot_product,
             Feature::ZeroInitializeWorkgroupMemory => f.zero_initialize_workgroup_memory,
             Feature::NonSemanticInfo => f.non_semantic_info,
+            Feature::Maintenance4 => f.maintenance4,
         }
     }
 }
@@ -378,12 +382,20 @@ pub(crate) const ZERO_INITIALIZED_WORKGROUP: (&str, Need) = (
     Need::Feature(Feature::ZeroInitializeWorkgroupMemory),
 );
 
+/// The need of the `LocalSizeId` execution mode (what glslang emits for
+/// `local_size_x_id` when targeting SPIR-V 1.6).
+pub(crate) const LOCAL_SIZE_ID: (&str, Need) = (
+    "the LocalSizeId execution mode",
+    Need::Feature(Feature::Maintenance4),
+);
+
 /// What a module declares that needs something of the device.
 #[derive(Debug, Default)]
 pub(crate) struct Declared<'a> {
     pub(crate) capabilities: &'a [u32],
     pub(crate) extensions: &'a [String],
     pub(crate) initialized_workgroup: bool,
+    pub(crate) local_size_id: bool,
 }
 
 /// Checks every need of `declared` against the enabled `features` and the
@@ -418,9 +430,13 @@ pub(crate) fn check(
             }
         }
     }
-    if declared.initialized_workgroup {
-        let (what, need) = ZERO_INITIALIZED_WORKGROUP;
-        needs.push((what.to_string(), need));
+    for (declares, (what, need)) in [
+        (declared.initialized_workgroup, ZERO_INITIALIZED_WORKGROUP),
+        (declared.local_size_id, LOCAL_SIZE_ID),
+    ] {
+        if declares {
+            needs.push((what.to_string(), need));
+        }
     }
     for (what, need) in needs {
         let missing = match need {
@@ -477,6 +493,7 @@ mod tests {
             shader_integer_dot_product: true,
             zero_initialize_workgroup_memory: true,
             non_semantic_info: true,
+            maintenance4: true,
             ..Features::default()
         };
         f.float_controls.denorm_preserve = true;
@@ -513,6 +530,7 @@ mod tests {
             Feature::ShaderIntegerDotProduct => f.shader_integer_dot_product = false,
             Feature::ZeroInitializeWorkgroupMemory => f.zero_initialize_workgroup_memory = false,
             Feature::NonSemanticInfo => f.non_semantic_info = false,
+            Feature::Maintenance4 => f.maintenance4 = false,
         };
         match need {
             Need::Core | Need::Never(_) => {}
@@ -620,6 +638,17 @@ mod tests {
         f.zero_initialize_workgroup_memory = false;
         let e = check(&declared, &f, &s, "dev").unwrap_err();
         assert!(e.contains("shaderZeroInitializeWorkgroupMemory"), "{e}");
+        let declared = Declared {
+            local_size_id: true,
+            ..Declared::default()
+        };
+        assert_eq!(check(&declared, &f, &s, "dev"), Ok(()));
+        f.maintenance4 = false;
+        let e = check(&declared, &f, &s, "dev").unwrap_err();
+        assert!(
+            e.contains("LocalSizeId") && e.contains("maintenance4"),
+            "{e}"
+        );
         // Unknown capabilities and extensions are refused.
         let caps = [99_999];
         let unknown = Declared {

@@ -353,6 +353,7 @@ impl Kernel {
             capabilities: &module.capabilities,
             extensions: &module.extensions,
             initialized_workgroup: module.initialized_workgroup,
+            local_size_id: module.local_size_id,
         };
         capabilities::check(
             &declared,

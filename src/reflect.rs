@@ -337,6 +337,8 @@ pub(crate) struct ModuleUse {
     pub(crate) extensions: Vec<String>,
     /// Whether it declares a Workgroup variable with an initializer.
     pub(crate) initialized_workgroup: bool,
+    /// Whether it uses the `LocalSizeId` execution mode.
+    pub(crate) local_size_id: bool,
     /// How it addresses memory through pointers, where it does: the first
     /// construct found, named.
     pub(crate) pointers: Option<String>,
@@ -399,6 +401,9 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
                 }
             }
             OP_EXTENSION => found.extensions.push(literal_string(operands)),
+            OP_EXECUTION_MODE_ID if operands.len() >= 2 && operands[1] == MODE_LOCAL_SIZE_ID => {
+                found.local_size_id = true;
+            }
             OP_VARIABLE if operands.len() >= 4 && operands[2] == STORAGE_CLASS_WORKGROUP => {
                 found.initialized_workgroup = true;
             }

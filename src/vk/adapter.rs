@@ -240,6 +240,8 @@ pub(crate) struct Features {
     pub(crate) non_semantic_info: bool,
     pub(crate) subgroup_size_control: bool,
     pub(crate) compute_full_subgroups: bool,
+    /// `maintenance4` (Vulkan 1.3; `LocalSizeId` needs it).
+    pub(crate) maintenance4: bool,
     /// Float-controls properties (not features: always "enabled").
     pub(crate) float_controls: FloatControls,
     pub(crate) robust_buffer_access: bool,
@@ -426,6 +428,7 @@ impl Adapter {
                     || on(sizes.subgroup_size_control),
                 compute_full_subgroups: on(v13.compute_full_subgroups)
                     || on(sizes.compute_full_subgroups),
+                maintenance4: on(v13.maintenance4),
                 float_controls: FloatControls {
                     denorm_preserve: on(float_controls.shader_denorm_preserve_float32),
                     denorm_flush_to_zero: on(float_controls.shader_denorm_flush_to_zero_float32),

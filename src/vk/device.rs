@@ -168,6 +168,7 @@ impl Device {
             shader_zero_initialize_workgroup_memory: b(f.zero_initialize_workgroup_memory),
             subgroup_size_control: b(f.subgroup_size_control),
             compute_full_subgroups: b(f.compute_full_subgroups),
+            maintenance4: b(f.maintenance4),
             ..Default::default()
         };
         // On Vulkan 1.2, the same features through their extensions.
