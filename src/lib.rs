@@ -28,6 +28,8 @@ mod context;
 mod display;
 mod error;
 mod fill;
+#[cfg(feature = "glsl")]
+mod glsl;
 mod hazard;
 mod host;
 mod kernel;
@@ -67,6 +69,8 @@ pub mod build {
 pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
 pub use context::{ContextOptions, DeviceContext, LiveObjects, RawContext};
 pub use error::{Error, Result};
+#[cfg(feature = "glsl")]
+pub use glsl::{GlslBuilder, GlslOptimization, GlslTarget};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use reflect::{BindingAlias, BindingInfo, SpecConstantInfo};

@@ -8,29 +8,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{assert_clean, context_with, Path as MemoryPath};
+use common::{assert_clean, context_with, Path as MemoryPath, TempDir};
 use vkcompute::{ContextOptions, DeviceContext, Kernel};
-
-/// A fresh directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "vkcompute-pipeline-cache-{}-{name}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn options(dir: &Path) -> ContextOptions {
     common::options(MemoryPath::Direct).pipeline_cache_dir(Some(dir.to_path_buf()))

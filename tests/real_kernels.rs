@@ -6,18 +6,10 @@
 
 mod common;
 
-use common::{run_with, Path};
+use common::on_each_descriptor_path;
 use vkcompute::ash::vk;
 use vkcompute::half::f16;
 use vkcompute::{DeviceContext, Error, Kernel};
-
-/// Both descriptor paths (push descriptors and pooled sets), validated.
-fn on_each_descriptor_path(test: impl Fn(&DeviceContext)) {
-    for push in [true, false] {
-        let options = common::options(Path::Direct).push_descriptors(push);
-        run_with(options, &format!("push descriptors {push}"), &test);
-    }
-}
 
 /// SPIR-V of `source`, compiled once (what a project ships).
 fn spirv(source: &str) -> Vec<u32> {

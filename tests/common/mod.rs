@@ -70,6 +70,35 @@ pub fn on_each_path(test: impl Fn(&DeviceContext, Path)) {
     }
 }
 
+/// Runs `test` on both descriptor paths (push descriptors and pooled
+/// sets), each on a fresh validated context.
+pub fn on_each_descriptor_path(test: impl Fn(&DeviceContext)) {
+    for push in [true, false] {
+        let options = options(Path::Direct).push_descriptors(push);
+        run_with(options, &format!("push descriptors {push}"), &test);
+    }
+}
+
+/// A fresh directory under the system's temporary directory, removed
+/// when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("vkcompute-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Deterministic pseudo-random numbers (xorshift64*), never all zero.
 pub struct Rng(u64);
 
