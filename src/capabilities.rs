@@ -109,13 +109,12 @@ pub(crate) enum Need {
     AnyOf(&'static [Feature]),
     /// A class of subgroup operations, supported in compute shaders.
     Subgroup(vk::SubgroupFeatureFlags),
-    /// A float-controls property for 32-bit floats.
-    FloatControls(FloatControl),
     /// Something vkcompute never enables (what, to say so).
     Never(&'static str),
 }
 
-/// The float-controls properties (Vulkan 1.2) a capability needs.
+/// The float-controls execution modes, each needing a property (Vulkan
+/// 1.2) for the float width it names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum FloatControl {
     DenormPreserve,
@@ -126,27 +125,49 @@ pub(crate) enum FloatControl {
 }
 
 impl FloatControl {
-    fn name(self) -> &'static str {
-        match self {
-            FloatControl::DenormPreserve => "shaderDenormPreserveFloat32",
-            FloatControl::DenormFlushToZero => "shaderDenormFlushToZeroFloat32",
-            FloatControl::SignedZeroInfNanPreserve => "shaderSignedZeroInfNanPreserveFloat32",
-            FloatControl::RoundingModeRte => "shaderRoundingModeRTEFloat32",
-            FloatControl::RoundingModeRtz => "shaderRoundingModeRTZFloat32",
-        }
+    /// The property's name for `width`-bit floats.
+    fn property(self, width: u32) -> String {
+        let name = match self {
+            FloatControl::DenormPreserve => "shaderDenormPreserve",
+            FloatControl::DenormFlushToZero => "shaderDenormFlushToZero",
+            FloatControl::SignedZeroInfNanPreserve => "shaderSignedZeroInfNanPreserve",
+            FloatControl::RoundingModeRte => "shaderRoundingModeRTE",
+            FloatControl::RoundingModeRtz => "shaderRoundingModeRTZ",
+        };
+        format!("{name}Float{width}")
     }
 
-    fn supported(self, f: &Features) -> bool {
+    /// Whether the device supports the mode for `width`-bit floats.
+    fn supported(self, f: &Features, width: u32) -> bool {
         let c = &f.float_controls;
-        match self {
+        let widths = match self {
             FloatControl::DenormPreserve => c.denorm_preserve,
             FloatControl::DenormFlushToZero => c.denorm_flush_to_zero,
             FloatControl::SignedZeroInfNanPreserve => c.signed_zero_inf_nan_preserve,
             FloatControl::RoundingModeRte => c.rounding_mode_rte,
             FloatControl::RoundingModeRtz => c.rounding_mode_rtz,
+        };
+        match width {
+            16 => widths[0],
+            32 => widths[1],
+            64 => widths[2],
+            _ => false,
         }
     }
 }
+
+/// The float-controls execution modes: (value, name, property).
+pub(crate) const FLOAT_MODES: &[(u32, &str, FloatControl)] = &[
+    (4459, "DenormPreserve", FloatControl::DenormPreserve),
+    (4460, "DenormFlushToZero", FloatControl::DenormFlushToZero),
+    (
+        4461,
+        "SignedZeroInfNanPreserve",
+        FloatControl::SignedZeroInfNanPreserve,
+    ),
+    (4462, "RoundingModeRTE", FloatControl::RoundingModeRte),
+    (4463, "RoundingModeRTZ", FloatControl::RoundingModeRtz),
+];
 
 type Sg = vk::SubgroupFeatureFlags;
 
@@ -239,31 +260,11 @@ pub(crate) const CAPABILITIES: &[(u32, &str, Need)] = &[
         "StoragePushConstant8",
         Need::Feature(Feature::StoragePushConstant8),
     ),
-    (
-        4464,
-        "DenormPreserve",
-        Need::FloatControls(FloatControl::DenormPreserve),
-    ),
-    (
-        4465,
-        "DenormFlushToZero",
-        Need::FloatControls(FloatControl::DenormFlushToZero),
-    ),
-    (
-        4466,
-        "SignedZeroInfNanPreserve",
-        Need::FloatControls(FloatControl::SignedZeroInfNanPreserve),
-    ),
-    (
-        4467,
-        "RoundingModeRTE",
-        Need::FloatControls(FloatControl::RoundingModeRte),
-    ),
-    (
-        4468,
-        "RoundingModeRTZ",
-        Need::FloatControls(FloatControl::RoundingModeRtz),
-    ),
+    (4464, "DenormPreserve", Need::Core),
+    (4465, "DenormFlushToZero", Need::Core),
+    (4466, "SignedZeroInfNanPreserve", Need::Core),
+    (4467, "RoundingModeRTE", Need::Core),
+    (4468, "RoundingModeRTZ", Need::Core),
     (5301, "ShaderNonUniform", Need::Core),
     (
         5302,
@@ -396,6 +397,10 @@ pub(crate) struct Declared<'a> {
     pub(crate) extensions: &'a [String],
     pub(crate) initialized_workgroup: bool,
     pub(crate) local_size_id: bool,
+    /// Float-controls execution modes: (mode, float width). The
+    /// capabilities that come with them need nothing; each mode needs its
+    /// property for its width.
+    pub(crate) float_modes: &'a [(u32, u32)],
 }
 
 /// Checks every need of `declared` against the enabled `features` and the
@@ -438,6 +443,18 @@ pub(crate) fn check(
             needs.push((what.to_string(), need));
         }
     }
+    for &(mode, width) in declared.float_modes {
+        let Some((_, name, control)) = FLOAT_MODES.iter().find(|(m, _, _)| *m == mode) else {
+            continue;
+        };
+        if !control.supported(features, width) {
+            return Err(format!(
+                "the {name} execution mode for {width}-bit floats needs {}, which the device \
+                 `{device}` does not have",
+                control.property(width)
+            ));
+        }
+    }
     for (what, need) in needs {
         let missing = match need {
             Need::Core => None,
@@ -451,7 +468,6 @@ pub(crate) fn check(
                 .contains(vk::ShaderStageFlags::COMPUTE)
                 || !subgroup.supported_operations.contains(ops))
             .then(|| format!("subgroup operations {ops:?} in compute shaders")),
-            Need::FloatControls(c) => (!c.supported(features)).then(|| c.name().to_string()),
             Need::Never(feature) => {
                 return Err(format!(
                     "{what} needs {feature}, which vkcompute does not enable"
@@ -496,11 +512,16 @@ mod tests {
             maintenance4: true,
             ..Features::default()
         };
-        f.float_controls.denorm_preserve = true;
-        f.float_controls.denorm_flush_to_zero = true;
-        f.float_controls.signed_zero_inf_nan_preserve = true;
-        f.float_controls.rounding_mode_rte = true;
-        f.float_controls.rounding_mode_rtz = true;
+        let fc = &mut f.float_controls;
+        for widths in [
+            &mut fc.denorm_preserve,
+            &mut fc.denorm_flush_to_zero,
+            &mut fc.signed_zero_inf_nan_preserve,
+            &mut fc.rounding_mode_rte,
+            &mut fc.rounding_mode_rtz,
+        ] {
+            *widths = [true; 3];
+        }
         let subgroup = SubgroupInfo {
             supported_stages: vk::ShaderStageFlags::COMPUTE,
             supported_operations: Sg::from_raw(0xff),
@@ -537,18 +558,6 @@ mod tests {
             Need::Feature(x) => off(x),
             Need::AnyOf(list) => list.iter().for_each(|x| off(*x)),
             Need::Subgroup(ops) => s.supported_operations &= !ops,
-            Need::FloatControls(c) => {
-                let fc = &mut f.float_controls;
-                match c {
-                    FloatControl::DenormPreserve => fc.denorm_preserve = false,
-                    FloatControl::DenormFlushToZero => fc.denorm_flush_to_zero = false,
-                    FloatControl::SignedZeroInfNanPreserve => {
-                        fc.signed_zero_inf_nan_preserve = false
-                    }
-                    FloatControl::RoundingModeRte => fc.rounding_mode_rte = false,
-                    FloatControl::RoundingModeRtz => fc.rounding_mode_rtz = false,
-                }
-            }
         }
     }
 
@@ -558,7 +567,6 @@ mod tests {
             Need::Feature(f) => Some(f.name().to_string()),
             Need::AnyOf(list) => Some(list[0].name().to_string()),
             Need::Subgroup(ops) => Some(format!("{ops:?}")),
-            Need::FloatControls(c) => Some(c.name().to_string()),
             Need::Never(what) => Some(what.to_string()),
         }
     }
@@ -588,6 +596,33 @@ mod tests {
                     assert!(e.contains("`dev`"), "{e}");
                 }
                 (Some(_), Ok(())) => panic!("{name} loaded without its feature"),
+            }
+        }
+    }
+
+    #[test]
+    fn float_control_modes_need_their_property_for_their_width() {
+        for &(mode, name, control) in FLOAT_MODES {
+            for (slot, width) in [16u32, 32, 64].into_iter().enumerate() {
+                let (mut f, s) = everything();
+                let modes = [(mode, width)];
+                let declared = Declared {
+                    float_modes: &modes,
+                    ..Declared::default()
+                };
+                assert_eq!(check(&declared, &f, &s, "dev"), Ok(()), "{name} {width}");
+                let fc = &mut f.float_controls;
+                let widths = match control {
+                    FloatControl::DenormPreserve => &mut fc.denorm_preserve,
+                    FloatControl::DenormFlushToZero => &mut fc.denorm_flush_to_zero,
+                    FloatControl::SignedZeroInfNanPreserve => &mut fc.signed_zero_inf_nan_preserve,
+                    FloatControl::RoundingModeRte => &mut fc.rounding_mode_rte,
+                    FloatControl::RoundingModeRtz => &mut fc.rounding_mode_rtz,
+                };
+                widths[slot] = false;
+                let e = check(&declared, &f, &s, "dev").unwrap_err();
+                assert!(e.contains(name), "{e}");
+                assert!(e.contains(&format!("Float{width}")), "{e}");
             }
         }
     }

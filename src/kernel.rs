@@ -354,6 +354,7 @@ impl Kernel {
             extensions: &module.extensions,
             initialized_workgroup: module.initialized_workgroup,
             local_size_id: module.local_size_id,
+            float_modes: &module.float_modes,
         };
         capabilities::check(
             &declared,

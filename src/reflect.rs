@@ -339,6 +339,9 @@ pub(crate) struct ModuleUse {
     pub(crate) initialized_workgroup: bool,
     /// Whether it uses the `LocalSizeId` execution mode.
     pub(crate) local_size_id: bool,
+    /// Its execution modes with one literal operand (mode, operand): the
+    /// float-controls modes name a float width.
+    pub(crate) float_modes: Vec<(u32, u32)>,
     /// How it addresses memory through pointers, where it does: the first
     /// construct found, named.
     pub(crate) pointers: Option<String>,
@@ -401,6 +404,9 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
                 }
             }
             OP_EXTENSION => found.extensions.push(literal_string(operands)),
+            OP_EXECUTION_MODE if operands.len() == 3 => {
+                found.float_modes.push((operands[1], operands[2]));
+            }
             OP_EXECUTION_MODE_ID if operands.len() >= 2 && operands[1] == MODE_LOCAL_SIZE_ID => {
                 found.local_size_id = true;
             }

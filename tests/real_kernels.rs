@@ -456,3 +456,52 @@ fn a_required_subgroup_size_is_given_or_refused_clearly() {
         assert_eq!(check_subgroup_sum(ctx, &kernel), sub.size);
     });
 }
+
+/// A float-controls execution mode, as an LLM engine's kernels declare
+/// rounding: `RTE` (4462, capability 4467) or `RTZ` (4463, capability
+/// 4468) for 32-bit floats.
+fn rounding_kernel(mode: u32, capability: u32) -> String {
+    format!(
+        r#"#version 450
+#extension GL_EXT_spirv_intrinsics : require
+spirv_execution_mode(capabilities = [{capability}], {mode}, 32);
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer D {{ float d[]; }};
+void main() {{
+    uint i = gl_GlobalInvocationID.x;
+    d[i] = d[i] * 0.5 + 1.0;
+}}
+"#
+    )
+}
+
+#[test]
+fn float_rounding_modes_load_where_the_device_supports_them() {
+    on_each_descriptor_path(|ctx| {
+        let lavapipe = ctx.name().contains("llvmpipe");
+        for (name, mode, capability) in [("RTE", 4462, 4467), ("RTZ", 4463, 4468)] {
+            let source = rounding_kernel(mode, capability);
+            match Kernel::from_glsl(ctx, &source, "main") {
+                // Loaded: the device has the property, and the validation
+                // layer (checked after the test) agrees.
+                Ok(kernel) => {
+                    assert!(!(lavapipe && name == "RTZ"), "lavapipe has no RTZ");
+                    let data = ctx.enqueue_create_buffer::<f32>(128).unwrap();
+                    let x: Vec<f32> = (0..128).map(|i| i as f32).collect();
+                    data.enqueue_copy_from(&x[..]).unwrap();
+                    ctx.enqueue_function(&kernel, 2, &[data.arg()], &())
+                        .unwrap();
+                    let expected: Vec<f32> = x.iter().map(|v| v * 0.5 + 1.0).collect();
+                    assert_eq!(data.to_vec().unwrap(), expected);
+                }
+                Err(Error::UnsupportedKernel { reason, .. }) => {
+                    assert!(!(lavapipe && name == "RTE"), "lavapipe has RTE: {reason}");
+                    let property = format!("shaderRoundingMode{name}Float32");
+                    assert!(reason.contains(&property), "{reason}");
+                    assert!(reason.contains(&format!("RoundingMode{name}")), "{reason}");
+                }
+                Err(other) => panic!("{name}: {other}"),
+            }
+        }
+    });
+}

@@ -250,14 +250,14 @@ pub(crate) struct Features {
     pub(crate) synchronization2: bool,
 }
 
-/// The float-controls properties of 32-bit floats.
+/// The float-controls properties, each for 16-, 32- and 64-bit floats.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct FloatControls {
-    pub(crate) denorm_preserve: bool,
-    pub(crate) denorm_flush_to_zero: bool,
-    pub(crate) signed_zero_inf_nan_preserve: bool,
-    pub(crate) rounding_mode_rte: bool,
-    pub(crate) rounding_mode_rtz: bool,
+    pub(crate) denorm_preserve: [bool; 3],
+    pub(crate) denorm_flush_to_zero: [bool; 3],
+    pub(crate) signed_zero_inf_nan_preserve: [bool; 3],
+    pub(crate) rounding_mode_rte: [bool; 3],
+    pub(crate) rounding_mode_rtz: [bool; 3],
 }
 
 /// Features of Vulkan 1.3 that a Vulkan 1.2 device offers through
@@ -429,14 +429,35 @@ impl Adapter {
                 compute_full_subgroups: on(v13.compute_full_subgroups)
                     || on(sizes.compute_full_subgroups),
                 maintenance4: on(v13.maintenance4),
-                float_controls: FloatControls {
-                    denorm_preserve: on(float_controls.shader_denorm_preserve_float32),
-                    denorm_flush_to_zero: on(float_controls.shader_denorm_flush_to_zero_float32),
-                    signed_zero_inf_nan_preserve: on(
-                        float_controls.shader_signed_zero_inf_nan_preserve_float32
-                    ),
-                    rounding_mode_rte: on(float_controls.shader_rounding_mode_rte_float32),
-                    rounding_mode_rtz: on(float_controls.shader_rounding_mode_rtz_float32),
+                float_controls: {
+                    let fc = &float_controls;
+                    FloatControls {
+                        denorm_preserve: [
+                            on(fc.shader_denorm_preserve_float16),
+                            on(fc.shader_denorm_preserve_float32),
+                            on(fc.shader_denorm_preserve_float64),
+                        ],
+                        denorm_flush_to_zero: [
+                            on(fc.shader_denorm_flush_to_zero_float16),
+                            on(fc.shader_denorm_flush_to_zero_float32),
+                            on(fc.shader_denorm_flush_to_zero_float64),
+                        ],
+                        signed_zero_inf_nan_preserve: [
+                            on(fc.shader_signed_zero_inf_nan_preserve_float16),
+                            on(fc.shader_signed_zero_inf_nan_preserve_float32),
+                            on(fc.shader_signed_zero_inf_nan_preserve_float64),
+                        ],
+                        rounding_mode_rte: [
+                            on(fc.shader_rounding_mode_rte_float16),
+                            on(fc.shader_rounding_mode_rte_float32),
+                            on(fc.shader_rounding_mode_rte_float64),
+                        ],
+                        rounding_mode_rtz: [
+                            on(fc.shader_rounding_mode_rtz_float16),
+                            on(fc.shader_rounding_mode_rtz_float32),
+                            on(fc.shader_rounding_mode_rtz_float64),
+                        ],
+                    }
                 },
                 robust_buffer_access: on(v10.robust_buffer_access),
                 robust_buffer_access2: has_robustness2 && on(robustness2.robust_buffer_access2),
