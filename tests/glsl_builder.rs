@@ -289,11 +289,12 @@ fn atomics_and_initialized_shared_memory_with_specialized_workgroup_sizes() {
         let n = 3000u32;
         let x: Vec<u32> = (0..n).map(|i| i.wrapping_mul(2654435761) >> 20).collect();
         for (bins, size) in [(16u32, 32u32), (64, 64), (100, 128)] {
-            let kernel = Kernel::glsl(HISTOGRAM)
+            let builder = Kernel::glsl(HISTOGRAM)
                 .define("BINS", format!("{bins}u"))
-                .specialize(0, size)
-                .build(ctx)
-                .unwrap();
+                .specialize(0, size);
+            let words = builder.compile().unwrap();
+            assert!(common::has_initialized_workgroup_variable(&words));
+            let kernel = builder.build(ctx).unwrap();
             assert_eq!(kernel.local_size(), [size, 1, 1]);
             let mut hist = vec![0u32; bins as usize];
             for &v in &x {

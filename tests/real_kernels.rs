@@ -253,6 +253,8 @@ fn eight_and_sixteen_bit_push_constants_run() {
             shift: 3,
             scale: f16::from_f32(0.5),
         };
+        let enabled = ctx.info().enabled.unwrap();
+        assert!(enabled.storage_push_constant_8 && enabled.storage_push_constant_16);
         for kernel in both_ways(ctx, SMALL_PUSH_CONSTANTS) {
             assert_eq!(kernel.push_constant_size(), 6);
             let data = ctx.enqueue_create_buffer::<u32>(x.len()).unwrap();
@@ -303,6 +305,11 @@ fn sixty_four_bit_atomics_and_zero_initialized_shared_memory_match_the_cpu() {
             sums[(v % 4) as usize] += u64::from(v) << 24;
             hist[(v % 16) as usize] += 1;
         }
+        assert!(common::has_initialized_workgroup_variable(&spirv(
+            ATOMICS_AND_SHARED
+        )));
+        let enabled = ctx.info().enabled.unwrap();
+        assert!(enabled.shader_buffer_int64_atomics && enabled.zero_initialize_workgroup_memory);
         for kernel in both_ways(ctx, ATOMICS_AND_SHARED) {
             let input = ctx.enqueue_create_buffer::<u32>(x.len()).unwrap();
             input.enqueue_copy_from(&x[..]).unwrap();
@@ -427,6 +434,8 @@ fn a_required_subgroup_size_is_given_or_refused_clearly() {
     on_each_descriptor_path(|ctx| {
         let sub = ctx.info().subgroup;
         let words = spirv(SUBGROUP_SUM);
+        let enabled = ctx.info().enabled.unwrap();
+        assert!(!sub.size_control || enabled.subgroup_size_control);
         if sub.size_control {
             // Every size the device offers (lavapipe: exactly 8).
             let mut size = sub.min_size;
@@ -503,5 +512,125 @@ fn float_rounding_modes_load_where_the_device_supports_them() {
                 Err(other) => panic!("{name}: {other}"),
             }
         }
+    });
+}
+
+/// `c[i] = dot(a[i], b[i])` over four packed signed bytes (`OpSDot`,
+/// `DotProductInput4x8BitPacked`: `VK_KHR_shader_integer_dot_product`,
+/// core in Vulkan 1.3), as quantized matrix kernels use it. The glslang
+/// behind shaderc here has no `GL_EXT_integer_dot_product`, so the module
+/// is assembled (`spirv-as --target-env vulkan1.2`) from:
+///
+//     OpCapability Shader
+//     OpCapability DotProduct
+//     OpCapability DotProductInput4x8BitPacked
+//     OpExtension "SPV_KHR_integer_dot_product"
+//     OpMemoryModel Logical GLSL450
+//     OpEntryPoint GLCompute %main "main" %gid %a %b %c
+//     OpExecutionMode %main LocalSize 64 1 1
+//     OpDecorate %gid BuiltIn GlobalInvocationId
+//     OpDecorate %rta ArrayStride 4
+//     OpMemberDecorate %blk 0 Offset 0
+//     OpDecorate %blk Block
+//     OpDecorate %a DescriptorSet 0
+//     OpDecorate %a Binding 0
+//     OpDecorate %a NonWritable
+//     OpDecorate %b DescriptorSet 0
+//     OpDecorate %b Binding 1
+//     OpDecorate %b NonWritable
+//     OpDecorate %c DescriptorSet 0
+//     OpDecorate %c Binding 2
+//     %void = OpTypeVoid
+//     %fn = OpTypeFunction %void
+//     %uint = OpTypeInt 32 0
+//     %int = OpTypeInt 32 1
+//     %v3 = OpTypeVector %uint 3
+//     %pin = OpTypePointer Input %v3
+//     %gid = OpVariable %pin Input
+//     %rta = OpTypeRuntimeArray %uint
+//     %blk = OpTypeStruct %rta
+//     %pblk = OpTypePointer StorageBuffer %blk
+//     %a = OpVariable %pblk StorageBuffer
+//     %b = OpVariable %pblk StorageBuffer
+//     %c = OpVariable %pblk StorageBuffer
+//     %pu = OpTypePointer StorageBuffer %uint
+//     %c0 = OpConstant %int 0
+//     %main = OpFunction %void None %fn
+//     %l = OpLabel
+//     %g = OpLoad %v3 %gid
+//     %i = OpCompositeExtract %uint %g 0
+//     %pa = OpAccessChain %pu %a %c0 %i
+//     %pb = OpAccessChain %pu %b %c0 %i
+//     %pc = OpAccessChain %pu %c %c0 %i
+//     %va = OpLoad %uint %pa
+//     %vb = OpLoad %uint %pb
+//     %d = OpSDot %int %va %vb PackedVectorFormat4x8Bit
+//     %du = OpBitcast %uint %d
+//     OpStore %pc %du
+//     OpReturn
+//     OpFunctionEnd
+const PACKED_DOT: &[u32] = &[
+    0x07230203, 0x00010500, 0x00070000, 0x0000001b, 0x00000000, 0x00020011, 0x00000001, 0x00020011,
+    0x00001783, 0x00020011, 0x00001782, 0x0008000a, 0x5f565053, 0x5f52484b, 0x65746e69, 0x5f726567,
+    0x5f746f64, 0x646f7270, 0x00746375, 0x0003000e, 0x00000000, 0x00000001, 0x0009000f, 0x00000005,
+    0x00000001, 0x6e69616d, 0x00000000, 0x00000002, 0x00000003, 0x00000004, 0x00000005, 0x00060010,
+    0x00000001, 0x00000011, 0x00000040, 0x00000001, 0x00000001, 0x00040047, 0x00000002, 0x0000000b,
+    0x0000001c, 0x00040047, 0x00000006, 0x00000006, 0x00000004, 0x00050048, 0x00000007, 0x00000000,
+    0x00000023, 0x00000000, 0x00030047, 0x00000007, 0x00000002, 0x00040047, 0x00000003, 0x00000022,
+    0x00000000, 0x00040047, 0x00000003, 0x00000021, 0x00000000, 0x00030047, 0x00000003, 0x00000018,
+    0x00040047, 0x00000004, 0x00000022, 0x00000000, 0x00040047, 0x00000004, 0x00000021, 0x00000001,
+    0x00030047, 0x00000004, 0x00000018, 0x00040047, 0x00000005, 0x00000022, 0x00000000, 0x00040047,
+    0x00000005, 0x00000021, 0x00000002, 0x00020013, 0x00000008, 0x00030021, 0x00000009, 0x00000008,
+    0x00040015, 0x0000000a, 0x00000020, 0x00000000, 0x00040015, 0x0000000b, 0x00000020, 0x00000001,
+    0x00040017, 0x0000000c, 0x0000000a, 0x00000003, 0x00040020, 0x0000000d, 0x00000001, 0x0000000c,
+    0x0004003b, 0x0000000d, 0x00000002, 0x00000001, 0x0003001d, 0x00000006, 0x0000000a, 0x0003001e,
+    0x00000007, 0x00000006, 0x00040020, 0x0000000e, 0x0000000c, 0x00000007, 0x0004003b, 0x0000000e,
+    0x00000003, 0x0000000c, 0x0004003b, 0x0000000e, 0x00000004, 0x0000000c, 0x0004003b, 0x0000000e,
+    0x00000005, 0x0000000c, 0x00040020, 0x0000000f, 0x0000000c, 0x0000000a, 0x0004002b, 0x0000000b,
+    0x00000010, 0x00000000, 0x00050036, 0x00000008, 0x00000001, 0x00000000, 0x00000009, 0x000200f8,
+    0x00000011, 0x0004003d, 0x0000000c, 0x00000012, 0x00000002, 0x00050051, 0x0000000a, 0x00000013,
+    0x00000012, 0x00000000, 0x00060041, 0x0000000f, 0x00000014, 0x00000003, 0x00000010, 0x00000013,
+    0x00060041, 0x0000000f, 0x00000015, 0x00000004, 0x00000010, 0x00000013, 0x00060041, 0x0000000f,
+    0x00000016, 0x00000005, 0x00000010, 0x00000013, 0x0004003d, 0x0000000a, 0x00000017, 0x00000014,
+    0x0004003d, 0x0000000a, 0x00000018, 0x00000015, 0x00061162, 0x0000000b, 0x00000019, 0x00000017,
+    0x00000018, 0x00000000, 0x0004007c, 0x0000000a, 0x0000001a, 0x00000019, 0x0003003e, 0x00000016,
+    0x0000001a, 0x000100fd, 0x00010038,
+];
+
+#[test]
+fn integer_dot_product_from_spirv_matches_the_cpu() {
+    on_each_descriptor_path(|ctx| {
+        let n = 640usize;
+        let a: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(0x9e37_79b9)).collect();
+        let b: Vec<u32> = (0..n as u32)
+            .map(|i| i.wrapping_mul(0x85eb_ca6b) ^ 0x8080_1234)
+            .collect();
+        let expected: Vec<u32> = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| {
+                let (x, y) = (x.to_le_bytes(), y.to_le_bytes());
+                (0..4)
+                    .map(|k| i32::from(x[k] as i8) * i32::from(y[k] as i8))
+                    .sum::<i32>() as u32
+            })
+            .collect();
+        assert!(ctx.info().enabled.unwrap().shader_integer_dot_product);
+        let kernel = Kernel::new(ctx, PACKED_DOT, "main").unwrap();
+        let (x, y, out) = (
+            ctx.enqueue_create_buffer::<u32>(n).unwrap(),
+            ctx.enqueue_create_buffer::<u32>(n).unwrap(),
+            ctx.enqueue_create_buffer::<u32>(n).unwrap(),
+        );
+        x.enqueue_copy_from(&a[..]).unwrap();
+        y.enqueue_copy_from(&b[..]).unwrap();
+        ctx.enqueue_function(
+            &kernel,
+            (n / 64) as u32,
+            &[x.arg(), y.arg(), out.arg()],
+            &(),
+        )
+        .unwrap();
+        assert_eq!(out.to_vec().unwrap(), expected);
     });
 }

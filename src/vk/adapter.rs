@@ -158,6 +158,36 @@ pub struct KernelFeatures {
     /// `bufferDeviceAddress`: buffers have device addresses, which only
     /// kernels dispatched through the `unsafe` pointer path may use.
     pub buffer_device_address: bool,
+    // What kernels' capabilities need, enabled wherever the device has it
+    // (see `Kernel`): each field is the Vulkan feature named.
+    /// `shaderFloat16`: 16-bit float arithmetic (`Float16`).
+    pub shader_float16: bool,
+    /// `shaderFloat64` (`Float64`).
+    pub shader_float64: bool,
+    /// `shaderInt8` (`Int8`).
+    pub shader_int8: bool,
+    /// `shaderInt16` (`Int16`).
+    pub shader_int16: bool,
+    /// `shaderInt64` (`Int64`).
+    pub shader_int64: bool,
+    /// `storageBuffer8BitAccess`: 8-bit values in buffers.
+    pub storage_buffer_8bit: bool,
+    /// `storageBuffer16BitAccess`: 16-bit values in buffers.
+    pub storage_buffer_16bit: bool,
+    /// `storagePushConstant8`: 8-bit push-constant members.
+    pub storage_push_constant_8: bool,
+    /// `storagePushConstant16`: 16-bit push-constant members.
+    pub storage_push_constant_16: bool,
+    /// `shaderBufferInt64Atomics`: 64-bit atomics on buffers.
+    pub shader_buffer_int64_atomics: bool,
+    /// `shaderSharedInt64Atomics`: 64-bit atomics on shared memory.
+    pub shader_shared_int64_atomics: bool,
+    /// `shaderIntegerDotProduct` (Vulkan 1.3 or `VK_KHR_shader_integer_dot_product`).
+    pub shader_integer_dot_product: bool,
+    /// `shaderZeroInitializeWorkgroupMemory`: initialized `shared` variables (Vulkan 1.3 or `VK_KHR_zero_initialize_workgroup_memory`).
+    pub zero_initialize_workgroup_memory: bool,
+    /// `subgroupSizeControl`: kernels may require a subgroup size (Vulkan 1.3 or `VK_EXT_subgroup_size_control`).
+    pub subgroup_size_control: bool,
 }
 
 impl fmt::Display for DeviceInfo {

@@ -302,6 +302,20 @@ impl Device {
             vulkan_memory_model: features.vulkan_memory_model,
             vulkan_memory_model_device_scope: features.vulkan_memory_model_device_scope,
             buffer_device_address: features.buffer_device_address,
+            shader_float16: features.shader_float16,
+            shader_float64: features.shader_float64,
+            shader_int8: features.shader_int8,
+            shader_int16: features.shader_int16,
+            shader_int64: features.shader_int64,
+            storage_buffer_8bit: features.storage_buffer_8bit,
+            storage_buffer_16bit: features.storage_buffer_16bit,
+            storage_push_constant_8: features.storage_push_constant_8,
+            storage_push_constant_16: features.storage_push_constant_16,
+            shader_buffer_int64_atomics: features.shader_buffer_int64_atomics,
+            shader_shared_int64_atomics: features.shader_shared_int64_atomics,
+            shader_integer_dot_product: features.shader_integer_dot_product,
+            zero_initialize_workgroup_memory: features.zero_initialize_workgroup_memory,
+            subgroup_size_control: features.subgroup_size_control,
         });
         let queues = (0..enabled.queue_count)
             // SAFETY: the queues were created with the device.

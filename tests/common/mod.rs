@@ -99,6 +99,24 @@ impl Drop for TempDir {
     }
 }
 
+/// Whether SPIR-V `words` declare a Workgroup variable with an initializer
+/// (what needs `shaderZeroInitializeWorkgroupMemory`): an `OpVariable`
+/// (opcode 59) of five words in storage class Workgroup (4).
+pub fn has_initialized_workgroup_variable(words: &[u32]) -> bool {
+    let mut at = 5;
+    while at < words.len() {
+        let count = (words[at] >> 16) as usize;
+        if count == 0 {
+            return false;
+        }
+        if words[at] & 0xffff == 59 && count == 5 && words.get(at + 3) == Some(&4) {
+            return true;
+        }
+        at += count;
+    }
+    false
+}
+
 /// Deterministic pseudo-random numbers (xorshift64*), never all zero.
 pub struct Rng(u64);
 
