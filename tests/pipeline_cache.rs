@@ -220,3 +220,26 @@ fn devices_writing_at_once_never_leave_a_torn_file() {
         assert!(loaded, "round {round}");
     }
 }
+
+#[test]
+fn a_device_closing_after_another_wrote_merges_its_pipelines_in() {
+    let dir = TempDir::new("merge");
+    // Two devices open at once on one directory; the first to close writes
+    // the file, the second finds it changed and merges before writing.
+    let first = context_with(options(&dir.0));
+    let second = context_with(options(&dir.0));
+    let logs = [first.validation_log(), second.validation_log()];
+    run_kernel(&first, 32);
+    run_kernel(&second, 64);
+    let file = first.pipeline_cache_file().unwrap().to_path_buf();
+    drop(first);
+    let after_first = payload(&file);
+    drop(second);
+    let merged = payload(&file);
+    assert!(merged.len() >= after_first.len());
+    for log in &logs {
+        assert_clean(log, "merging pipeline caches");
+    }
+    let (loaded, _) = session(options(&dir.0), &[32, 64]);
+    assert!(loaded);
+}

@@ -377,6 +377,23 @@ impl Device {
         let Some(disk) = &self.disk_cache else {
             return;
         };
+        if let Some(theirs) = disk.written_since(&self.adapter) {
+            let info = vk::PipelineCacheCreateInfo::default().initial_data(&theirs);
+            // SAFETY: a valid create info; the data was checked to start with
+            // this device's cache header, and the driver checks the rest.
+            if let Ok(other) = unsafe { self.raw.create_pipeline_cache(&info, None) } {
+                // SAFETY: both caches belong to this device, the destination
+                // is not among the sources, and no pipeline is being created
+                // (the device is being dropped). A failed merge leaves ours as
+                // it was.
+                unsafe {
+                    let _ = self
+                        .raw
+                        .merge_pipeline_caches(self.pipeline_cache, &[other]);
+                    self.raw.destroy_pipeline_cache(other, None);
+                }
+            }
+        }
         // SAFETY: the cache belongs to this device and is still alive.
         let Ok(data) = (unsafe { self.raw.get_pipeline_cache_data(self.pipeline_cache) }) else {
             return;

@@ -12,9 +12,11 @@
 //! driver sees any of it, the header must check out and the driver's own
 //! header must name this device (header version one, vendor ID, device ID,
 //! pipeline cache UUID): a truncated, corrupted, stale or foreign file is
-//! ignored. Writing goes to a temporary file in the same directory that is
-//! then renamed over the old one, so concurrent processes never leave a
-//! torn file: the last one to finish wins.
+//! ignored. Before writing, what another device or process wrote since
+//! this one read the file is merged in (`vkMergePipelineCaches`), so
+//! devices closing one after another accumulate their pipelines. Writing
+//! goes to a temporary file in the same directory that is then renamed
+//! over the old one, so concurrent processes never leave a torn file.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -83,6 +85,15 @@ impl DiskCache {
             loaded_hash: data.as_deref().map_or(0, hash),
         };
         (cache, data)
+    }
+
+    /// The driver data the file holds now, where it is intact, made for
+    /// `adapter`, and not what this device loaded: another device (or
+    /// process) wrote it since, and its pipelines are worth merging in.
+    pub(crate) fn written_since(&self, adapter: &Adapter) -> Option<Vec<u8>> {
+        let bytes = std::fs::read(&self.file).ok()?;
+        let data = payload(&bytes, adapter)?;
+        (hash(data) != self.loaded_hash).then(|| data.to_vec())
     }
 
     /// Whether `data` (the driver's, from `vkGetPipelineCacheData`) differs
