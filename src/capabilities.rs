@@ -390,6 +390,17 @@ pub(crate) const LOCAL_SIZE_ID: (&str, Need) = (
     Need::Feature(Feature::Maintenance4),
 );
 
+/// The needs of 64-bit integer atomics by where they operate (the
+/// `Int64Atomics` capability alone needs either feature).
+pub(crate) const INT64_ATOMICS_BUFFER: (&str, Need) = (
+    "a 64-bit atomic on a buffer",
+    Need::Feature(Feature::ShaderBufferInt64Atomics),
+);
+pub(crate) const INT64_ATOMICS_SHARED: (&str, Need) = (
+    "a 64-bit atomic on shared memory",
+    Need::Feature(Feature::ShaderSharedInt64Atomics),
+);
+
 /// What a module declares that needs something of the device.
 #[derive(Debug, Default)]
 pub(crate) struct Declared<'a> {
@@ -397,6 +408,8 @@ pub(crate) struct Declared<'a> {
     pub(crate) extensions: &'a [String],
     pub(crate) initialized_workgroup: bool,
     pub(crate) local_size_id: bool,
+    pub(crate) int64_atomics_buffer: bool,
+    pub(crate) int64_atomics_shared: bool,
     /// Float-controls execution modes: (mode, float width). The
     /// capabilities that come with them need nothing; each mode needs its
     /// property for its width.
@@ -438,6 +451,8 @@ pub(crate) fn check(
     for (declares, (what, need)) in [
         (declared.initialized_workgroup, ZERO_INITIALIZED_WORKGROUP),
         (declared.local_size_id, LOCAL_SIZE_ID),
+        (declared.int64_atomics_buffer, INT64_ATOMICS_BUFFER),
+        (declared.int64_atomics_shared, INT64_ATOMICS_SHARED),
     ] {
         if declares {
             needs.push((what.to_string(), need));
@@ -682,6 +697,31 @@ mod tests {
         let e = check(&declared, &f, &s, "dev").unwrap_err();
         assert!(
             e.contains("LocalSizeId") && e.contains("maintenance4"),
+            "{e}"
+        );
+        // 64-bit atomics need the feature of the memory they operate on.
+        let (mut f, s) = everything();
+        let buffer = Declared {
+            int64_atomics_buffer: true,
+            ..Declared::default()
+        };
+        let shared = Declared {
+            int64_atomics_shared: true,
+            ..Declared::default()
+        };
+        f.shader_shared_int64_atomics = false;
+        assert_eq!(check(&buffer, &f, &s, "dev"), Ok(()));
+        let e = check(&shared, &f, &s, "dev").unwrap_err();
+        assert!(
+            e.contains("shared memory") && e.contains("shaderSharedInt64Atomics"),
+            "{e}"
+        );
+        f.shader_shared_int64_atomics = true;
+        f.shader_buffer_int64_atomics = false;
+        assert_eq!(check(&shared, &f, &s, "dev"), Ok(()));
+        let e = check(&buffer, &f, &s, "dev").unwrap_err();
+        assert!(
+            e.contains("buffer") && e.contains("shaderBufferInt64Atomics"),
             "{e}"
         );
         // Unknown capabilities and extensions are refused.

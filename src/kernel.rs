@@ -354,6 +354,8 @@ impl Kernel {
             extensions: &module.extensions,
             initialized_workgroup: module.initialized_workgroup,
             local_size_id: module.local_size_id,
+            int64_atomics_buffer: module.int64_atomics_buffer,
+            int64_atomics_shared: module.int64_atomics_shared,
             float_modes: &module.float_modes,
         };
         capabilities::check(

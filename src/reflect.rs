@@ -288,6 +288,7 @@ pub(crate) fn local_size(words: &[u32], entry: &str, spec: &HashMap<u32, u32>) -
 
 const OP_CAPABILITY: u32 = 17;
 const OP_EXTENSION: u32 = 10;
+const OP_TYPE_INT: u32 = 21;
 const STORAGE_CLASS_WORKGROUP: u32 = 4;
 const OP_MEMORY_MODEL: u32 = 14;
 const OP_TYPE_POINTER: u32 = 32;
@@ -339,6 +340,10 @@ pub(crate) struct ModuleUse {
     pub(crate) initialized_workgroup: bool,
     /// Whether it uses the `LocalSizeId` execution mode.
     pub(crate) local_size_id: bool,
+    /// Whether it has 64-bit integer atomics on memory other than
+    /// Workgroup (buffers), and on Workgroup memory.
+    pub(crate) int64_atomics_buffer: bool,
+    pub(crate) int64_atomics_shared: bool,
     /// Its execution modes with one literal operand (mode, operand): the
     /// float-controls modes name a float width.
     pub(crate) float_modes: Vec<(u32, u32)>,
@@ -357,6 +362,11 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
     let mut found = ModuleUse::default();
     let mut pointer_types: HashSet<u32> = HashSet::new();
     let mut pointer_ids: HashSet<u32> = HashSet::new();
+    // For 64-bit atomics: the 64-bit integer types, each pointer type's
+    // (storage class, pointee), and each pointer value's type.
+    let mut int64_types: HashSet<u32> = HashSet::new();
+    let mut pointee: HashMap<u32, (u32, u32)> = HashMap::new();
+    let mut pointer_value_types: HashMap<u32, u32> = HashMap::new();
     let note = |found: &mut ModuleUse, what: String| {
         found.pointers.get_or_insert(what);
     };
@@ -366,8 +376,24 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
             && pointer_types.contains(&operands[0])
         {
             pointer_ids.insert(operands[1]);
+            pointer_value_types.insert(operands[1], operands[0]);
+        }
+        if let Some(pointer) = atomic_pointer(op, operands) {
+            let class = pointer_value_types
+                .get(&pointer)
+                .and_then(|t| pointee.get(t))
+                .filter(|(_, target)| int64_types.contains(target))
+                .map(|(class, _)| *class);
+            match class {
+                Some(STORAGE_CLASS_WORKGROUP) => found.int64_atomics_shared = true,
+                Some(_) => found.int64_atomics_buffer = true,
+                None => {}
+            }
         }
         match op {
+            OP_TYPE_INT if operands.len() >= 2 && operands[1] == 64 => {
+                int64_types.insert(operands[0]);
+            }
             OP_CAPABILITY if !operands.is_empty() => {
                 let capability = operands[0];
                 found.capabilities.push(capability);
@@ -393,6 +419,9 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
             }
             OP_TYPE_POINTER | OP_TYPE_FORWARD_POINTER if operands.len() >= 2 => {
                 pointer_types.insert(operands[0]);
+                if let Some(&target) = operands.get(2) {
+                    pointee.insert(operands[0], (operands[1], target));
+                }
                 if !SAFE_STORAGE_CLASSES.contains(&operands[1]) {
                     note(
                         &mut found,
@@ -455,6 +484,16 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
         }
     }
     found
+}
+
+/// The pointer operand of an atomic instruction (OpAtomicLoad 227 to
+/// OpAtomicXor 242; OpAtomicStore, 228, has no result).
+fn atomic_pointer(op: u32, operands: &[u32]) -> Option<u32> {
+    match op {
+        228 => operands.first().copied(),
+        227..=242 => operands.get(2).copied(),
+        _ => None,
+    }
 }
 
 /// Checks that `words` is a well-formed SPIR-V module: a valid header and
@@ -573,6 +612,33 @@ mod tests {
             assert_eq!(module_use(words).pointers, None, "{name}");
         }
         assert_eq!(found(&[]), None);
+    }
+
+    #[cfg(feature = "glsl")]
+    #[test]
+    fn sixty_four_bit_atomics_are_told_apart_by_the_memory_they_use() {
+        let kernel = |body: &str| {
+            let source = format!(
+                "#version 450\n#extension GL_EXT_shader_atomic_int64 : require\n\
+                 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n\
+                 layout(local_size_x = 8) in;\n\
+                 layout(std430, binding = 0) buffer B {{ uint64_t b[8]; uint c[8]; }};\n\
+                 shared uint64_t s[8];\nshared uint t[8];\n\
+                 void main() {{ uint i = gl_LocalInvocationID.x; {body} }}\n"
+            );
+            let words = crate::shader_build::compile_glsl(&source, "atomics.comp", "main").unwrap();
+            let found = module_use(&words);
+            (found.int64_atomics_buffer, found.int64_atomics_shared)
+        };
+        assert_eq!(kernel("atomicAdd(b[i], 1ul);"), (true, false));
+        assert_eq!(
+            kernel("s[i] = 0ul; barrier(); atomicAdd(s[i], 1ul); b[i] = s[i];"),
+            (false, true)
+        );
+        assert_eq!(
+            kernel("t[i] = 0u; barrier(); atomicAdd(t[i], 1u); c[i] = atomicAdd(c[i], t[i]);"),
+            (false, false)
+        );
     }
 
     #[test]

@@ -280,17 +280,21 @@ layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer X { uint x[]; };
 layout(std430, binding = 1) buffer Sums { uint64_t sums[]; };
 layout(std430, binding = 2) buffer Hist { uint hist[]; };
+layout(std430, binding = 3) buffer SharedSums { uint64_t shared_sums[]; };
 layout(push_constant) uniform P { uint n; } p;
 shared uint local_hist[16] = {};
+shared uint64_t local_sums[4] = {};
 void main() {
     uint i = gl_GlobalInvocationID.x;
     if (i < p.n) {
         atomicAdd(sums[x[i] % 4u], uint64_t(x[i]) << 24);
         atomicAdd(local_hist[x[i] % 16u], 1u);
+        atomicAdd(local_sums[x[i] % 4u], uint64_t(x[i]) << 24);
     }
     barrier();
     uint l = gl_LocalInvocationID.x;
     if (l < 16u) atomicAdd(hist[l], local_hist[l]);
+    if (l < 4u) atomicAdd(shared_sums[l], local_sums[l]);
 }
 "#;
 
@@ -309,7 +313,8 @@ fn sixty_four_bit_atomics_and_zero_initialized_shared_memory_match_the_cpu() {
             ATOMICS_AND_SHARED
         )));
         let enabled = ctx.info().enabled.unwrap();
-        assert!(enabled.shader_buffer_int64_atomics && enabled.zero_initialize_workgroup_memory);
+        assert!(enabled.shader_buffer_int64_atomics && enabled.shader_shared_int64_atomics);
+        assert!(enabled.zero_initialize_workgroup_memory);
         for kernel in both_ways(ctx, ATOMICS_AND_SHARED) {
             let input = ctx.enqueue_create_buffer::<u32>(x.len()).unwrap();
             input.enqueue_copy_from(&x[..]).unwrap();
@@ -317,14 +322,17 @@ fn sixty_four_bit_atomics_and_zero_initialized_shared_memory_match_the_cpu() {
             s.enqueue_fill(0).unwrap();
             let h = ctx.enqueue_create_buffer::<u32>(16).unwrap();
             h.enqueue_fill(0).unwrap();
+            let s2 = ctx.enqueue_create_buffer::<u64>(4).unwrap();
+            s2.enqueue_fill(0).unwrap();
             ctx.enqueue_function(
                 &kernel,
                 n.div_ceil(64),
-                &[input.arg(), s.arg(), h.arg()],
+                &[input.arg(), s.arg(), h.arg(), s2.arg()],
                 &n,
             )
             .unwrap();
             assert_eq!(s.to_vec().unwrap(), sums);
+            assert_eq!(s2.to_vec().unwrap(), sums);
             assert_eq!(h.to_vec().unwrap(), hist);
         }
     });
