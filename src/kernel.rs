@@ -287,7 +287,9 @@ impl Kernel {
 
     /// Compiles GLSL compute-shader `source` at run time (feature `glsl`)
     /// and loads its `main` as entry point `entry`. A compile error carries
-    /// the compiler's message with line numbers.
+    /// the compiler's message with line numbers. For macro definitions,
+    /// `#include`s, specialization constants, the target environment and
+    /// the optimization level, use [`Kernel::glsl`].
     #[cfg(feature = "glsl")]
     pub fn from_glsl(ctx: &DeviceContext, source: &str, entry: &str) -> Result<Kernel> {
         let words = crate::shader_build::compile_glsl(source, "kernel.comp", entry)
