@@ -38,6 +38,8 @@ pub(crate) enum Feature {
     NonSemanticInfo,
     /// `maintenance4` (Vulkan 1.3).
     Maintenance4,
+    VariablePointersStorageBuffer,
+    VariablePointers,
 }
 
 impl Feature {
@@ -67,6 +69,8 @@ impl Feature {
             }
             Feature::NonSemanticInfo => "VK_KHR_shader_non_semantic_info",
             Feature::Maintenance4 => "maintenance4 (Vulkan 1.3)",
+            Feature::VariablePointersStorageBuffer => "variablePointersStorageBuffer",
+            Feature::VariablePointers => "variablePointers",
         }
     }
 
@@ -94,6 +98,8 @@ impl Feature {
             Feature::ZeroInitializeWorkgroupMemory => f.zero_initialize_workgroup_memory,
             Feature::NonSemanticInfo => f.non_semantic_info,
             Feature::Maintenance4 => f.maintenance4,
+            Feature::VariablePointersStorageBuffer => f.variable_pointers_storage_buffer,
+            Feature::VariablePointers => f.variable_pointers,
         }
     }
 }
@@ -242,9 +248,13 @@ pub(crate) const CAPABILITIES: &[(u32, &str, Need)] = &[
     (
         4441,
         "VariablePointersStorageBuffer",
-        Need::Never("variablePointersStorageBuffer"),
+        Need::Feature(Feature::VariablePointersStorageBuffer),
     ),
-    (4442, "VariablePointers", Need::Never("variablePointers")),
+    (
+        4442,
+        "VariablePointers",
+        Need::Feature(Feature::VariablePointers),
+    ),
     (
         4448,
         "StorageBuffer8BitAccess",
@@ -525,6 +535,8 @@ mod tests {
             zero_initialize_workgroup_memory: true,
             non_semantic_info: true,
             maintenance4: true,
+            variable_pointers_storage_buffer: true,
+            variable_pointers: true,
             ..Features::default()
         };
         let fc = &mut f.float_controls;
@@ -567,6 +579,8 @@ mod tests {
             Feature::ZeroInitializeWorkgroupMemory => f.zero_initialize_workgroup_memory = false,
             Feature::NonSemanticInfo => f.non_semantic_info = false,
             Feature::Maintenance4 => f.maintenance4 = false,
+            Feature::VariablePointersStorageBuffer => f.variable_pointers_storage_buffer = false,
+            Feature::VariablePointers => f.variable_pointers = false,
         };
         match need {
             Need::Core | Need::Never(_) => {}

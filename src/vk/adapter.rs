@@ -272,6 +272,10 @@ pub(crate) struct Features {
     pub(crate) compute_full_subgroups: bool,
     /// `maintenance4` (Vulkan 1.3; `LocalSizeId` needs it).
     pub(crate) maintenance4: bool,
+    /// Variable pointers (Vulkan 1.1), which only kernels of the unsafe
+    /// pointer path may use.
+    pub(crate) variable_pointers_storage_buffer: bool,
+    pub(crate) variable_pointers: bool,
     /// Float-controls properties (not features: always "enabled").
     pub(crate) float_controls: FloatControls,
     pub(crate) robust_buffer_access: bool,
@@ -459,6 +463,8 @@ impl Adapter {
                 compute_full_subgroups: on(v13.compute_full_subgroups)
                     || on(sizes.compute_full_subgroups),
                 maintenance4: on(v13.maintenance4),
+                variable_pointers_storage_buffer: on(v11.variable_pointers_storage_buffer),
+                variable_pointers: on(v11.variable_pointers),
                 float_controls: {
                     let fc = &float_controls;
                     FloatControls {

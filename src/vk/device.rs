@@ -147,7 +147,10 @@ impl Device {
         let mut v11 = vk::PhysicalDeviceVulkan11Features::default()
             .storage_buffer16_bit_access(f.storage_buffer_16bit)
             .uniform_and_storage_buffer16_bit_access(f.uniform_and_storage_buffer_16bit)
-            .storage_push_constant16(f.storage_push_constant_16);
+            .storage_push_constant16(f.storage_push_constant_16)
+            .variable_pointers_storage_buffer(f.variable_pointers_storage_buffer)
+            // variablePointers requires variablePointersStorageBuffer.
+            .variable_pointers(f.variable_pointers && f.variable_pointers_storage_buffer);
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default()
             .timeline_semaphore(true)
             .storage_buffer8_bit_access(f.storage_buffer_8bit)
