@@ -7,7 +7,9 @@
 CARGO := ./scripts/cargo.sh
 # Any validation message aborts examples and doctests run by `make test`;
 # the integration tests check their own messages through the harness.
-STRICT := VKCOMPUTE_VALIDATION=abort
+# Tests and examples keep no pipeline cache on disk (the user's cache
+# directory stays untouched; tests/pipeline_cache.rs uses its own).
+STRICT := VKCOMPUTE_VALIDATION=abort VKCOMPUTE_PIPELINE_CACHE=off
 # One test at a time within each test binary: the Khronos validation layer
 # of Debian 12 (1.3.239) can crash when one thread creates a device while
 # another records commands on a different one (a race inside the layer,

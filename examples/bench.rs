@@ -24,6 +24,14 @@
 //! from drift in llvmpipe's speed). `increment` is `map_rw`'s loop alone, on a
 //! 1 MiB `Vec<u32>` in host memory: the floor of `map_rw`. These three
 //! cases are additions to BENCH.md's list.
+//!
+//! `first_dispatch` runs this program again as a fresh process
+//! (`bench --first-dispatch-child DIR`) that opens the default device with
+//! its pipeline cache in `DIR`, loads saxpy, runs it once on 1 Mi elements
+//! and reads the result back; the time is from spawning the process to its
+//! report of a checked result, with an empty cache directory
+//! (`first_dispatch_cold`) and with one a previous run filled
+//! (`first_dispatch_warm`).
 
 use std::hint::black_box;
 use std::io::Write;
@@ -56,6 +64,7 @@ const CASES: &[&str] = &[
     "graph",
     "enqueue_cost",
     "replay_cost",
+    "first_dispatch",
 ];
 
 /// The sizes of the transfer cases.
@@ -120,6 +129,20 @@ fn parse_args() -> Result<Options, String> {
 }
 
 fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some(FIRST_DISPATCH_CHILD) {
+        let Some(dir) = args.next() else {
+            eprintln!("bench: {FIRST_DISPATCH_CHILD} needs a directory");
+            return ExitCode::from(2);
+        };
+        return match first_dispatch_child(dir.into()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench: first_dispatch child: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let options = match parse_args() {
         Ok(o) => o,
         Err(e) => {
@@ -189,6 +212,8 @@ enum Figure {
     Microseconds,
     /// The median time in nanoseconds.
     Nanoseconds,
+    /// The median time in milliseconds.
+    Milliseconds,
 }
 
 impl Figure {
@@ -199,6 +224,7 @@ impl Figure {
             Figure::PerSecond(count, unit) => (count / t, unit),
             Figure::Microseconds => (t * 1e6, "us"),
             Figure::Nanoseconds => (t * 1e9, "ns"),
+            Figure::Milliseconds => (t * 1e3, "ms"),
         }
     }
 }
@@ -242,6 +268,7 @@ impl Bench<'_> {
             "graph" => self.graph(),
             "enqueue_cost" => self.enqueue_cost(),
             "replay_cost" => self.replay_cost(),
+            "first_dispatch" => self.first_dispatch(),
             other => Err(format!("no case `{other}`").into()),
         };
         result.map_err(|e| format!("case `{case}`: {e}").into())
@@ -1005,6 +1032,127 @@ impl Bench<'_> {
 struct SaxpyParams {
     a: f32,
     n: u32,
+}
+
+/// The argument that makes the program the child process of `first_dispatch`.
+const FIRST_DISPATCH_CHILD: &str = "--first-dispatch-child";
+/// Elements of the `first_dispatch` saxpy.
+const FIRST_DISPATCH_N: u32 = 1 << 20;
+
+impl Bench<'_> {
+    /// Times fresh processes from spawn to a checked first dispatch, with
+    /// a cold and with a warm on-disk pipeline cache.
+    fn first_dispatch(&self) -> BenchResult<()> {
+        let root = std::env::temp_dir().join(format!(
+            "vkcompute-bench-first-dispatch-{}",
+            std::process::id()
+        ));
+        let result = self.first_dispatch_in(&root);
+        let _ = std::fs::remove_dir_all(&root);
+        result
+    }
+
+    fn first_dispatch_in(&self, root: &std::path::Path) -> BenchResult<()> {
+        let reps = self.reps(10);
+        let warmups = self.warmups(reps);
+        // The clock runs inside `spawn_first_dispatch`, from spawning the
+        // process to its checked result: emptying the directory before and
+        // the child's exit (which writes the cache) after are not timed.
+        let timed = |case: &str, warm: bool, dir: &std::path::Path| -> BenchResult<Timing> {
+            eprintln!(
+                "bench: [{:7.1} s] {case}: {warmups} warm-up + {reps} timed processes",
+                self.start.elapsed().as_secs_f64(),
+            );
+            let mut times = Vec::with_capacity(reps);
+            for rep in 0..warmups + reps {
+                if !warm {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                std::fs::create_dir_all(dir)?;
+                let t = spawn_first_dispatch(dir, warm)?;
+                if rep >= warmups {
+                    times.push(t);
+                }
+            }
+            summarize(times)
+        };
+        let t_cold = timed("first_dispatch_cold", false, &root.join("cold"))?;
+        let warm = root.join("warm");
+        std::fs::create_dir_all(&warm)?;
+        // Fill the cache once; every run after it starts warm.
+        spawn_first_dispatch(&warm, false)?;
+        let t_warm = timed("first_dispatch_warm", true, &warm)?;
+        self.report("first_dispatch_cold", 0, &t_cold, Figure::Milliseconds);
+        self.report("first_dispatch_warm", 0, &t_warm, Figure::Milliseconds);
+        Ok(())
+    }
+}
+
+/// Runs the `first_dispatch` child with its pipeline cache in `dir` and
+/// returns the time from spawning it to its report of a checked result;
+/// fails unless the child found a warm cache exactly when `warm`.
+fn spawn_first_dispatch(dir: &std::path::Path, warm: bool) -> BenchResult<f64> {
+    use std::io::BufRead;
+    let exe = std::env::current_exe()?;
+    let t0 = Instant::now();
+    let mut child = std::process::Command::new(exe)
+        .arg(FIRST_DISPATCH_CHILD)
+        .arg(dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        std::io::BufReader::new(out).read_line(&mut line)?;
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let status = child.wait()?;
+    check(
+        status.success(),
+        &format!("first_dispatch: the child process failed ({status})"),
+    )?;
+    let expected = if warm { "ok warm" } else { "ok cold" };
+    check(
+        line.trim() == expected,
+        &format!(
+            "first_dispatch: the child reported `{}`, expected `{expected}`",
+            line.trim()
+        ),
+    )?;
+    Ok(elapsed)
+}
+
+/// The child of `first_dispatch`: open the default device with its
+/// pipeline cache in `dir`, load saxpy, run it once on 1 Mi elements, read
+/// the result back and check it, then say whether the cache was warm.
+fn first_dispatch_child(dir: std::path::PathBuf) -> BenchResult<()> {
+    const A: f32 = 2.0;
+    let n = FIRST_DISPATCH_N;
+    let ctx = DeviceContext::with_options(ContextOptions::new().pipeline_cache_dir(Some(dir)))?;
+    let warm = ctx.pipeline_cache_loaded();
+    let kernel = Kernel::new(&ctx, vkcompute::shaders::SAXPY, "main")?;
+    let x_host: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.5 + 1.0).collect();
+    let y_host: Vec<f32> = (0..n).map(|i| (i % 777) as f32 * 0.25 + 2.0).collect();
+    let x = ctx.enqueue_create_buffer::<f32>(n as usize)?;
+    let y = ctx.enqueue_create_buffer::<f32>(n as usize)?;
+    x.enqueue_copy_from(&x_host)?;
+    y.enqueue_copy_from(&y_host)?;
+    let grid = grid_2d(
+        n.div_ceil(256),
+        ctx.limits().max_compute_work_group_count[0],
+    );
+    ctx.enqueue_function(&kernel, grid, &[x.arg(), y.arg()], &SaxpyParams { a: A, n })?;
+    let got = y.to_vec()?;
+    let wrong = (0..n as usize)
+        .filter(|&i| got[i] != A * x_host[i] + y_host[i])
+        .count();
+    check(
+        wrong == 0,
+        &format!("saxpy: {wrong} of {n} elements are wrong"),
+    )?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ok {}", if warm { "warm" } else { "cold" })?;
+    out.flush()?;
+    Ok(())
 }
 
 /// A grid of exactly `groups` workgroups (when they divide evenly), at most

@@ -3,6 +3,7 @@
 //! fill, wait).
 
 use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
@@ -38,6 +39,7 @@ pub struct ContextOptions {
     push_descriptors: Option<bool>,
     synchronization2: Option<bool>,
     trace: Option<std::path::PathBuf>,
+    pipeline_cache_dir: Option<Option<PathBuf>>,
 }
 
 impl ContextOptions {
@@ -99,6 +101,40 @@ impl ContextOptions {
     pub fn trace(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.trace = Some(path.into());
         self
+    }
+
+    /// Where the pipeline cache is kept between processes: `Some(dir)`
+    /// keeps it in `dir` (one file per physical device), `None` keeps none
+    /// (`VKCOMPUTE_PIPELINE_CACHE=<dir>` or `=off`). Default: a per-user
+    /// directory, `$XDG_CACHE_HOME/vkcompute`, else `~/.cache/vkcompute`.
+    ///
+    /// The file is read when the device opens, checked (vkcompute's own
+    /// length and hash, then the driver's header: vendor ID, device ID and
+    /// `pipelineCacheUUID` must be this device's) so that a truncated,
+    /// stale or foreign file is ignored, and written when the device closes
+    /// (the last context and buffer on it dropped) if new pipelines were
+    /// made, through a temporary file renamed over the old one, so that
+    /// processes writing at once never leave a torn file. Failing to read
+    /// or write it is never an error: the cache only saves time.
+    pub fn pipeline_cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.pipeline_cache_dir = Some(dir);
+        self
+    }
+
+    fn resolved_pipeline_cache_dir(&self) -> Option<PathBuf> {
+        if let Some(choice) = &self.pipeline_cache_dir {
+            return choice.clone();
+        }
+        match std::env::var_os("VKCOMPUTE_PIPELINE_CACHE") {
+            Some(v) if !v.is_empty() => {
+                let off = matches!(
+                    v.to_string_lossy().trim().to_ascii_lowercase().as_str(),
+                    "off" | "0" | "false" | "no" | "none"
+                );
+                (!off).then(|| PathBuf::from(v))
+            }
+            _ => crate::vk::default_pipeline_cache_dir(),
+        }
     }
 
     fn resolved_device(&self) -> Option<(DeviceSelector, &'static str)> {
@@ -764,17 +800,20 @@ impl DeviceContext {
         let adapter = Adapter::choose(&instance, options.resolved_device())?;
         log::info!("using Vulkan device {}", adapter.info);
         let wanted = DeviceOptions {
+            pipeline_cache_dir: options.resolved_pipeline_cache_dir(),
             push_descriptors: setting(options.push_descriptors, "VKCOMPUTE_PUSH_DESCRIPTORS", true),
             synchronization2: setting(options.synchronization2, "VKCOMPUTE_SYNCHRONIZATION2", true),
         };
+        let (push_descriptors, synchronization2) =
+            (wanted.push_descriptors, wanted.synchronization2);
         let device = Device::new(instance, adapter, wanted)?;
-        if wanted.push_descriptors && device.push_descriptor.is_none() {
+        if push_descriptors && device.push_descriptor.is_none() {
             log::info!(
                 "`{}` lacks VK_KHR_push_descriptor: kernels bind through descriptor sets",
                 device.name()
             );
         }
-        if wanted.synchronization2 && !device.synchronization2 {
+        if synchronization2 && !device.synchronization2 {
             log::info!(
                 "`{}` lacks synchronization2: barriers use the original pipeline barrier",
                 device.name()
@@ -907,6 +946,19 @@ impl DeviceContext {
                 None,
             )?,
         })
+    }
+
+    /// The file the device's pipeline cache is saved to when the device
+    /// closes, or `None` where it keeps none (see
+    /// [`ContextOptions::pipeline_cache_dir`]).
+    pub fn pipeline_cache_file(&self) -> Option<&Path> {
+        self.shared.device.pipeline_cache_file()
+    }
+
+    /// Whether the device's pipeline cache started from a file written by
+    /// an earlier device (a warm start).
+    pub fn pipeline_cache_loaded(&self) -> bool {
+        self.shared.device.pipeline_cache_loaded
     }
 
     /// Every Vulkan device the loader sees, usable or not.
@@ -1077,8 +1129,12 @@ mod tests {
 
     #[test]
     fn an_error_kept_from_drop_belongs_to_its_buffer() {
-        let ctx =
-            DeviceContext::with_options(ContextOptions::new().validation(true)).expect("lavapipe");
+        let ctx = DeviceContext::with_options(
+            ContextOptions::new()
+                .validation(true)
+                .pipeline_cache_dir(None),
+        )
+        .expect("lavapipe");
         let log = ctx.validation_log();
         let buf = ctx.enqueue_create_buffer::<u32>(4).unwrap();
         let other = ctx.enqueue_create_buffer::<u32>(4).unwrap();
@@ -1116,8 +1172,12 @@ mod tests {
 
     #[test]
     fn execution_time_never_destroys_its_queries_under_running_work() {
-        let ctx =
-            DeviceContext::with_options(ContextOptions::new().validation(true)).expect("lavapipe");
+        let ctx = DeviceContext::with_options(
+            ContextOptions::new()
+                .validation(true)
+                .pipeline_cache_dir(None),
+        )
+        .expect("lavapipe");
         let log = ctx.validation_log();
         let big = ctx.enqueue_create_buffer::<u32>(32 << 20).unwrap();
         // A stream failure kept from a drop made `synchronize` return before

@@ -145,6 +145,7 @@ fn fill_pipeline(device: &Device) -> Result<Arc<ComputePipeline>> {
             vec![0],
             std::mem::size_of::<FillParams>() as u32,
             None,
+            None,
         )
     })
 }

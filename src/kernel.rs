@@ -13,10 +13,11 @@ use bytemuck::Pod;
 use smallvec::SmallVec;
 
 use crate::buffer::View;
+use crate::capabilities;
 use crate::context::{BufferAccess, DeviceContext};
 use crate::error::{Error, Result, VkResultExt};
 use crate::pipeline::{self, ComputePipeline, Specialization};
-use crate::reflect::{self, BindingInfo, Feature, Interface, SpecConstantInfo};
+use crate::reflect::{self, BindingInfo, Interface, SpecConstantInfo};
 use crate::spirv_check::{self, Trust};
 use crate::vk::Device;
 
@@ -123,6 +124,53 @@ pub(crate) struct KernelPipeline {
     /// Loaded with [`KernelBuilder::allow_pointer_addressing`]: only
     /// [`DeviceContext::enqueue_function_with_addresses`] dispatches it.
     pointers: bool,
+    /// The subgroup size the pipeline requires, if any.
+    subgroup_size: Option<u32>,
+}
+
+/// How a kernel is loaded beside its module and entry point.
+#[derive(Default)]
+struct Load {
+    /// Specialization constants (id, value bytes), sorted by id.
+    specialization: Vec<(u32, Vec<u8>)>,
+    pointers: bool,
+    subgroup_size: Option<u32>,
+    /// Who answers for the module's validity.
+    trust: Trust,
+}
+
+/// Checks that `device` can run a kernel of workgroup `local_size` with
+/// subgroups of `size` invocations.
+fn check_subgroup_size(device: &Device, size: u32, local_size: [u32; 3]) -> Result<(), String> {
+    let sub = &device.adapter.info.subgroup;
+    if !sub.size_control {
+        return Err(format!(
+            "subgroup size {size} was required, but the device `{}` cannot require a subgroup \
+             size in compute shaders (it needs subgroupSizeControl and compute in \
+             requiredSubgroupSizeStages); its subgroups have {} invocations",
+            device.name(),
+            sub.size
+        ));
+    }
+    if !size.is_power_of_two() || size < sub.min_size || size > sub.max_size {
+        return Err(format!(
+            "subgroup size {size} was required, but the device `{}` offers powers of two from \
+             {} to {}",
+            device.name(),
+            sub.min_size,
+            sub.max_size
+        ));
+    }
+    let invocations: u64 = local_size.iter().map(|&d| u64::from(d)).product();
+    let most = u64::from(sub.max_compute_workgroup_subgroups) * u64::from(size);
+    if sub.max_compute_workgroup_subgroups > 0 && invocations > most {
+        return Err(format!(
+            "a workgroup of {invocations} invocations is more than maxComputeWorkgroupSubgroups \
+             ({}) subgroups of {size}",
+            sub.max_compute_workgroup_subgroups
+        ));
+    }
+    Ok(())
 }
 
 impl KernelPipeline {
@@ -167,6 +215,7 @@ pub struct KernelBuilder<'a> {
     entry: String,
     specialization: Vec<(u32, SpecValue)>,
     pointers: bool,
+    subgroup_size: Option<u32>,
 }
 
 impl KernelBuilder<'_> {
@@ -200,6 +249,19 @@ impl KernelBuilder<'_> {
         self
     }
 
+    /// Requires the kernel to run with subgroups of `size` invocations
+    /// (`VkPipelineShaderStageRequiredSubgroupSizeCreateInfo`, Vulkan 1.3 or
+    /// `VK_EXT_subgroup_size_control`). Loading fails with
+    /// [`Error::UnsupportedKernel`] where the device cannot require a
+    /// subgroup size for compute shaders, where `size` is not a power of two
+    /// within [`SubgroupInfo::min_size`](crate::SubgroupInfo::min_size) ..=
+    /// [`max_size`](crate::SubgroupInfo::max_size), or where the workgroup
+    /// holds more than `maxComputeWorkgroupSubgroups` subgroups of that size.
+    pub fn subgroup_size(mut self, size: u32) -> Self {
+        self.subgroup_size = Some(size);
+        self
+    }
+
     /// Loads the kernel on `ctx`'s device.
     ///
     /// Without feature `validate`, only the kernels of
@@ -229,7 +291,17 @@ impl KernelBuilder<'_> {
             .map(|(id, v)| (*id, v.bytes()))
             .collect();
         spec.sort_by_key(|(id, _)| *id);
-        Kernel::load(ctx, self.words, &self.entry, spec, self.pointers, trust)
+        Kernel::load(
+            ctx,
+            self.words,
+            &self.entry,
+            Load {
+                specialization: spec,
+                pointers: self.pointers,
+                subgroup_size: self.subgroup_size,
+                trust,
+            },
+        )
     }
 }
 
@@ -252,7 +324,7 @@ impl Kernel {
     /// [`shaders`](crate::shaders) load this way; other modules are an
     /// [`Error::ValidatorUnavailable`]: see [`Kernel::new_unvalidated`].
     pub fn new(ctx: &DeviceContext, spirv: &[u32], entry: &str) -> Result<Kernel> {
-        Kernel::load(ctx, spirv, entry, Vec::new(), false, Trust::Check)
+        Kernel::load(ctx, spirv, entry, Load::default())
     }
 
     /// Loads entry point `entry` of `spirv` like [`Kernel::new`], but
@@ -269,7 +341,11 @@ impl Kernel {
         spirv: &[u32],
         entry: &str,
     ) -> Result<Kernel> {
-        Kernel::load(ctx, spirv, entry, Vec::new(), false, Trust::CallerVouches)
+        let load = Load {
+            trust: Trust::CallerVouches,
+            ..Load::default()
+        };
+        Kernel::load(ctx, spirv, entry, load)
     }
 
     /// Loads a kernel from SPIR-V bytes (a `.spv` file), checking their
@@ -281,7 +357,9 @@ impl Kernel {
 
     /// Compiles GLSL compute-shader `source` at run time (feature `glsl`)
     /// and loads its `main` as entry point `entry`. A compile error carries
-    /// the compiler's message with line numbers.
+    /// the compiler's message with line numbers. For macro definitions,
+    /// `#include`s, specialization constants, the target environment and
+    /// the optimization level, use [`Kernel::glsl`].
     #[cfg(feature = "glsl")]
     pub fn from_glsl(ctx: &DeviceContext, source: &str, entry: &str) -> Result<Kernel> {
         let words = crate::shader_build::compile_glsl(source, "kernel.comp", entry)
@@ -306,17 +384,17 @@ impl Kernel {
             entry: "main".to_string(),
             specialization: Vec::new(),
             pointers: false,
+            subgroup_size: None,
         }
     }
 
-    fn load(
-        ctx: &DeviceContext,
-        words: &[u32],
-        entry: &str,
-        specialization: Vec<(u32, Vec<u8>)>,
-        pointers: bool,
-        trust: Trust,
-    ) -> Result<Kernel> {
+    fn load(ctx: &DeviceContext, words: &[u32], entry: &str, load: Load) -> Result<Kernel> {
+        let Load {
+            specialization,
+            pointers,
+            subgroup_size,
+            trust,
+        } = load;
         check_header(words)?;
         let device = &ctx.shared.device;
         let mut cache = device.kernels();
@@ -324,6 +402,7 @@ impl Kernel {
         let hit = cache.iter().filter_map(Weak::upgrade).find(|k| {
             k.entry == entry
                 && k.pointers == pointers
+                && k.subgroup_size == subgroup_size
                 && k.specialization == specialization
                 && k.words == words
         });
@@ -343,21 +422,22 @@ impl Kernel {
                 found,
             });
         }
-        for capability in &module.capabilities {
-            let needs = reflect::FEATURE_CAPABILITIES
-                .iter()
-                .find(|(c, _, _)| c == capability);
-            if let Some((_, name, feature)) = needs {
-                if !feature_enabled(device, *feature) {
-                    return Err(unsupported(format!(
-                        "it declares the {name} capability, which needs {} and the device `{}` \
-                         does not have it enabled",
-                        feature.name(),
-                        device.name()
-                    )));
-                }
-            }
-        }
+        let declared = capabilities::Declared {
+            capabilities: &module.capabilities,
+            extensions: &module.extensions,
+            initialized_workgroup: module.initialized_workgroup,
+            local_size_id: module.local_size_id,
+            int64_atomics_buffer: module.int64_atomics_buffer,
+            int64_atomics_shared: module.int64_atomics_shared,
+            float_modes: &module.float_modes,
+        };
+        capabilities::check(
+            &declared,
+            &device.features,
+            &device.adapter.info.subgroup,
+            device.name(),
+        )
+        .map_err(unsupported)?;
         // spirq is not written against hostile input: a panic is an error too.
         let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
             .map_err(|_| Error::InvalidSpirv {
@@ -416,6 +496,9 @@ impl Kernel {
                 limits.max_compute_work_group_size, limits.max_compute_work_group_invocations
             )));
         }
+        if let Some(size) = subgroup_size {
+            check_subgroup_size(device, size, local_size).map_err(unsupported)?;
+        }
         if reflected.push_size > limits.max_push_constants_size {
             return Err(unsupported(format!(
                 "{} bytes of push constants exceed the device's maxPushConstantsSize of {}",
@@ -445,6 +528,7 @@ impl Kernel {
             reflected.bindings.iter().map(|b| b.binding).collect(),
             reflected.push_size.next_multiple_of(4),
             spec,
+            subgroup_size,
         )?;
         let inner = Arc::new(KernelPipeline {
             device: device.clone(),
@@ -455,6 +539,7 @@ impl Kernel {
             interface: reflected,
             local_size,
             pointers,
+            subgroup_size,
         });
         cache.push(Arc::downgrade(&inner));
         Ok(Kernel { inner })
@@ -572,26 +657,6 @@ fn check_aliasing(k: &KernelPipeline, args: &[KernelArg<'_>]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Whether `feature` is enabled on `device`.
-fn feature_enabled(device: &Device, feature: Feature) -> bool {
-    let f = &device.features;
-    match feature {
-        Feature::ShaderFloat16 => f.shader_float16,
-        Feature::ShaderFloat64 => f.shader_float64,
-        Feature::ShaderInt64 => f.shader_int64,
-        Feature::ShaderBufferInt64Atomics => f.shader_buffer_int64_atomics,
-        Feature::ShaderInt16 => f.shader_int16,
-        Feature::ShaderInt8 => f.shader_int8,
-        Feature::StorageBuffer16Bit => f.storage_buffer_16bit,
-        Feature::UniformAndStorageBuffer16Bit => f.uniform_and_storage_buffer_16bit,
-        Feature::StorageBuffer8Bit => f.storage_buffer_8bit,
-        Feature::UniformAndStorageBuffer8Bit => f.uniform_and_storage_buffer_8bit,
-        Feature::VulkanMemoryModel => f.vulkan_memory_model && f.vulkan_memory_model_device_scope,
-        Feature::BufferDeviceAddress => f.buffer_device_address,
-        Feature::NotEnabled => false,
-    }
 }
 
 fn check_header(words: &[u32]) -> Result<()> {
@@ -782,15 +847,21 @@ impl DeviceContext {
                     (arg.type_name)()
                 )));
             }
-            if let Some(stride) = binding.element_stride {
-                if stride as usize != arg.element_size {
-                    return Err(bad(format!(
-                        "the binding's array has {stride}-byte elements but {} has {}-byte elements; \
-                         pass a view of a matching type (`create_sub_buffer`)",
-                        (arg.type_name)(),
-                        arg.element_size
-                    )));
-                }
+            if let Err(strides) = binding.accepts(arg.element_size, view.bytes) {
+                let declared = match strides.as_slice() {
+                    [one] => format!("the binding's array has {one}-byte elements"),
+                    many => format!(
+                        "the binding's aliases have arrays of {many:?}-byte elements and its {} bytes \
+                         are not a whole number of elements of each",
+                        view.bytes
+                    ),
+                };
+                return Err(bad(format!(
+                    "{declared} but {} has {}-byte elements; pass a view of a matching type \
+                     (`create_sub_buffer`)",
+                    (arg.type_name)(),
+                    arg.element_size
+                )));
             }
             let max_range = limits.max_storage_buffer_range as u64;
             if view.bytes > max_range {

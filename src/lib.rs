@@ -23,11 +23,14 @@
 //! ```
 
 mod buffer;
+mod capabilities;
 mod context;
 mod display;
 mod error;
 mod fault;
 mod fill;
+#[cfg(feature = "glsl")]
+mod glsl;
 mod graph;
 mod hazard;
 mod host;
@@ -82,13 +85,15 @@ pub use fault::testing;
 pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
 pub use context::{ContextOptions, DeviceContext, LiveObjects, RawContext};
 pub use error::{Error, Result};
+#[cfg(feature = "glsl")]
+pub use glsl::{GlslBuilder, GlslOptimization, GlslTarget};
 pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
-pub use reflect::{BindingInfo, SpecConstantInfo};
+pub use reflect::{BindingAlias, BindingInfo, SpecConstantInfo};
 pub use vk::{
-    DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, ValidationLog,
-    ValidationMessage,
+    ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, SubgroupInfo,
+    ValidationLog, ValidationMessage,
 };
 
 /// Half-precision floats (`f16`, `bf16`) from the `half` crate, usable as

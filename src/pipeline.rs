@@ -37,6 +37,7 @@ impl ComputePipeline {
         bindings: Vec<u32>,
         push_size: u32,
         specialization: Option<Specialization<'_>>,
+        required_subgroup_size: Option<u32>,
     ) -> Result<Self> {
         let raw = &device.raw;
         let module_info = vk::ShaderModuleCreateInfo::default().code(spirv);
@@ -50,7 +51,13 @@ impl ComputePipeline {
             bindings,
             push_size,
         };
-        let made = pipeline.build(device, module, entry, specialization);
+        let made = pipeline.build(
+            device,
+            module,
+            entry,
+            specialization,
+            required_subgroup_size,
+        );
         // SAFETY: the module is only needed while the pipeline is created.
         unsafe { raw.destroy_shader_module(module, None) };
         match made {
@@ -68,6 +75,7 @@ impl ComputePipeline {
         module: vk::ShaderModule,
         entry: &CStr,
         specialization: Option<Specialization<'_>>,
+        required_subgroup_size: Option<u32>,
     ) -> Result<()> {
         let raw = &device.raw;
         let layout_bindings: Vec<_> = self
@@ -114,6 +122,13 @@ impl ComputePipeline {
                 .map_entries(s.entries)
                 .data(s.data);
             stage = stage.specialization_info(&spec_info);
+        }
+        // The caller checked the size against the device's range and that
+        // subgroupSizeControl is enabled for compute.
+        let mut required = vk::PipelineShaderStageRequiredSubgroupSizeCreateInfo::default()
+            .required_subgroup_size(required_subgroup_size.unwrap_or(0));
+        if required_subgroup_size.is_some() {
+            stage = stage.push_next(&mut required);
         }
         let info = vk::ComputePipelineCreateInfo::default()
             .stage(stage)

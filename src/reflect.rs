@@ -16,18 +16,62 @@ use spirq::ReflectConfig;
 /// The SPIR-V magic number, first word of every module.
 pub(crate) const MAGIC: u32 = 0x0723_0203;
 
-/// One storage-buffer binding of a kernel.
+/// One storage-buffer binding of a kernel: one argument of a dispatch.
+///
+/// Several variables may be declared on one binding (a buffer loaded at
+/// different widths, such as `float data[]` and `vec4 data4[]`); they are
+/// one argument, and [`aliases`](Self::aliases) lists each.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BindingInfo {
     /// The binding number (in descriptor set 0).
     pub binding: u32,
-    /// The variable's name, where the module keeps names.
+    /// The name of the binding's first variable, where the module keeps names.
     pub name: Option<String>,
-    /// Whether the kernel only reads the buffer (`readonly` in GLSL).
+    /// Whether the kernel only reads the buffer (`readonly` in GLSL): true
+    /// only where every alias is read-only.
     pub read_only: bool,
     /// The array stride of the buffer's runtime array, where its block is
-    /// one runtime array: the element size arguments must have.
+    /// one runtime array and every alias that has one agrees on it: the
+    /// element size arguments must have. `None` where aliases differ (see
+    /// [`aliases`](Self::aliases)).
     pub element_stride: Option<u32>,
+    /// Every variable declared on this binding, in declaration order (one
+    /// for most kernels).
+    pub aliases: Vec<BindingAlias>,
+}
+
+/// One variable declared on a storage-buffer binding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindingAlias {
+    /// The variable's name, where the module keeps names.
+    pub name: Option<String>,
+    /// Whether the kernel only reads the buffer through this variable.
+    pub read_only: bool,
+    /// The array stride of its runtime array, where its block is one
+    /// runtime array.
+    pub element_stride: Option<u32>,
+}
+
+impl BindingInfo {
+    /// Whether a buffer of `element_size`-byte elements and `byte_len`
+    /// bytes may bind here: its element size is the stride of some alias,
+    /// or its byte length is a whole number of elements of every alias.
+    /// `Err` carries the strides the binding's aliases declare.
+    pub(crate) fn accepts(&self, element_size: usize, byte_len: u64) -> Result<(), Vec<u32>> {
+        let strides: Vec<u32> = self
+            .aliases
+            .iter()
+            .filter_map(|a| a.element_stride)
+            .collect();
+        if strides.is_empty()
+            || strides.iter().any(|&s| s as usize == element_size)
+            || (strides.len() > 1 && strides.iter().all(|&s| byte_len % u64::from(s) == 0))
+        {
+            Ok(())
+        } else {
+            Err(strides)
+        }
+    }
 }
 
 /// One specialization constant of a kernel.
@@ -104,12 +148,24 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                         "`{what}` is an array of {nbind} buffers: bind one buffer per binding"
                     ));
                 }
-                bindings.push(BindingInfo {
-                    binding: desc_bind.bind(),
+                let alias = BindingAlias {
                     name: name.clone(),
                     read_only: *access == AccessType::ReadOnly,
                     element_stride: runtime_array_stride(ty),
-                });
+                };
+                match bindings
+                    .iter_mut()
+                    .find(|b: &&mut BindingInfo| b.binding == desc_bind.bind())
+                {
+                    Some(b) => b.aliases.push(alias),
+                    None => bindings.push(BindingInfo {
+                        binding: desc_bind.bind(),
+                        name: name.clone(),
+                        read_only: true,
+                        element_stride: None,
+                        aliases: vec![alias],
+                    }),
+                }
             }
             Variable::PushConstant { ty, .. } => {
                 push_size = ty
@@ -126,8 +182,11 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
         }
     }
     bindings.sort_by_key(|b| b.binding);
-    if let Some(pair) = bindings.windows(2).find(|w| w[0].binding == w[1].binding) {
-        return Err(format!("two variables share binding {}", pair[0].binding));
+    for b in &mut bindings {
+        b.read_only = b.aliases.iter().all(|a| a.read_only);
+        let mut strides = b.aliases.iter().filter_map(|a| a.element_stride);
+        let first = strides.next();
+        b.element_stride = first.filter(|s| strides.all(|t| t == *s));
     }
     spec_constants.sort_by_key(|s| s.id);
     spec_constants.dedup_by_key(|s| s.id);
@@ -228,6 +287,9 @@ pub(crate) fn local_size(words: &[u32], entry: &str, spec: &HashMap<u32, u32>) -
 }
 
 const OP_CAPABILITY: u32 = 17;
+const OP_EXTENSION: u32 = 10;
+const OP_TYPE_INT: u32 = 21;
+const STORAGE_CLASS_WORKGROUP: u32 = 4;
 const OP_MEMORY_MODEL: u32 = 14;
 const OP_TYPE_POINTER: u32 = 32;
 const OP_TYPE_FORWARD_POINTER: u32 = 39;
@@ -246,88 +308,6 @@ const OP_SPEC_CONSTANT_OP: u32 = 52;
 /// OpCopyObject, OpSelect, OpPhi.
 const POINTER_RESULTS: &[u32] = &[1, 46, 55, 57, 59, 61, 65, 66, 67, 70, 81, 83, 169, 245];
 const ADDRESSING_LOGICAL: u32 = 0;
-
-/// SPIR-V capabilities that depend on a device feature: (capability,
-/// its name, which feature).
-pub(crate) const FEATURE_CAPABILITIES: &[(u32, &str, Feature)] = &[
-    (9, "Float16", Feature::ShaderFloat16),
-    (10, "Float64", Feature::ShaderFloat64),
-    (11, "Int64", Feature::ShaderInt64),
-    (12, "Int64Atomics", Feature::ShaderBufferInt64Atomics),
-    (22, "Int16", Feature::ShaderInt16),
-    (39, "Int8", Feature::ShaderInt8),
-    (
-        4433,
-        "StorageBuffer16BitAccess",
-        Feature::StorageBuffer16Bit,
-    ),
-    (
-        4434,
-        "UniformAndStorageBuffer16BitAccess",
-        Feature::UniformAndStorageBuffer16Bit,
-    ),
-    (4435, "StoragePushConstant16", Feature::NotEnabled),
-    (4448, "StorageBuffer8BitAccess", Feature::StorageBuffer8Bit),
-    (
-        4449,
-        "UniformAndStorageBuffer8BitAccess",
-        Feature::UniformAndStorageBuffer8Bit,
-    ),
-    (4450, "StoragePushConstant8", Feature::NotEnabled),
-    (5345, "VulkanMemoryModel", Feature::VulkanMemoryModel),
-    (
-        5346,
-        "VulkanMemoryModelDeviceScope",
-        Feature::VulkanMemoryModel,
-    ),
-    (
-        5347,
-        "PhysicalStorageBufferAddresses",
-        Feature::BufferDeviceAddress,
-    ),
-];
-
-/// A device feature a capability needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Feature {
-    ShaderFloat16,
-    ShaderFloat64,
-    ShaderInt64,
-    ShaderBufferInt64Atomics,
-    ShaderInt16,
-    ShaderInt8,
-    StorageBuffer16Bit,
-    UniformAndStorageBuffer16Bit,
-    StorageBuffer8Bit,
-    UniformAndStorageBuffer8Bit,
-    /// `vulkanMemoryModel` with `vulkanMemoryModelDeviceScope` (vkcompute
-    /// enables neither without the other).
-    VulkanMemoryModel,
-    BufferDeviceAddress,
-    /// A feature vkcompute never enables.
-    NotEnabled,
-}
-
-impl Feature {
-    /// The feature's name in the Vulkan specification.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Feature::ShaderFloat16 => "shaderFloat16",
-            Feature::ShaderFloat64 => "shaderFloat64",
-            Feature::ShaderInt64 => "shaderInt64",
-            Feature::ShaderBufferInt64Atomics => "shaderBufferInt64Atomics",
-            Feature::ShaderInt16 => "shaderInt16",
-            Feature::ShaderInt8 => "shaderInt8",
-            Feature::StorageBuffer16Bit => "storageBuffer16BitAccess",
-            Feature::UniformAndStorageBuffer16Bit => "uniformAndStorageBuffer16BitAccess",
-            Feature::StorageBuffer8Bit => "storageBuffer8BitAccess",
-            Feature::UniformAndStorageBuffer8Bit => "uniformAndStorageBuffer8BitAccess",
-            Feature::VulkanMemoryModel => "vulkanMemoryModel with vulkanMemoryModelDeviceScope",
-            Feature::BufferDeviceAddress => "bufferDeviceAddress",
-            Feature::NotEnabled => "a feature vkcompute does not enable",
-        }
-    }
-}
 
 /// The storage classes a kernel of the safe API may use: UniformConstant
 /// (0) is absent since vkcompute binds no images or samplers; Input (1)
@@ -354,6 +334,19 @@ fn storage_class_name(class: u32) -> String {
 pub(crate) struct ModuleUse {
     /// Its `OpCapability` operands.
     pub(crate) capabilities: Vec<u32>,
+    /// Its `OpExtension` names.
+    pub(crate) extensions: Vec<String>,
+    /// Whether it declares a Workgroup variable with an initializer.
+    pub(crate) initialized_workgroup: bool,
+    /// Whether it uses the `LocalSizeId` execution mode.
+    pub(crate) local_size_id: bool,
+    /// Whether it has 64-bit integer atomics on memory other than
+    /// Workgroup (buffers), and on Workgroup memory.
+    pub(crate) int64_atomics_buffer: bool,
+    pub(crate) int64_atomics_shared: bool,
+    /// Its execution modes with one literal operand (mode, operand): the
+    /// float-controls modes name a float width.
+    pub(crate) float_modes: Vec<(u32, u32)>,
     /// How it addresses memory through pointers, where it does: the first
     /// construct found, named.
     pub(crate) pointers: Option<String>,
@@ -369,6 +362,11 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
     let mut found = ModuleUse::default();
     let mut pointer_types: HashSet<u32> = HashSet::new();
     let mut pointer_ids: HashSet<u32> = HashSet::new();
+    // For 64-bit atomics: the 64-bit integer types, each pointer type's
+    // (storage class, pointee), and each pointer value's type.
+    let mut int64_types: HashSet<u32> = HashSet::new();
+    let mut pointee: HashMap<u32, (u32, u32)> = HashMap::new();
+    let mut pointer_value_types: HashMap<u32, u32> = HashMap::new();
     let note = |found: &mut ModuleUse, what: String| {
         found.pointers.get_or_insert(what);
     };
@@ -378,8 +376,24 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
             && pointer_types.contains(&operands[0])
         {
             pointer_ids.insert(operands[1]);
+            pointer_value_types.insert(operands[1], operands[0]);
+        }
+        if let Some(pointer) = atomic_pointer(op, operands) {
+            let class = pointer_value_types
+                .get(&pointer)
+                .and_then(|t| pointee.get(t))
+                .filter(|(_, target)| int64_types.contains(target))
+                .map(|(class, _)| *class);
+            match class {
+                Some(STORAGE_CLASS_WORKGROUP) => found.int64_atomics_shared = true,
+                Some(_) => found.int64_atomics_buffer = true,
+                None => {}
+            }
         }
         match op {
+            OP_TYPE_INT if operands.len() >= 2 && operands[1] == 64 => {
+                int64_types.insert(operands[0]);
+            }
             OP_CAPABILITY if !operands.is_empty() => {
                 let capability = operands[0];
                 found.capabilities.push(capability);
@@ -405,6 +419,9 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
             }
             OP_TYPE_POINTER | OP_TYPE_FORWARD_POINTER if operands.len() >= 2 => {
                 pointer_types.insert(operands[0]);
+                if let Some(&target) = operands.get(2) {
+                    pointee.insert(operands[0], (operands[1], target));
+                }
                 if !SAFE_STORAGE_CLASSES.contains(&operands[1]) {
                     note(
                         &mut found,
@@ -414,6 +431,16 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
                         ),
                     );
                 }
+            }
+            OP_EXTENSION => found.extensions.push(literal_string(operands)),
+            OP_EXECUTION_MODE if operands.len() == 3 => {
+                found.float_modes.push((operands[1], operands[2]));
+            }
+            OP_EXECUTION_MODE_ID if operands.len() >= 2 && operands[1] == MODE_LOCAL_SIZE_ID => {
+                found.local_size_id = true;
+            }
+            OP_VARIABLE if operands.len() >= 4 && operands[2] == STORAGE_CLASS_WORKGROUP => {
+                found.initialized_workgroup = true;
             }
             OP_VARIABLE if operands.len() >= 3 && !SAFE_STORAGE_CLASSES.contains(&operands[2]) => {
                 note(
@@ -457,6 +484,16 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
         }
     }
     found
+}
+
+/// The pointer operand of an atomic instruction (OpAtomicLoad 227 to
+/// OpAtomicXor 242; OpAtomicStore, 228, has no result).
+fn atomic_pointer(op: u32, operands: &[u32]) -> Option<u32> {
+    match op {
+        228 => operands.first().copied(),
+        227..=242 => operands.get(2).copied(),
+        _ => None,
+    }
 }
 
 /// Checks that `words` is a well-formed SPIR-V module: a valid header and
@@ -575,6 +612,33 @@ mod tests {
             assert_eq!(module_use(words).pointers, None, "{name}");
         }
         assert_eq!(found(&[]), None);
+    }
+
+    #[cfg(feature = "glsl")]
+    #[test]
+    fn sixty_four_bit_atomics_are_told_apart_by_the_memory_they_use() {
+        let kernel = |body: &str| {
+            let source = format!(
+                "#version 450\n#extension GL_EXT_shader_atomic_int64 : require\n\
+                 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n\
+                 layout(local_size_x = 8) in;\n\
+                 layout(std430, binding = 0) buffer B {{ uint64_t b[8]; uint c[8]; }};\n\
+                 shared uint64_t s[8];\nshared uint t[8];\n\
+                 void main() {{ uint i = gl_LocalInvocationID.x; {body} }}\n"
+            );
+            let words = crate::shader_build::compile_glsl(&source, "atomics.comp", "main").unwrap();
+            let found = module_use(&words);
+            (found.int64_atomics_buffer, found.int64_atomics_shared)
+        };
+        assert_eq!(kernel("atomicAdd(b[i], 1ul);"), (true, false));
+        assert_eq!(
+            kernel("s[i] = 0ul; barrier(); atomicAdd(s[i], 1ul); b[i] = s[i];"),
+            (false, true)
+        );
+        assert_eq!(
+            kernel("t[i] = 0u; barrier(); atomicAdd(t[i], 1u); c[i] = atomicAdd(c[i], t[i]);"),
+            (false, false)
+        );
     }
 
     #[test]

@@ -6,9 +6,10 @@
 use crate::error::{Error, Result};
 
 /// Who answers for a module's validity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Trust {
     /// The safe API: vkcompute checks the module.
+    #[default]
     Check,
     /// An `unsafe` loader: the caller guarantees the module is valid.
     CallerVouches,

@@ -2,6 +2,11 @@
 //! can be wrong. Each must return the expected error variant with a message
 //! naming the argument and the limit, must not panic, and must leave the
 //! context working and every other buffer's data intact.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

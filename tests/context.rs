@@ -1,5 +1,10 @@
 //! The context: device listing and choice, names and limits, and bad input
 //! that must fail cleanly and leave the context working.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

@@ -1,5 +1,10 @@
 //! Run-time GLSL (feature `glsl`): compiling, compile errors with line
 //! numbers, and descriptor types vkcompute does not bind.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 #![cfg(feature = "glsl")]
 
 mod common;

@@ -1,5 +1,10 @@
 //! The host side: host buffers, safe host slices, map_to_host on both
 //! memory paths, printing in the seed's format, raw-pointer copies.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

@@ -565,26 +565,25 @@ fn written_arguments_that_overlap_are_refused_and_read_only_aliases_run() {
     });
 }
 
-/// 8-bit push constants need `storagePushConstant8`, which vkcompute
-/// never enables.
-const BYTE_PUSH_CONSTANT: &str = r#"#version 450
-#extension GL_EXT_shader_8bit_storage : require
-#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
+/// Float atomics need VK_EXT_shader_atomic_float, which vkcompute does
+/// not enable.
+const FLOAT_ATOMIC: &str = r#"#version 450
+#extension GL_EXT_shader_atomic_float : require
 layout(local_size_x = 1) in;
-layout(std430, binding = 0) buffer Data { uint data[]; };
-layout(push_constant) uniform P { uint8_t x; } p;
+layout(std430, binding = 0) buffer Data { float data[]; };
 void main() {
-    data[0] = uint(p.x);
+    atomicAdd(data[0], 1.0);
 }
 "#;
 
 #[test]
 fn a_capability_whose_feature_is_not_enabled_is_refused_at_load() {
     run_with(common::options(Path::Direct), "capabilities", |ctx| {
-        match Kernel::from_glsl(ctx, BYTE_PUSH_CONSTANT, "main") {
+        match Kernel::from_glsl(ctx, FLOAT_ATOMIC, "main") {
             Err(Error::UnsupportedKernel { kernel, reason }) => {
                 assert_eq!(kernel, "main");
-                assert!(reason.contains("StoragePushConstant8"), "{reason}");
+                assert!(reason.contains("AtomicFloat32AddEXT"), "{reason}");
+                assert!(reason.contains("VK_EXT_shader_atomic_float"), "{reason}");
             }
             other => panic!("expected UnsupportedKernel, got {other:?}"),
         }

@@ -498,7 +498,10 @@ fn invalid_spirv_is_rejected_at_load() {
 #[test]
 fn the_staging_option_does_not_change_kernel_results() {
     run_with(
-        ContextOptions::new().validation(true).force_staging(true),
+        ContextOptions::new()
+            .validation(true)
+            .force_staging(true)
+            .pipeline_cache_dir(None),
         "staging",
         |ctx| {
             let kernel = Kernel::new(ctx, shaders::SAXPY, "main").unwrap();

@@ -1,6 +1,11 @@
 //! Buffer lifetimes: clones share memory; a buffer dropped with work in
 //! flight is freed only after the stream passes it; dropped buffers are
 //! reclaimed as the stream moves on, without `synchronize`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

@@ -1,10 +1,15 @@
 //! Several contexts: streams of one device ordered by semaphores, and
 //! copies between devices through the host.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 
 use common::{run_with, Path};
-use vkcompute::{DeviceContext, Error};
+use vkcompute::{ContextOptions, DeviceContext, Error};
 
 #[test]
 fn work_on_two_streams_is_ordered_by_the_buffers_it_touches() {
@@ -81,8 +86,11 @@ fn copies_between_devices_go_through_the_host() {
 
 #[test]
 fn contexts_are_independent_devices_on_lavapipe() {
-    let a = DeviceContext::new().unwrap();
-    let b = DeviceContext::new().unwrap();
+    // Default options, but no pipeline cache on disk (tests leave the
+    // user's cache directory alone).
+    let options = || ContextOptions::new().pipeline_cache_dir(None);
+    let a = DeviceContext::with_options(options()).unwrap();
+    let b = DeviceContext::with_options(options()).unwrap();
     assert_eq!(a.name(), b.name());
     assert_ne!(a.raw_device().handle(), b.raw_device().handle());
 }

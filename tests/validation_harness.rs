@@ -1,5 +1,10 @@
 //! The harness catches validation messages: a deliberate misuse through the
 //! raw `ash` device is reported, so clean runs elsewhere mean something.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 

@@ -2,6 +2,7 @@
 
 use std::ffi::c_char;
 use std::mem::ManuallyDrop;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -10,6 +11,7 @@ use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 
 use super::adapter::{Adapter, Features, KernelFeatures};
 use super::instance::Instance;
+use super::pipeline_cache::{self, DiskCache};
 use crate::error::{Error, Result, VkResultExt};
 use crate::memory::{BufferCache, RawBuffer};
 use crate::pipeline::ComputePipeline;
@@ -18,8 +20,10 @@ use crate::pipeline::ComputePipeline;
 const MAX_QUEUES: u32 = 4;
 
 /// Choices made when a device is opened.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct DeviceOptions {
+    /// The directory of the on-disk pipeline cache, or `None` for none.
+    pub(crate) pipeline_cache_dir: Option<PathBuf>,
     /// Use `VK_KHR_push_descriptor` where the device has it.
     pub(crate) push_descriptors: bool,
     /// Use synchronization2 barriers where the device has them.
@@ -56,6 +60,10 @@ pub(crate) struct Device {
     pub(crate) features: Features,
     memory_budget: bool,
     pub(crate) pipeline_cache: vk::PipelineCache,
+    /// Where the pipeline cache is saved when the device is destroyed.
+    disk_cache: Option<DiskCache>,
+    /// Whether the pipeline cache started from a file.
+    pub(crate) pipeline_cache_loaded: bool,
     allocator: ManuallyDrop<Mutex<Allocator>>,
     /// Retired buffers kept for reuse (leaf lock, like the allocator's).
     buffer_cache: Mutex<BufferCache>,
@@ -140,7 +148,11 @@ impl Device {
             .shader_int16(f.shader_int16);
         let mut v11 = vk::PhysicalDeviceVulkan11Features::default()
             .storage_buffer16_bit_access(f.storage_buffer_16bit)
-            .uniform_and_storage_buffer16_bit_access(f.uniform_and_storage_buffer_16bit);
+            .uniform_and_storage_buffer16_bit_access(f.uniform_and_storage_buffer_16bit)
+            .storage_push_constant16(f.storage_push_constant_16)
+            .variable_pointers_storage_buffer(f.variable_pointers_storage_buffer)
+            // variablePointers requires variablePointersStorageBuffer.
+            .variable_pointers(f.variable_pointers && f.variable_pointers_storage_buffer);
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default()
             .timeline_semaphore(true)
             .storage_buffer8_bit_access(f.storage_buffer_8bit)
@@ -151,12 +163,50 @@ impl Device {
             .host_query_reset(f.host_query_reset)
             .scalar_block_layout(f.scalar_block_layout)
             .shader_buffer_int64_atomics(f.shader_buffer_int64_atomics)
+            .shader_shared_int64_atomics(f.shader_shared_int64_atomics)
+            .storage_push_constant8(f.storage_push_constant_8)
             .vulkan_memory_model(memory_model)
             .vulkan_memory_model_device_scope(memory_model);
         let mut v13 = vk::PhysicalDeviceVulkan13Features {
             synchronization2: b(synchronization2),
+            shader_integer_dot_product: b(f.shader_integer_dot_product),
+            shader_zero_initialize_workgroup_memory: b(f.zero_initialize_workgroup_memory),
+            subgroup_size_control: b(f.subgroup_size_control),
+            compute_full_subgroups: b(f.compute_full_subgroups),
+            maintenance4: b(f.maintenance4),
             ..Default::default()
         };
+        // On Vulkan 1.2, the same features through their extensions.
+        let ext = adapter.feature_extensions;
+        let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
+            .shader_integer_dot_product(f.shader_integer_dot_product);
+        let mut zero = vk::PhysicalDeviceZeroInitializeWorkgroupMemoryFeatures::default()
+            .shader_zero_initialize_workgroup_memory(f.zero_initialize_workgroup_memory);
+        let mut sizes = vk::PhysicalDeviceSubgroupSizeControlFeatures::default()
+            .subgroup_size_control(f.subgroup_size_control)
+            .compute_full_subgroups(f.compute_full_subgroups);
+        for (on, name) in [
+            (
+                ext.integer_dot_product,
+                ash::khr::shader_integer_dot_product::NAME,
+            ),
+            (
+                ext.zero_initialize_workgroup_memory,
+                ash::khr::zero_initialize_workgroup_memory::NAME,
+            ),
+            (
+                ext.subgroup_size_control,
+                ash::ext::subgroup_size_control::NAME,
+            ),
+            (
+                ext.non_semantic_info,
+                ash::khr::shader_non_semantic_info::NAME,
+            ),
+        ] {
+            if on {
+                extensions.push(name.as_ptr());
+            }
+        }
         let mut info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
             .enabled_extension_names(&extensions)
@@ -171,6 +221,15 @@ impl Device {
         if robust2 {
             info = info.push_next(&mut robustness2);
         }
+        if ext.integer_dot_product {
+            info = info.push_next(&mut dot);
+        }
+        if ext.zero_initialize_workgroup_memory {
+            info = info.push_next(&mut zero);
+        }
+        if ext.subgroup_size_control {
+            info = info.push_next(&mut sizes);
+        }
         // SAFETY: `adapter.raw` belongs to `instance`; every pointer in `info`
         // refers to locals that outlive the call.
         let raw = unsafe { instance.raw.create_device(adapter.raw, &info, None) }
@@ -178,6 +237,10 @@ impl Device {
 
         // From here on, `DeviceParts` destroys the device if a later step fails.
         let parts = DeviceParts { raw: Some(raw) };
+        let disk = options
+            .pipeline_cache_dir
+            .as_deref()
+            .map(|dir| DiskCache::open(dir, &adapter));
         let enabled = Enabled {
             queue_family: family.index,
             queue_count,
@@ -194,6 +257,7 @@ impl Device {
             enabled,
             enabled_features,
             true,
+            disk,
         )?;
         // The device now belongs to `device`, which destroys it when dropped.
         let _ = parts.release();
@@ -226,7 +290,7 @@ impl Device {
             synchronization2: enabled.synchronization2,
             ..f
         };
-        Self::assemble(instance, adapter, raw, enabled, features, false)
+        Self::assemble(instance, adapter, raw, enabled, features, false, None)
     }
 
     /// Everything after `vkCreateDevice`: queues, allocator, pipeline cache.
@@ -237,6 +301,7 @@ impl Device {
         enabled: Enabled,
         features: Features,
         owned: bool,
+        disk: Option<(DiskCache, Option<Vec<u8>>)>,
     ) -> Result<Arc<Self>> {
         adapter.info.enabled = Some(KernelFeatures {
             robust_buffer_access: features.robust_buffer_access,
@@ -244,6 +309,20 @@ impl Device {
             vulkan_memory_model: features.vulkan_memory_model,
             vulkan_memory_model_device_scope: features.vulkan_memory_model_device_scope,
             buffer_device_address: features.buffer_device_address,
+            shader_float16: features.shader_float16,
+            shader_float64: features.shader_float64,
+            shader_int8: features.shader_int8,
+            shader_int16: features.shader_int16,
+            shader_int64: features.shader_int64,
+            storage_buffer_8bit: features.storage_buffer_8bit,
+            storage_buffer_16bit: features.storage_buffer_16bit,
+            storage_push_constant_8: features.storage_push_constant_8,
+            storage_push_constant_16: features.storage_push_constant_16,
+            shader_buffer_int64_atomics: features.shader_buffer_int64_atomics,
+            shader_shared_int64_atomics: features.shader_shared_int64_atomics,
+            shader_integer_dot_product: features.shader_integer_dot_product,
+            zero_initialize_workgroup_memory: features.zero_initialize_workgroup_memory,
+            subgroup_size_control: features.subgroup_size_control,
         });
         let queues = (0..enabled.queue_count)
             // SAFETY: the queues were created with the device.
@@ -261,10 +340,11 @@ impl Device {
             what: "the allocator".into(),
             detail: e.to_string(),
         })?;
-        // SAFETY: a valid, empty create info.
-        let pipeline_cache =
-            unsafe { raw.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
-                .during("vkCreatePipelineCache")?;
+        let (disk_cache, initial) = match disk {
+            Some((cache, data)) => (Some(cache), data),
+            None => (None, None),
+        };
+        let (pipeline_cache, pipeline_cache_loaded) = create_pipeline_cache(&raw, initial)?;
         let push_descriptor = enabled
             .push_descriptors
             .then(|| ash::khr::push_descriptor::Device::new(&instance.raw, &raw));
@@ -279,6 +359,8 @@ impl Device {
             features,
             memory_budget: enabled.memory_budget,
             pipeline_cache,
+            disk_cache,
+            pipeline_cache_loaded,
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
             buffer_cache: Mutex::new(BufferCache::new(cache_limit(&adapter))),
             orphans: Mutex::new(Vec::new()),
@@ -291,6 +373,43 @@ impl Device {
             adapter,
             instance,
         }))
+    }
+
+    /// The file the pipeline cache is saved to, if any.
+    pub(crate) fn pipeline_cache_file(&self) -> Option<&Path> {
+        self.disk_cache.as_ref().map(|d| d.file.as_path())
+    }
+
+    /// Writes the pipeline cache to its file, where it has one and the
+    /// data changed since it was loaded.
+    fn save_pipeline_cache(&self) {
+        let Some(disk) = &self.disk_cache else {
+            return;
+        };
+        if let Some(theirs) = disk.written_since(&self.adapter) {
+            let info = vk::PipelineCacheCreateInfo::default().initial_data(&theirs);
+            // SAFETY: a valid create info; the data was checked to start with
+            // this device's cache header, and the driver checks the rest.
+            if let Ok(other) = unsafe { self.raw.create_pipeline_cache(&info, None) } {
+                // SAFETY: both caches belong to this device, the destination
+                // is not among the sources, and no pipeline is being created
+                // (the device is being dropped). A failed merge leaves ours as
+                // it was.
+                unsafe {
+                    let _ = self
+                        .raw
+                        .merge_pipeline_caches(self.pipeline_cache, &[other]);
+                    self.raw.destroy_pipeline_cache(other, None);
+                }
+            }
+        }
+        // SAFETY: the cache belongs to this device and is still alive.
+        let Ok(data) = (unsafe { self.raw.get_pipeline_cache_data(self.pipeline_cache) }) else {
+            return;
+        };
+        if pipeline_cache::matches_device(&data, &self.adapter) && disk.changed(&data) {
+            disk.save(&data);
+        }
     }
 
     /// The cache of loaded kernels, locked.
@@ -414,6 +533,26 @@ impl Device {
     }
 }
 
+/// The device's pipeline cache, from `initial` data where the driver
+/// accepts it (else empty), and whether it came from that data.
+fn create_pipeline_cache(
+    raw: &ash::Device,
+    initial: Option<Vec<u8>>,
+) -> Result<(vk::PipelineCache, bool)> {
+    if let Some(data) = initial {
+        let info = vk::PipelineCacheCreateInfo::default().initial_data(&data);
+        // SAFETY: a valid create info; `data` was checked to start with this
+        // device's cache header, and the driver checks the rest.
+        if let Ok(cache) = unsafe { raw.create_pipeline_cache(&info, None) } {
+            return Ok((cache, true));
+        }
+    }
+    // SAFETY: a valid, empty create info.
+    let cache = unsafe { raw.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
+        .during("vkCreatePipelineCache")?;
+    Ok((cache, false))
+}
+
 /// The bytes of retired buffers a device keeps for reuse: a quarter of its
 /// device-local memory, at most 512 MiB.
 fn cache_limit(adapter: &Adapter) -> u64 {
@@ -486,8 +625,11 @@ impl Drop for Device {
         // left; waiting makes sure no submitted work still runs.
         unsafe {
             let _ = self.raw.device_wait_idle();
-            self.raw.destroy_pipeline_cache(self.pipeline_cache, None);
         }
+        self.save_pipeline_cache();
+        // SAFETY: no pipeline is being created (every user of the device
+        // is gone), and the cache is destroyed once.
+        unsafe { self.raw.destroy_pipeline_cache(self.pipeline_cache, None) };
         self.release_cached_buffers();
         let orphans = std::mem::take(self.orphans.get_mut().unwrap_or_else(|e| e.into_inner()));
         for raw in orphans {

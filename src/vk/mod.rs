@@ -7,10 +7,14 @@ mod conv;
 mod debug;
 mod device;
 mod instance;
+mod pipeline_cache;
 
-pub use adapter::{DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures};
+pub use adapter::{
+    ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, SubgroupInfo,
+};
 pub use debug::{Severity, ValidationLog, ValidationMessage};
 
-pub(crate) use adapter::Adapter;
+pub(crate) use adapter::{Adapter, Features};
 pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
 pub(crate) use instance::Instance;
+pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;

@@ -22,10 +22,13 @@ pub enum Path {
 pub const PATHS: [Path; 2] = [Path::Direct, Path::Staging];
 
 /// Options of a validated context on the memory path `path`.
+/// No test writes the user's pipeline cache: those that test it give a
+/// directory of their own.
 pub fn options(path: Path) -> ContextOptions {
     ContextOptions::new()
         .validation(true)
         .force_staging(path == Path::Staging)
+        .pipeline_cache_dir(None)
 }
 
 /// A validated context; a missing device or layer fails the test.
@@ -70,6 +73,53 @@ pub fn on_each_path(test: impl Fn(&DeviceContext, Path)) {
             test(ctx, path)
         });
     }
+}
+
+/// Runs `test` on both descriptor paths (push descriptors and pooled
+/// sets), each on a fresh validated context.
+pub fn on_each_descriptor_path(test: impl Fn(&DeviceContext)) {
+    for push in [true, false] {
+        let options = options(Path::Direct).push_descriptors(push);
+        run_with(options, &format!("push descriptors {push}"), &test);
+    }
+}
+
+/// A fresh directory under the system's temporary directory, removed
+/// when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("vkcompute-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Whether SPIR-V `words` declare a Workgroup variable with an initializer
+/// (what needs `shaderZeroInitializeWorkgroupMemory`): an `OpVariable`
+/// (opcode 59) of five words in storage class Workgroup (4).
+pub fn has_initialized_workgroup_variable(words: &[u32]) -> bool {
+    let mut at = 5;
+    while at < words.len() {
+        let count = (words[at] >> 16) as usize;
+        if count == 0 {
+            return false;
+        }
+        if words[at] & 0xffff == 59 && count == 5 && words.get(at + 3) == Some(&4) {
+            return true;
+        }
+        at += count;
+    }
+    false
 }
 
 /// Deterministic pseudo-random numbers (xorshift64*), never all zero.

@@ -1,0 +1,297 @@
+//! GLSL at run time as real shader trees are written (feature `glsl`):
+//! macro definitions, `#include` resolved through directories and a
+//! callback for embedded sources, specialization constants, the target
+//! environment and the optimization level, compiled with shaderc.
+#![deny(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+
+use crate::context::DeviceContext;
+use crate::error::{Error, Result};
+use crate::kernel::{Kernel, SpecValue};
+
+/// The Vulkan environment GLSL is compiled for, which sets the SPIR-V
+/// version (Vulkan 1.1: SPIR-V 1.3, 1.2: 1.5, 1.3: 1.6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GlslTarget {
+    /// Vulkan 1.1 (SPIR-V 1.3).
+    Vulkan1_1,
+    /// Vulkan 1.2 (SPIR-V 1.5), the default: what every vkcompute device runs.
+    #[default]
+    Vulkan1_2,
+    /// Vulkan 1.3 (SPIR-V 1.6): only for devices of Vulkan 1.3.
+    Vulkan1_3,
+}
+
+/// How much the SPIR-V is optimized.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GlslOptimization {
+    /// No optimization (the module as glslang emits it).
+    None,
+    /// For size.
+    Size,
+    /// For speed, the default (as the build-time helper compiles).
+    #[default]
+    Performance,
+}
+
+/// A callback resolving `#include`s to embedded sources: given the
+/// requested name and the name of the including file, the source or `None`.
+type IncludeFn<'a> = dyn Fn(&str, &str) -> Option<String> + 'a;
+type IncludeCallback<'a> = Box<IncludeFn<'a>>;
+
+/// Compiles GLSL compute-shader source at run time and loads it: see
+/// [`Kernel::glsl`].
+///
+/// ```
+/// # fn main() -> vkcompute::Result<()> {
+/// use vkcompute::{DeviceContext, Kernel};
+/// let ctx = DeviceContext::new()?;
+/// let source = r#"#version 450
+/// #include "scale.glsl"
+/// layout(local_size_x_id = 0) in;
+/// layout(std430, binding = 0) buffer Data { float data[]; };
+/// void main() { data[gl_GlobalInvocationID.x] = scale(data[gl_GlobalInvocationID.x]); }
+/// "#;
+/// let kernel = Kernel::glsl(source)
+///     .define("FACTOR", "3.0")
+///     .include_callback(|name, _from| {
+///         (name == "scale.glsl").then(|| "float scale(float x) { return x * FACTOR; }".into())
+///     })
+///     .specialize(0, 32u32)
+///     .build(&ctx)?;
+/// let data = ctx.enqueue_create_buffer::<f32>(64)?;
+/// data.enqueue_fill(2.0)?;
+/// ctx.enqueue_function(&kernel, 2, &[data.arg()], &())?;
+/// assert_eq!(data.to_vec()?, vec![6.0; 64]);
+/// # Ok(()) }
+/// ```
+pub struct GlslBuilder<'a> {
+    source: &'a str,
+    file_name: String,
+    entry: String,
+    defines: Vec<(String, Option<String>)>,
+    include_dirs: Vec<PathBuf>,
+    include_callback: Option<IncludeCallback<'a>>,
+    specialization: Vec<(u32, SpecValue)>,
+    target: GlslTarget,
+    optimization: GlslOptimization,
+    warnings_as_errors: bool,
+    subgroup_size: Option<u32>,
+    pointers: bool,
+}
+
+impl Kernel {
+    /// A builder that compiles GLSL compute-shader `source` at run time
+    /// (feature `glsl`) with macro definitions, `#include` resolution,
+    /// specialization constants, a target environment and an optimization
+    /// level, then loads it like [`Kernel::builder`]. A compile error is
+    /// [`Error::ShaderCompilation`] with the file names and line numbers
+    /// of the compiler's messages (of an included file where the error is
+    /// there).
+    pub fn glsl(source: &str) -> GlslBuilder<'_> {
+        GlslBuilder {
+            source,
+            file_name: "kernel.comp".into(),
+            entry: "main".into(),
+            defines: Vec::new(),
+            include_dirs: Vec::new(),
+            include_callback: None,
+            specialization: Vec::new(),
+            target: GlslTarget::default(),
+            optimization: GlslOptimization::default(),
+            warnings_as_errors: false,
+            subgroup_size: None,
+            pointers: false,
+        }
+    }
+}
+
+impl<'a> GlslBuilder<'a> {
+    /// The same as [`Kernel::glsl`]`(source)`.
+    pub fn new(source: &'a str) -> Self {
+        Kernel::glsl(source)
+    }
+
+    /// The source's file name in messages, and the directory a
+    /// `#include "..."` is looked up in first where it is a path (default
+    /// `kernel.comp`).
+    pub fn file_name(mut self, name: impl Into<String>) -> Self {
+        self.file_name = name.into();
+        self
+    }
+
+    /// The entry point's name in the module (default `main`).
+    pub fn entry(mut self, name: &str) -> Self {
+        self.entry = name.to_string();
+        self
+    }
+
+    /// Defines macro `name` as `value` (`-D name=value`).
+    pub fn define(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.defines.push((name.to_string(), Some(value.into())));
+        self
+    }
+
+    /// Defines macro `name` with no value (`-D name`).
+    pub fn define_flag(mut self, name: &str) -> Self {
+        self.defines.push((name.to_string(), None));
+        self
+    }
+
+    /// Adds a directory `#include`s are looked up in (`-I dir`), after the
+    /// including file's own directory for `#include "..."`; directories are
+    /// searched in the order added, then the callback is asked.
+    pub fn include_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.include_dirs.push(dir.into());
+        self
+    }
+
+    /// Resolves `#include`s the directories do not have, for sources
+    /// embedded in the program: `f(name, including_file)` returns the
+    /// source, or `None` where it has none.
+    pub fn include_callback(mut self, f: impl Fn(&str, &str) -> Option<String> + 'a) -> Self {
+        self.include_callback = Some(Box::new(f));
+        self
+    }
+
+    /// Sets specialization constant `id` to `value`, as
+    /// [`KernelBuilder::specialize`](crate::KernelBuilder::specialize).
+    pub fn specialize(mut self, id: u32, value: impl Into<SpecValue>) -> Self {
+        self.specialization.retain(|(i, _)| *i != id);
+        self.specialization.push((id, value.into()));
+        self
+    }
+
+    /// The Vulkan environment to compile for (default Vulkan 1.2).
+    pub fn target(mut self, target: GlslTarget) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// The optimization level (default: performance).
+    pub fn optimization(mut self, level: GlslOptimization) -> Self {
+        self.optimization = level;
+        self
+    }
+
+    /// Makes compiler warnings errors (default: off).
+    pub fn warnings_as_errors(mut self, on: bool) -> Self {
+        self.warnings_as_errors = on;
+        self
+    }
+
+    /// Requires a subgroup size, as
+    /// [`KernelBuilder::subgroup_size`](crate::KernelBuilder::subgroup_size).
+    pub fn subgroup_size(mut self, size: u32) -> Self {
+        self.subgroup_size = Some(size);
+        self
+    }
+
+    /// Accepts pointer addressing, as
+    /// [`KernelBuilder::allow_pointer_addressing`](crate::KernelBuilder::allow_pointer_addressing).
+    pub fn allow_pointer_addressing(mut self) -> Self {
+        self.pointers = true;
+        self
+    }
+
+    /// Compiles the source to SPIR-V words, without loading them.
+    pub fn compile(&self) -> Result<Vec<u32>> {
+        let failed = |message: String| Error::ShaderCompilation { message };
+        let compiler = shaderc::Compiler::new()
+            .map_err(|e| failed(format!("shaderc could not start: {e}")))?;
+        let mut options = shaderc::CompileOptions::new()
+            .map_err(|e| failed(format!("shaderc options could not be made: {e}")))?;
+        options.set_optimization_level(match self.optimization {
+            GlslOptimization::None => shaderc::OptimizationLevel::Zero,
+            GlslOptimization::Size => shaderc::OptimizationLevel::Size,
+            GlslOptimization::Performance => shaderc::OptimizationLevel::Performance,
+        });
+        let env = match self.target {
+            GlslTarget::Vulkan1_1 => shaderc::EnvVersion::Vulkan1_1,
+            GlslTarget::Vulkan1_2 => shaderc::EnvVersion::Vulkan1_2,
+            GlslTarget::Vulkan1_3 => shaderc::EnvVersion::Vulkan1_3,
+        };
+        options.set_target_env(shaderc::TargetEnv::Vulkan, env as u32);
+        if self.warnings_as_errors {
+            options.set_warnings_as_errors();
+        }
+        for (name, value) in &self.defines {
+            options.add_macro_definition(name, value.as_deref());
+        }
+        let dirs = &self.include_dirs;
+        let callback = &self.include_callback;
+        options.set_include_callback(move |name, kind, from, _depth| {
+            resolve_include(name, kind, from, dirs, callback.as_deref())
+        });
+        compiler
+            .compile_into_spirv(
+                self.source,
+                shaderc::ShaderKind::Compute,
+                &self.file_name,
+                &self.entry,
+                Some(&options),
+            )
+            .map(|artifact| artifact.as_binary().to_vec())
+            .map_err(|e| failed(e.to_string()))
+    }
+
+    /// Compiles the source and loads the kernel on `ctx`'s device.
+    pub fn build(self, ctx: &DeviceContext) -> Result<Kernel> {
+        let words = self.compile()?;
+        let mut builder = Kernel::builder(&words).entry(&self.entry);
+        for (id, value) in &self.specialization {
+            builder = builder.specialize(*id, *value);
+        }
+        if let Some(size) = self.subgroup_size {
+            builder = builder.subgroup_size(size);
+        }
+        if self.pointers {
+            builder = builder.allow_pointer_addressing();
+        }
+        builder.build(ctx)
+    }
+}
+
+/// Finds `#include` `name` of file `from`: `"name"` in `from`'s directory
+/// first, then in `dirs`, then through `callback`.
+fn resolve_include(
+    name: &str,
+    kind: shaderc::IncludeType,
+    from: &str,
+    dirs: &[PathBuf],
+    callback: Option<&IncludeFn<'_>>,
+) -> shaderc::IncludeCallbackResult {
+    let own_dir = match kind {
+        shaderc::IncludeType::Relative => Path::new(from)
+            .parent()
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .map(Path::to_path_buf),
+        shaderc::IncludeType::Standard => None,
+    };
+    let candidates = own_dir.iter().chain(dirs).map(|dir| dir.join(name));
+    for path in candidates {
+        if let Ok(content) = std::fs::read_to_string(&path) {
+            return Ok(shaderc::ResolvedInclude {
+                resolved_name: path.to_string_lossy().into_owned(),
+                content,
+            });
+        }
+    }
+    if let Some(content) = callback.and_then(|f| f(name, from)) {
+        return Ok(shaderc::ResolvedInclude {
+            resolved_name: name.to_string(),
+            content,
+        });
+    }
+    let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    Err(format!(
+        "`{name}` (included from {from}) was not found in the include directories [{}]{}",
+        searched.join(", "),
+        if callback.is_some() {
+            " nor by the include callback"
+        } else {
+            ""
+        }
+    ))
+}
