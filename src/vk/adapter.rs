@@ -59,6 +59,16 @@ pub struct DeviceInfo {
     /// `None` in a [`DeviceContext::devices`](crate::DeviceContext::devices)
     /// listing, which opens no device.
     pub enabled: Option<KernelFeatures>,
+    /// `deviceUUID`: the same for every `VkDevice` opened on this physical
+    /// device, in every process and API (CUDA, OpenCL, other Vulkan
+    /// instances) that reports it. Memory exported from one device can be
+    /// imported only where this matches.
+    pub uuid: [u8; 16],
+    /// `driverUUID`: opaque handles (opaque file descriptors) move only
+    /// between drivers that report the same value.
+    pub driver_uuid: [u8; 16],
+    /// `deviceLUID` where the device reports one (on Windows, mostly).
+    pub luid: Option<[u8; 8]>,
 }
 
 /// Device features that decide what a kernel's memory accesses can do, as
@@ -210,7 +220,16 @@ impl Adapter {
         let mut driver = vk::PhysicalDeviceDriverProperties::default();
         let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
         let mut maintenance4 = vk::PhysicalDeviceMaintenance4Properties::default();
-        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maintenance3);
+        let mut ids = vk::PhysicalDeviceIDProperties::default();
+        // SAFETY: `raw` comes from this instance's enumeration.
+        let extensions: Vec<CString> = unsafe { vki.enumerate_device_extension_properties(raw) }
+            .during("vkEnumerateDeviceExtensionProperties")?
+            .iter()
+            .filter_map(|p| p.extension_name_as_c_str().ok().map(CStr::to_owned))
+            .collect();
+        let mut props2 = vk::PhysicalDeviceProperties2::default()
+            .push_next(&mut maintenance3)
+            .push_next(&mut ids);
         if new_enough {
             props2 = props2.push_next(&mut driver);
         }
@@ -220,13 +239,6 @@ impl Adapter {
         // SAFETY: the chain holds only structs of the device's API version.
         unsafe { vki.get_physical_device_properties2(raw, &mut props2) };
         let properties = props2.properties;
-
-        // SAFETY: `raw` comes from this instance's enumeration.
-        let extensions: Vec<CString> = unsafe { vki.enumerate_device_extension_properties(raw) }
-            .during("vkEnumerateDeviceExtensionProperties")?
-            .iter()
-            .filter_map(|p| p.extension_name_as_c_str().ok().map(CStr::to_owned))
-            .collect();
         let has_robustness2 = extensions
             .iter()
             .any(|e| e.as_c_str() == ash::ext::robustness2::NAME);
@@ -330,6 +342,9 @@ impl Adapter {
                 memory_bytes,
                 unsupported,
                 enabled: None,
+                uuid: ids.device_uuid,
+                driver_uuid: ids.driver_uuid,
+                luid: (ids.device_luid_valid == vk::TRUE).then_some(ids.device_luid),
             },
             api_version,
             limits: properties.limits,

@@ -9,6 +9,7 @@ use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 
 use super::adapter::{Adapter, Features, KernelFeatures};
+use super::external::ExternalExtensions;
 use super::instance::Instance;
 use crate::error::{Error, Result, VkResultExt};
 use crate::memory::{BufferCache, RawBuffer};
@@ -106,6 +107,8 @@ impl Device {
         if memory_budget {
             extensions.push(ash::ext::memory_budget::NAME.as_ptr());
         }
+        let external = ExternalExtensions::offered(&adapter);
+        extensions.extend(external.names());
         if adapter.has_extension(ash::khr::portability_subset::NAME) {
             // Required wherever the device offers it (MoltenVK).
             extensions.push(ash::khr::portability_subset::NAME.as_ptr());

@@ -6,6 +6,7 @@ mod adapter;
 mod conv;
 mod debug;
 mod device;
+mod external;
 mod instance;
 
 pub use adapter::{DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures};

@@ -1,0 +1,52 @@
+//! The external-memory and external-semaphore extensions a device is
+//! opened with.
+
+use std::ffi::{c_char, CStr};
+
+use super::adapter::Adapter;
+
+/// The sharing extensions, in the order they are enabled.
+const EXTENSIONS: [&CStr; 4] = [
+    ash::khr::external_memory_fd::NAME,
+    ash::ext::external_memory_dma_buf::NAME,
+    ash::ext::external_memory_host::NAME,
+    ash::khr::external_semaphore_fd::NAME,
+];
+
+/// Which sharing extensions are enabled on a device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ExternalExtensions {
+    /// `VK_KHR_external_memory_fd`: opaque POSIX file descriptors of memory.
+    pub(crate) memory_fd: bool,
+    /// `VK_EXT_external_memory_dma_buf` (with `memory_fd`): dma-buf fds.
+    pub(crate) dma_buf: bool,
+    /// `VK_EXT_external_memory_host`: memory over host allocations.
+    pub(crate) host: bool,
+    /// `VK_KHR_external_semaphore_fd`: semaphores as fds.
+    pub(crate) semaphore_fd: bool,
+}
+
+impl ExternalExtensions {
+    /// Those `adapter` offers (dma-buf only together with memory fds, which
+    /// it extends).
+    pub(crate) fn offered(adapter: &Adapter) -> Self {
+        let memory_fd = adapter.has_extension(EXTENSIONS[0]);
+        ExternalExtensions {
+            memory_fd,
+            dma_buf: memory_fd && adapter.has_extension(EXTENSIONS[1]),
+            host: adapter.has_extension(EXTENSIONS[2]),
+            semaphore_fd: adapter.has_extension(EXTENSIONS[3]),
+        }
+    }
+
+    /// The names to pass to `vkCreateDevice`.
+    pub(crate) fn names(self) -> Vec<*const c_char> {
+        let on = [self.memory_fd, self.dma_buf, self.host, self.semaphore_fd];
+        EXTENSIONS
+            .iter()
+            .zip(on)
+            .filter(|(_, on)| *on)
+            .map(|(name, _)| name.as_ptr())
+            .collect()
+    }
+}
