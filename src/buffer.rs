@@ -213,7 +213,7 @@ impl View {
 
 /// Refuses element types of no size: a buffer of them could hold nothing,
 /// yet `len()` would count elements that no copy can carry.
-fn check_element_size<T>(what: &str) -> Result<()> {
+pub(crate) fn check_element_size<T>(what: &str) -> Result<()> {
     if size_of::<T>() == 0 {
         return Err(Error::ZeroSizedElement {
             what: what.to_string(),
@@ -562,6 +562,15 @@ pub struct DeviceBuffer<T> {
 typed_buffer!(DeviceBuffer, "DeviceBuffer");
 
 impl<T: Pod> DeviceBuffer<T> {
+    /// A buffer of `len` elements over `view` (of their size).
+    pub(crate) fn from_view(view: View, len: usize) -> Self {
+        DeviceBuffer {
+            view,
+            len,
+            _element: PhantomData,
+        }
+    }
+
     pub(crate) fn new(ctx: &DeviceContext, len: usize) -> Result<Self> {
         let view = View::allocate::<T>(ctx, len, MemoryUsage::Device, "DeviceBuffer")?;
         Ok(DeviceBuffer {

@@ -26,6 +26,7 @@ mod buffer;
 mod context;
 mod display;
 mod error;
+mod external;
 mod fill;
 mod graph;
 mod hazard;
@@ -69,6 +70,9 @@ pub mod build {
 pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
 pub use context::{ContextOptions, DeviceContext, LiveObjects, RawContext};
 pub use error::{Error, Result};
+#[cfg(unix)]
+pub use external::ExportedMemory;
+pub use external::{ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES};
 pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};

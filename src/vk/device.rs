@@ -9,7 +9,7 @@ use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 
 use super::adapter::{Adapter, Features, KernelFeatures};
-use super::external::ExternalExtensions;
+use super::external::{ExternalExtensions, ExternalFns};
 use super::instance::Instance;
 use crate::error::{Error, Result, VkResultExt};
 use crate::memory::{BufferCache, RawBuffer};
@@ -37,6 +37,8 @@ pub(crate) struct Enabled {
     pub(crate) synchronization2: bool,
     pub(crate) buffer_device_address: bool,
     pub(crate) memory_budget: bool,
+    /// The sharing extensions enabled (none on a borrowed device).
+    pub(crate) external: ExternalExtensions,
 }
 
 /// A logical device and what hangs off it. Shared (`Arc`) by every context
@@ -56,6 +58,8 @@ pub(crate) struct Device {
     /// those the application is taken to have enabled: see `borrowed`).
     pub(crate) features: Features,
     memory_budget: bool,
+    /// The sharing extensions enabled, and their functions.
+    pub(crate) external: ExternalFns,
     pub(crate) pipeline_cache: vk::PipelineCache,
     allocator: ManuallyDrop<Mutex<Allocator>>,
     /// Retired buffers kept for reuse (leaf lock, like the allocator's).
@@ -186,6 +190,7 @@ impl Device {
             synchronization2,
             buffer_device_address: f.buffer_device_address,
             memory_budget,
+            external,
         };
         let device = Self::assemble(
             instance,
@@ -268,6 +273,7 @@ impl Device {
         let push_descriptor = enabled
             .push_descriptors
             .then(|| ash::khr::push_descriptor::Device::new(&instance.raw, &raw));
+        let external = ExternalFns::load(&instance, &raw, enabled.external);
         Ok(Arc::new(Device {
             raw,
             queue_family: enabled.queue_family,
@@ -278,6 +284,7 @@ impl Device {
             buffer_device_address: enabled.buffer_device_address,
             features,
             memory_budget: enabled.memory_budget,
+            external,
             pipeline_cache,
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
             buffer_cache: Mutex::new(BufferCache::new(cache_limit(&adapter))),

@@ -1,9 +1,12 @@
-//! The external-memory and external-semaphore extensions a device is
-//! opened with.
+//! The external-memory and external-semaphore extensions: which a device
+//! is opened with, and their function tables.
 
 use std::ffi::{c_char, CStr};
 
+use ash::vk;
+
 use super::adapter::Adapter;
+use super::instance::Instance;
 
 /// The sharing extensions, in the order they are enabled.
 const EXTENSIONS: [&CStr; 4] = [
@@ -49,4 +52,48 @@ impl ExternalExtensions {
             .map(|(name, _)| name.as_ptr())
             .collect()
     }
+}
+
+/// The function tables of the enabled sharing extensions.
+pub(crate) struct ExternalFns {
+    pub(crate) enabled: ExternalExtensions,
+    pub(crate) memory_fd: Option<ash::khr::external_memory_fd::Device>,
+}
+
+impl ExternalFns {
+    pub(crate) fn load(
+        instance: &Instance,
+        device: &ash::Device,
+        enabled: ExternalExtensions,
+    ) -> Self {
+        let i = &instance.raw;
+        ExternalFns {
+            enabled,
+            memory_fd: enabled
+                .memory_fd
+                .then(|| ash::khr::external_memory_fd::Device::new(i, device)),
+        }
+    }
+}
+
+/// What `vkGetPhysicalDeviceExternalBufferProperties` says of buffers
+/// with vkcompute's usage and `handle_type`.
+pub(crate) fn buffer_support(
+    instance: &Instance,
+    physical: vk::PhysicalDevice,
+    usage: vk::BufferUsageFlags,
+    handle_type: vk::ExternalMemoryHandleTypeFlags,
+) -> vk::ExternalMemoryProperties {
+    let info = vk::PhysicalDeviceExternalBufferInfo::default()
+        .usage(usage)
+        .handle_type(handle_type);
+    let mut out = vk::ExternalBufferProperties::default();
+    // SAFETY: Vulkan 1.1 core; `physical` belongs to `instance`; the
+    // structs are valid and unchained.
+    unsafe {
+        instance
+            .raw
+            .get_physical_device_external_buffer_properties(physical, &info, &mut out)
+    };
+    out.external_memory_properties
 }
