@@ -72,7 +72,9 @@ pub use context::{ContextOptions, DeviceContext, LiveObjects, RawContext};
 pub use error::{Error, Result};
 #[cfg(unix)]
 pub use external::ExportedMemory;
-pub use external::{ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES};
+pub use external::{
+    AlignedHostMemory, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
+};
 pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};

@@ -33,7 +33,8 @@ impl MappedPtr {
 pub(crate) enum Backing {
     /// A block of gpu-allocator's.
     Allocator(Allocation),
-    /// A `VkDeviceMemory` of its own (exportable or imported), freed with the buffer and never reused for another.
+    /// A `VkDeviceMemory` of its own (exportable, imported, or over host
+    /// memory), freed with the buffer and never reused for another.
     Dedicated(Dedicated),
 }
 
@@ -54,6 +55,29 @@ pub(crate) enum DedicatedKind {
     Exportable(vk::ExternalMemoryHandleTypeFlags),
     /// Imported from a handle (which the memory now holds).
     Imported,
+    /// Imported from a host allocation, held here and freed (dropped)
+    /// after the memory.
+    Host(#[allow(dead_code)] HostAllocation),
+}
+
+/// A host allocation made with `std::alloc`, freed when dropped.
+pub(crate) struct HostAllocation {
+    pub(crate) ptr: NonNull<u8>,
+    pub(crate) layout: std::alloc::Layout,
+}
+
+// SAFETY: the allocation is plain memory owned by this value alone; it is
+// only read or written under the rules of the buffer that owns it.
+unsafe impl Send for HostAllocation {}
+// SAFETY: as above.
+unsafe impl Sync for HostAllocation {}
+
+impl Drop for HostAllocation {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` was allocated with `layout` by `std::alloc` and is
+        // freed once, here (after the device memory over it was freed).
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
 }
 
 impl Backing {
@@ -215,7 +239,8 @@ impl RawBuffer {
             }
             Backing::Dedicated(d) => {
                 // SAFETY: the memory is this buffer's alone and no longer in
-                // use; freed once.
+                // use; freed once. A host allocation under it (in `d.kind`)
+                // is released after this, when `d` drops.
                 unsafe { device.raw.free_memory(d.memory, None) };
             }
         }

@@ -14,7 +14,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 
 use common::{assert_clean, context_with, options, Path, PATHS};
 use vkcompute::{
-    DeviceContext, Error, ExportedMemory, ExternalMemoryInfo, MemoryHandleType,
+    AlignedHostMemory, DeviceContext, Error, ExportedMemory, ExternalMemoryInfo, MemoryHandleType,
     EXTERNAL_MEMORY_INFO_BYTES,
 };
 
@@ -237,6 +237,54 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     drop((a, b));
     assert_clean(&log_a, "the exporting context");
     assert_clean(&log_b, "the importing context");
+}
+
+#[test]
+fn host_memory_is_imported_without_copies() {
+    for path in PATHS {
+        common::run_with(options(path), "host memory import", |ctx| {
+            let align = ctx
+                .host_import_alignment()
+                .expect("lavapipe has VK_EXT_external_memory_host");
+            let n = 5000;
+            let mut mem = AlignedHostMemory::<u32>::with_alignment(n, align).unwrap();
+            assert_eq!(mem.as_ptr() as usize % align, 0);
+            assert!(mem.iter().all(|&v| v == 0));
+            mem.copy_from_slice(&pattern(n, 3));
+            let address = mem.as_ptr();
+            let host = ctx.import_host_memory(mem).unwrap();
+            // The buffer is the caller's allocation itself.
+            assert_eq!(host.as_slice().unwrap().as_ptr(), address);
+            let dev = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+            dev.enqueue_copy_from(&host).unwrap();
+            assert_eq!(dev.to_vec().unwrap(), pattern(n, 3));
+            dev.enqueue_fill(11).unwrap();
+            dev.enqueue_copy_to(&host).unwrap();
+            // Dropped right after enqueueing: freed once the copy is done.
+            let clone = host.clone();
+            drop(host);
+            assert_eq!(clone.to_vec().unwrap(), vec![11; n]);
+            clone.as_mut_slice().unwrap()[0] = 99;
+            dev.enqueue_copy_from(&clone).unwrap();
+            drop(clone);
+            assert_eq!(dev.to_vec().unwrap()[..2], [99, 11]);
+
+            // Misaligned sizes and addresses are refused before the driver.
+            let small = AlignedHostMemory::<u32>::with_alignment(4, 64).unwrap();
+            let e = ctx.import_host_memory(small).unwrap_err();
+            assert!(matches!(e, Error::Misaligned { .. }), "{e}");
+            assert!(matches!(
+                AlignedHostMemory::<u32>::with_alignment(4, 3),
+                Err(Error::Misaligned { .. })
+            ));
+            assert!(matches!(
+                AlignedHostMemory::<u32>::new(usize::MAX),
+                Err(Error::SizeOverflow { .. })
+            ));
+            dev.enqueue_fill(2).unwrap();
+            assert_eq!(dev.to_vec().unwrap()[0], 2);
+        });
+    }
 }
 
 const SOCKET_VAR: &str = "VKCOMPUTE_SHARE_SOCKET";

@@ -198,6 +198,9 @@ pub(crate) struct Adapter {
     pub(crate) max_allocation_size: u64,
     /// `maxBufferSize` (Vulkan 1.3), where the device reports it.
     pub(crate) max_buffer_size: Option<u64>,
+    /// `minImportedHostPointerAlignment` (`VK_EXT_external_memory_host`),
+    /// 0 where the device lacks the extension.
+    pub(crate) min_imported_host_pointer_alignment: u64,
 }
 
 impl Adapter {
@@ -221,12 +224,16 @@ impl Adapter {
         let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
         let mut maintenance4 = vk::PhysicalDeviceMaintenance4Properties::default();
         let mut ids = vk::PhysicalDeviceIDProperties::default();
+        let mut host_import = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
         // SAFETY: `raw` comes from this instance's enumeration.
         let extensions: Vec<CString> = unsafe { vki.enumerate_device_extension_properties(raw) }
             .during("vkEnumerateDeviceExtensionProperties")?
             .iter()
             .filter_map(|p| p.extension_name_as_c_str().ok().map(CStr::to_owned))
             .collect();
+        let has_host_import = extensions
+            .iter()
+            .any(|e| e.as_c_str() == ash::ext::external_memory_host::NAME);
         let mut props2 = vk::PhysicalDeviceProperties2::default()
             .push_next(&mut maintenance3)
             .push_next(&mut ids);
@@ -236,7 +243,11 @@ impl Adapter {
         if api_version >= vk::API_VERSION_1_3 {
             props2 = props2.push_next(&mut maintenance4);
         }
-        // SAFETY: the chain holds only structs of the device's API version.
+        if has_host_import {
+            props2 = props2.push_next(&mut host_import);
+        }
+        // SAFETY: the chain holds only structs of the device's API version
+        // and of extensions it offers.
         unsafe { vki.get_physical_device_properties2(raw, &mut props2) };
         let properties = props2.properties;
         let has_robustness2 = extensions
@@ -355,6 +366,11 @@ impl Adapter {
             max_allocation_size: maintenance3.max_memory_allocation_size,
             max_buffer_size: (api_version >= vk::API_VERSION_1_3)
                 .then_some(maintenance4.max_buffer_size),
+            min_imported_host_pointer_alignment: if has_host_import {
+                host_import.min_imported_host_pointer_alignment
+            } else {
+                0
+            },
         })
     }
 

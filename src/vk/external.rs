@@ -58,6 +58,7 @@ impl ExternalExtensions {
 pub(crate) struct ExternalFns {
     pub(crate) enabled: ExternalExtensions,
     pub(crate) memory_fd: Option<ash::khr::external_memory_fd::Device>,
+    pub(crate) host: Option<ash::ext::external_memory_host::Device>,
 }
 
 impl ExternalFns {
@@ -72,6 +73,9 @@ impl ExternalFns {
             memory_fd: enabled
                 .memory_fd
                 .then(|| ash::khr::external_memory_fd::Device::new(i, device)),
+            host: enabled
+                .host
+                .then(|| ash::ext::external_memory_host::Device::new(i, device)),
         }
     }
 }
