@@ -70,11 +70,12 @@ pub mod build {
 pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
 pub use context::{ContextOptions, DeviceContext, LiveObjects, RawContext};
 pub use error::{Error, Result};
-#[cfg(unix)]
-pub use external::ExportedMemory;
 pub use external::{
-    AlignedHostMemory, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
+    AlignedHostMemory, ExternalMemoryInfo, ExternalSemaphore, MemoryHandleType,
+    EXTERNAL_MEMORY_INFO_BYTES,
 };
+#[cfg(unix)]
+pub use external::{ExportedMemory, ExportedSemaphore};
 pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};

@@ -287,6 +287,61 @@ fn host_memory_is_imported_without_copies() {
     }
 }
 
+#[test]
+fn semaphores_order_work_across_devices_or_fail_clearly() {
+    let (a, b) = two_contexts(Path::Direct);
+    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let n = 8 << 20;
+    let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+    x.enqueue_fill(1).unwrap();
+    a.synchronize().unwrap();
+    let y = x.share_with(&b).unwrap();
+    let tail = y.create_sub_buffer::<u32>(n - 4, 4).unwrap();
+    // Between devices, a device-side wait on a context is refused.
+    assert!(matches!(
+        b.enqueue_wait_for(&a),
+        Err(Error::DifferentDevice { .. })
+    ));
+    match a.export_semaphore() {
+        // A device with VK_KHR_external_semaphore_fd: B waits on the device.
+        Ok(first) => {
+            let mut foreign = a.export_semaphore().unwrap();
+            foreign.device_uuid = [0xcd; 16];
+            assert!(matches!(
+                b.import_semaphore(foreign),
+                Err(Error::ForeignDevice { .. })
+            ));
+            let semaphore = b.import_semaphore(first).unwrap();
+            for round in 2..5u32 {
+                x.enqueue_fill(round).unwrap();
+                let value = a.export_semaphore().unwrap().value;
+                b.enqueue_wait_semaphore(&semaphore, value).unwrap();
+                assert_eq!(tail.to_vec().unwrap(), [round; 4]);
+                assert!(semaphore.value().unwrap() >= value);
+            }
+        }
+        // lavapipe: no semaphore fds. The error says so and names the fallback.
+        Err(e) => {
+            assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+            assert!(
+                e.to_string().contains("VK_KHR_external_semaphore_fd"),
+                "{e}"
+            );
+            assert!(e.to_string().contains("wait_on_host_for"), "{e}");
+        }
+    }
+    // The explicit host fallback orders B's reads after A's writes.
+    for round in 5..8u32 {
+        x.enqueue_fill(round).unwrap();
+        b.wait_on_host_for(&a).unwrap();
+        assert_eq!(tail.to_vec().unwrap(), [round; 4]);
+    }
+    drop((x, y, tail));
+    drop((a, b));
+    assert_clean(&log_a, "the exporting context");
+    assert_clean(&log_b, "the importing context");
+}
+
 const SOCKET_VAR: &str = "VKCOMPUTE_SHARE_SOCKET";
 
 #[test]

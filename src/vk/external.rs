@@ -59,6 +59,7 @@ pub(crate) struct ExternalFns {
     pub(crate) enabled: ExternalExtensions,
     pub(crate) memory_fd: Option<ash::khr::external_memory_fd::Device>,
     pub(crate) host: Option<ash::ext::external_memory_host::Device>,
+    pub(crate) semaphore_fd: Option<ash::khr::external_semaphore_fd::Device>,
 }
 
 impl ExternalFns {
@@ -76,6 +77,9 @@ impl ExternalFns {
             host: enabled
                 .host
                 .then(|| ash::ext::external_memory_host::Device::new(i, device)),
+            semaphore_fd: enabled
+                .semaphore_fd
+                .then(|| ash::khr::external_semaphore_fd::Device::new(i, device)),
         }
     }
 }
@@ -100,4 +104,28 @@ pub(crate) fn buffer_support(
             .get_physical_device_external_buffer_properties(physical, &info, &mut out)
     };
     out.external_memory_properties
+}
+
+/// What `vkGetPhysicalDeviceExternalSemaphoreProperties` says of timeline
+/// semaphores and `handle_type`.
+pub(crate) fn timeline_semaphore_support(
+    instance: &Instance,
+    physical: vk::PhysicalDevice,
+    handle_type: vk::ExternalSemaphoreHandleTypeFlags,
+) -> vk::ExternalSemaphoreFeatureFlags {
+    let mut kind = vk::SemaphoreTypeCreateInfo::default()
+        .semaphore_type(vk::SemaphoreType::TIMELINE)
+        .initial_value(0);
+    let info = vk::PhysicalDeviceExternalSemaphoreInfo::default()
+        .handle_type(handle_type)
+        .push_next(&mut kind);
+    let mut out = vk::ExternalSemaphoreProperties::default();
+    // SAFETY: Vulkan 1.1 core (timeline semaphore types 1.2, which every
+    // usable device has); `physical` belongs to `instance`.
+    unsafe {
+        instance
+            .raw
+            .get_physical_device_external_semaphore_properties(physical, &info, &mut out)
+    };
+    out.external_semaphore_features
 }

@@ -14,5 +14,5 @@ pub use debug::{Severity, ValidationLog, ValidationMessage};
 
 pub(crate) use adapter::Adapter;
 pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
-pub(crate) use external::buffer_support;
+pub(crate) use external::{buffer_support, timeline_semaphore_support};
 pub(crate) use instance::Instance;
