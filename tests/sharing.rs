@@ -342,6 +342,56 @@ fn semaphores_order_work_across_devices_or_fail_clearly() {
     assert_clean(&log_b, "the importing context");
 }
 
+#[test]
+fn copies_between_contexts_use_shared_memory_where_an_end_is_exportable() {
+    for path in PATHS {
+        let (a, b) = two_contexts(path);
+        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let n = 1 << 16;
+        let src = a.enqueue_create_buffer::<u32>(n).unwrap();
+        src.enqueue_copy_from(&pattern(n, 4)).unwrap();
+        // Into an exportable buffer of B: A copies into its alias.
+        let shared_dst = b.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+        shared_dst.enqueue_fill(0).unwrap();
+        a.synchronize().unwrap();
+        let before = a.live_objects().commands_recorded;
+        shared_dst.enqueue_copy_from(&src).unwrap();
+        // One device copy on A, into B's memory: no host round trip.
+        assert_eq!(a.live_objects().commands_recorded, before + 1);
+        assert_eq!(shared_dst.to_vec().unwrap(), pattern(n, 4));
+        // From an exportable buffer of B into a plain one of A (copy_to).
+        shared_dst.enqueue_fill(6).unwrap();
+        let back = a.enqueue_create_buffer::<u32>(n).unwrap();
+        shared_dst.enqueue_copy_to(&back).unwrap();
+        assert_eq!(back.to_vec().unwrap(), vec![6; n]);
+        // Neither end exportable: through the host, as before.
+        let plain = b.enqueue_create_buffer::<u32>(n).unwrap();
+        let before = a.live_objects().commands_recorded;
+        plain.enqueue_copy_from(&src).unwrap();
+        if path == Path::Direct {
+            // Read straight from A's host-visible memory: no command on A.
+            assert_eq!(a.live_objects().commands_recorded, before);
+        }
+        assert_eq!(plain.to_vec().unwrap(), pattern(n, 4));
+        // A mapped end refuses the copy and stays intact.
+        let mapped = shared_dst.map_to_host().unwrap();
+        assert!(matches!(
+            shared_dst.enqueue_copy_from(&src),
+            Err(Error::BufferMapped { .. })
+        ));
+        assert!(
+            !mapped.is_direct(),
+            "shared memory is never mapped directly"
+        );
+        assert_eq!(mapped[0], 6);
+        drop(mapped);
+        drop((src, shared_dst, back, plain));
+        drop((a, b));
+        assert_clean(&log_a, "context A");
+        assert_clean(&log_b, "context B");
+    }
+}
+
 const SOCKET_VAR: &str = "VKCOMPUTE_SHARE_SOCKET";
 
 #[test]
