@@ -977,6 +977,13 @@ impl DeviceContext {
     /// two devices yields unspecified element values, never undefined
     /// behaviour in Rust code. The exporter must not shrink the memory
     /// (a memfd truncated by another process faults the device).
+    ///
+    /// Imported into the exporter's own device (or twice into one), the
+    /// import is a second buffer over the same memory: vkcompute tracks
+    /// the two as different buffers, so it puts no barrier between work on
+    /// one and work on the other; order such work with `synchronize()`.
+    /// Use clones and views ([`DeviceBuffer::create_sub_buffer`]) to share
+    /// memory within one device.
     pub fn import_buffer<T: Pod>(
         &self,
         memory: ExportedMemory,
