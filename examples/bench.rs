@@ -32,6 +32,10 @@
 //! report of a checked result, with an empty cache directory
 //! (`first_dispatch_cold`) and with one a previous run filled
 //! (`first_dispatch_warm`).
+//! cases are additions to BENCH.md's list. `d2d_cross` reports a second
+//! row, `d2d_cross_host`: the same copy between plain buffers, which goes
+//! through host memory (the fallback), against the copy into an exportable
+//! buffer through shared memory.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -65,6 +69,7 @@ const CASES: &[&str] = &[
     "enqueue_cost",
     "replay_cost",
     "first_dispatch",
+    "d2d_cross",
 ];
 
 /// The sizes of the transfer cases.
@@ -269,6 +274,7 @@ impl Bench<'_> {
             "enqueue_cost" => self.enqueue_cost(),
             "replay_cost" => self.replay_cost(),
             "first_dispatch" => self.first_dispatch(),
+            "d2d_cross" => self.d2d_cross(),
             other => Err(format!("no case `{other}`").into()),
         };
         result.map_err(|e| format!("case `{case}`: {e}").into())
@@ -495,6 +501,41 @@ impl Bench<'_> {
         })?;
         check_words("d2d", &dst.to_vec()?, &host)?;
         self.report("d2d", bytes, &t, Figure::GigabytesPerSecond(bytes as f64));
+        Ok(())
+    }
+
+    /// 64 MiB from a buffer of this context to one of a second context
+    /// (another `VkDevice` on the same physical device), completion
+    /// included: `d2d_cross` into an exportable buffer (one device copy
+    /// through shared memory), `d2d_cross_host` between plain buffers
+    /// (through host memory, the fallback).
+    fn d2d_cross(&self) -> BenchResult<()> {
+        let bytes = 64 << 20;
+        let ctx = self.ctx;
+        let other = DeviceContext::with_options(
+            ContextOptions::new().force_staging(ctx.is_staging_forced()),
+        )?;
+        if other.info().uuid != ctx.info().uuid {
+            return Err("the second context opened another physical device".into());
+        }
+        let host = word_pattern(bytes / 4);
+        let src = ctx.enqueue_create_buffer::<u32>(bytes / 4)?;
+        src.enqueue_copy_from(&host[..])?;
+        ctx.synchronize()?;
+        let shared = other.enqueue_create_exportable_buffer::<u32>(bytes / 4)?;
+        let plain = other.enqueue_create_buffer::<u32>(bytes / 4)?;
+        for (name, dst) in [("d2d_cross", &shared), ("d2d_cross_host", &plain)] {
+            dst.enqueue_fill(0)?;
+            other.synchronize()?;
+            let reps = self.reps(sized_reps(bytes));
+            let t = self.time(name, bytes, self.warmups(reps), reps, || {
+                dst.enqueue_copy_from(&src)?;
+                other.synchronize()?;
+                Ok(())
+            })?;
+            check_words(name, &dst.to_vec()?, &host)?;
+            self.report(name, bytes, &t, Figure::GigabytesPerSecond(bytes as f64));
+        }
         Ok(())
     }
 

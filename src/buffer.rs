@@ -68,7 +68,7 @@ impl View {
             Source::View(src) => {
                 check_len(op, self.bytes, src.bytes)?;
                 if src.memory.device.id != self.memory.device.id {
-                    return src.copy_through_host(op, self);
+                    return src.copy_between_devices(op, self);
                 }
                 ctx.copy(
                     op,
@@ -77,6 +77,16 @@ impl View {
                     self.bytes,
                 )
             }
+        }
+    }
+
+    /// Copies this view into `dst` on another device: through memory both
+    /// devices share where one end is exportable and the devices are one
+    /// physical device (done when this returns), else through the host.
+    fn copy_between_devices(&self, op: &'static str, dst: &View) -> Result<()> {
+        match crate::external::copy_between_devices(op, self, dst) {
+            Some(done) => done,
+            None => self.copy_through_host(op, dst),
         }
     }
 
@@ -96,7 +106,7 @@ impl View {
     pub(crate) fn copy_to(&self, op: &'static str, dst: &View) -> Result<()> {
         check_len(op, dst.bytes, self.bytes)?;
         if dst.memory.device.id != self.memory.device.id {
-            return self.copy_through_host(op, dst);
+            return self.copy_between_devices(op, dst);
         }
         let ctx = self.memory.owner();
         ctx.copy(
@@ -213,7 +223,7 @@ impl View {
 
 /// Refuses element types of no size: a buffer of them could hold nothing,
 /// yet `len()` would count elements that no copy can carry.
-fn check_element_size<T>(what: &str) -> Result<()> {
+pub(crate) fn check_element_size<T>(what: &str) -> Result<()> {
     if size_of::<T>() == 0 {
         return Err(Error::ZeroSizedElement {
             what: what.to_string(),
@@ -562,6 +572,15 @@ pub struct DeviceBuffer<T> {
 typed_buffer!(DeviceBuffer, "DeviceBuffer");
 
 impl<T: Pod> DeviceBuffer<T> {
+    /// A buffer of `len` elements over `view` (of their size).
+    pub(crate) fn from_view(view: View, len: usize) -> Self {
+        DeviceBuffer {
+            view,
+            len,
+            _element: PhantomData,
+        }
+    }
+
     pub(crate) fn new(ctx: &DeviceContext, len: usize) -> Result<Self> {
         let view = View::allocate::<T>(ctx, len, MemoryUsage::Device, "DeviceBuffer")?;
         Ok(DeviceBuffer {

@@ -936,6 +936,7 @@ impl DeviceContext {
             synchronization2: raw.synchronization2,
             buffer_device_address: raw.buffer_device_address,
             memory_budget: false,
+            external: Default::default(),
         };
         let device = Device::borrowed(instance, adapter, raw.device, enabled)?;
         Ok(DeviceContext {

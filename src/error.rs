@@ -385,6 +385,55 @@ pub enum Error {
         detail: String,
     },
 
+    /// A memory or semaphore handle that cannot be imported: not a handle
+    /// of the kind given (a pipe, a socket, a closed descriptor), or one the
+    /// driver refused.
+    #[error("{op}: invalid {handle_type} handle: {detail}")]
+    InvalidHandle {
+        /// The call.
+        op: &'static str,
+        /// The handle type given.
+        handle_type: &'static str,
+        /// What is wrong with it.
+        detail: String,
+    },
+
+    /// A handle exported by another physical device (or driver) than the
+    /// importing context's: its recorded UUID differs.
+    #[error("{op}: the handle comes from device {exporter} but this context's device `{device}` is {importer}; import it on a context of the exporting device")]
+    ForeignDevice {
+        /// The call.
+        op: &'static str,
+        /// The exporter's UUID (device or driver), in hex.
+        exporter: String,
+        /// This device's UUID, in hex.
+        importer: String,
+        /// This device's name.
+        device: String,
+    },
+
+    /// Imported memory smaller than what was asked of it.
+    #[error("{op}: {needed} bytes are needed but the imported memory has {available}")]
+    ImportSize {
+        /// The call.
+        op: &'static str,
+        /// Bytes the buffer (or its offset and size) needs.
+        needed: u64,
+        /// Bytes the handle's memory has.
+        available: u64,
+    },
+
+    /// A buffer whose memory cannot be exported as asked: not created with
+    /// `enqueue_create_exportable_buffer`, empty, or not exportable as this
+    /// handle type.
+    #[error("{op}: {reason}")]
+    NotExportable {
+        /// The call.
+        op: &'static str,
+        /// Why not.
+        reason: String,
+    },
+
     /// An error that happened in `Drop` (a deferred write-back or free),
     /// returned by the next call on the same context.
     #[error("an earlier operation that ran in Drop failed: {0}")]

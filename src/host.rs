@@ -57,6 +57,15 @@ impl DeviceContext {
 }
 
 impl<T: Pod> HostBuffer<T> {
+    /// A host buffer of `len` elements over `view` (of their size).
+    pub(crate) fn from_view(view: View, len: usize) -> Self {
+        HostBuffer {
+            view,
+            len,
+            _element: PhantomData,
+        }
+    }
+
     /// The contents, for reading, once the pending device work that writes
     /// the buffer is done. Device work that writes the buffer cannot be
     /// enqueued while the slice lives ([`Error::BufferMapped`]).

@@ -27,6 +27,7 @@ mod capabilities;
 mod context;
 mod display;
 mod error;
+mod external;
 mod fault;
 mod fill;
 #[cfg(feature = "glsl")]
@@ -85,6 +86,12 @@ pub use fault::testing;
 pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
 pub use context::{ContextOptions, DeviceContext, LiveObjects, RawContext};
 pub use error::{Error, Result};
+pub use external::{
+    AlignedHostMemory, ExternalMemoryInfo, ExternalSemaphore, MemoryHandleType,
+    EXTERNAL_MEMORY_INFO_BYTES,
+};
+#[cfg(unix)]
+pub use external::{ExportedMemory, ExportedSemaphore};
 #[cfg(feature = "glsl")]
 pub use glsl::{GlslBuilder, GlslOptimization, GlslTarget};
 pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};

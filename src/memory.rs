@@ -29,10 +29,81 @@ impl MappedPtr {
     }
 }
 
+/// The memory behind a [`RawBuffer`].
+pub(crate) enum Backing {
+    /// A block of gpu-allocator's.
+    Allocator(Allocation),
+    /// A `VkDeviceMemory` of its own (exportable, imported, or over host
+    /// memory), freed with the buffer and never reused for another.
+    Dedicated(Dedicated),
+}
+
+/// A `VkDeviceMemory` of one buffer's own.
+pub(crate) struct Dedicated {
+    pub(crate) memory: vk::DeviceMemory,
+    /// The allocation size.
+    pub(crate) size: u64,
+    /// Where the buffer is bound in it.
+    pub(crate) offset: u64,
+    pub(crate) memory_type_index: u32,
+    pub(crate) kind: DedicatedKind,
+}
+
+/// Where dedicated memory comes from.
+pub(crate) enum DedicatedKind {
+    /// Allocated here, exportable as these handle types.
+    Exportable(vk::ExternalMemoryHandleTypeFlags),
+    /// Imported from a handle (which the memory now holds).
+    Imported,
+    /// Imported from a host allocation, held here and freed (dropped)
+    /// after the memory.
+    Host(#[allow(dead_code)] HostAllocation),
+}
+
+/// A host allocation made with `std::alloc`, freed when dropped.
+pub(crate) struct HostAllocation {
+    pub(crate) ptr: NonNull<u8>,
+    pub(crate) layout: std::alloc::Layout,
+}
+
+// SAFETY: the allocation is plain memory owned by this value alone; it is
+// only read or written under the rules of the buffer that owns it.
+unsafe impl Send for HostAllocation {}
+// SAFETY: as above.
+unsafe impl Sync for HostAllocation {}
+
+impl Drop for HostAllocation {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` was allocated with `layout` by `std::alloc` and is
+        // freed once, here (after the device memory over it was freed).
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+impl Backing {
+    fn size(&self) -> u64 {
+        match self {
+            Backing::Allocator(a) => a.size(),
+            Backing::Dedicated(d) => d.size,
+        }
+    }
+}
+
+/// The usage every buffer of `device` is created with.
+pub(crate) fn buffer_usage(device: &Device) -> vk::BufferUsageFlags {
+    let mut usage_flags = vk::BufferUsageFlags::TRANSFER_SRC
+        | vk::BufferUsageFlags::TRANSFER_DST
+        | vk::BufferUsageFlags::STORAGE_BUFFER;
+    if device.buffer_device_address {
+        usage_flags |= vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS;
+    }
+    usage_flags
+}
+
 /// A `VkBuffer` bound to memory of its own.
 pub(crate) struct RawBuffer {
     pub(crate) buffer: vk::Buffer,
-    allocation: Allocation,
+    backing: Backing,
     /// What the memory was chosen for.
     pub(crate) usage: MemoryUsage,
     /// The size the `VkBuffer` was created with.
@@ -65,15 +136,9 @@ impl RawBuffer {
     fn create(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Result<Self> {
         debug_assert!(size > 0);
         check_size(device, size, usage, what)?;
-        let mut usage_flags = vk::BufferUsageFlags::TRANSFER_SRC
-            | vk::BufferUsageFlags::TRANSFER_DST
-            | vk::BufferUsageFlags::STORAGE_BUFFER;
-        if device.buffer_device_address {
-            usage_flags |= vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS;
-        }
         let info = vk::BufferCreateInfo::default()
             .size(size)
-            .usage(usage_flags)
+            .usage(buffer_usage(device))
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
         let buffer = crate::fault::allocation(device)
             .and_then(|()| {
@@ -131,7 +196,7 @@ impl RawBuffer {
             coherent: allocation
                 .memory_properties()
                 .contains(vk::MemoryPropertyFlags::HOST_COHERENT),
-            allocation,
+            backing: Backing::Allocator(allocation),
             size,
         };
         if let Err(e) = bound {
@@ -141,15 +206,53 @@ impl RawBuffer {
         Ok(raw)
     }
 
+    /// A buffer over dedicated memory, bound already; `mapped` is the host
+    /// address of its first byte where the host may reach it.
+    pub(crate) fn dedicated(
+        buffer: vk::Buffer,
+        memory: Dedicated,
+        size: u64,
+        usage: MemoryUsage,
+        mapped: Option<NonNull<u8>>,
+        coherent: bool,
+    ) -> Self {
+        RawBuffer {
+            buffer,
+            backing: Backing::Dedicated(memory),
+            usage,
+            size,
+            mapped: mapped.map(MappedPtr),
+            coherent,
+        }
+    }
+
+    /// The dedicated memory behind the buffer, where it has its own.
+    pub(crate) fn dedicated_memory(&self) -> Option<&Dedicated> {
+        match &self.backing {
+            Backing::Dedicated(d) => Some(d),
+            Backing::Allocator(_) => None,
+        }
+    }
+
     /// Destroys the buffer and frees its memory. The caller guarantees that
     /// no submitted work still uses it.
     pub(crate) fn destroy(self, device: &Device) {
         // SAFETY: the caller guarantees the buffer is no longer in use; it is
         // destroyed once since `self` is consumed.
         unsafe { device.raw.destroy_buffer(self.buffer, None) };
-        // gpu-allocator only fails here on its own internal inconsistency;
-        // there is nothing a caller could do about that.
-        let _ = device.allocator().free(self.allocation);
+        match self.backing {
+            // gpu-allocator only fails here on its own internal inconsistency;
+            // there is nothing a caller could do about that.
+            Backing::Allocator(allocation) => {
+                let _ = device.allocator().free(allocation);
+            }
+            Backing::Dedicated(d) => {
+                // SAFETY: the memory is this buffer's alone and no longer in
+                // use; freed once. A host allocation under it (in `d.kind`)
+                // is released after this, when `d` drops.
+                unsafe { device.raw.free_memory(d.memory, None) };
+            }
+        }
     }
 
     /// The buffer's device address (needs `bufferDeviceAddress`).
@@ -163,11 +266,11 @@ impl RawBuffer {
 
     /// The device memory and the offset of the buffer in it.
     pub(crate) fn memory(&self) -> (vk::DeviceMemory, u64) {
-        // SAFETY: reading the handle; it is not freed while `self` lives.
-        (
-            unsafe { self.allocation.memory() },
-            self.allocation.offset(),
-        )
+        match &self.backing {
+            // SAFETY: reading the handle; it is not freed while `self` lives.
+            Backing::Allocator(a) => (unsafe { a.memory() }, a.offset()),
+            Backing::Dedicated(d) => (d.memory, d.offset),
+        }
     }
 
     /// Makes host writes to `offset..offset+len` visible to the device, where
@@ -208,7 +311,7 @@ impl RawBuffer {
         let end = (base + offset + len).div_ceil(atom) * atom;
         // The block is a multiple of the atom size, or the range reaches its
         // end: clamp to the allocation's own end rounded up, which stays in the block.
-        let alloc_end = (base + self.allocation.size()).div_ceil(atom) * atom;
+        let alloc_end = (base + self.backing.size()).div_ceil(atom) * atom;
         vk::MappedMemoryRange::default()
             .memory(memory)
             .offset(start)
@@ -243,8 +346,10 @@ impl BufferCache {
     }
 
     /// Keeps `raw` for reuse, or gives it back when the cache is full.
+    /// Memory of a buffer's own (which another device or process may see)
+    /// is never reused.
     pub(crate) fn put(&mut self, raw: RawBuffer) -> Option<RawBuffer> {
-        if self.bytes + raw.size > self.limit {
+        if self.bytes + raw.size > self.limit || raw.dedicated_memory().is_some() {
             return Some(raw);
         }
         self.bytes += raw.size;
@@ -267,7 +372,7 @@ impl BufferCache {
 }
 
 /// Rejects sizes beyond the device's limits before anything reaches the driver.
-fn check_size(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Result<()> {
+pub(crate) fn check_size(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Result<()> {
     let adapter = &device.adapter;
     if let Some(limit) = adapter.max_buffer_size {
         if size > limit {

@@ -158,8 +158,18 @@ impl BufferMemory {
                 })?;
             Some(RawBuffer::new(&device, padded, usage, what)?)
         };
-        Ok(Arc::new(BufferMemory {
-            device,
+        Ok(Self::from_raw(owner, raw, size))
+    }
+
+    /// Memory over `raw` (of at least `size` bytes, whole 32-bit words)
+    /// for `owner`'s device.
+    pub(crate) fn from_raw(
+        owner: &Arc<ContextShared>,
+        raw: Option<RawBuffer>,
+        size: u64,
+    ) -> Arc<Self> {
+        Arc::new(BufferMemory {
+            device: owner.device.clone(),
             raw,
             size,
             owner: Mutex::new(owner.clone()),
@@ -169,7 +179,7 @@ impl BufferMemory {
                 kept: None,
             }),
             ops: RwLock::new(()),
-        }))
+        })
     }
 
     /// The `VkBuffer`, or a null handle for zero bytes.

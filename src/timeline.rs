@@ -29,7 +29,12 @@ impl Timeline {
         let mut kind = vk::SemaphoreTypeCreateInfo::default()
             .semaphore_type(vk::SemaphoreType::TIMELINE)
             .initial_value(0);
-        let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        let mut export = vk::ExportSemaphoreCreateInfo::default()
+            .handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
+        let mut info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        if crate::external::timeline_exportable(device) {
+            info = info.push_next(&mut export);
+        }
         crate::fault::allocation(device).during("vkCreateSemaphore")?;
         // SAFETY: a valid create info; timeline semaphores are enabled.
         unsafe { device.raw.create_semaphore(&info, None) }.during("vkCreateSemaphore")
@@ -48,6 +53,11 @@ impl Timeline {
             completed: AtomicU64::new(0),
             context,
         }
+    }
+
+    /// The device of the semaphore.
+    pub(crate) fn device(&self) -> &Arc<Device> {
+        &self.device
     }
 
     /// The last value submitted.

@@ -59,6 +59,16 @@ pub struct DeviceInfo {
     /// `None` in a [`DeviceContext::devices`](crate::DeviceContext::devices)
     /// listing, which opens no device.
     pub enabled: Option<KernelFeatures>,
+    /// `deviceUUID`: the same for every `VkDevice` opened on this physical
+    /// device, in every process and API (CUDA, OpenCL, other Vulkan
+    /// instances) that reports it. Memory exported from one device can be
+    /// imported only where this matches.
+    pub uuid: [u8; 16],
+    /// `driverUUID`: opaque handles (opaque file descriptors) move only
+    /// between drivers that report the same value.
+    pub driver_uuid: [u8; 16],
+    /// `deviceLUID` where the device reports one (on Windows, mostly).
+    pub luid: Option<[u8; 8]>,
     /// Subgroups: sizes, and the stages and operations they support.
     pub subgroup: SubgroupInfo,
     /// The limits of compute dispatches on the device.
@@ -334,6 +344,9 @@ pub(crate) struct Adapter {
     pub(crate) vendor_id: u32,
     pub(crate) device_id: u32,
     pub(crate) pipeline_cache_uuid: [u8; vk::UUID_SIZE],
+    /// `minImportedHostPointerAlignment` (`VK_EXT_external_memory_host`),
+    /// 0 where the device lacks the extension.
+    pub(crate) min_imported_host_pointer_alignment: u64,
 }
 
 impl Adapter {
@@ -384,7 +397,15 @@ impl Adapter {
         let mut subgroup_props = vk::PhysicalDeviceSubgroupProperties::default();
         let mut float_controls = vk::PhysicalDeviceFloatControlsProperties::default();
         let mut size_control = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
-        let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maintenance3);
+        let mut ids = vk::PhysicalDeviceIDProperties::default();
+        let mut host_import = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
+        let has_host_import = has(ash::ext::external_memory_host::NAME);
+        let mut props2 = vk::PhysicalDeviceProperties2::default()
+            .push_next(&mut maintenance3)
+            .push_next(&mut ids);
+        if has_host_import {
+            props2 = props2.push_next(&mut host_import);
+        }
         if new_enough {
             props2 = props2
                 .push_next(&mut driver)
@@ -580,6 +601,9 @@ impl Adapter {
                     max_compute_workgroup_subgroups: size_control.max_compute_workgroup_subgroups,
                 },
                 limits: ComputeLimits::from_limits(&properties.limits),
+                uuid: ids.device_uuid,
+                driver_uuid: ids.driver_uuid,
+                luid: (ids.device_luid_valid == vk::TRUE).then_some(ids.device_luid),
             },
             api_version,
             limits: properties.limits,
@@ -594,6 +618,11 @@ impl Adapter {
             vendor_id: properties.vendor_id,
             device_id: properties.device_id,
             pipeline_cache_uuid: properties.pipeline_cache_uuid,
+            min_imported_host_pointer_alignment: if has_host_import {
+                host_import.min_imported_host_pointer_alignment
+            } else {
+                0
+            },
         })
     }
 

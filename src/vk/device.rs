@@ -10,6 +10,7 @@ use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 
 use super::adapter::{Adapter, Features, KernelFeatures};
+use super::external::{ExternalExtensions, ExternalFns};
 use super::instance::Instance;
 use super::pipeline_cache::{self, DiskCache};
 use crate::error::{Error, Result, VkResultExt};
@@ -40,6 +41,8 @@ pub(crate) struct Enabled {
     pub(crate) synchronization2: bool,
     pub(crate) buffer_device_address: bool,
     pub(crate) memory_budget: bool,
+    /// The sharing extensions enabled (none on a borrowed device).
+    pub(crate) external: ExternalExtensions,
 }
 
 /// A logical device and what hangs off it. Shared (`Arc`) by every context
@@ -59,6 +62,8 @@ pub(crate) struct Device {
     /// those the application is taken to have enabled: see `borrowed`).
     pub(crate) features: Features,
     memory_budget: bool,
+    /// The sharing extensions enabled, and their functions.
+    pub(crate) external: ExternalFns,
     pub(crate) pipeline_cache: vk::PipelineCache,
     /// Where the pipeline cache is saved when the device is destroyed.
     disk_cache: Option<DiskCache>,
@@ -116,6 +121,8 @@ impl Device {
         if memory_budget {
             extensions.push(ash::ext::memory_budget::NAME.as_ptr());
         }
+        let external = ExternalExtensions::offered(&adapter);
+        extensions.extend(external.names());
         if adapter.has_extension(ash::khr::portability_subset::NAME) {
             // Required wherever the device offers it (MoltenVK).
             extensions.push(ash::khr::portability_subset::NAME.as_ptr());
@@ -248,6 +255,7 @@ impl Device {
             synchronization2,
             buffer_device_address: f.buffer_device_address,
             memory_budget,
+            external,
         };
         #[allow(clippy::expect_used, reason = "parts.raw was set just above")]
         let device = Self::assemble(
@@ -348,6 +356,7 @@ impl Device {
         let push_descriptor = enabled
             .push_descriptors
             .then(|| ash::khr::push_descriptor::Device::new(&instance.raw, &raw));
+        let external = ExternalFns::load(&instance, &raw, enabled.external);
         Ok(Arc::new(Device {
             raw,
             queue_family: enabled.queue_family,
@@ -358,6 +367,7 @@ impl Device {
             buffer_device_address: enabled.buffer_device_address,
             features,
             memory_budget: enabled.memory_budget,
+            external,
             pipeline_cache,
             disk_cache,
             pipeline_cache_loaded,

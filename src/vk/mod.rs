@@ -6,6 +6,7 @@ mod adapter;
 mod conv;
 mod debug;
 mod device;
+mod external;
 mod instance;
 mod pipeline_cache;
 
@@ -16,5 +17,6 @@ pub use debug::{Severity, ValidationLog, ValidationMessage};
 
 pub(crate) use adapter::{Adapter, Features};
 pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
+pub(crate) use external::{buffer_support, timeline_semaphore_support};
 pub(crate) use instance::Instance;
 pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;

@@ -1,0 +1,461 @@
+//! Sharing memory beyond one context (issue 14): exported and imported
+//! buffers between two `VkDevice`s of one physical device and between two
+//! processes, host memory imported without copies, semaphores (absent on
+//! lavapipe: the error and the host-side fallback), zero-copy transfers
+//! between contexts, and the refusals. Everything under validation.
+#![cfg(unix)]
+
+mod common;
+#[path = "common/fdpass.rs"]
+mod fdpass;
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+
+use common::{assert_clean, context_with, options, Path, PATHS};
+use vkcompute::{
+    AlignedHostMemory, DeviceContext, Error, ExportedMemory, ExternalMemoryInfo, MemoryHandleType,
+    EXTERNAL_MEMORY_INFO_BYTES,
+};
+
+/// Two validated contexts on the same physical device: two `VkDevice`s.
+fn two_contexts(path: Path) -> (DeviceContext, DeviceContext) {
+    (context_with(options(path)), context_with(options(path)))
+}
+
+fn pattern(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) ^ seed)
+        .collect()
+}
+
+#[test]
+fn device_info_has_the_ids_of_the_physical_device() {
+    let (a, b) = two_contexts(Path::Direct);
+    assert_eq!(a.info().uuid, b.info().uuid);
+    assert_eq!(a.info().driver_uuid, b.info().driver_uuid);
+    assert_ne!(a.info().uuid, [0; 16], "lavapipe reports a device UUID");
+    let listed = DeviceContext::devices().unwrap();
+    assert!(listed.iter().any(|d| d.uuid == a.info().uuid));
+}
+
+#[test]
+fn writes_on_each_context_are_seen_on_the_other() {
+    for path in PATHS {
+        let (a, b) = two_contexts(path);
+        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let n = 3000;
+        let data = pattern(n, 1);
+        let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+        x.enqueue_copy_from(&data).unwrap();
+        a.synchronize().unwrap();
+        let exported = x.export_fd(MemoryHandleType::OpaqueFd).unwrap();
+        assert_eq!(exported.info.device_uuid, Some(a.info().uuid));
+        assert_eq!(exported.info.size, (n * 4) as u64);
+        let y = b.import_buffer::<u32>(exported, n).unwrap();
+        assert_eq!(y.to_vec().unwrap(), data, "{path:?}: B sees A's write");
+        // B writes, A reads after B synchronized.
+        y.enqueue_fill(7).unwrap();
+        y.create_sub_buffer::<u32>(10, 5)
+            .unwrap()
+            .enqueue_copy_from(&[1, 2, 3, 4, 5])
+            .unwrap();
+        b.synchronize().unwrap();
+        let mut expected = vec![7u32; n];
+        expected[10..15].copy_from_slice(&[1, 2, 3, 4, 5]);
+        assert_eq!(x.to_vec().unwrap(), expected, "{path:?}: A sees B's writes");
+        // A view exports its own range; a kernel-free round trip again.
+        let view = x.create_sub_buffer::<u32>(100, 50).unwrap();
+        view.enqueue_copy_from(&pattern(50, 9)).unwrap();
+        a.synchronize().unwrap();
+        let e = view.export_fd(MemoryHandleType::OpaqueFd).unwrap();
+        assert_eq!((e.info.offset, e.info.size), (400, 200));
+        let z = b.import_buffer::<u32>(e, 50).unwrap();
+        assert_eq!(z.to_vec().unwrap(), pattern(50, 9));
+        // The exporter's buffer may go first: the imports hold the memory.
+        drop(x);
+        drop(view);
+        a.synchronize().unwrap();
+        assert_eq!(
+            y.create_sub_buffer::<u32>(100, 50)
+                .unwrap()
+                .to_vec()
+                .unwrap(),
+            pattern(50, 9)
+        );
+        // `share_with` is export + import.
+        let s = a.enqueue_create_exportable_buffer::<u32>(8).unwrap();
+        s.enqueue_fill(3).unwrap();
+        a.synchronize().unwrap();
+        assert_eq!(s.share_with(&b).unwrap().to_vec().unwrap(), [3; 8]);
+        drop((y, z, s));
+        b.synchronize().unwrap();
+        drop((a, b));
+        assert_clean(&log_a, "the exporting context");
+        assert_clean(&log_b, "the importing context");
+    }
+}
+
+#[test]
+fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
+    let (a, b) = two_contexts(Path::Direct);
+    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let x = a.enqueue_create_exportable_buffer::<u32>(64).unwrap();
+    x.enqueue_fill(5).unwrap();
+    a.synchronize().unwrap();
+    let export = || x.export_fd(MemoryHandleType::OpaqueFd).unwrap();
+
+    // A buffer not created exportable; an empty one.
+    let plain = a.enqueue_create_buffer::<u32>(4).unwrap();
+    let e = plain.export_fd(MemoryHandleType::OpaqueFd).unwrap_err();
+    assert!(matches!(e, Error::NotExportable { .. }), "{e}");
+    assert!(
+        e.to_string().contains("enqueue_create_exportable_buffer"),
+        "{e}"
+    );
+    let empty = a.enqueue_create_exportable_buffer::<u32>(0).unwrap();
+    assert!(matches!(
+        empty.export_fd(MemoryHandleType::OpaqueFd),
+        Err(Error::NotExportable { .. })
+    ));
+    // lavapipe has no VK_EXT_external_memory_dma_buf: neither export nor import.
+    let e = x.export_fd(MemoryHandleType::DmaBuf).unwrap_err();
+    assert!(matches!(e, Error::NotExportable { .. }), "{e}");
+    let mut dma = export();
+    dma.info.handle_type = MemoryHandleType::DmaBuf;
+    let e = b.import_buffer::<u32>(dma, 64).unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("dma_buf"), "{e}");
+
+    // More elements than exported; a range beyond the memory.
+    let e = b.import_buffer::<u32>(export(), 65).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::ImportSize {
+                needed: 260,
+                available: 256,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let mut beyond = export();
+    beyond.info.offset = beyond.info.allocation_size;
+    let e = b.import_buffer::<u32>(beyond, 64).unwrap_err();
+    assert!(matches!(e, Error::ImportSize { .. }), "{e}");
+
+    // A range that does not start aligned for the element type.
+    let mut odd = export();
+    odd.info.offset = 2;
+    odd.info.size = 8;
+    let e = b.import_buffer::<u32>(odd, 2).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Misaligned {
+                offset: 2,
+                alignment: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Imported memory is exported again only by its exporter.
+    let imported = b.import_buffer::<u32>(export(), 64).unwrap();
+    let e = imported.export_fd(MemoryHandleType::OpaqueFd).unwrap_err();
+    assert!(matches!(e, Error::NotExportable { .. }), "{e}");
+    drop(imported);
+
+    // Another device's UUID, another driver's.
+    let mut foreign = export();
+    foreign.info.device_uuid = Some([0xab; 16]);
+    let e = b.import_buffer::<u32>(foreign, 64).unwrap_err();
+    assert!(matches!(e, Error::ForeignDevice { .. }), "{e}");
+    assert!(e.to_string().contains("abababab"), "{e}");
+    let mut other_driver = export();
+    other_driver.info.driver_uuid = Some([1; 16]);
+    assert!(matches!(
+        b.import_buffer::<u32>(other_driver, 64),
+        Err(Error::ForeignDevice { .. })
+    ));
+
+    // A pipe is not memory; a file too small for the size claimed.
+    let (reader, _writer) = std::io::pipe().unwrap();
+    let pipe = ExportedMemory {
+        fd: OwnedFd::from(reader),
+        info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueFd, 4096),
+    };
+    let e = b.import_buffer::<u32>(pipe, 16).unwrap_err();
+    assert!(matches!(e, Error::InvalidHandle { .. }), "{e}");
+    assert!(e.to_string().contains("pipe"), "{e}");
+    let path = std::env::temp_dir().join(format!("vkcompute-sharing-{}", std::process::id()));
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(100).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let small = ExportedMemory {
+        fd: OwnedFd::from(file),
+        info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueFd, 4096),
+    };
+    let e = b.import_buffer::<u32>(small, 16).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::ImportSize {
+                needed: 4096,
+                available: 100,
+                ..
+            }
+        ),
+        "{e}"
+    );
+
+    // Descriptions travel as bytes; anything else is refused.
+    let info = export().info;
+    assert_eq!(
+        ExternalMemoryInfo::from_bytes(&info.to_bytes()).unwrap(),
+        info
+    );
+    assert!(matches!(
+        ExternalMemoryInfo::from_bytes(&[0; 3]),
+        Err(Error::InvalidHandle { .. })
+    ));
+    let mut bad = info.to_bytes();
+    bad[0] = 9;
+    assert!(matches!(
+        ExternalMemoryInfo::from_bytes(&bad),
+        Err(Error::InvalidHandle { .. })
+    ));
+    assert_eq!(bad.len(), EXTERNAL_MEMORY_INFO_BYTES);
+
+    // Both contexts still work, and the memory is still shared.
+    let y = b.import_buffer::<u32>(export(), 64).unwrap();
+    assert_eq!(y.to_vec().unwrap(), [5; 64]);
+    plain.enqueue_fill(1).unwrap();
+    assert_eq!(plain.to_vec().unwrap(), [1; 4]);
+    drop((x, y, plain, empty));
+    drop((a, b));
+    assert_clean(&log_a, "the exporting context");
+    assert_clean(&log_b, "the importing context");
+}
+
+#[test]
+fn host_memory_is_imported_without_copies() {
+    for path in PATHS {
+        common::run_with(options(path), "host memory import", |ctx| {
+            let align = ctx
+                .host_import_alignment()
+                .expect("lavapipe has VK_EXT_external_memory_host");
+            let n = 5000;
+            let mut mem = AlignedHostMemory::<u32>::with_alignment(n, align).unwrap();
+            assert_eq!(mem.as_ptr() as usize % align, 0);
+            assert!(mem.iter().all(|&v| v == 0));
+            mem.copy_from_slice(&pattern(n, 3));
+            let address = mem.as_ptr();
+            let host = ctx.import_host_memory(mem).unwrap();
+            // The buffer is the caller's allocation itself.
+            assert_eq!(host.as_slice().unwrap().as_ptr(), address);
+            let dev = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+            dev.enqueue_copy_from(&host).unwrap();
+            assert_eq!(dev.to_vec().unwrap(), pattern(n, 3));
+            dev.enqueue_fill(11).unwrap();
+            dev.enqueue_copy_to(&host).unwrap();
+            // Dropped right after enqueueing: freed once the copy is done.
+            let clone = host.clone();
+            drop(host);
+            assert_eq!(clone.to_vec().unwrap(), vec![11; n]);
+            clone.as_mut_slice().unwrap()[0] = 99;
+            dev.enqueue_copy_from(&clone).unwrap();
+            drop(clone);
+            assert_eq!(dev.to_vec().unwrap()[..2], [99, 11]);
+
+            // Misaligned sizes and addresses are refused before the driver.
+            let small = AlignedHostMemory::<u32>::with_alignment(4, 64).unwrap();
+            let e = ctx.import_host_memory(small).unwrap_err();
+            assert!(matches!(e, Error::Misaligned { .. }), "{e}");
+            assert!(matches!(
+                AlignedHostMemory::<u32>::with_alignment(4, 3),
+                Err(Error::Misaligned { .. })
+            ));
+            assert!(matches!(
+                AlignedHostMemory::<u32>::new(usize::MAX),
+                Err(Error::SizeOverflow { .. })
+            ));
+            dev.enqueue_fill(2).unwrap();
+            assert_eq!(dev.to_vec().unwrap()[0], 2);
+        });
+    }
+}
+
+#[test]
+fn semaphores_order_work_across_devices_or_fail_clearly() {
+    let (a, b) = two_contexts(Path::Direct);
+    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let n = 8 << 20;
+    let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+    x.enqueue_fill(1).unwrap();
+    a.synchronize().unwrap();
+    let y = x.share_with(&b).unwrap();
+    let tail = y.create_sub_buffer::<u32>(n - 4, 4).unwrap();
+    // Between devices, a device-side wait on a context is refused.
+    assert!(matches!(
+        b.enqueue_wait_for(&a),
+        Err(Error::DifferentDevice { .. })
+    ));
+    match a.export_semaphore() {
+        // A device with VK_KHR_external_semaphore_fd: B waits on the device.
+        Ok(first) => {
+            let mut foreign = a.export_semaphore().unwrap();
+            foreign.device_uuid = [0xcd; 16];
+            assert!(matches!(
+                b.import_semaphore(foreign),
+                Err(Error::ForeignDevice { .. })
+            ));
+            let semaphore = b.import_semaphore(first).unwrap();
+            for round in 2..5u32 {
+                x.enqueue_fill(round).unwrap();
+                let value = a.export_semaphore().unwrap().value;
+                b.enqueue_wait_semaphore(&semaphore, value).unwrap();
+                assert_eq!(tail.to_vec().unwrap(), [round; 4]);
+                assert!(semaphore.value().unwrap() >= value);
+            }
+        }
+        // lavapipe: no semaphore fds. The error says so and names the fallback.
+        Err(e) => {
+            assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+            assert!(
+                e.to_string().contains("VK_KHR_external_semaphore_fd"),
+                "{e}"
+            );
+            assert!(e.to_string().contains("wait_on_host_for"), "{e}");
+        }
+    }
+    // The explicit host fallback orders B's reads after A's writes.
+    for round in 5..8u32 {
+        x.enqueue_fill(round).unwrap();
+        b.wait_on_host_for(&a).unwrap();
+        assert_eq!(tail.to_vec().unwrap(), [round; 4]);
+    }
+    drop((x, y, tail));
+    drop((a, b));
+    assert_clean(&log_a, "the exporting context");
+    assert_clean(&log_b, "the importing context");
+}
+
+#[test]
+fn copies_between_contexts_use_shared_memory_where_an_end_is_exportable() {
+    for path in PATHS {
+        let (a, b) = two_contexts(path);
+        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let n = 1 << 16;
+        let src = a.enqueue_create_buffer::<u32>(n).unwrap();
+        src.enqueue_copy_from(&pattern(n, 4)).unwrap();
+        // Into an exportable buffer of B: A copies into its alias.
+        let shared_dst = b.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+        shared_dst.enqueue_fill(0).unwrap();
+        a.synchronize().unwrap();
+        let before = a.live_objects().commands_recorded;
+        shared_dst.enqueue_copy_from(&src).unwrap();
+        // One device copy on A, into B's memory: no host round trip.
+        assert_eq!(a.live_objects().commands_recorded, before + 1);
+        assert_eq!(shared_dst.to_vec().unwrap(), pattern(n, 4));
+        // From an exportable buffer of B into a plain one of A (copy_to).
+        shared_dst.enqueue_fill(6).unwrap();
+        let back = a.enqueue_create_buffer::<u32>(n).unwrap();
+        shared_dst.enqueue_copy_to(&back).unwrap();
+        assert_eq!(back.to_vec().unwrap(), vec![6; n]);
+        // Neither end exportable: through the host, as before.
+        let plain = b.enqueue_create_buffer::<u32>(n).unwrap();
+        let before = a.live_objects().commands_recorded;
+        plain.enqueue_copy_from(&src).unwrap();
+        if path == Path::Direct {
+            // Read straight from A's host-visible memory: no command on A.
+            assert_eq!(a.live_objects().commands_recorded, before);
+        }
+        assert_eq!(plain.to_vec().unwrap(), pattern(n, 4));
+        // A mapped end refuses the copy and stays intact.
+        let mapped = shared_dst.map_to_host().unwrap();
+        assert!(matches!(
+            shared_dst.enqueue_copy_from(&src),
+            Err(Error::BufferMapped { .. })
+        ));
+        assert!(
+            !mapped.is_direct(),
+            "shared memory is never mapped directly"
+        );
+        assert_eq!(mapped[0], 6);
+        drop(mapped);
+        drop((src, shared_dst, back, plain));
+        drop((a, b));
+        assert_clean(&log_a, "context A");
+        assert_clean(&log_b, "context B");
+    }
+}
+
+const SOCKET_VAR: &str = "VKCOMPUTE_SHARE_SOCKET";
+
+#[test]
+fn a_child_process_reads_and_writes_the_shared_buffer() {
+    let ctx = context_with(options(Path::Direct));
+    let log = ctx.validation_log();
+    let n = 4096;
+    let buf = ctx.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+    buf.enqueue_copy_from(&pattern(n, 5)).unwrap();
+    ctx.synchronize().unwrap();
+    let exported = buf.export_fd(MemoryHandleType::OpaqueFd).unwrap();
+
+    let socket = std::env::temp_dir().join(format!("vkcompute-share-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_process_side",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SOCKET_VAR, &socket)
+        .spawn()
+        .unwrap();
+    let (stream, _) = listener.accept().unwrap();
+    let _ = std::fs::remove_file(&socket);
+    fdpass::send_fd(&stream, exported.fd.as_fd(), &exported.info.to_bytes()).unwrap();
+    drop(exported);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the child failed: {status}");
+    // The child doubled every element and wrote a marker at the end.
+    let mut expected: Vec<u32> = pattern(n, 5).iter().map(|v| v.wrapping_mul(2)).collect();
+    expected[n - 1] = 0xC0FFEE;
+    assert_eq!(buf.to_vec().unwrap(), expected);
+    drop(buf);
+    drop(ctx);
+    assert_clean(&log, "the parent process");
+}
+
+/// The child of `a_child_process_reads_and_writes_the_shared_buffer`:
+/// receives the descriptor, imports it, checks and changes the data.
+#[test]
+#[ignore = "run by a_child_process_reads_and_writes_the_shared_buffer in a child process"]
+fn child_process_side() {
+    let socket = std::env::var_os(SOCKET_VAR).expect("started by the parent test");
+    let stream = UnixStream::connect(socket).unwrap();
+    let mut info = [0u8; EXTERNAL_MEMORY_INFO_BYTES];
+    let fd = fdpass::recv_fd(&stream, &mut info).unwrap();
+    let info = ExternalMemoryInfo::from_bytes(&info).unwrap();
+    let n = (info.size / 4) as usize;
+    let ctx = context_with(options(Path::Direct));
+    let log = ctx.validation_log();
+    let buf = ctx
+        .import_buffer::<u32>(ExportedMemory { fd, info }, n)
+        .unwrap();
+    let data = buf.to_vec().unwrap();
+    assert_eq!(data, pattern(n, 5), "the child sees the parent's data");
+    let mut doubled: Vec<u32> = data.iter().map(|v| v.wrapping_mul(2)).collect();
+    doubled[n - 1] = 0xC0FFEE;
+    buf.enqueue_copy_from(&doubled).unwrap();
+    ctx.synchronize().unwrap();
+    drop(buf);
+    drop(ctx);
+    assert_clean(&log, "the child process");
+}
