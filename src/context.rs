@@ -1042,13 +1042,15 @@ impl DeviceContext {
 
     /// Waits for the enqueued work, then frees the memory and objects kept
     /// pooled for reuse: the context's staging buffers, command buffers and
-    /// descriptor pools, and the device's cache of retired buffers. Live
-    /// buffers are not affected.
+    /// descriptor pools, and the device's cache of retired buffers; and,
+    /// where streams of the device were dropped, waits for the whole device
+    /// to be idle and destroys their timeline semaphores (otherwise kept
+    /// until the device goes). Live buffers are not affected.
     pub fn trim(&self) -> Result<()> {
         self.synchronize()?;
         self.shared.lock().trim()?;
         self.shared.device.release_cached_buffers();
-        Ok(())
+        self.shared.device.destroy_retired_semaphores()
     }
 
     /// Counts of the Vulkan objects the context holds.

@@ -149,9 +149,9 @@ impl Timeline {
 
 impl Drop for Timeline {
     fn drop(&mut self) {
-        // SAFETY: every submission signalling the semaphore has completed:
-        // the context waited for its work when it was dropped, and buffers
-        // that reference this timeline keep it alive until then.
-        unsafe { self.device.raw.destroy_semaphore(self.semaphore, None) };
+        // Every submission signalling or waiting for the semaphore has been
+        // seen complete, but the driver may still be releasing its hold on
+        // it: the device destroys it once idle.
+        self.device.retire_semaphore(self.semaphore);
     }
 }

@@ -75,6 +75,12 @@ pub(crate) struct Device {
     /// Buffers handed to the user (`take_raw`) and dropped unfreed: the
     /// user's work may still use them, so they go with the device.
     orphans: Mutex<Vec<RawBuffer>>,
+    /// Timeline semaphores of dropped streams. Destroying one as soon as its
+    /// last waiter's batch is seen complete raced with lavapipe's submit
+    /// thread, which releases its wait on the semaphore after signalling the
+    /// batch's own (a use after free inside the driver, seen as a rare crash
+    /// in the model test); they are destroyed once the device is idle.
+    retired_semaphores: Mutex<Vec<vk::Semaphore>>,
     /// User kernels loaded on this device, reused when loaded again.
     kernels: Mutex<crate::kernel::KernelCache>,
     /// The crate's own pipelines (the fill kernel), made on first use.
@@ -374,6 +380,7 @@ impl Device {
             allocator: ManuallyDrop::new(Mutex::new(allocator)),
             buffer_cache: Mutex::new(BufferCache::new(cache_limit(&adapter))),
             orphans: Mutex::new(Vec::new()),
+            retired_semaphores: Mutex::new(Vec::new()),
             internal_pipelines: Mutex::new(Vec::new()),
             kernels: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
@@ -470,6 +477,43 @@ impl Device {
         if let Some(raw) = refused {
             raw.destroy(self);
         }
+    }
+
+    /// Destroys `semaphore` once the device is idle (when it is dropped,
+    /// or on `trim`): see `retired_semaphores`.
+    pub(crate) fn retire_semaphore(&self, semaphore: vk::Semaphore) {
+        self.retired_semaphores
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(semaphore);
+    }
+
+    /// Waits until the device is idle and destroys the retired semaphores,
+    /// where vkcompute owns the device (a borrowed device's other queues
+    /// are the application's, and waiting for the device needs them all).
+    pub(crate) fn destroy_retired_semaphores(&self) -> crate::Result<()> {
+        if !self.owned {
+            return Ok(());
+        }
+        let mut retired = self
+            .retired_semaphores
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if retired.is_empty() {
+            return Ok(());
+        }
+        // vkDeviceWaitIdle needs every queue externally synchronized.
+        let _queues: Vec<_> = (0..self.queues.len()).map(|i| self.queue(i)).collect();
+        // SAFETY: every queue of the device is locked, and vkcompute owns
+        // the device, so no other thread submits meanwhile.
+        unsafe { self.raw.device_wait_idle() }
+            .map_err(|e| crate::Error::vk("vkDeviceWaitIdle", e))?;
+        for semaphore in retired.drain(..) {
+            // SAFETY: the device is idle, so no batch and no driver thread
+            // still uses the semaphore; each is destroyed once.
+            unsafe { self.raw.destroy_semaphore(semaphore, None) };
+        }
+        Ok(())
     }
 
     /// Frees `raw` when the device is destroyed, once it is idle.
@@ -644,6 +688,15 @@ impl Drop for Device {
         let orphans = std::mem::take(self.orphans.get_mut().unwrap_or_else(|e| e.into_inner()));
         for raw in orphans {
             raw.destroy(self);
+        }
+        let retired = std::mem::take(
+            self.retired_semaphores
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for semaphore in retired {
+            // SAFETY: the device is idle (waited above); destroyed once.
+            unsafe { self.raw.destroy_semaphore(semaphore, None) };
         }
         let pipelines = std::mem::take(
             self.internal_pipelines
