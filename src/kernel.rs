@@ -288,13 +288,14 @@ impl Kernel {
         let local_size = reflect::local_size(words, entry, &spec_u32)
             .ok_or_else(|| unsupported("its workgroup size could not be determined".into()))?;
         let limits = device.limits();
-        let invocations = local_size.iter().map(|&d| d as u64).product::<u64>();
+        // Three 32-bit sizes: their product fits in a u128, not a u64.
+        let invocations = local_size.iter().map(|&d| d as u128).product::<u128>();
         if local_size.contains(&0)
             || local_size
                 .iter()
                 .zip(limits.max_compute_work_group_size)
                 .any(|(&d, max)| d > max)
-            || invocations > limits.max_compute_work_group_invocations as u64
+            || invocations > limits.max_compute_work_group_invocations as u128
         {
             return Err(unsupported(format!(
                 "workgroup size {local_size:?} exceeds the device's maxComputeWorkGroupSize {:?} or \
