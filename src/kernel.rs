@@ -12,6 +12,7 @@ use ash::vk;
 use bytemuck::Pod;
 
 use crate::buffer::View;
+use crate::capability;
 use crate::context::{BufferAccess, DeviceContext};
 use crate::error::{Error, Result, VkResultExt};
 use crate::pipeline::{self, ComputePipeline, Specialization};
@@ -244,6 +245,7 @@ impl Kernel {
         };
         spirv_val::validate(words, device.adapter.api_version >= vk::API_VERSION_1_3)
             .map_err(|reason| Error::InvalidSpirv { reason })?;
+        capability::check(words, &device.adapter).map_err(unsupported)?;
         // spirq is not written against hostile input: a panic is an error too.
         let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
             .map_err(|_| Error::InvalidSpirv {
@@ -332,7 +334,15 @@ impl Kernel {
             reflected.bindings.iter().map(|b| b.binding).collect(),
             reflected.push_size.next_multiple_of(4),
             spec,
-        )?;
+        )
+        .map_err(|e| match e {
+            // The module passed every check here, yet the driver refused it
+            // (lavapipe fails on some modules SPIRV-Tools accepts).
+            Error::Vulkan { call, result } => {
+                unsupported(format!("the driver refused it: {call} returned {result:?}"))
+            }
+            e => e,
+        })?;
         let inner = Arc::new(KernelPipeline {
             device: device.clone(),
             pipeline,

@@ -23,6 +23,7 @@
 //! ```
 
 mod buffer;
+mod capability;
 mod context;
 mod display;
 mod error;

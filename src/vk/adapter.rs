@@ -151,6 +151,9 @@ pub(crate) struct Adapter {
     pub(crate) max_allocation_size: u64,
     /// `maxBufferSize` (Vulkan 1.3), where the device reports it.
     pub(crate) max_buffer_size: Option<u64>,
+    /// The subgroup operations compute shaders may use (empty where the
+    /// compute stage has none).
+    pub(crate) compute_subgroup_operations: vk::SubgroupFeatureFlags,
 }
 
 impl Adapter {
@@ -173,9 +176,10 @@ impl Adapter {
         let mut driver = vk::PhysicalDeviceDriverProperties::default();
         let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
         let mut maintenance4 = vk::PhysicalDeviceMaintenance4Properties::default();
+        let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
         let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut maintenance3);
         if new_enough {
-            props2 = props2.push_next(&mut driver);
+            props2 = props2.push_next(&mut driver).push_next(&mut subgroup);
         }
         if api_version >= vk::API_VERSION_1_3 {
             props2 = props2.push_next(&mut maintenance4);
@@ -290,6 +294,14 @@ impl Adapter {
             max_allocation_size: maintenance3.max_memory_allocation_size,
             max_buffer_size: (api_version >= vk::API_VERSION_1_3)
                 .then_some(maintenance4.max_buffer_size),
+            compute_subgroup_operations: if subgroup
+                .supported_stages
+                .contains(vk::ShaderStageFlags::COMPUTE)
+            {
+                subgroup.supported_operations
+            } else {
+                vk::SubgroupFeatureFlags::empty()
+            },
         })
     }
 
