@@ -103,7 +103,7 @@ fn mutate(rng: &mut Rng, words: &mut Vec<u32>, donors: &[&[u32]]) -> String {
     let bound = words.get(3).copied().unwrap_or(64);
     let at = rng.below(n as u64) as usize;
     let starts = instruction_starts(words);
-    match rng.below(17) {
+    match rng.below(19) {
         0 => {
             let bit = rng.below(32);
             words[at] ^= 1 << bit;
@@ -193,6 +193,28 @@ fn mutate(rng: &mut Rng, words: &mut Vec<u32>, donors: &[&[u32]]) -> String {
             };
             words.splice(to..to, inst);
             format!("inserted another kernel's instruction (its word {from}) at word {to}")
+        }
+        17 | 18 => {
+            // A constant made a specialization constant (`OpSpecConstant`
+            // with a `SpecId` among the ids the builder sets), so that
+            // specialization reaches types, sizes and the workgroup size.
+            let constants: Vec<usize> = starts
+                .iter()
+                .copied()
+                .filter(|&s| words[s] & 0xffff == 43 && words[s] >> 16 >= 4 && s + 3 < n)
+                .collect();
+            let Some(&decorate) = starts.iter().find(|&&s| words[s] & 0xffff == 71) else {
+                return "found no decoration to put a SpecId by".into();
+            };
+            if constants.is_empty() {
+                return "found no constant to specialize".into();
+            }
+            let start = constants[rng.below(constants.len() as u64) as usize];
+            let id = words[start + 2];
+            let spec_id = rng.below(4) as u32;
+            words[start] = (words[start] & 0xffff_0000) | 50;
+            words.splice(decorate..decorate, [0x4_0047, id, 1, spec_id]);
+            format!("made the constant at word {start} (%{id}) specialization constant {spec_id}")
         }
         14..=16 => {
             // A literal the validator may accept: a decoration's value, a
