@@ -17,6 +17,7 @@ use crate::context::{BufferAccess, DeviceContext};
 use crate::error::{Error, Result, VkResultExt};
 use crate::pipeline::{self, ComputePipeline, Specialization};
 use crate::reflect::{self, BindingInfo, Interface, SpecConstantInfo};
+use crate::spirv_rules;
 use crate::spirv_val;
 use crate::vk::Device;
 
@@ -246,6 +247,7 @@ impl Kernel {
         spirv_val::validate(words, device.adapter.api_version >= vk::API_VERSION_1_3)
             .map_err(|reason| Error::InvalidSpirv { reason })?;
         capability::check(words, &device.adapter).map_err(unsupported)?;
+        spirv_rules::check(words).map_err(|reason| Error::InvalidSpirv { reason })?;
         // spirq is not written against hostile input: a panic is an error too.
         let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
             .map_err(|_| Error::InvalidSpirv {

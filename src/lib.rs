@@ -35,6 +35,7 @@ mod memory;
 mod pipeline;
 mod reflect;
 mod resource;
+mod spirv_rules;
 mod spirv_val;
 // Linked for its native library (SPIRV-Tools inside shaderc), which
 // `spirv_val` calls; no Rust item of the crate is used.

@@ -646,6 +646,8 @@ const INDEX_OFFSET_WORD: usize = 57;
 /// `WorkgroupSize` composite uses.
 const WORKGROUP_ONE_WORD: usize = 132;
 
+/// The decoration of `OpMemberDecorate %Data 0 NonReadable` (`data[]`).
+const DATA_MEMBER_DECORATION_WORD: usize = 36;
 /// The operand of `OpCapability Shader`.
 const CAPABILITY_WORD: usize = 6;
 /// The result type of `OpConstant %int 1`, and the component type of the
@@ -753,6 +755,19 @@ fn a_capability_without_its_feature_is_refused() {
     let mut words = STORE_WORDS;
     words[CAPABILITY_WORD] = 3;
     assert_refused(&words, unsupported, "capability 3");
+}
+
+/// `RowMajor` on a member that is no matrix: invalid SPIR-V that SPIRV-Tools
+/// accepts and lavapipe refuses (a driver message and `VK_ERROR_UNKNOWN`).
+#[test]
+fn a_matrix_layout_on_a_non_matrix_is_invalid_spirv() {
+    let mut words = STORE_WORDS;
+    words[DATA_MEMBER_DECORATION_WORD] = 4;
+    assert_refused(
+        &words,
+        invalid_spirv,
+        "decorated RowMajor but is not a matrix",
+    );
 }
 
 /// A module SPIRV-Tools accepts and lavapipe refuses (the `WorkgroupSize`
