@@ -284,6 +284,13 @@ impl Kernel {
                 Some(_) => {}
             }
         }
+        let frozen = spirv_rules::freeze(words, &specialization);
+        if frozen != words {
+            spirv_val::validate(&frozen, device.adapter.api_version >= vk::API_VERSION_1_3)
+                .map_err(|reason| Error::InvalidSpirv {
+                    reason: format!("with its specialization constants set: {reason}"),
+                })?;
+        }
         let spec_u32: HashMap<u32, u32> = specialization
             .iter()
             .filter(|(_, b)| b.len() == 4)

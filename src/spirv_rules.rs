@@ -1,6 +1,8 @@
 //! Rules of SPIR-V that SPIRV-Tools does not check but drivers rely on: a
 //! module breaking one is invalid (VUID-VkShaderModuleCreateInfo-pCode-08737)
-//! and is refused before it reaches the driver.
+//! and is refused before it reaches the driver. Also the module as the
+//! pipeline sees it, with its specialization constants frozen, for
+//! validating again.
 #![deny(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
@@ -63,4 +65,86 @@ pub(crate) fn check(words: &[u32]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+const OP_DECORATE: u32 = 71;
+const OP_TYPE_INT: u32 = 21;
+const OP_CONSTANT_TRUE: u32 = 41;
+const OP_CONSTANT_FALSE: u32 = 42;
+const OP_CONSTANT: u32 = 43;
+const OP_SPEC_CONSTANT_TRUE: u32 = 48;
+const OP_SPEC_CONSTANT_FALSE: u32 = 49;
+const OP_SPEC_CONSTANT: u32 = 50;
+const DECORATION_SPEC_ID: u32 = 1;
+
+/// `words` with its specialization constants frozen into constants: those
+/// `specialization` sets (id, value bytes) to its values, the others to
+/// their defaults, and their `SpecId` decorations removed. This is what the
+/// validation layer validates at pipeline creation (a module valid with its
+/// defaults may not be with other values, e.g. an array length that makes a
+/// block's members overlap: VUID-VkPipelineShaderStageCreateInfo-pSpecializationInfo-06719).
+/// `OpSpecConstantOp` stays unevaluated, and `OpSpecConstantComposite` as
+/// it is (its parts may be such operations).
+pub(crate) fn freeze(words: &[u32], specialization: &[(u32, Vec<u8>)]) -> Vec<u32> {
+    let mut spec_ids = HashMap::new();
+    // Integer types narrower than 32 bits: (width, signed).
+    let mut narrow = HashMap::new();
+    for (op, operands) in instructions(words) {
+        match (op, operands) {
+            (OP_DECORATE, [target, DECORATION_SPEC_ID, id, ..]) => {
+                spec_ids.insert(*target, *id);
+            }
+            (OP_TYPE_INT, [id, width, signed, ..]) if *width < 32 => {
+                narrow.insert(*id, (*width, *signed != 0));
+            }
+            _ => {}
+        }
+    }
+    let value = |target: u32| {
+        let id = spec_ids.get(&target)?;
+        let (_, bytes) = specialization.iter().find(|(i, _)| i == id)?;
+        let words: Vec<u32> = bytes
+            .chunks(4)
+            .map(|c| c.iter().rev().fold(0, |w, &b| (w << 8) | u32::from(b)))
+            .collect();
+        Some(words)
+    };
+    let mut frozen = words[..5.min(words.len())].to_vec();
+    for (op, operands) in instructions(words) {
+        let (op, operands) = match (op, operands) {
+            (OP_DECORATE, [_, DECORATION_SPEC_ID, ..]) => continue,
+            (OP_SPEC_CONSTANT_TRUE | OP_SPEC_CONSTANT_FALSE, [ty, id]) => {
+                let on = match value(*id) {
+                    Some(v) => v.iter().any(|&w| w != 0),
+                    None => op == OP_SPEC_CONSTANT_TRUE,
+                };
+                let op = if on {
+                    OP_CONSTANT_TRUE
+                } else {
+                    OP_CONSTANT_FALSE
+                };
+                (op, vec![*ty, *id])
+            }
+            (OP_SPEC_CONSTANT, [ty, id, default @ ..]) => {
+                let mut literal = value(*id).unwrap_or_else(|| default.to_vec());
+                literal.resize(default.len(), 0);
+                if let (Some(&(width, signed)), [w]) = (narrow.get(ty), literal.as_mut_slice()) {
+                    // Narrow literals are zero- or sign-extended to a word.
+                    let unused = 32 - width;
+                    *w = if signed {
+                        (((*w << unused) as i32) >> unused) as u32
+                    } else {
+                        (*w << unused) >> unused
+                    };
+                }
+                let mut operands = vec![*ty, *id];
+                operands.extend(literal);
+                (OP_CONSTANT, operands)
+            }
+            _ => (op, operands.to_vec()),
+        };
+        frozen.push(((operands.len() as u32 + 1) << 16) | op);
+        frozen.extend(operands);
+    }
+    frozen
 }
