@@ -285,6 +285,7 @@ impl Kernel {
             }
         }
         let frozen = spirv_rules::freeze(words, &specialization);
+        spirv_rules::check_constant_indices(&frozen).map_err(unsupported)?;
         if frozen != words {
             spirv_val::validate(&frozen, device.adapter.api_version >= vk::API_VERSION_1_3)
                 .map_err(|reason| Error::InvalidSpirv {

@@ -148,3 +148,89 @@ pub(crate) fn freeze(words: &[u32], specialization: &[(u32, Vec<u8>)]) -> Vec<u3
     }
     frozen
 }
+
+const OP_TYPE_VECTOR: u32 = 23;
+const OP_TYPE_POINTER: u32 = 32;
+const OP_FUNCTION_PARAMETER: u32 = 55;
+const OP_VARIABLE: u32 = 59;
+const OP_ACCESS_CHAIN: u32 = 65;
+const OP_IN_BOUNDS_ACCESS_CHAIN: u32 = 66;
+
+/// A type an access chain can index.
+enum Indexed<'a> {
+    /// An array (length from a constant id), a vector or a matrix (a
+    /// literal count): the element type and the number of elements.
+    Elements(u32, Option<u64>),
+    /// A runtime array: the element type.
+    Unbounded(u32),
+    /// A struct: its member types.
+    Members(&'a [u32]),
+}
+
+/// Checks that every constant index of an access chain into an array,
+/// vector or matrix of known size is in bounds. SPIRV-Tools accepts
+/// `data[0xffffffff]` into a `uint data[4]`; the validation layer of
+/// Debian 12 (1.3.239) crashes on it in `vkCreateShaderModule`, and
+/// executing it would be undefined behaviour anyway.
+pub(crate) fn check_constant_indices(words: &[u32]) -> Result<(), String> {
+    let mut constants: HashMap<u32, u64> = HashMap::new();
+    let mut types: HashMap<u32, Indexed<'_>> = HashMap::new();
+    let mut pointees: HashMap<u32, u32> = HashMap::new();
+    let mut pointer_types: HashMap<u32, u32> = HashMap::new();
+    for (op, operands) in instructions(words) {
+        match (op, operands) {
+            (OP_CONSTANT, [_, id, low, rest @ ..]) => {
+                let high = rest.first().copied().unwrap_or(0);
+                constants.insert(*id, (u64::from(high) << 32) | u64::from(*low));
+            }
+            (OP_TYPE_ARRAY, [id, element, length]) => {
+                types.insert(
+                    *id,
+                    Indexed::Elements(*element, constants.get(length).copied()),
+                );
+            }
+            (OP_TYPE_VECTOR | OP_TYPE_MATRIX, [id, element, count]) => {
+                types.insert(*id, Indexed::Elements(*element, Some(u64::from(*count))));
+            }
+            (OP_TYPE_RUNTIME_ARRAY, [id, element]) => {
+                types.insert(*id, Indexed::Unbounded(*element));
+            }
+            (OP_TYPE_STRUCT, [id, members @ ..]) => {
+                types.insert(*id, Indexed::Members(members));
+            }
+            (OP_TYPE_POINTER, [id, _, pointee]) => {
+                pointees.insert(*id, *pointee);
+            }
+            (OP_VARIABLE | OP_FUNCTION_PARAMETER, [ty, id, ..]) => {
+                pointer_types.insert(*id, *ty);
+            }
+            (OP_ACCESS_CHAIN | OP_IN_BOUNDS_ACCESS_CHAIN, [ty, id, base, indexes @ ..]) => {
+                pointer_types.insert(*id, *ty);
+                let mut current = pointer_types
+                    .get(base)
+                    .and_then(|p| pointees.get(p))
+                    .copied();
+                for index in indexes {
+                    let constant = constants.get(index).copied();
+                    current = match (current.and_then(|t| types.get(&t)), constant) {
+                        (Some(Indexed::Elements(_, Some(n))), Some(i)) if i >= *n => {
+                            return Err(format!(
+                                "access chain %{id} indexes element {i} of a composite of {n}"
+                            ));
+                        }
+                        (Some(Indexed::Elements(element, _) | Indexed::Unbounded(element)), _) => {
+                            Some(*element)
+                        }
+                        (Some(Indexed::Members(members)), Some(i)) => usize::try_from(i)
+                            .ok()
+                            .and_then(|i| members.get(i))
+                            .copied(),
+                        _ => None,
+                    };
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
