@@ -326,7 +326,7 @@ pub(crate) fn instructions(words: &[u32]) -> impl Iterator<Item = (u32, &[u32])>
 }
 
 /// A SPIR-V literal string (UTF-8, nul-terminated, packed in words).
-fn literal_string(words: &[u32]) -> String {
+pub(crate) fn literal_string(words: &[u32]) -> String {
     let bytes: Vec<u8> = words
         .iter()
         .flat_map(|w| w.to_le_bytes())

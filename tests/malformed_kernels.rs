@@ -983,3 +983,18 @@ fn a_constant_index_out_of_bounds_is_refused() {
         "indexes element 4294967295 of a composite of 4",
     );
 }
+
+/// `OpExtension "SPV_KHR_shader_clock"` added after the capability: valid
+/// SPIR-V, but the device has no VK_KHR_shader_clock enabled.
+#[test]
+fn an_extension_the_device_lacks_is_refused() {
+    let name = b"SPV_KHR_shader_clock\0\0\0\0";
+    let mut extension = vec![((1 + name.len() as u32 / 4) << 16) | 10];
+    extension.extend(
+        name.chunks(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
+    let mut words = STORE_WORDS.to_vec();
+    words.splice(CAPABILITY_WORD + 1..CAPABILITY_WORD + 1, extension);
+    assert_refused(&words, unsupported, "SPV_KHR_shader_clock");
+}
