@@ -19,6 +19,7 @@ use crate::error::{Error, Result, VkResultExt};
 use crate::pipeline::{self, ComputePipeline, Specialization};
 use crate::reflect::{self, BindingInfo, Interface, SpecConstantInfo};
 use crate::spirv_check::{self, Trust};
+use crate::spirv_rules;
 use crate::vk::Device;
 
 /// A value for a specialization constant.
@@ -415,6 +416,8 @@ impl Kernel {
         };
         let vulkan_1_3 = device.adapter.api_version >= vk::API_VERSION_1_3;
         spirv_check::check_module(words, entry, vulkan_1_3, trust)?;
+        // What SPIRV-Tools lets through but drivers or layers choke on.
+        spirv_rules::check(words).map_err(|reason| Error::InvalidSpirv { reason })?;
         let module = reflect::module_use(words);
         if let (false, Some(found)) = (pointers, module.pointers) {
             return Err(Error::PointerAddressing {
@@ -474,6 +477,11 @@ impl Kernel {
                 Some(_) => {}
             }
         }
+        let frozen = spirv_rules::freeze(words, &specialization);
+        spirv_rules::check_constant_indices(&frozen).map_err(unsupported)?;
+        if frozen != words {
+            spirv_check::check_specialized(&frozen, words, entry, vulkan_1_3, trust)?;
+        }
         let spec_u32: HashMap<u32, u32> = specialization
             .iter()
             .filter(|(_, b)| b.len() == 4)
@@ -482,13 +490,14 @@ impl Kernel {
         let local_size = reflect::local_size(words, entry, &spec_u32)
             .ok_or_else(|| unsupported("its workgroup size could not be determined".into()))?;
         let limits = device.limits();
-        let invocations = local_size.iter().map(|&d| d as u64).product::<u64>();
+        // Three 32-bit sizes: their product fits in a u128, not a u64.
+        let invocations = local_size.iter().map(|&d| d as u128).product::<u128>();
         if local_size.contains(&0)
             || local_size
                 .iter()
                 .zip(limits.max_compute_work_group_size)
                 .any(|(&d, max)| d > max)
-            || invocations > limits.max_compute_work_group_invocations as u64
+            || invocations > limits.max_compute_work_group_invocations as u128
         {
             return Err(unsupported(format!(
                 "workgroup size {local_size:?} exceeds the device's maxComputeWorkGroupSize {:?} or \
@@ -529,7 +538,15 @@ impl Kernel {
             reflected.push_size.next_multiple_of(4),
             spec,
             subgroup_size,
-        )?;
+        )
+        .map_err(|e| match e {
+            // The module passed every check here, yet the driver refused it
+            // (lavapipe fails on some modules SPIRV-Tools accepts).
+            Error::Vulkan { call, result } => {
+                unsupported(format!("the driver refused it: {call} returned {result:?}"))
+            }
+            e => e,
+        })?;
         let inner = Arc::new(KernelPipeline {
             device: device.clone(),
             pipeline,

@@ -41,6 +41,7 @@ mod pipeline;
 mod reflect;
 mod resource;
 mod spirv_check;
+mod spirv_rules;
 #[cfg(any(feature = "build", feature = "glsl"))]
 #[cfg_attr(not(feature = "build"), allow(dead_code))]
 mod spirv_source;

@@ -13,6 +13,11 @@ use spirq::ty::{AccessType, DescriptorType, Type};
 use spirq::var::Variable;
 use spirq::ReflectConfig;
 
+/// The largest binding number a kernel may use: drivers size descriptor
+/// set layouts by the largest binding (lavapipe runs out of memory on one
+/// near `u32::MAX`).
+const MAX_BINDING: u32 = 4095;
+
 /// The SPIR-V magic number, first word of every module.
 pub(crate) const MAGIC: u32 = 0x0723_0203;
 
@@ -143,6 +148,12 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                         desc_bind.set()
                     ));
                 }
+                if desc_bind.bind() > MAX_BINDING {
+                    return Err(format!(
+                        "`{what}` has binding number {}: vkcompute accepts binding numbers up to {MAX_BINDING}",
+                        desc_bind.bind()
+                    ));
+                }
                 if *nbind != 1 {
                     return Err(format!(
                         "`{what}` is an array of {nbind} buffers: bind one buffer per binding"
@@ -168,8 +179,7 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                 }
             }
             Variable::PushConstant { ty, .. } => {
-                push_size = ty
-                    .nbyte()
+                push_size = extent(ty)
                     .and_then(|n| u32::try_from(n).ok())
                     .ok_or_else(|| "the push-constant block has no fixed size".to_string())?;
             }
@@ -195,6 +205,27 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
         push_size,
         spec_constants,
     })
+}
+
+/// The bytes `ty` spans: for a struct the end of its furthest member (its
+/// members' offsets need not increase, so this is not spirq's `nbyte`,
+/// which ends at the last member); `None` if it has no fixed size.
+fn extent(ty: &Type) -> Option<u64> {
+    match ty {
+        Type::Struct(block) => block.members.iter().try_fold(0u64, |end, member| {
+            let offset = u64::try_from(member.offset?).ok()?;
+            Some(end.max(offset.checked_add(extent(&member.ty)?)?))
+        }),
+        Type::Array(array) => {
+            let n = u64::from(array.nelement?);
+            let stride = u64::try_from(array.stride?).ok()?;
+            let last = (n.checked_sub(1)?)
+                .checked_mul(stride)?
+                .checked_add(extent(&array.element_ty)?)?;
+            Some(last.max(n.checked_mul(stride)?))
+        }
+        _ => ty.nbyte().and_then(|n| u64::try_from(n).ok()),
+    }
 }
 
 /// The stride of a block that is one runtime array (`T data[];`).
@@ -522,6 +553,13 @@ pub(crate) fn check_structure(words: &[u32]) -> Result<(), String> {
     if words[3] == 0 {
         return Err("the id bound is 0".into());
     }
+    // SPIRV-Tools ignores the reserved schema word; Mesa rejects the module.
+    if words[4] != 0 {
+        return Err(format!(
+            "the reserved schema word (word 4) is {:#x}, not 0",
+            words[4]
+        ));
+    }
     let mut at = 5;
     while at < words.len() {
         let count = (words[at] >> 16) as usize;
@@ -542,7 +580,7 @@ pub(crate) fn check_structure(words: &[u32]) -> Result<(), String> {
 }
 
 /// The instructions after the header: (opcode, operands).
-fn instructions(words: &[u32]) -> impl Iterator<Item = (u32, &[u32])> {
+pub(crate) fn instructions(words: &[u32]) -> impl Iterator<Item = (u32, &[u32])> {
     let mut rest = words.get(5..).unwrap_or(&[]);
     std::iter::from_fn(move || {
         let first = *rest.first()?;
@@ -557,7 +595,7 @@ fn instructions(words: &[u32]) -> impl Iterator<Item = (u32, &[u32])> {
 }
 
 /// A SPIR-V literal string (UTF-8, nul-terminated, packed in words).
-fn literal_string(words: &[u32]) -> String {
+pub(crate) fn literal_string(words: &[u32]) -> String {
     let bytes: Vec<u8> = words
         .iter()
         .flat_map(|w| w.to_le_bytes())

@@ -28,6 +28,37 @@ pub(crate) fn check_module(
     }
 }
 
+/// Checks `frozen`, the module `original` with its specialization constants
+/// set (a module can be valid with its defaults and invalid with the values
+/// given), as [`check_module`] checks a module.
+pub(crate) fn check_specialized(
+    frozen: &[u32],
+    original: &[u32],
+    entry: &str,
+    vulkan_1_3: bool,
+    trust: Trust,
+) -> Result<()> {
+    match trust {
+        Trust::CallerVouches => Ok(()),
+        Trust::Check => check_frozen(frozen, original, entry, vulkan_1_3),
+    }
+}
+
+#[cfg(feature = "validate")]
+fn check_frozen(frozen: &[u32], _original: &[u32], _entry: &str, vulkan_1_3: bool) -> Result<()> {
+    crate::spirv_val::validate(frozen, vulkan_1_3).map_err(|reason| Error::InvalidSpirv {
+        reason: format!("with its specialization constants set: {reason}"),
+    })
+}
+
+/// Without the validator only the shipped kernels load, and their
+/// specialization constants are workgroup sizes, which the loader checks
+/// against the device's limits.
+#[cfg(not(feature = "validate"))]
+fn check_frozen(_frozen: &[u32], original: &[u32], entry: &str, vulkan_1_3: bool) -> Result<()> {
+    check(original, entry, vulkan_1_3)
+}
+
 #[cfg(feature = "validate")]
 fn check(words: &[u32], _entry: &str, vulkan_1_3: bool) -> Result<()> {
     crate::spirv_val::validate(words, vulkan_1_3).map_err(|reason| Error::InvalidSpirv { reason })

@@ -1,0 +1,236 @@
+//! Rules of SPIR-V that SPIRV-Tools does not check but drivers rely on: a
+//! module breaking one is invalid (VUID-VkShaderModuleCreateInfo-pCode-08737)
+//! and is refused before it reaches the driver. Also the module as the
+//! pipeline sees it, with its specialization constants frozen, for
+//! validating again.
+#![deny(unsafe_code)]
+
+use std::collections::{HashMap, HashSet};
+
+use crate::reflect::instructions;
+
+const OP_TYPE_MATRIX: u32 = 24;
+const OP_TYPE_ARRAY: u32 = 28;
+const OP_TYPE_RUNTIME_ARRAY: u32 = 29;
+const OP_TYPE_STRUCT: u32 = 30;
+const OP_MEMBER_DECORATE: u32 = 72;
+/// `RowMajor`, `ColMajor` and `MatrixStride`.
+const MATRIX_LAYOUT: [(u32, &str); 3] = [(4, "RowMajor"), (5, "ColMajor"), (7, "MatrixStride")];
+
+/// Checks that the matrix-layout decorations (`RowMajor`, `ColMajor`,
+/// `MatrixStride`) decorate only struct members that are matrices or
+/// arrays of matrices, as the SPIR-V specification requires (lavapipe
+/// fails on others).
+pub(crate) fn check(words: &[u32]) -> Result<(), String> {
+    let mut matrices = HashSet::new();
+    let mut elements = HashMap::new();
+    let mut members: HashMap<u32, &[u32]> = HashMap::new();
+    let mut decorated = Vec::new();
+    for (op, operands) in instructions(words) {
+        match (op, operands) {
+            (OP_TYPE_MATRIX, [id, ..]) => {
+                matrices.insert(*id);
+            }
+            (OP_TYPE_ARRAY | OP_TYPE_RUNTIME_ARRAY, [id, element, ..]) => {
+                elements.insert(*id, *element);
+            }
+            (OP_TYPE_STRUCT, [id, types @ ..]) => {
+                members.insert(*id, types);
+            }
+            (OP_MEMBER_DECORATE, [structure, member, decoration, ..]) => {
+                if let Some((_, name)) = MATRIX_LAYOUT.iter().find(|(d, _)| d == decoration) {
+                    decorated.push((*structure, *member, *name));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (structure, member, name) in decorated {
+        let mut ty = members
+            .get(&structure)
+            .and_then(|types| types.get(member as usize).copied());
+        // Arrays of arrays of matrices count: follow element types (a
+        // bounded walk, since a malformed module may make a cycle).
+        for _ in 0..elements.len() {
+            match ty.and_then(|t| elements.get(&t)) {
+                Some(&element) => ty = Some(element),
+                None => break,
+            }
+        }
+        if !ty.is_some_and(|t| matrices.contains(&t)) {
+            return Err(format!(
+                "member {member} of struct %{structure} is decorated {name} but is not a matrix \
+                 or an array of matrices"
+            ));
+        }
+    }
+    Ok(())
+}
+
+const OP_DECORATE: u32 = 71;
+const OP_TYPE_INT: u32 = 21;
+const OP_CONSTANT_TRUE: u32 = 41;
+const OP_CONSTANT_FALSE: u32 = 42;
+const OP_CONSTANT: u32 = 43;
+const OP_SPEC_CONSTANT_TRUE: u32 = 48;
+const OP_SPEC_CONSTANT_FALSE: u32 = 49;
+const OP_SPEC_CONSTANT: u32 = 50;
+const DECORATION_SPEC_ID: u32 = 1;
+
+/// `words` with its specialization constants frozen into constants: those
+/// `specialization` sets (id, value bytes) to its values, the others to
+/// their defaults, and their `SpecId` decorations removed. This is what the
+/// validation layer validates at pipeline creation (a module valid with its
+/// defaults may not be with other values, e.g. an array length that makes a
+/// block's members overlap: VUID-VkPipelineShaderStageCreateInfo-pSpecializationInfo-06719).
+/// `OpSpecConstantOp` stays unevaluated, and `OpSpecConstantComposite` as
+/// it is (its parts may be such operations).
+pub(crate) fn freeze(words: &[u32], specialization: &[(u32, Vec<u8>)]) -> Vec<u32> {
+    let mut spec_ids = HashMap::new();
+    // Integer types narrower than 32 bits: (width, signed).
+    let mut narrow = HashMap::new();
+    for (op, operands) in instructions(words) {
+        match (op, operands) {
+            (OP_DECORATE, [target, DECORATION_SPEC_ID, id, ..]) => {
+                spec_ids.insert(*target, *id);
+            }
+            (OP_TYPE_INT, [id, width, signed, ..]) if *width < 32 => {
+                narrow.insert(*id, (*width, *signed != 0));
+            }
+            _ => {}
+        }
+    }
+    let value = |target: u32| {
+        let id = spec_ids.get(&target)?;
+        let (_, bytes) = specialization.iter().find(|(i, _)| i == id)?;
+        let words: Vec<u32> = bytes
+            .chunks(4)
+            .map(|c| c.iter().rev().fold(0, |w, &b| (w << 8) | u32::from(b)))
+            .collect();
+        Some(words)
+    };
+    let mut frozen = words[..5.min(words.len())].to_vec();
+    for (op, operands) in instructions(words) {
+        let (op, operands) = match (op, operands) {
+            (OP_DECORATE, [_, DECORATION_SPEC_ID, ..]) => continue,
+            (OP_SPEC_CONSTANT_TRUE | OP_SPEC_CONSTANT_FALSE, [ty, id]) => {
+                let on = match value(*id) {
+                    Some(v) => v.iter().any(|&w| w != 0),
+                    None => op == OP_SPEC_CONSTANT_TRUE,
+                };
+                let op = if on {
+                    OP_CONSTANT_TRUE
+                } else {
+                    OP_CONSTANT_FALSE
+                };
+                (op, vec![*ty, *id])
+            }
+            (OP_SPEC_CONSTANT, [ty, id, default @ ..]) => {
+                let mut literal = value(*id).unwrap_or_else(|| default.to_vec());
+                literal.resize(default.len(), 0);
+                if let (Some(&(width, signed)), [w]) = (narrow.get(ty), literal.as_mut_slice()) {
+                    // Narrow literals are zero- or sign-extended to a word.
+                    let unused = 32 - width;
+                    *w = if signed {
+                        (((*w << unused) as i32) >> unused) as u32
+                    } else {
+                        (*w << unused) >> unused
+                    };
+                }
+                let mut operands = vec![*ty, *id];
+                operands.extend(literal);
+                (OP_CONSTANT, operands)
+            }
+            _ => (op, operands.to_vec()),
+        };
+        frozen.push(((operands.len() as u32 + 1) << 16) | op);
+        frozen.extend(operands);
+    }
+    frozen
+}
+
+const OP_TYPE_VECTOR: u32 = 23;
+const OP_TYPE_POINTER: u32 = 32;
+const OP_FUNCTION_PARAMETER: u32 = 55;
+const OP_VARIABLE: u32 = 59;
+const OP_ACCESS_CHAIN: u32 = 65;
+const OP_IN_BOUNDS_ACCESS_CHAIN: u32 = 66;
+
+/// A type an access chain can index.
+enum Indexed<'a> {
+    /// An array (length from a constant id), a vector or a matrix (a
+    /// literal count): the element type and the number of elements.
+    Elements(u32, Option<u64>),
+    /// A runtime array: the element type.
+    Unbounded(u32),
+    /// A struct: its member types.
+    Members(&'a [u32]),
+}
+
+/// Checks that every constant index of an access chain into an array,
+/// vector or matrix of known size is in bounds. SPIRV-Tools accepts
+/// `data[0xffffffff]` into a `uint data[4]`; the validation layer of
+/// Debian 12 (1.3.239) crashes on it in `vkCreateShaderModule`, and
+/// executing it would be undefined behaviour anyway.
+pub(crate) fn check_constant_indices(words: &[u32]) -> Result<(), String> {
+    let mut constants: HashMap<u32, u64> = HashMap::new();
+    let mut types: HashMap<u32, Indexed<'_>> = HashMap::new();
+    let mut pointees: HashMap<u32, u32> = HashMap::new();
+    let mut pointer_types: HashMap<u32, u32> = HashMap::new();
+    for (op, operands) in instructions(words) {
+        match (op, operands) {
+            (OP_CONSTANT, [_, id, low, rest @ ..]) => {
+                let high = rest.first().copied().unwrap_or(0);
+                constants.insert(*id, (u64::from(high) << 32) | u64::from(*low));
+            }
+            (OP_TYPE_ARRAY, [id, element, length]) => {
+                types.insert(
+                    *id,
+                    Indexed::Elements(*element, constants.get(length).copied()),
+                );
+            }
+            (OP_TYPE_VECTOR | OP_TYPE_MATRIX, [id, element, count]) => {
+                types.insert(*id, Indexed::Elements(*element, Some(u64::from(*count))));
+            }
+            (OP_TYPE_RUNTIME_ARRAY, [id, element]) => {
+                types.insert(*id, Indexed::Unbounded(*element));
+            }
+            (OP_TYPE_STRUCT, [id, members @ ..]) => {
+                types.insert(*id, Indexed::Members(members));
+            }
+            (OP_TYPE_POINTER, [id, _, pointee]) => {
+                pointees.insert(*id, *pointee);
+            }
+            (OP_VARIABLE | OP_FUNCTION_PARAMETER, [ty, id, ..]) => {
+                pointer_types.insert(*id, *ty);
+            }
+            (OP_ACCESS_CHAIN | OP_IN_BOUNDS_ACCESS_CHAIN, [ty, id, base, indexes @ ..]) => {
+                pointer_types.insert(*id, *ty);
+                let mut current = pointer_types
+                    .get(base)
+                    .and_then(|p| pointees.get(p))
+                    .copied();
+                for index in indexes {
+                    let constant = constants.get(index).copied();
+                    current = match (current.and_then(|t| types.get(&t)), constant) {
+                        (Some(Indexed::Elements(_, Some(n))), Some(i)) if i >= *n => {
+                            return Err(format!(
+                                "access chain %{id} indexes element {i} of a composite of {n}"
+                            ));
+                        }
+                        (Some(Indexed::Elements(element, _) | Indexed::Unbounded(element)), _) => {
+                            Some(*element)
+                        }
+                        (Some(Indexed::Members(members)), Some(i)) => usize::try_from(i)
+                            .ok()
+                            .and_then(|i| members.get(i))
+                            .copied(),
+                        _ => None,
+                    };
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
