@@ -320,6 +320,9 @@ impl DeviceContext {
                         .raw
                         .cmd_execute_commands(cmd, &[recording.cmd])
                 };
+                // After a secondary command buffer the primary's bound state
+                // is undefined.
+                stream.forget_bindings();
                 Ok(())
             })
     }
@@ -634,6 +637,7 @@ fn record_into(
     let mut union: Uses = Vec::new();
     let mut dispatch_index = 0;
     let mut commands = 0;
+    let mut bound = pipeline::Bound::default();
     for op in ops {
         accesses.clear();
         op.accesses(device, subst, &mut accesses);
@@ -709,6 +713,7 @@ fn record_into(
                 pipeline::record_dispatch_into(
                     device,
                     descriptors,
+                    &mut bound,
                     cmd,
                     kernel.pipeline(),
                     &infos,

@@ -290,9 +290,11 @@ pub(crate) fn record_dispatch(
     groups: [u32; 3],
 ) -> Result<()> {
     let device = stream.device().clone();
+    let (descriptors, bound) = stream.dispatch_state();
     record_dispatch_into(
         &device,
-        &mut stream.descriptors,
+        descriptors,
+        bound,
         cmd,
         pipeline,
         buffers,
@@ -301,12 +303,41 @@ pub(crate) fn record_dispatch(
     )
 }
 
+/// What a command buffer has bound for compute dispatches, so that a
+/// dispatch binds only what changed since the one before (a run of
+/// dispatches of one kernel on the same buffers binds once). Forget it
+/// whenever the command buffer's bound state may have changed otherwise.
+#[derive(Default)]
+pub(crate) struct Bound {
+    /// Null where nothing is known to be bound.
+    pipeline: vk::Pipeline,
+    buffers: smallvec::SmallVec<[vk::DescriptorBufferInfo; 8]>,
+    push: smallvec::SmallVec<[u8; 128]>,
+}
+
+impl Bound {
+    /// Nothing is known to be bound any more (a new command buffer, or one
+    /// whose state a secondary command buffer changed).
+    pub(crate) fn forget(&mut self) {
+        self.pipeline = vk::Pipeline::null();
+    }
+}
+
+fn same_buffers(a: &[vk::DescriptorBufferInfo], b: &[vk::DescriptorBufferInfo]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.buffer == y.buffer && x.offset == y.offset && x.range == y.range)
+}
+
 /// [`record_dispatch`] into any command buffer, with descriptor sets (where
 /// push descriptors are off) from `descriptors`, which must outlive every
-/// execution of `cmd`.
+/// execution of `cmd`; `bound` is what `cmd` has bound so far.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn record_dispatch_into(
     device: &Device,
     descriptors: &mut DescriptorPools,
+    bound: &mut Bound,
     cmd: vk::CommandBuffer,
     pipeline: &ComputePipeline,
     buffers: &[vk::DescriptorBufferInfo],
@@ -314,6 +345,9 @@ pub(crate) fn record_dispatch_into(
     groups: [u32; 3],
 ) -> Result<()> {
     debug_assert_eq!(buffers.len(), pipeline.bindings.len());
+    let same_pipeline = bound.pipeline == pipeline.pipeline;
+    let rebind_buffers = !same_pipeline || !same_buffers(&bound.buffers, buffers);
+    let repush = !push.is_empty() && (!same_pipeline || bound.push[..] != *push);
     let infos: smallvec::SmallVec<[[vk::DescriptorBufferInfo; 1]; 8]> =
         buffers.iter().map(|b| [*b]).collect();
     let writes = |set: vk::DescriptorSet| -> smallvec::SmallVec<[vk::WriteDescriptorSet<'_>; 8]> {
@@ -332,19 +366,20 @@ pub(crate) fn record_dispatch_into(
     };
     let raw = &device.raw;
     let bind = vk::PipelineBindPoint::COMPUTE;
+    if !same_pipeline {
+        // SAFETY: `cmd` is recording; the pipeline is live (its kernel is
+        // kept alive with the batch).
+        unsafe { raw.cmd_bind_pipeline(cmd, bind, pipeline.pipeline) };
+    }
     match &device.push_descriptor {
         // A kernel without bindings needs no descriptors, and a push of
         // none is invalid (descriptorWriteCount must be at least 1).
-        _ if pipeline.bindings.is_empty() => {
-            // SAFETY: `cmd` is recording; the pipeline is live (its kernel
-            // is kept alive with the batch).
-            unsafe { raw.cmd_bind_pipeline(cmd, bind, pipeline.pipeline) };
-        }
+        _ if pipeline.bindings.is_empty() || !rebind_buffers => {}
         Some(push_descriptor) => {
-            // SAFETY: `cmd` is recording; the layout was made with the push
-            // descriptor flag, and every buffer range was checked by the caller.
+            // SAFETY: `cmd` is recording with the pipeline bound; the layout
+            // was made with the push descriptor flag, and every buffer range
+            // was checked by the caller.
             unsafe {
-                raw.cmd_bind_pipeline(cmd, bind, pipeline.pipeline);
                 push_descriptor.cmd_push_descriptor_set(
                     cmd,
                     bind,
@@ -360,12 +395,19 @@ pub(crate) fn record_dispatch_into(
             // checked by the caller; `cmd` is recording.
             unsafe {
                 raw.update_descriptor_sets(&writes(set), &[]);
-                raw.cmd_bind_pipeline(cmd, bind, pipeline.pipeline);
                 raw.cmd_bind_descriptor_sets(cmd, bind, pipeline.layout, 0, &[set], &[]);
             }
         }
     }
-    if !push.is_empty() {
+    // From here the pipeline and its descriptors are bound.
+    bound.pipeline = pipeline.pipeline;
+    if rebind_buffers {
+        bound.buffers.clear();
+        bound.buffers.extend_from_slice(buffers);
+    }
+    if repush {
+        bound.push.clear();
+        bound.push.extend_from_slice(push);
         // SAFETY: `push` is exactly the pipeline's push-constant size (checked
         // by the caller); `cmd` is recording.
         unsafe {

@@ -11,7 +11,7 @@ use ash::vk;
 use crate::error::{Error, Result, VkResultExt};
 use crate::hazard::{Access, HazardTracker};
 use crate::memory::RawBuffer;
-use crate::pipeline::DescriptorPools;
+use crate::pipeline::{Bound, DescriptorPools};
 use crate::staging::{StagingBlock, StagingPool, StagingSlice};
 use crate::timeline::Timeline;
 use crate::trace::Tracer;
@@ -321,6 +321,8 @@ pub(crate) struct Stream {
     spare_regions: Vec<vk::BufferCopy>,
     /// The stream's tracks, where the context traces.
     pub(crate) trace: Option<StreamTrace>,
+    /// What the open batch's command buffer has bound for dispatches.
+    bound: Bound,
 }
 
 impl Stream {
@@ -361,6 +363,7 @@ impl Stream {
             pending_copy: None,
             spare_regions: Vec::new(),
             trace,
+            bound: Bound::default(),
         }
     }
 
@@ -479,6 +482,17 @@ impl Stream {
         Ok(slice)
     }
 
+    /// The descriptor pools and the bound state a dispatch records with.
+    pub(crate) fn dispatch_state(&mut self) -> (&mut DescriptorPools, &mut Bound) {
+        (&mut self.descriptors, &mut self.bound)
+    }
+
+    /// The open batch's command buffer had its bound state changed outside
+    /// `record_dispatch` (a secondary command buffer ran in it).
+    pub(crate) fn forget_bindings(&mut self) {
+        self.bound.forget();
+    }
+
     /// Keeps `object` alive until the open batch completes.
     pub(crate) fn keep_alive(&mut self, object: Arc<dyn Any + Send + Sync>) {
         if let Some(batch) = &mut self.batch {
@@ -539,6 +553,7 @@ impl Stream {
             return Err(Error::vk("vkBeginCommandBuffer", e));
         }
         let value = self.pending_value();
+        self.bound.forget();
         if let Some(t) = &self.trace {
             t.begin(&self.device, cmd, value);
         }
