@@ -574,6 +574,9 @@ fn mutated_kernels_load_or_fail_cleanly() {
                             }
                             Error::UnsupportedKernel { .. } => "UnsupportedKernel",
                             Error::Specialization { .. } => "Specialization",
+                            // A mutation that turns a load into a bitcast of
+                            // a pointer: the safe API refuses pointer use.
+                            Error::PointerAddressing { .. } => "PointerAddressing",
                             _ => "other",
                         };
                         if kind == "other" || e.to_string().trim().is_empty() {
