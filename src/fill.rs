@@ -65,6 +65,14 @@ pub(crate) struct KernelChunk {
     pub(crate) params: FillParams,
 }
 
+impl KernelChunk {
+    /// The workgroups that fill the chunk (64 words each, grid-stride past
+    /// `max_groups`).
+    pub(crate) fn groups(&self, max_groups: u64) -> u32 {
+        (self.params.word_count as u64).div_ceil(64).min(max_groups) as u32
+    }
+}
+
 /// Splits a fill of `offset..offset+len` with `element` (1, 2, 4, 8 or 16
 /// bytes) into dispatches whose bindings respect `min_align`
 /// (`minStorageBufferOffsetAlignment`) and `max_range` (`maxStorageBufferRange`).
@@ -136,7 +144,7 @@ pub(crate) fn tile_len(len: u64, element_size: u64) -> u64 {
 }
 
 /// The fill kernel's pipeline, created once per device.
-fn fill_pipeline(device: &Device) -> Result<Arc<ComputePipeline>> {
+pub(crate) fn fill_pipeline(device: &Device) -> Result<Arc<ComputePipeline>> {
     device.internal_pipeline("fill", || {
         ComputePipeline::new(
             device,
@@ -206,9 +214,7 @@ impl ContextShared {
                         &[write(chunk.bind_offset, chunk.bind_size)],
                         dst,
                         |stream, cmd| {
-                            let groups = (chunk.params.word_count as u64)
-                                .div_ceil(64)
-                                .min(max_groups) as u32;
+                            let groups = chunk.groups(max_groups);
                             let binding = vk::DescriptorBufferInfo {
                                 buffer: dst.handle(),
                                 offset: chunk.bind_offset,

@@ -35,6 +35,13 @@ enum Op {
         dst: View,
         word: u32,
     },
+    /// A fill through the fill kernel (elements of 1, 2, 4, 8 or 16 bytes
+    /// on ranges a 32-bit pattern cannot cover), in dispatches computed
+    /// when recorded (they depend on the view's offset).
+    FillKernel {
+        dst: View,
+        element: Vec<u8>,
+    },
     Dispatch {
         kernel: Arc<KernelPipeline>,
         /// Bound arguments: the view, and whether the kernel writes it.
@@ -54,7 +61,7 @@ impl Op {
     fn uses(&self, view: &View) -> bool {
         match self {
             Op::Copy { src, dst } => same_view(src, view) || same_view(dst, view),
-            Op::Fill { dst, .. } => same_view(dst, view),
+            Op::Fill { dst, .. } | Op::FillKernel { dst, .. } => same_view(dst, view),
             Op::Dispatch { args, .. } => args.iter().any(|(v, _)| same_view(v, view)),
             Op::Wait { .. } => false,
         }
@@ -79,6 +86,8 @@ impl Op {
                 out.push(whole(subst.view(dst), true));
             }
             Op::Fill { dst, .. } => out.push(whole(subst.view(dst), true)),
+            // Each of its dispatches is ordered on its own, in `record_into`.
+            Op::FillKernel { .. } => {}
             Op::Dispatch { args, .. } => {
                 for (view, write) in args {
                     let view = subst.view(view);
@@ -370,7 +379,7 @@ fn check_substitutions(device: &Device, ops: &[Op], subst: &Substitutions<'_>) -
                     }
                 }
             }
-            Op::Fill { .. } | Op::Wait { .. } => {}
+            Op::Fill { .. } | Op::FillKernel { .. } | Op::Wait { .. } => {}
         }
     }
     Ok(())
@@ -488,7 +497,8 @@ impl GraphBuilder<'_> {
         if view.bytes == 0 {
             return Ok(self);
         }
-        match fill::plan(view.offset, view.bytes, bytemuck::bytes_of(&value)) {
+        let element = bytemuck::bytes_of(&value);
+        match fill::plan(view.offset, view.bytes, element) {
             FillPlan::Word(word) => {
                 self.ops.push(Op::Fill {
                     dst: view.clone(),
@@ -496,14 +506,19 @@ impl GraphBuilder<'_> {
                 });
                 Ok(self)
             }
-            _ => Err(Error::NotCapturable {
+            FillPlan::Kernel => {
+                self.ops.push(Op::FillKernel {
+                    dst: view.clone(),
+                    element: element.to_vec(),
+                });
+                Ok(self)
+            }
+            FillPlan::Tiles => Err(Error::NotCapturable {
                 op,
                 reason: format!(
-                    "a fill of {}-byte elements at byte {} for {} bytes needs a kernel or staged \
-                     tiles; graphs capture fills that are one 32-bit pattern on 4-byte-aligned ranges",
+                    "a fill of {}-byte elements copies a staged tile; graphs capture fills of \
+                     1, 2, 4, 8 and 16-byte elements",
                     std::mem::size_of::<T>(),
-                    view.offset,
-                    view.bytes
                 ),
             }),
         }
@@ -633,29 +648,55 @@ fn record_into(
     unsafe { device.raw.begin_command_buffer(cmd, &begin) }.during("vkBeginCommandBuffer")?;
     let mut hazards = HazardTracker::default();
     let mut accesses = Vec::new();
-    let mut ranges = Vec::new();
     let mut union: Uses = Vec::new();
     let mut dispatch_index = 0;
     let mut commands = 0;
     let mut bound = pipeline::Bound::default();
     for op in ops {
+        if let Op::FillKernel { dst, element } = op {
+            let d = subst.view(dst);
+            let limits = device.limits();
+            let max_groups = limits.max_compute_work_group_count[0].min(65_535) as u64;
+            let pipeline = fill::fill_pipeline(device)?;
+            let chunks = fill::kernel_chunks(
+                d.offset,
+                d.bytes,
+                element,
+                limits.min_storage_buffer_offset_alignment,
+                limits.max_storage_buffer_range as u64,
+            );
+            for chunk in chunks {
+                // The whole binding counts as written, as `enqueue_fill` counts it.
+                let access = BufferAccess {
+                    memory: &d.memory,
+                    offset: chunk.bind_offset,
+                    len: chunk.bind_size,
+                    write: true,
+                };
+                order(device, cmd, &mut hazards, &mut union, &[access]);
+                let groups = chunk.groups(max_groups);
+                let binding = vk::DescriptorBufferInfo {
+                    buffer: d.memory.handle(),
+                    offset: chunk.bind_offset,
+                    range: chunk.bind_size,
+                };
+                pipeline::record_dispatch_into(
+                    device,
+                    descriptors,
+                    &mut bound,
+                    cmd,
+                    &pipeline,
+                    &[binding],
+                    bytemuck::bytes_of(&chunk.params),
+                    [groups, 1, 1],
+                )?;
+                commands += 1;
+            }
+            continue;
+        }
         accesses.clear();
         op.accesses(device, subst, &mut accesses);
-        ranges.clear();
-        ranges.extend(accesses.iter().map(|a| Access {
-            buffer: vk::Handle::as_raw(a.memory.handle()),
-            start: a.offset,
-            end: a.offset + a.len,
-            write: a.write,
-        }));
-        if hazards.conflicts(&ranges) {
-            crate::stream::dependency_barrier(device, cmd);
-            hazards.clear();
-        }
-        hazards.record(&ranges);
-        for a in &accesses {
-            add_use(&mut union, a);
-        }
+        order(device, cmd, &mut hazards, &mut union, &accesses);
         match op {
             Op::Copy { src, dst } => {
                 let (s, d) = (subst.view(src), subst.view(dst));
@@ -721,13 +762,41 @@ fn record_into(
                     *grid,
                 )?;
             }
-            Op::Wait { .. } => continue,
+            Op::Wait { .. } | Op::FillKernel { .. } => continue,
         }
         commands += 1;
     }
     // SAFETY: `cmd` is recording.
     unsafe { device.raw.end_command_buffer(cmd) }.during("vkEndCommandBuffer")?;
     Ok((union, commands))
+}
+
+/// Records a barrier before a command making `accesses` where it depends on
+/// an earlier command of the graph, and widens the graph's uses to cover them.
+fn order(
+    device: &Device,
+    cmd: vk::CommandBuffer,
+    hazards: &mut HazardTracker,
+    union: &mut Uses,
+    accesses: &[BufferAccess<'_>],
+) {
+    let ranges: smallvec::SmallVec<[Access; 8]> = accesses
+        .iter()
+        .map(|a| Access {
+            buffer: vk::Handle::as_raw(a.memory.handle()),
+            start: a.offset,
+            end: a.offset + a.len,
+            write: a.write,
+        })
+        .collect();
+    if hazards.conflicts(&ranges) {
+        crate::stream::dependency_barrier(device, cmd);
+        hazards.clear();
+    }
+    hazards.record(&ranges);
+    for a in accesses {
+        add_use(union, a);
+    }
 }
 
 /// Widens the graph's use of `a`'s memory (in `a`'s direction) to cover `a`.

@@ -30,6 +30,10 @@ enum Step {
     /// A copy of a quarter of one buffer into a quarter of another.
     CopyQuarter(usize, usize, usize, usize),
     Fill(usize, u32),
+    /// A fill of bytes at an odd offset (the fill kernel's masked words).
+    FillBytes(usize, u8),
+    /// A fill of 64-bit elements (the fill kernel).
+    FillWide(usize, u64),
     /// `c = a + b` over the whole buffers.
     Add(usize, usize, usize),
 }
@@ -37,7 +41,7 @@ enum Step {
 fn random_steps(rng: &mut Rng, buffers: usize, len: usize) -> Vec<Step> {
     let pick = |rng: &mut Rng| rng.below(buffers as u64) as usize;
     (0..len)
-        .map(|_| match rng.below(4) {
+        .map(|_| match rng.below(6) {
             0 => loop {
                 let (a, b) = (pick(rng), pick(rng));
                 if a != b {
@@ -52,6 +56,8 @@ fn random_steps(rng: &mut Rng, buffers: usize, len: usize) -> Vec<Step> {
                 }
             },
             2 => Step::Fill(pick(rng), rng.below(1000) as u32),
+            3 => Step::FillBytes(pick(rng), rng.below(256) as u8),
+            4 => Step::FillWide(pick(rng), rng.next_u64()),
             _ => loop {
                 let (a, b, c) = (pick(rng), pick(rng), pick(rng));
                 if c != a && c != b {
@@ -66,6 +72,15 @@ fn quarter(buf: &DeviceBuffer<u32>, q: usize) -> DeviceBuffer<u32> {
     buf.create_sub_buffer(q * N / 4, N / 4).unwrap()
 }
 
+/// The bytes of a buffer but its first 3 and last 2.
+fn odd_bytes(buf: &DeviceBuffer<u32>) -> DeviceBuffer<u8> {
+    buf.create_sub_buffer(3, 4 * N - 5).unwrap()
+}
+
+fn wide(buf: &DeviceBuffer<u32>) -> DeviceBuffer<u64> {
+    buf.create_sub_buffer(0, N / 2).unwrap()
+}
+
 /// Runs `steps` on `bufs` directly.
 fn enqueue(ctx: &DeviceContext, add: &Kernel, bufs: &[DeviceBuffer<u32>], steps: &[Step]) {
     for step in steps {
@@ -75,6 +90,8 @@ fn enqueue(ctx: &DeviceContext, add: &Kernel, bufs: &[DeviceBuffer<u32>], steps:
                 .enqueue_copy_from(&quarter(&bufs[a], qa))
                 .unwrap(),
             Step::Fill(a, v) => bufs[a].enqueue_fill(v).unwrap(),
+            Step::FillBytes(a, v) => odd_bytes(&bufs[a]).enqueue_fill(v).unwrap(),
+            Step::FillWide(a, v) => wide(&bufs[a]).enqueue_fill(v).unwrap(),
             Step::Add(a, b, c) => ctx
                 .enqueue_function(
                     add,
@@ -106,6 +123,12 @@ fn capture(
             }
             Step::Fill(a, v) => {
                 g.fill(&bufs[a], v).unwrap();
+            }
+            Step::FillBytes(a, v) => {
+                g.fill(&odd_bytes(&bufs[a]), v).unwrap();
+            }
+            Step::FillWide(a, v) => {
+                g.fill(&wide(&bufs[a]), v).unwrap();
             }
             Step::Add(a, b, c) => {
                 g.dispatch(
@@ -283,8 +306,9 @@ fn what_cannot_be_replayed_is_refused_at_capture() {
     let mut g = ctx.capture_graph();
     let e = g.copy(&vec![1u32; N][..], &buf).err().unwrap();
     assert!(matches!(e, Error::NotCapturable { .. }), "{e}");
-    let wide = ctx.enqueue_create_buffer::<u64>(8).unwrap();
-    let e = g.fill(&wide, 7u64).err().unwrap();
+    // 12-byte elements are filled by copying a staged tile: not capturable.
+    let wide = ctx.enqueue_create_buffer::<[u32; 3]>(8).unwrap();
+    let e = g.fill(&wide, [1, 2, 3]).err().unwrap();
     assert!(matches!(e, Error::NotCapturable { .. }), "{e}");
     let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
     let e = g
