@@ -22,8 +22,9 @@ use crate::error::{Error, Result, VkResultExt};
 use crate::fill::{self, FillPlan};
 use crate::hazard::{Access, HazardTracker};
 use crate::kernel::{write_extent, Grid, Kernel, KernelArg, KernelPipeline};
+use crate::memory::RawBuffer;
 use crate::pipeline::{self, DescriptorPools};
-use crate::vk::Device;
+use crate::vk::{Device, MemoryUsage};
 
 /// One captured operation.
 enum Op {
@@ -34,6 +35,12 @@ enum Op {
     Fill {
         dst: View,
         word: u32,
+    },
+    /// A fill of other element widths: copies of a tile of whole elements
+    /// the graph keeps in its own host-visible buffer.
+    FillTiles {
+        dst: View,
+        tile: Arc<Tile>,
     },
     /// A fill through the fill kernel (elements of 1, 2, 4, 8 or 16 bytes
     /// on ranges a 32-bit pattern cannot cover), in dispatches computed
@@ -61,7 +68,9 @@ impl Op {
     fn uses(&self, view: &View) -> bool {
         match self {
             Op::Copy { src, dst } => same_view(src, view) || same_view(dst, view),
-            Op::Fill { dst, .. } | Op::FillKernel { dst, .. } => same_view(dst, view),
+            Op::Fill { dst, .. } | Op::FillKernel { dst, .. } | Op::FillTiles { dst, .. } => {
+                same_view(dst, view)
+            }
             Op::Dispatch { args, .. } => args.iter().any(|(v, _)| same_view(v, view)),
             Op::Wait { .. } => false,
         }
@@ -85,7 +94,10 @@ impl Op {
                 out.push(whole(subst.view(src), false));
                 out.push(whole(subst.view(dst), true));
             }
-            Op::Fill { dst, .. } => out.push(whole(subst.view(dst), true)),
+            // (A tile is written once, at capture, before any submission.)
+            Op::Fill { dst, .. } | Op::FillTiles { dst, .. } => {
+                out.push(whole(subst.view(dst), true))
+            }
             // Each of its dispatches is ordered on its own, in `record_into`.
             Op::FillKernel { .. } => {}
             Op::Dispatch { args, .. } => {
@@ -156,6 +168,53 @@ impl Drop for Pools {
     }
 }
 
+/// A buffer of whole elements that a graph's tile fills copy from, written
+/// once at capture.
+struct Tile {
+    device: Arc<Device>,
+    raw: Option<RawBuffer>,
+    len: u64,
+}
+
+impl Tile {
+    fn new(device: &Arc<Device>, element: &[u8], len: u64) -> Result<Self> {
+        let raw = RawBuffer::new(device, len, MemoryUsage::Upload, "a graph's fill tile")?;
+        let tile = Tile {
+            device: device.clone(),
+            raw: Some(raw),
+            len,
+        };
+        let Some(ptr) = tile.raw.as_ref().and_then(|r| r.mapped) else {
+            return Err(Error::Unsupported {
+                what: "host-visible memory for a graph's fill tile".into(),
+                device: device.name().to_string(),
+            });
+        };
+        // SAFETY: the buffer is new (no device work uses it), mapped for at
+        // least `len` bytes, and coherent (upload memory always is).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), len as usize) };
+        for chunk in bytes.chunks_mut(element.len()) {
+            chunk.copy_from_slice(&element[..chunk.len()]);
+        }
+        Ok(tile)
+    }
+
+    fn buffer(&self) -> vk::Buffer {
+        self.raw.as_ref().map_or(vk::Buffer::null(), |r| r.buffer)
+    }
+}
+
+impl Drop for Tile {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            // Every recording that copies from the tile holds it, and every
+            // batch that runs a recording holds the recording: no work
+            // uses it any more.
+            raw.destroy(&self.device);
+        }
+    }
+}
+
 /// One recording of a graph: a secondary command buffer, the descriptor
 /// sets it binds (where push descriptors are off), and the union of the
 /// byte ranges it reads and writes. Batches that execute it hold it.
@@ -165,6 +224,8 @@ struct Recording {
     descriptors: DescriptorPools,
     uses: Uses,
     commands: usize,
+    /// The tiles its fills copy from.
+    _tiles: Vec<Arc<Tile>>,
 }
 
 impl Drop for Recording {
@@ -379,7 +440,7 @@ fn check_substitutions(device: &Device, ops: &[Op], subst: &Substitutions<'_>) -
                     }
                 }
             }
-            Op::Fill { .. } | Op::FillKernel { .. } | Op::Wait { .. } => {}
+            Op::Fill { .. } | Op::FillKernel { .. } | Op::FillTiles { .. } | Op::Wait { .. } => {}
         }
     }
     Ok(())
@@ -513,14 +574,15 @@ impl GraphBuilder<'_> {
                 });
                 Ok(self)
             }
-            FillPlan::Tiles => Err(Error::NotCapturable {
-                op,
-                reason: format!(
-                    "a fill of {}-byte elements copies a staged tile; graphs capture fills of \
-                     1, 2, 4, 8 and 16-byte elements",
-                    std::mem::size_of::<T>(),
-                ),
-            }),
+            FillPlan::Tiles => {
+                let len = fill::tile_len(view.bytes, element.len() as u64);
+                let tile = Tile::new(&self.ctx.shared.device, element, len)?;
+                self.ops.push(Op::FillTiles {
+                    dst: view.clone(),
+                    tile: Arc::new(tile),
+                });
+                Ok(self)
+            }
         }
     }
 
@@ -625,6 +687,13 @@ fn record(
         descriptors,
         uses: Vec::new(),
         commands: 0,
+        _tiles: ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::FillTiles { tile, .. } => Some(tile.clone()),
+                _ => None,
+            })
+            .collect(),
     };
     (recording.uses, recording.commands) = recorded?;
     Ok(recording)
@@ -712,6 +781,25 @@ fn record_into(
                     device
                         .raw
                         .cmd_copy_buffer(cmd, s.memory.handle(), d.memory.handle(), &[region])
+                };
+            }
+            Op::FillTiles { dst, tile } => {
+                let d = subst.view(dst);
+                let regions: smallvec::SmallVec<[vk::BufferCopy; 8]> = (0..d.bytes)
+                    .step_by(tile.len as usize)
+                    .map(|at| vk::BufferCopy {
+                        src_offset: 0,
+                        dst_offset: d.offset + at,
+                        size: tile.len.min(d.bytes - at),
+                    })
+                    .collect();
+                // SAFETY: `cmd` is recording; every region lies in the tile
+                // and in the view (the tile is whole elements, at most the
+                // view's length; a substitute has the captured length).
+                unsafe {
+                    device
+                        .raw
+                        .cmd_copy_buffer(cmd, tile.buffer(), d.memory.handle(), &regions)
                 };
             }
             Op::Fill { dst, word } => {

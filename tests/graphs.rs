@@ -34,6 +34,8 @@ enum Step {
     FillBytes(usize, u8),
     /// A fill of 64-bit elements (the fill kernel).
     FillWide(usize, u64),
+    /// A fill of 3-byte elements (copies of a tile).
+    FillTriple(usize, [u8; 3]),
     /// `c = a + b` over the whole buffers.
     Add(usize, usize, usize),
 }
@@ -41,7 +43,7 @@ enum Step {
 fn random_steps(rng: &mut Rng, buffers: usize, len: usize) -> Vec<Step> {
     let pick = |rng: &mut Rng| rng.below(buffers as u64) as usize;
     (0..len)
-        .map(|_| match rng.below(6) {
+        .map(|_| match rng.below(7) {
             0 => loop {
                 let (a, b) = (pick(rng), pick(rng));
                 if a != b {
@@ -58,6 +60,10 @@ fn random_steps(rng: &mut Rng, buffers: usize, len: usize) -> Vec<Step> {
             2 => Step::Fill(pick(rng), rng.below(1000) as u32),
             3 => Step::FillBytes(pick(rng), rng.below(256) as u8),
             4 => Step::FillWide(pick(rng), rng.next_u64()),
+            5 => {
+                let v = rng.next_u64().to_le_bytes();
+                Step::FillTriple(pick(rng), [v[0], v[1], v[2]])
+            }
             _ => loop {
                 let (a, b, c) = (pick(rng), pick(rng), pick(rng));
                 if c != a && c != b {
@@ -81,6 +87,10 @@ fn wide(buf: &DeviceBuffer<u32>) -> DeviceBuffer<u64> {
     buf.create_sub_buffer(0, N / 2).unwrap()
 }
 
+fn triples(buf: &DeviceBuffer<u32>) -> DeviceBuffer<[u8; 3]> {
+    buf.create_sub_buffer(1, 4 * N / 3 - 1).unwrap()
+}
+
 /// Runs `steps` on `bufs` directly.
 fn enqueue(ctx: &DeviceContext, add: &Kernel, bufs: &[DeviceBuffer<u32>], steps: &[Step]) {
     for step in steps {
@@ -92,6 +102,7 @@ fn enqueue(ctx: &DeviceContext, add: &Kernel, bufs: &[DeviceBuffer<u32>], steps:
             Step::Fill(a, v) => bufs[a].enqueue_fill(v).unwrap(),
             Step::FillBytes(a, v) => odd_bytes(&bufs[a]).enqueue_fill(v).unwrap(),
             Step::FillWide(a, v) => wide(&bufs[a]).enqueue_fill(v).unwrap(),
+            Step::FillTriple(a, v) => triples(&bufs[a]).enqueue_fill(v).unwrap(),
             Step::Add(a, b, c) => ctx
                 .enqueue_function(
                     add,
@@ -129,6 +140,9 @@ fn capture(
             }
             Step::FillWide(a, v) => {
                 g.fill(&wide(&bufs[a]), v).unwrap();
+            }
+            Step::FillTriple(a, v) => {
+                g.fill(&triples(&bufs[a]), v).unwrap();
             }
             Step::Add(a, b, c) => {
                 g.dispatch(
@@ -306,10 +320,9 @@ fn what_cannot_be_replayed_is_refused_at_capture() {
     let mut g = ctx.capture_graph();
     let e = g.copy(&vec![1u32; N][..], &buf).err().unwrap();
     assert!(matches!(e, Error::NotCapturable { .. }), "{e}");
-    // 12-byte elements are filled by copying a staged tile: not capturable.
+    // 12-byte elements are filled from a tile the graph keeps.
     let wide = ctx.enqueue_create_buffer::<[u32; 3]>(8).unwrap();
-    let e = g.fill(&wide, [1, 2, 3]).err().unwrap();
-    assert!(matches!(e, Error::NotCapturable { .. }), "{e}");
+    g.fill(&wide, [1, 2, 3]).unwrap();
     let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
     let e = g
         .dispatch(&add, 1, &[buf.arg(), buf.arg()], &(N as u32))
@@ -324,6 +337,7 @@ fn what_cannot_be_replayed_is_refused_at_capture() {
     let graph = g.finish().unwrap();
     ctx.enqueue_graph(&graph).unwrap();
     assert_eq!(buf.to_vec().unwrap(), vec![4; N]);
+    assert_eq!(wide.to_vec().unwrap(), vec![[1, 2, 3]; 8]);
     // A replay on a mapped buffer is refused like any command.
     {
         let mapped = buf.map_to_host().unwrap();
@@ -346,6 +360,8 @@ fn a_graph_and_its_buffers_dropped_while_its_replay_runs() {
         let bufs = buffers(&ctx, 3, round);
         let mut g = ctx.capture_graph();
         g.fill(&bufs[0], 1.5f32.to_bits()).unwrap();
+        // A fill from a tile the graph owns, which must outlive the replays.
+        g.fill(&triples(&bufs[1]), [1, 2, 3]).unwrap();
         g.dispatch(
             &add,
             (N / 64) as u32,
