@@ -37,6 +37,7 @@ mod hazard;
 mod host;
 mod kernel;
 mod memory;
+mod options;
 mod pipeline;
 mod reflect;
 mod resource;
@@ -55,6 +56,7 @@ mod staging;
 mod stream;
 mod timeline;
 mod trace;
+mod transfer;
 mod vk;
 
 /// The SPIR-V of the kernels that ship with vkcompute (`shaders/*.comp`,
@@ -85,7 +87,7 @@ pub mod build {
 pub use fault::testing;
 
 pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
-pub use context::{ContextOptions, DeviceContext, LiveObjects, RawContext};
+pub use context::{DeviceContext, LiveObjects, RawContext};
 pub use error::{Error, Result};
 pub use external::{
     AlignedHostMemory, ExternalMemoryInfo, ExternalSemaphore, MemoryHandleType,
@@ -98,6 +100,7 @@ pub use glsl::{GlslBuilder, GlslOptimization, GlslTarget};
 pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
+pub use options::ContextOptions;
 pub use reflect::{BindingAlias, BindingInfo, SpecConstantInfo};
 pub use vk::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, SubgroupInfo,

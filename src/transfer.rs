@@ -1,0 +1,296 @@
+//! Transfers between the host and buffers, and between buffers: uploads
+//! (straight into host-visible memory when it is idle, else staged in
+//! pieces), downloads (likewise, with a window of pieces in flight),
+//! deferred downloads into caller memory, and device copies. `enqueue_fill`
+//! lives in `fill.rs`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use ash::vk;
+
+use crate::context::{BufferAccess, ContextShared};
+use crate::error::{Error, Result};
+use crate::resource::BufferMemory;
+use crate::staging::StagingBlock;
+use crate::stream::{Garbage, Stream};
+
+/// Staged uploads and downloads are split into pieces of at most this many
+/// bytes: staging buffers stay a reasonable size, and the host copies one
+/// piece while the device copies another.
+pub(crate) const TRANSFER_CHUNK: u64 = 8 << 20;
+/// Staged download pieces in flight at once.
+const DOWNLOAD_WINDOW: usize = 3;
+
+impl ContextShared {
+    /// Copies `bytes` into `dst` at byte `offset`: straight into its memory
+    /// when it is host visible and idle, else through staging, in pieces
+    /// that no other operation on `dst` can fall between.
+    pub(crate) fn upload(
+        &self,
+        op: &'static str,
+        dst: &Arc<BufferMemory>,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let _ops = dst.lock_ops(bytes.len() as u64 > TRANSFER_CHUNK);
+        self.upload_held(op, dst, offset, bytes)
+    }
+
+    /// [`upload`](Self::upload) by a caller that holds `dst`'s operation
+    /// lock (exclusively where `bytes` is more than one piece).
+    pub(crate) fn upload_held(
+        &self,
+        op: &'static str,
+        dst: &Arc<BufferMemory>,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<()> {
+        if bytes.is_empty() {
+            return dst.check_kept_error();
+        }
+        let len = bytes.len() as u64;
+        if !self.force_staging {
+            let copied = dst.access_now(op, offset, len, true, |ptr| {
+                // SAFETY: `ptr` addresses `len` mapped bytes that no device
+                // work touches (the use lock is held); `bytes` is a distinct
+                // host allocation.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) }
+            })?;
+            if copied.is_some() {
+                return Ok(());
+            }
+            log::trace!("{op}: the buffer's memory is not host visible; staging {len} bytes");
+        }
+        for (i, (start, chunk)) in (0..)
+            .step_by(TRANSFER_CHUNK as usize)
+            .zip(bytes.chunks(TRANSFER_CHUNK as usize))
+            .enumerate()
+        {
+            if i > 0 {
+                // Submit the chunk staged before, so that the device copies
+                // it while the host stages this one.
+                self.flush()?;
+            }
+            let access = BufferAccess {
+                memory: dst,
+                offset: offset + start,
+                len: chunk.len() as u64,
+                write: true,
+            };
+            self.record_copy_held(op, &[access], dst, |stream| {
+                let slice = stream.stage_upload(chunk.len() as u64)?;
+                // SAFETY: the staging slice has room for `chunk.len()` bytes
+                // and no device work uses it yet.
+                unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), slice.ptr, chunk.len()) };
+                let region = vk::BufferCopy {
+                    src_offset: slice.offset,
+                    dst_offset: offset + start,
+                    size: chunk.len() as u64,
+                };
+                stream.push_copy(slice.buffer, dst.handle(), &[region]);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes of `src` at byte `offset` into `out`, waiting
+    /// for the device work that writes them.
+    pub(crate) fn download(
+        &self,
+        op: &'static str,
+        src: &Arc<BufferMemory>,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        // Read in pieces, the download holds the buffer's operations until
+        // the last piece is recorded, so no write falls between two pieces.
+        let _ops = src.lock_ops(out.len() as u64 > TRANSFER_CHUNK);
+        if out.is_empty() {
+            return src.check_kept_error();
+        }
+        if !self.force_staging {
+            let out_ptr = out.as_mut_ptr();
+            let len = out.len();
+            let read = src.access_when_ready(op, offset, len as u64, false, |ptr| {
+                // SAFETY: `ptr` addresses `len` mapped bytes no device work
+                // writes (the use lock is held); `out` is a distinct host slice.
+                unsafe { std::ptr::copy_nonoverlapping(ptr, out_ptr, len) }
+            })?;
+            if read.is_some() {
+                return Ok(());
+            }
+        }
+        // Chunks through readback staging, a few in flight: the host copies
+        // chunk i out while the device copies chunk i + 1 in.
+        let mut in_flight: VecDeque<(StagingBlock, u64, usize)> = VecDeque::new();
+        let mut chunks = (0..out.len()).step_by(TRANSFER_CHUNK as usize);
+        // (`out` is written below; the closure only needs its length.)
+        let total = out.len();
+        let piece = |start: usize| (total - start).min(TRANSFER_CHUNK as usize);
+        let result = 'pieces: loop {
+            while in_flight.len() < DOWNLOAD_WINDOW {
+                let Some(start) = chunks.next() else { break };
+                match self.stage_readback(op, src, offset + start as u64, piece(start), true) {
+                    Ok((block, value)) => in_flight.push_back((block, value, start)),
+                    Err(e) => break 'pieces Err(e),
+                }
+                if let Err(e) = self.flush() {
+                    break 'pieces Err(e);
+                }
+            }
+            let Some((block, value, start)) = in_flight.pop_front() else {
+                break Ok(());
+            };
+            if let Err(e) = self.timeline.wait(value) {
+                in_flight.push_front((block, value, start));
+                break Err(e);
+            }
+            let len = piece(start);
+            // SAFETY: the copy into the block completed (the wait above), and
+            // the batch's final barrier made it visible to the host; the
+            // block is coherent memory of at least `len` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(block.ptr(), out[start..].as_mut_ptr(), len) };
+            self.lock().readback.recycle(&self.device, [block]);
+        };
+        // After an error: blocks the device may still copy into are freed
+        // once it is done with them.
+        for (block, value, _) in in_flight {
+            let raw = self.lock().readback.forget(block);
+            self.defer_free(Garbage {
+                raw,
+                pending: vec![(self.timeline.clone(), value)],
+            });
+        }
+        result
+    }
+
+    /// Records a copy of `len` bytes of `src` at `offset` into a readback
+    /// block: the block and the timeline value after which it holds them.
+    fn stage_readback(
+        &self,
+        op: &'static str,
+        src: &Arc<BufferMemory>,
+        offset: u64,
+        len: usize,
+        held: bool,
+    ) -> Result<(StagingBlock, u64)> {
+        let device = &self.device;
+        let len = len as u64;
+        let block = self.lock().readback.acquire(device, len)?;
+        let access = BufferAccess {
+            memory: src,
+            offset,
+            len,
+            write: false,
+        };
+        let record = |stream: &mut Stream| {
+            let region = vk::BufferCopy {
+                src_offset: offset,
+                dst_offset: 0,
+                size: len,
+            };
+            stream.push_copy(src.handle(), block.raw.buffer, &[region]);
+            Ok(stream.pending_value())
+        };
+        let recorded = if held {
+            self.record_copy_held(op, &[access], src, record)
+        } else {
+            self.record_copy(op, &[access], record)
+        };
+        match recorded {
+            Ok(value) => Ok((block, value)),
+            Err(e) => {
+                self.lock().readback.recycle(device, [block]);
+                Err(e)
+            }
+        }
+    }
+
+    /// Enqueues a copy of `len` bytes of `src` at byte `offset` to `dst`,
+    /// which receives them when the stream reclaims the batch (the device
+    /// copies into readback staging; the host copies out on completion).
+    ///
+    /// # Safety
+    ///
+    /// `dst` must be valid for `len` bytes of writes until the stream has
+    /// passed the copy, and untouched by others until then.
+    pub(crate) unsafe fn download_later(
+        &self,
+        op: &'static str,
+        src: &Arc<BufferMemory>,
+        offset: u64,
+        len: u64,
+        dst: *mut u8,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        /// The caller's destination, valid until the copy completes.
+        struct Destination(*mut u8);
+        // SAFETY: the caller of `download_later` guarantees the memory stays
+        // valid and untouched until the completion runs, on whichever thread.
+        unsafe impl Send for Destination {}
+        let (block, value) = self.stage_readback(op, src, offset, len as usize, false)?;
+        let dst = Destination(dst);
+        self.lock().on_complete(
+            value,
+            Box::new(move |stream: &mut Stream| {
+                let dst = dst;
+                // SAFETY: the copy into the block completed; the caller
+                // guarantees `dst` is valid for `len` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(block.ptr(), dst.0, len as usize) };
+                let device = stream.device().clone();
+                stream.readback.recycle(&device, [block]);
+            }),
+        );
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `src` at `src_offset` to `dst` at `dst_offset`.
+    pub(crate) fn copy(
+        &self,
+        op: &'static str,
+        src: (&Arc<BufferMemory>, u64),
+        dst: (&Arc<BufferMemory>, u64),
+        len: u64,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let ((src, src_offset), (dst, dst_offset)) = (src, dst);
+        if Arc::ptr_eq(src, dst) && src_offset < dst_offset + len && dst_offset < src_offset + len {
+            return Err(Error::Overlap {
+                op,
+                src_offset,
+                dst_offset,
+                len,
+            });
+        }
+        let accesses = [
+            BufferAccess {
+                memory: src,
+                offset: src_offset,
+                len,
+                write: false,
+            },
+            BufferAccess {
+                memory: dst,
+                offset: dst_offset,
+                len,
+                write: true,
+            },
+        ];
+        // Both ranges lie in their buffers and do not overlap (checked above).
+        self.record_copy(op, &accesses, |stream| {
+            let region = vk::BufferCopy {
+                src_offset,
+                dst_offset,
+                size: len,
+            };
+            stream.push_copy(src.handle(), dst.handle(), &[region]);
+            Ok(())
+        })
+    }
+}
