@@ -360,7 +360,15 @@ fn concurrent_operations_are_linearizable_per_slot() {
                     for b in 0..world.buffers.len() {
                         for s in [me, me + THREADS] {
                             let view = w.view((b, s));
-                            let words = view.to_vec().expect("final read");
+                            // Other threads may still map the buffer: a
+                            // read refused meanwhile is tried again.
+                            let words = loop {
+                                match view.to_vec() {
+                                    Ok(words) => break words,
+                                    Err(Error::BufferMapped { .. }) => thread::yield_now(),
+                                    Err(e) => panic!("final read: {e}"),
+                                }
+                            };
                             w.observe((b, s), &words);
                         }
                     }
