@@ -717,14 +717,19 @@ impl std::fmt::Debug for DeviceContext {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_error_kept_from_drop_belongs_to_its_buffer() {
-        let ctx = DeviceContext::with_options(
+    /// A context on lavapipe with validation on and no pipeline cache on disk.
+    fn validated_context() -> DeviceContext {
+        DeviceContext::with_options(
             ContextOptions::new()
                 .validation(true)
                 .pipeline_cache_dir(None),
         )
-        .expect("lavapipe");
+        .expect("lavapipe")
+    }
+
+    #[test]
+    fn an_error_kept_from_drop_belongs_to_its_buffer() {
+        let ctx = validated_context();
         let log = ctx.validation_log();
         let buf = ctx.enqueue_create_buffer::<u32>(4).unwrap();
         let other = ctx.enqueue_create_buffer::<u32>(4).unwrap();
@@ -762,12 +767,7 @@ mod tests {
 
     #[test]
     fn execution_time_never_destroys_its_queries_under_running_work() {
-        let ctx = DeviceContext::with_options(
-            ContextOptions::new()
-                .validation(true)
-                .pipeline_cache_dir(None),
-        )
-        .expect("lavapipe");
+        let ctx = validated_context();
         let log = ctx.validation_log();
         let big = ctx.enqueue_create_buffer::<u32>(32 << 20).unwrap();
         // A stream failure kept from a drop made `synchronize` return before

@@ -14,7 +14,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::context::{BufferAccess, ContextShared};
 use crate::error::Result;
-use crate::pipeline::{self, ComputePipeline};
+use crate::pipeline::{self, Bound, ComputePipeline, DescriptorPools};
 use crate::resource::BufferMemory;
 use crate::vk::Device;
 
@@ -68,9 +68,53 @@ pub(crate) struct KernelChunk {
 impl KernelChunk {
     /// The workgroups that fill the chunk (64 words each, grid-stride past
     /// `max_groups`).
-    pub(crate) fn groups(&self, max_groups: u64) -> u32 {
-        (self.params.word_count as u64).div_ceil(64).min(max_groups) as u32
+    /// Records the chunk's dispatch of the fill `pipeline` on `buffer`
+    /// (64 words a workgroup, grid-stride past the device's x limit).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn record(
+        &self,
+        device: &Device,
+        descriptors: &mut DescriptorPools,
+        bound: &mut Bound,
+        cmd: vk::CommandBuffer,
+        pipeline: &ComputePipeline,
+        buffer: vk::Buffer,
+    ) -> Result<()> {
+        let max_groups = device.limits().max_compute_work_group_count[0].min(65_535) as u64;
+        let groups = (self.params.word_count as u64).div_ceil(64).min(max_groups) as u32;
+        let binding = vk::DescriptorBufferInfo {
+            buffer,
+            offset: self.bind_offset,
+            range: self.bind_size,
+        };
+        pipeline::record_dispatch_into(
+            device,
+            descriptors,
+            bound,
+            cmd,
+            pipeline,
+            &[binding],
+            bytemuck::bytes_of(&self.params),
+            [groups, 1, 1],
+        )
     }
+}
+
+/// [`kernel_chunks`] with `device`'s limits.
+pub(crate) fn device_kernel_chunks(
+    device: &Device,
+    offset: u64,
+    len: u64,
+    element: &[u8],
+) -> Vec<KernelChunk> {
+    let limits = device.limits();
+    kernel_chunks(
+        offset,
+        len,
+        element,
+        limits.min_storage_buffer_offset_alignment,
+        limits.max_storage_buffer_range as u64,
+    )
 }
 
 /// Splits a fill of `offset..offset+len` with `element` (1, 2, 4, 8 or 16
@@ -192,15 +236,7 @@ impl ContextShared {
             }),
             FillPlan::Kernel => {
                 let pipeline = fill_pipeline(&self.device)?;
-                let limits = self.device.limits();
-                let max_groups = limits.max_compute_work_group_count[0].min(65_535) as u64;
-                let chunks = kernel_chunks(
-                    offset,
-                    len,
-                    element,
-                    limits.min_storage_buffer_offset_alignment,
-                    limits.max_storage_buffer_range as u64,
-                );
+                let chunks = device_kernel_chunks(&self.device, offset, len, element);
                 // A fill of several dispatches holds the buffer's operations
                 // from the first to the last, so no other operation on it
                 // sees the fill half done.
@@ -214,20 +250,9 @@ impl ContextShared {
                         &[write(chunk.bind_offset, chunk.bind_size)],
                         dst,
                         |stream, cmd| {
-                            let groups = chunk.groups(max_groups);
-                            let binding = vk::DescriptorBufferInfo {
-                                buffer: dst.handle(),
-                                offset: chunk.bind_offset,
-                                range: chunk.bind_size,
-                            };
-                            pipeline::record_dispatch(
-                                stream,
-                                cmd,
-                                &pipeline,
-                                &[binding],
-                                bytemuck::bytes_of(&chunk.params),
-                                [groups, 1, 1],
-                            )
+                            let device = stream.device().clone();
+                            let (descriptors, bound) = stream.dispatch_state();
+                            chunk.record(&device, descriptors, bound, cmd, &pipeline, dst.handle())
                         },
                     )?;
                 }

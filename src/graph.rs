@@ -724,17 +724,8 @@ fn record_into(
     for op in ops {
         if let Op::FillKernel { dst, element } = op {
             let d = subst.view(dst);
-            let limits = device.limits();
-            let max_groups = limits.max_compute_work_group_count[0].min(65_535) as u64;
             let pipeline = fill::fill_pipeline(device)?;
-            let chunks = fill::kernel_chunks(
-                d.offset,
-                d.bytes,
-                element,
-                limits.min_storage_buffer_offset_alignment,
-                limits.max_storage_buffer_range as u64,
-            );
-            for chunk in chunks {
+            for chunk in fill::device_kernel_chunks(device, d.offset, d.bytes, element) {
                 // The whole binding counts as written, as `enqueue_fill` counts it.
                 let access = BufferAccess {
                     memory: &d.memory,
@@ -743,21 +734,13 @@ fn record_into(
                     write: true,
                 };
                 order(device, cmd, &mut hazards, &mut union, &[access]);
-                let groups = chunk.groups(max_groups);
-                let binding = vk::DescriptorBufferInfo {
-                    buffer: d.memory.handle(),
-                    offset: chunk.bind_offset,
-                    range: chunk.bind_size,
-                };
-                pipeline::record_dispatch_into(
+                chunk.record(
                     device,
                     descriptors,
                     &mut bound,
                     cmd,
                     &pipeline,
-                    &[binding],
-                    bytemuck::bytes_of(&chunk.params),
-                    [groups, 1, 1],
+                    d.memory.handle(),
                 )?;
                 commands += 1;
             }
