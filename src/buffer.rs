@@ -263,7 +263,7 @@ pub struct RawBufferRef {
 #[must_use = "the memory stays allocated until the device goes unless freed with `free`"]
 pub struct OwnedRawBuffer {
     /// `Some` until freed or handed to the device.
-    raw: Option<crate::memory::RawBuffer>,
+    raw: Option<crate::vk::memory::RawBuffer>,
     device: Arc<crate::vk::Device>,
     size: u64,
     device_address: Option<u64>,

@@ -5,41 +5,20 @@
 //! `options.rs`.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use ash::vk;
 use bytemuck::Pod;
 
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
-use crate::hazard::Access;
 use crate::options::{setting, validation_aborts, ContextOptions};
-use crate::resource::{lock_all, BufferMemory};
-use crate::stream::{Garbage, GarbageList, Stream, StreamTrace, FLUSH_GARBAGE_BYTES};
-use crate::timeline::Timeline;
+use crate::stream::{GarbageList, LiveObjects};
+use crate::submitter::Submitter;
 use crate::trace::Tracer;
 use crate::vk::{
     Adapter, Device, DeviceInfo, DeviceOptions, Enabled, Instance, ValidationLog, ValidationMessage,
 };
-
-/// Counts of the Vulkan objects a context holds, for finding leaks, and of
-/// the commands it has recorded.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LiveObjects {
-    /// Command buffers allocated (free, recording or in flight).
-    pub command_buffers: usize,
-    /// Staging buffers alive (pooled or in use).
-    pub staging_buffers: usize,
-    /// Descriptor pools alive.
-    pub descriptor_pools: usize,
-    /// Dropped buffers waiting for the stream to pass their last use.
-    pub pending_frees: usize,
-    /// Submitted batches not yet known to be complete.
-    pub batches_in_flight: usize,
-    /// Commands (copies, fills, dispatches...) recorded since the context
-    /// was made: a counter, not a count of live objects.
-    pub commands_recorded: u64,
-}
 
 /// An application's Vulkan objects, lent to [`DeviceContext::from_raw`].
 pub struct RawContext {
@@ -65,292 +44,6 @@ pub struct RawContext {
     pub push_descriptor: bool,
 }
 
-/// What a `DeviceContext` handle shares with its clones and its buffers.
-pub(crate) struct ContextShared {
-    pub(crate) device: Arc<Device>,
-    pub(crate) timeline: Arc<Timeline>,
-    stream: Mutex<Stream>,
-    pub(crate) force_staging: bool,
-    /// The device's garbage, shared by all its streams.
-    garbage: Arc<GarbageList>,
-    /// The trace the device's streams write, where one was asked for.
-    tracer: Option<Arc<Tracer>>,
-}
-
-/// One byte range of a buffer that a command reads or writes.
-pub(crate) struct BufferAccess<'a> {
-    pub(crate) memory: &'a Arc<BufferMemory>,
-    pub(crate) offset: u64,
-    pub(crate) len: u64,
-    pub(crate) write: bool,
-}
-
-impl BufferAccess<'_> {
-    fn hazard(&self) -> Access {
-        Access {
-            buffer: vk::Handle::as_raw(self.memory.handle()),
-            start: self.offset,
-            end: self.offset + self.len,
-            write: self.write,
-        }
-    }
-}
-
-impl ContextShared {
-    fn new(
-        device: Arc<Device>,
-        force_staging: bool,
-        garbage: Arc<GarbageList>,
-        tracer: Option<Arc<Tracer>>,
-    ) -> Result<Arc<Self>> {
-        let trace = match &tracer {
-            Some(t) => Some(StreamTrace::new(&device, t.clone())?),
-            None => None,
-        };
-        let semaphore = Timeline::create_semaphore(&device)?;
-        let pool = match Stream::create_pool(&device) {
-            Ok(pool) => pool,
-            Err(e) => {
-                // SAFETY: the semaphore was never used.
-                unsafe { device.raw.destroy_semaphore(semaphore, None) };
-                return Err(e);
-            }
-        };
-        Ok(Arc::new_cyclic(|weak| {
-            let timeline = Arc::new(Timeline::new(device.clone(), semaphore, weak.clone()));
-            ContextShared {
-                stream: Mutex::new(Stream::new(
-                    device.clone(),
-                    timeline.clone(),
-                    pool,
-                    garbage.clone(),
-                    trace,
-                )),
-                garbage,
-                tracer,
-                device,
-                timeline,
-                force_staging,
-            }
-        }))
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Stream> {
-        self.stream.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Submits the recorded work.
-    pub(crate) fn flush(&self) -> Result<()> {
-        self.lock().flush()
-    }
-
-    /// Gives back what completed batches held.
-    pub(crate) fn reclaim(&self) -> Result<()> {
-        self.lock().reclaim()
-    }
-
-    /// Submits the recorded work and waits until all of it is done, even
-    /// where the submission (or one before it) failed: whatever was
-    /// submitted has completed when this returns. Returns the first error:
-    /// this submission's, the wait's, or one kept from a submission that a
-    /// `Drop` made.
-    pub(crate) fn synchronize(&self) -> Result<()> {
-        let (flushed, value) = {
-            let mut stream = self.lock();
-            (stream.flush(), self.timeline.submitted())
-        };
-        let waited = self.timeline.wait(value);
-        let kept = self.lock().take_failed();
-        flushed.and(waited).and(kept.map_or(Ok(()), Err))
-    }
-
-    /// Frees `garbage` once its last uses complete. Called from `Drop`: an
-    /// error (of a submission it triggered, whose work then did not run) is
-    /// kept for the stream's next `flush` or `synchronize`.
-    ///
-    /// It takes no stream lock to keep the garbage: a buffer's last handle
-    /// may go while a stream retires a batch (under its lock) that held
-    /// it. Only where much memory waits does it try to submit the open
-    /// batch, if the stream is free at that moment.
-    pub(crate) fn defer_free(&self, garbage: Garbage) {
-        let Some(waiting) = self.garbage.keep(garbage) else {
-            return;
-        };
-        if waiting >= FLUSH_GARBAGE_BYTES {
-            if let Ok(mut stream) = self.stream.try_lock() {
-                if let Err(e) = stream.flush_if_open() {
-                    stream.set_failed(e);
-                }
-            }
-        }
-    }
-
-    /// Records one command on this stream: checks the buffers, makes the
-    /// command wait for other streams' work on them, records a barrier if it
-    /// depends on earlier commands, runs `body` to record it, and notes the
-    /// uses on the buffers. Returns `body`'s result.
-    pub(crate) fn record<R>(
-        &self,
-        op: &'static str,
-        accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
-    ) -> Result<R> {
-        self.record_command(op, accesses, false, None, None, body)
-    }
-
-    /// [`record`](Self::record) with a description of the command for the
-    /// trace (called only where the context traces).
-    pub(crate) fn record_described<R>(
-        &self,
-        op: &'static str,
-        describe: &dyn Fn() -> String,
-        accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
-    ) -> Result<R> {
-        self.record_command(op, accesses, false, None, Some(describe), body)
-    }
-
-    /// [`record`](Self::record) for a copy: `body` gives its regions with
-    /// `Stream::push_copy`, which merges copies between the same buffers.
-    pub(crate) fn record_copy<R>(
-        &self,
-        op: &'static str,
-        accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream) -> Result<R>,
-    ) -> Result<R> {
-        self.record_command(op, accesses, true, None, None, |stream, _| body(stream))
-    }
-
-    /// [`record`](Self::record) for one command of an operation that holds
-    /// `held`'s operation lock (see `BufferMemory::lock_ops`).
-    pub(crate) fn record_held<R>(
-        &self,
-        op: &'static str,
-        accesses: &[BufferAccess<'_>],
-        held: &BufferMemory,
-        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
-    ) -> Result<R> {
-        self.record_command(op, accesses, false, Some(held), None, body)
-    }
-
-    /// [`record_copy`](Self::record_copy) for one command of an operation
-    /// that holds `held`'s operation lock.
-    pub(crate) fn record_copy_held<R>(
-        &self,
-        op: &'static str,
-        accesses: &[BufferAccess<'_>],
-        held: &BufferMemory,
-        body: impl FnOnce(&mut Stream) -> Result<R>,
-    ) -> Result<R> {
-        self.record_command(op, accesses, true, Some(held), None, |stream, _| {
-            body(stream)
-        })
-    }
-
-    fn record_command<R>(
-        &self,
-        op: &'static str,
-        accesses: &[BufferAccess<'_>],
-        copy: bool,
-        held: Option<&BufferMemory>,
-        describe: Option<&dyn Fn() -> String>,
-        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
-    ) -> Result<R> {
-        let started = self.tracer.as_ref().map(|t| t.now_us());
-        // One command is atomic: no operation of several commands on these
-        // buffers is half done while it is recorded.
-        let _ops = lock_all(accesses.iter().map(|a| a.memory), held);
-        let mut waits = Vec::new();
-        for a in accesses {
-            if a.memory.device.id != self.device.id {
-                return Err(Error::DifferentDevice {
-                    op,
-                    detail: format!(
-                        "a buffer of device `{}` (#{}) cannot be used on a context of device `{}` (#{})",
-                        a.memory.device.name(),
-                        a.memory.device.id,
-                        self.device.name(),
-                        self.device.id
-                    ),
-                });
-            }
-            a.memory
-                .foreign_waits(&self.timeline, a.write, &mut waits)?;
-        }
-        for (timeline, value) in &waits {
-            timeline.ensure_submitted(*value)?;
-        }
-        // The hazard ranges, on the stack for the usual few buffers.
-        let mut small = [Access::default(); 8];
-        let large: Vec<Access>;
-        let hazards: &[Access] = if accesses.len() <= small.len() {
-            for (slot, a) in small.iter_mut().zip(accesses) {
-                *slot = a.hazard();
-            }
-            &small[..accesses.len()]
-        } else {
-            large = accesses.iter().map(BufferAccess::hazard).collect();
-            &large
-        };
-        let mut stream = self.lock();
-        let cmd = stream.command(hazards, waits, copy)?;
-        // Note the uses before recording: a host borrow that starts from now
-        // on sees them and waits, and one that already started fails this.
-        let value = stream.pending_value();
-        for a in accesses {
-            a.memory
-                .note_device_use(op, &self.timeline, value, a.write)?;
-        }
-        let result = body(&mut stream, cmd)?;
-        if let (Some(t), Some(start)) = (&stream.trace, started) {
-            trace_command(t, op, start, accesses, describe);
-        }
-        stream.maybe_flush()?;
-        Ok(result)
-    }
-}
-
-/// Writes a recorded command's slice: its operation, the byte ranges it
-/// reads and writes, and the caller's description.
-fn trace_command(
-    t: &StreamTrace,
-    op: &str,
-    start: f64,
-    accesses: &[BufferAccess<'_>],
-    describe: Option<&dyn Fn() -> String>,
-) {
-    use std::fmt::Write as _;
-    let mut args = String::from(r#""ranges":["#);
-    for (i, a) in accesses.iter().enumerate() {
-        let _ = write!(
-            args,
-            r#"{}"{} {:#x} +{}..+{}""#,
-            if i > 0 { "," } else { "" },
-            if a.write { "write" } else { "read" },
-            vk::Handle::as_raw(a.memory.handle()),
-            a.offset,
-            a.offset + a.len
-        );
-    }
-    args.push(']');
-    if let Some(describe) = describe {
-        let _ = write!(args, r#","detail":"{}""#, crate::trace::escape(&describe()));
-    }
-    t.tracer
-        .slice(t.host, op, start, t.tracer.now_us() - start, &args);
-}
-
-impl Drop for ContextShared {
-    fn drop(&mut self) {
-        // Dropping a context synchronizes it: submit what was recorded; the
-        // stream's own drop then waits for it and frees what it held.
-        let mut stream = self.lock();
-        if let Err(e) = stream.flush() {
-            log::error!("a context's final submission failed: {e}");
-        }
-    }
-}
-
 /// One device and one stream (an in-order queue of work).
 ///
 /// Every `enqueue_*` call returns at once; its work runs after everything
@@ -367,7 +60,7 @@ impl Drop for ContextShared {
 /// ```
 #[derive(Clone)]
 pub struct DeviceContext {
-    pub(crate) shared: Arc<ContextShared>,
+    pub(crate) shared: Arc<Submitter>,
 }
 
 impl DeviceContext {
@@ -419,7 +112,7 @@ impl DeviceContext {
             log::info!("every host transfer goes through staging buffers (forced)");
         }
         Ok(DeviceContext {
-            shared: ContextShared::new(
+            shared: Submitter::new(
                 device.clone(),
                 force_staging,
                 GarbageList::new(device),
@@ -435,7 +128,7 @@ impl DeviceContext {
     /// device (a semaphore wait in the submission, no host block).
     pub fn new_stream(&self) -> Result<DeviceContext> {
         Ok(DeviceContext {
-            shared: ContextShared::new(
+            shared: Submitter::new(
                 self.shared.device.clone(),
                 self.shared.force_staging,
                 self.shared.garbage.clone(),
@@ -460,24 +153,7 @@ impl DeviceContext {
                 ),
             });
         }
-        self.wait_for_shared(&other.shared)
-    }
-
-    /// [`enqueue_wait_for`](Self::enqueue_wait_for) on a stream of this
-    /// device (checked by the caller).
-    pub(crate) fn wait_for_shared(&self, other: &Arc<ContextShared>) -> Result<()> {
-        if Arc::ptr_eq(&self.shared, other) {
-            return Ok(()); // a stream is always ordered after itself
-        }
-        other.flush()?;
-        let value = other.timeline.submitted();
-        if value == 0 || other.timeline.is_complete(value) {
-            return Ok(());
-        }
-        self.shared
-            .lock()
-            .command(&[], vec![(other.timeline.clone(), value)], false)
-            .map(drop)
+        self.shared.wait_for(&other.shared)
     }
 
     /// Builds a context on an application's own Vulkan device, so that an
@@ -527,7 +203,7 @@ impl DeviceContext {
         };
         let device = Device::borrowed(instance, adapter, raw.device, enabled)?;
         Ok(DeviceContext {
-            shared: ContextShared::new(
+            shared: Submitter::new(
                 device.clone(),
                 setting(None, "VKCOMPUTE_FORCE_STAGING", false),
                 GarbageList::new(device),

@@ -31,12 +31,12 @@ use crate::buffer::{check_element_size, dtype_name, DeviceBuffer, View};
 use crate::context::DeviceContext;
 use crate::error::{Error, Result, VkResultExt};
 use crate::host::HostBuffer;
-use crate::memory::{
+use crate::resource::{BufferMemory, HostAccess};
+use crate::vk::memory::{
     buffer_usage, check_size, Dedicated, DedicatedKind, HostAllocation, RawBuffer,
 };
-use crate::resource::{BufferMemory, HostAccess};
-use crate::timeline::Timeline;
-use crate::vk::{buffer_support, timeline_semaphore_support, Device, MemoryUsage};
+
+use crate::vk::{buffer_support, timeline_semaphore_support, Device, MemoryUsage, Timeline};
 
 /// How exported memory is handed over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1108,17 +1108,6 @@ fn copy_through_alias(
     result
 }
 
-/// Whether `device`'s stream timelines are created exportable as opaque fds.
-pub(crate) fn timeline_exportable(device: &Device) -> bool {
-    device.external.enabled.semaphore_fd
-        && timeline_semaphore_support(
-            &device.instance,
-            device.adapter.raw,
-            vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD,
-        )
-        .contains(vk::ExternalSemaphoreFeatureFlags::EXPORTABLE)
-}
-
 /// A stream's timeline semaphore exported as an opaque fd, and the value
 /// that the work enqueued before the export signals.
 #[cfg(unix)]
@@ -1212,7 +1201,7 @@ impl DeviceContext {
             .external
             .semaphore_fd
             .as_ref()
-            .filter(|_| timeline_exportable(device))
+            .filter(|_| device.timeline_exportable())
         else {
             return Err(Error::Unsupported {
                 what:
@@ -1269,7 +1258,7 @@ impl DeviceContext {
                 device: device.name().to_string(),
             });
         }
-        let semaphore = Timeline::create_semaphore(device)?;
+        let semaphore = Timeline::create_semaphore(device, device.timeline_exportable())?;
         let info = vk::ImportSemaphoreFdInfoKHR::default()
             .semaphore(semaphore)
             .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD)
@@ -1286,7 +1275,7 @@ impl DeviceContext {
         }
         // The import succeeded: the semaphore owns the descriptor now.
         let _ = exported.fd.into_raw_fd();
-        let timeline = Timeline::new(device.clone(), semaphore, std::sync::Weak::new());
+        let timeline = Timeline::new(device.clone(), semaphore);
         // Values are signalled elsewhere: every one counts as submitted.
         timeline.set_submitted(u64::MAX);
         Ok(ExternalSemaphore {

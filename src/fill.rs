@@ -12,10 +12,11 @@ use std::sync::Arc;
 use ash::vk;
 use bytemuck::{Pod, Zeroable};
 
-use crate::context::{BufferAccess, ContextShared};
 use crate::error::Result;
-use crate::pipeline::{self, Bound, ComputePipeline, DescriptorPools};
+use crate::record::BufferAccess;
 use crate::resource::BufferMemory;
+use crate::submitter::Submitter;
+use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline, DescriptorPools};
 use crate::vk::Device;
 
 /// How a fill is done.
@@ -87,7 +88,7 @@ impl KernelChunk {
             offset: self.bind_offset,
             range: self.bind_size,
         };
-        pipeline::record_dispatch_into(
+        record_dispatch_into(
             device,
             descriptors,
             bound,
@@ -202,7 +203,7 @@ pub(crate) fn fill_pipeline(device: &Device) -> Result<Arc<ComputePipeline>> {
     })
 }
 
-impl ContextShared {
+impl Submitter {
     /// Fills `len` bytes of `dst` at byte `offset` with copies of `element`.
     pub(crate) fn fill(
         &self,

@@ -17,13 +17,15 @@ use ash::vk;
 use bytemuck::Pod;
 
 use crate::buffer::{CopyDestination, CopySource, DeviceBuffer, Source, View};
-use crate::context::{BufferAccess, ContextShared, DeviceContext};
+use crate::context::DeviceContext;
 use crate::error::{Error, Result, VkResultExt};
 use crate::fill::{self, FillPlan};
 use crate::hazard::{Access, HazardTracker};
 use crate::kernel::{write_extent, Grid, Kernel, KernelArg, KernelPipeline};
-use crate::memory::RawBuffer;
-use crate::pipeline::{self, DescriptorPools};
+use crate::record::BufferAccess;
+use crate::submitter::Submitter;
+use crate::vk::memory::RawBuffer;
+use crate::vk::pipeline::{record_dispatch_into, Bound, DescriptorPools};
 use crate::vk::{Device, MemoryUsage};
 
 /// One captured operation.
@@ -59,7 +61,7 @@ enum Op {
         grid: [u32; 3],
     },
     Wait {
-        other: Arc<ContextShared>,
+        other: Arc<Submitter>,
     },
 }
 
@@ -362,7 +364,7 @@ impl DeviceContext {
         }
         for captured in &inner.ops {
             if let Op::Wait { other } = captured {
-                self.wait_for_shared(other)?;
+                self.shared.wait_for(other)?;
             }
         }
         let accesses: Vec<BufferAccess<'_>> = recording
@@ -720,7 +722,7 @@ fn record_into(
     let mut union: Uses = Vec::new();
     let mut dispatch_index = 0;
     let mut commands = 0;
-    let mut bound = pipeline::Bound::default();
+    let mut bound = Bound::default();
     for op in ops {
         if let Op::FillKernel { dst, element } = op {
             let d = subst.view(dst);
@@ -822,7 +824,7 @@ fn record_into(
                     None => push.clone(),
                 };
                 dispatch_index += 1;
-                pipeline::record_dispatch_into(
+                record_dispatch_into(
                     device,
                     descriptors,
                     &mut bound,

@@ -14,12 +14,13 @@ use smallvec::SmallVec;
 
 use crate::buffer::View;
 use crate::capabilities;
-use crate::context::{BufferAccess, DeviceContext};
+use crate::context::DeviceContext;
 use crate::error::{Error, Result, VkResultExt};
-use crate::pipeline::{self, ComputePipeline, Specialization};
+use crate::record::BufferAccess;
 use crate::reflect::{self, BindingInfo, Interface, SpecConstantInfo};
 use crate::spirv_check::{self, Trust};
 use crate::spirv_rules;
+use crate::vk::pipeline::{ComputePipeline, Specialization};
 use crate::vk::Device;
 
 /// A value for a specialization constant.
@@ -781,7 +782,7 @@ impl DeviceContext {
         self.shared
             .record_described(op, &describe, &d.accesses, |stream, cmd| {
                 stream.keep_alive(keep);
-                pipeline::record_dispatch(stream, cmd, &k.pipeline, &d.infos, &d.push, d.grid)
+                stream.record_dispatch(cmd, &k.pipeline, &d.infos, &d.push, d.grid)
             })
     }
 

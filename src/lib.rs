@@ -28,7 +28,6 @@ mod context;
 mod display;
 mod error;
 mod external;
-mod fault;
 mod fill;
 #[cfg(feature = "glsl")]
 mod glsl;
@@ -36,9 +35,8 @@ mod graph;
 mod hazard;
 mod host;
 mod kernel;
-mod memory;
 mod options;
-mod pipeline;
+mod record;
 mod reflect;
 mod resource;
 mod spirv_check;
@@ -54,7 +52,7 @@ mod spirv_val;
 extern crate shaderc_sys;
 mod staging;
 mod stream;
-mod timeline;
+mod submitter;
 mod trace;
 mod transfer;
 mod vk;
@@ -84,10 +82,10 @@ pub mod build {
 /// Test hooks (feature `fault-injection`); not part of the supported API.
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
-pub use fault::testing;
+pub use vk::fault::testing;
 
 pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
-pub use context::{DeviceContext, LiveObjects, RawContext};
+pub use context::{DeviceContext, RawContext};
 pub use error::{Error, Result};
 pub use external::{
     AlignedHostMemory, ExternalMemoryInfo, ExternalSemaphore, MemoryHandleType,
@@ -102,6 +100,7 @@ pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use options::ContextOptions;
 pub use reflect::{BindingAlias, BindingInfo, SpecConstantInfo};
+pub use stream::LiveObjects;
 pub use vk::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, SubgroupInfo,
     ValidationLog, ValidationMessage,

@@ -12,18 +12,34 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 
 use ash::vk;
 
-use crate::context::ContextShared;
 use crate::error::{Error, Result};
-use crate::memory::RawBuffer;
 use crate::stream::Garbage;
-use crate::timeline::Timeline;
-use crate::vk::{Device, MemoryUsage};
+use crate::submitter::{Point, Submitter};
+use crate::vk::memory::RawBuffer;
+use crate::vk::{Device, MemoryUsage, Timeline};
 
 /// The last read and write of a buffer on one stream's timeline.
 struct BufferUse {
-    timeline: Arc<Timeline>,
+    /// The stream (the point's value is not used).
+    stream: Point,
     read: u64,
     write: u64,
+}
+
+impl BufferUse {
+    /// What an access must wait for: the last write, and for a write the
+    /// last read too (0 where nothing).
+    fn last(&self, write: bool) -> u64 {
+        if write {
+            self.read.max(self.write)
+        } else {
+            self.write
+        }
+    }
+
+    fn at(&self, value: u64) -> Point {
+        self.stream.with_value(value)
+    }
 }
 
 /// How the host holds the memory.
@@ -63,16 +79,11 @@ struct UseState {
 impl UseState {
     /// The work a host access must wait for: pending writes for a read,
     /// pending reads and writes for a write.
-    fn pending(&self, write: bool) -> Vec<(Arc<Timeline>, u64)> {
+    fn pending(&self, write: bool) -> Vec<Point> {
         self.uses
             .iter()
-            .map(|u| {
-                (
-                    u.timeline.clone(),
-                    if write { u.read.max(u.write) } else { u.write },
-                )
-            })
-            .filter(|(t, v)| *v > 0 && !t.is_complete(*v))
+            .map(|u| u.at(u.last(write)))
+            .filter(|p| p.value > 0 && !p.is_complete())
             .collect()
     }
 
@@ -114,7 +125,7 @@ pub(crate) struct BufferMemory {
     /// The bytes visible to the user (the `VkBuffer` may be a little larger).
     pub(crate) size: u64,
     /// The context whose stream frees the memory.
-    owner: Mutex<Arc<ContextShared>>,
+    owner: Mutex<Arc<Submitter>>,
     /// Leaf lock: nothing else is locked while it is held.
     state: Mutex<UseState>,
     /// Makes operations on the memory atomic with respect to each other. An
@@ -136,7 +147,7 @@ pub(crate) enum OpsGuard<'a> {
 impl BufferMemory {
     /// Allocates `size` bytes for `owner`'s device. A zero size allocates nothing.
     pub(crate) fn new(
-        owner: &Arc<ContextShared>,
+        owner: &Arc<Submitter>,
         size: u64,
         usage: MemoryUsage,
         what: &str,
@@ -163,11 +174,7 @@ impl BufferMemory {
 
     /// Memory over `raw` (of at least `size` bytes, whole 32-bit words)
     /// for `owner`'s device.
-    pub(crate) fn from_raw(
-        owner: &Arc<ContextShared>,
-        raw: Option<RawBuffer>,
-        size: u64,
-    ) -> Arc<Self> {
+    pub(crate) fn from_raw(owner: &Arc<Submitter>, raw: Option<RawBuffer>, size: u64) -> Arc<Self> {
         Arc::new(BufferMemory {
             device: owner.device.clone(),
             raw,
@@ -203,11 +210,11 @@ impl BufferMemory {
         Some(unsafe { mapped.as_ptr().add(offset as usize) })
     }
 
-    pub(crate) fn owner(&self) -> Arc<ContextShared> {
+    pub(crate) fn owner(&self) -> Arc<Submitter> {
         self.owner.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub(crate) fn set_owner(&self, owner: Arc<ContextShared>) {
+    pub(crate) fn set_owner(&self, owner: Arc<Submitter>) {
         *self.owner.lock().unwrap_or_else(|e| e.into_inner()) = owner;
     }
 
@@ -246,34 +253,34 @@ impl BufferMemory {
         &self,
         own: &Arc<Timeline>,
         write: bool,
-        out: &mut Vec<(Arc<Timeline>, u64)>,
+        out: &mut Vec<Point>,
     ) -> Result<()> {
         let mut state = self.state();
         if let Some(e) = state.kept.take() {
             return Err(e);
         }
         for u in &state.uses {
-            if Arc::ptr_eq(&u.timeline, own) {
+            if Arc::ptr_eq(&u.stream.timeline, own) {
                 continue;
             }
-            let value = if write { u.read.max(u.write) } else { u.write };
-            if value > 0 && !u.timeline.is_complete(value) {
-                out.push((u.timeline.clone(), value));
+            let point = u.at(u.last(write));
+            if point.value > 0 && !point.is_complete() {
+                out.push(point);
             }
         }
         Ok(())
     }
 
-    /// Notes that work signalling `value` on `timeline` reads (or writes)
-    /// the buffer; fails if a host borrow forbids it, or with an error kept
-    /// from a `Drop`.
+    /// Notes that the work signalling `point` reads (or writes) the
+    /// buffer; fails if a host borrow forbids it, or with an error kept from
+    /// a `Drop`.
     pub(crate) fn note_device_use(
         &self,
         op: &'static str,
-        timeline: &Arc<Timeline>,
-        value: u64,
+        point: Point,
         write: bool,
     ) -> Result<()> {
+        let value = point.value;
         let mut state = self.state();
         if let Some(e) = state.kept.take() {
             return Err(e);
@@ -281,13 +288,16 @@ impl BufferMemory {
         state.check_device(op, write)?;
         let uses = &mut state.uses;
         #[allow(clippy::expect_used, reason = "the use was pushed just before")]
-        let entry = match uses.iter().position(|u| Arc::ptr_eq(&u.timeline, timeline)) {
+        let entry = match uses
+            .iter()
+            .position(|u| Arc::ptr_eq(&u.stream.timeline, &point.timeline))
+        {
             Some(i) => &mut uses[i],
             None => {
                 // Forget streams whose work on the buffer is all complete.
-                uses.retain(|u| !u.timeline.is_complete(u.read.max(u.write)));
+                uses.retain(|u| !u.at(u.last(true)).is_complete());
                 uses.push(BufferUse {
-                    timeline: timeline.clone(),
+                    stream: point,
                     read: 0,
                     write: 0,
                 });
@@ -305,8 +315,8 @@ impl BufferMemory {
     /// Waits on the host for the work a host read (or write) must follow.
     pub(crate) fn wait_for_host_access(&self, write: bool) -> Result<()> {
         let pending = self.state().pending(write);
-        for (timeline, value) in pending {
-            timeline.wait(value)?;
+        for point in pending {
+            point.wait()?;
         }
         Ok(())
     }
@@ -481,6 +491,7 @@ impl Drop for BufferMemory {
     fn drop(&mut self) {
         let Some(raw) = self.raw.take() else { return };
         let pending = self.state().pending(true);
+        let pending = pending.into_iter().map(|p| (p.timeline, p.value)).collect();
         let owner = self.owner();
         owner.defer_free(Garbage { raw, pending });
     }

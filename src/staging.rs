@@ -8,7 +8,7 @@
 use ash::vk;
 
 use crate::error::Result;
-use crate::memory::{MappedPtr, RawBuffer};
+use crate::vk::memory::{MappedPtr, RawBuffer};
 use crate::vk::{Device, MemoryUsage};
 
 /// The smallest block the pool allocates.

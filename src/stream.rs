@@ -10,12 +10,11 @@ use ash::vk;
 
 use crate::error::{Error, Result, VkResultExt};
 use crate::hazard::{Access, HazardTracker};
-use crate::memory::RawBuffer;
-use crate::pipeline::{Bound, DescriptorPools};
 use crate::staging::{StagingBlock, StagingPool, StagingSlice};
-use crate::timeline::Timeline;
 use crate::trace::Tracer;
-use crate::vk::{Device, MemoryUsage};
+use crate::vk::memory::RawBuffer;
+use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline, DescriptorPools};
+use crate::vk::{Device, MemoryUsage, Timeline};
 
 /// A batch is submitted once it holds this many commands.
 const MAX_BATCH_COMMANDS: usize = 4096;
@@ -38,6 +37,25 @@ const READS_AND_WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
         | vk::AccessFlags::TRANSFER_READ.as_raw()
         | vk::AccessFlags::SHADER_READ.as_raw(),
 );
+
+/// Counts of the Vulkan objects a context holds, for finding leaks, and of
+/// the commands it has recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveObjects {
+    /// Command buffers allocated (free, recording or in flight).
+    pub command_buffers: usize,
+    /// Staging buffers alive (pooled or in use).
+    pub staging_buffers: usize,
+    /// Descriptor pools alive.
+    pub descriptor_pools: usize,
+    /// Dropped buffers waiting for the stream to pass their last use.
+    pub pending_frees: usize,
+    /// Submitted batches not yet known to be complete.
+    pub batches_in_flight: usize,
+    /// Commands (copies, fills, dispatches...) recorded since the context
+    /// was made: a counter, not a count of live objects.
+    pub commands_recorded: u64,
+}
 
 /// Memory that is freed once every listed timeline value has completed.
 pub(crate) struct Garbage {
@@ -125,7 +143,9 @@ impl Drop for GarbageList {
         let (list, _) = std::mem::take(self.items.get_mut().unwrap_or_else(|e| e.into_inner()));
         for g in list {
             for (timeline, value) in &g.pending {
-                let _ = timeline.wait(*value);
+                if timeline.submitted() >= *value {
+                    let _ = timeline.wait_submitted(*value);
+                }
             }
             self.device.retire_buffer(g.raw);
         }
@@ -326,26 +346,23 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    /// A command pool on `device`'s compute family; the caller makes the timeline.
-    pub(crate) fn create_pool(device: &Device) -> Result<vk::CommandPool> {
-        let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(device.queue_family)
-            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
-        crate::fault::allocation(device).during("vkCreateCommandPool")?;
-        // SAFETY: a valid create info.
-        unsafe { device.raw.create_command_pool(&info, None) }.during("vkCreateCommandPool")
-    }
-
-    /// Takes ownership of `pool` (from `create_pool`).
+    /// A stream on `device` that signals `timeline`, with a command pool
+    /// of its own on the device's compute family.
     pub(crate) fn new(
         device: Arc<Device>,
         timeline: Arc<Timeline>,
-        pool: vk::CommandPool,
         garbage: Arc<GarbageList>,
         trace: Option<StreamTrace>,
-    ) -> Self {
+    ) -> Result<Self> {
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(device.queue_family)
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        crate::vk::fault::allocation(&device).during("vkCreateCommandPool")?;
+        // SAFETY: a valid create info.
+        let pool =
+            unsafe { device.raw.create_command_pool(&info, None) }.during("vkCreateCommandPool")?;
         let queue = device.assign_queue();
-        Stream {
+        Ok(Stream {
             device,
             timeline,
             queue,
@@ -364,7 +381,7 @@ impl Stream {
             spare_regions: Vec::new(),
             trace,
             bound: Bound::default(),
-        }
+        })
     }
 
     pub(crate) fn device(&self) -> &Arc<Device> {
@@ -487,6 +504,30 @@ impl Stream {
         (&mut self.descriptors, &mut self.bound)
     }
 
+    /// Records a dispatch of `pipeline` over `groups` workgroups into the
+    /// open batch's `cmd`, with `buffers` bound in the order of the
+    /// pipeline's bindings and `push` as its push constants; binds only
+    /// what changed since the batch's previous dispatch.
+    pub(crate) fn record_dispatch(
+        &mut self,
+        cmd: vk::CommandBuffer,
+        pipeline: &ComputePipeline,
+        buffers: &[vk::DescriptorBufferInfo],
+        push: &[u8],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        record_dispatch_into(
+            &self.device,
+            &mut self.descriptors,
+            &mut self.bound,
+            cmd,
+            pipeline,
+            buffers,
+            push,
+            groups,
+        )
+    }
+
     /// The open batch's command buffer had its bound state changed outside
     /// `record_dispatch` (a secondary command buffer ran in it).
     pub(crate) fn forget_bindings(&mut self) {
@@ -536,7 +577,7 @@ impl Stream {
                     .command_pool(self.pool)
                     .level(vk::CommandBufferLevel::PRIMARY)
                     .command_buffer_count(1);
-                crate::fault::allocation(&self.device).during("vkAllocateCommandBuffers")?;
+                crate::vk::fault::allocation(&self.device).during("vkAllocateCommandBuffers")?;
                 // SAFETY: the pool is live and used only under this stream's lock.
                 unsafe { self.device.raw.allocate_command_buffers(&info) }
                     .during("vkAllocateCommandBuffers")?[0]
@@ -544,7 +585,7 @@ impl Stream {
         };
         let begin = vk::CommandBufferBeginInfo::default()
             .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-        let begun = crate::fault::allocation(&self.device).and_then(|()| {
+        let begun = crate::vk::fault::allocation(&self.device).and_then(|()| {
             // SAFETY: the command buffer is in the initial state (new or reset).
             unsafe { self.device.raw.begin_command_buffer(cmd, &begin) }
         });
@@ -742,8 +783,8 @@ impl Stream {
 
     /// Counts of objects alive: command buffers, staging blocks, descriptor
     /// pools, buffers waiting to be freed, batches in flight.
-    pub(crate) fn live_objects(&self) -> crate::context::LiveObjects {
-        crate::context::LiveObjects {
+    pub(crate) fn live_objects(&self) -> LiveObjects {
+        LiveObjects {
             command_buffers: self.free_cmds.len()
                 + self.in_flight.len()
                 + usize::from(self.batch.is_some()),

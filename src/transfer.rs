@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use ash::vk;
 
-use crate::context::{BufferAccess, ContextShared};
 use crate::error::{Error, Result};
+use crate::record::BufferAccess;
 use crate::resource::BufferMemory;
 use crate::staging::StagingBlock;
 use crate::stream::{Garbage, Stream};
+use crate::submitter::Submitter;
 
 /// Staged uploads and downloads are split into pieces of at most this many
 /// bytes: staging buffers stay a reasonable size, and the host copies one
@@ -22,7 +23,7 @@ pub(crate) const TRANSFER_CHUNK: u64 = 8 << 20;
 /// Staged download pieces in flight at once.
 const DOWNLOAD_WINDOW: usize = 3;
 
-impl ContextShared {
+impl Submitter {
     /// Copies `bytes` into `dst` at byte `offset`: straight into its memory
     /// when it is host visible and idle, else through staging, in pieces
     /// that no other operation on `dst` can fall between.
@@ -143,7 +144,7 @@ impl ContextShared {
             let Some((block, value, start)) = in_flight.pop_front() else {
                 break Ok(());
             };
-            if let Err(e) = self.timeline.wait(value) {
+            if let Err(e) = self.point(value).wait() {
                 in_flight.push_front((block, value, start));
                 break Err(e);
             }

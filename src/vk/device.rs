@@ -12,10 +12,10 @@ use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 use super::adapter::{Adapter, Features, KernelFeatures};
 use super::external::{ExternalExtensions, ExternalFns};
 use super::instance::Instance;
+use super::memory::{BufferCache, RawBuffer};
+use super::pipeline::ComputePipeline;
 use super::pipeline_cache::{self, DiskCache};
 use crate::error::{Error, Result, VkResultExt};
-use crate::memory::{BufferCache, RawBuffer};
-use crate::pipeline::ComputePipeline;
 
 /// The most queues a device context spreads its streams over.
 const MAX_QUEUES: u32 = 4;
@@ -88,7 +88,7 @@ pub(crate) struct Device {
     /// Unique among the devices of this process.
     pub(crate) id: u64,
     #[cfg(feature = "fault-injection")]
-    pub(crate) faults: crate::fault::Faults,
+    pub(crate) faults: super::fault::Faults,
     owned: bool,
     /// Dropped after everything above (fields drop in order).
     pub(crate) instance: Instance,

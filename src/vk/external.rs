@@ -129,3 +129,17 @@ pub(crate) fn timeline_semaphore_support(
     };
     out.external_semaphore_features
 }
+
+impl super::Device {
+    /// Whether the device's timeline semaphores can be made exportable as
+    /// opaque fds.
+    pub(crate) fn timeline_exportable(&self) -> bool {
+        self.external.enabled.semaphore_fd
+            && timeline_semaphore_support(
+                &self.instance,
+                self.adapter.raw,
+                vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD,
+            )
+            .contains(vk::ExternalSemaphoreFeatureFlags::EXPORTABLE)
+    }
+}

@@ -1,5 +1,6 @@
 //! Vulkan plumbing: the instance, physical-device choice, the logical device
-//! and its queues, the debug messenger, and conversions. The one part of the
+//! and its queues, the debug messenger, conversions, buffer allocations,
+//! compute pipelines and descriptor pools. The one part of the
 //! crate where raw `ash` calls are common.
 
 mod adapter;
@@ -7,8 +8,12 @@ mod conv;
 mod debug;
 mod device;
 mod external;
+pub(crate) mod fault;
 mod instance;
+pub(crate) mod memory;
+pub(crate) mod pipeline;
 mod pipeline_cache;
+mod timeline;
 
 pub use adapter::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, SubgroupInfo,
@@ -20,3 +25,4 @@ pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
 pub(crate) use external::{buffer_support, timeline_semaphore_support};
 pub(crate) use instance::Instance;
 pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;
+pub(crate) use timeline::Timeline;

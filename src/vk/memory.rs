@@ -140,7 +140,7 @@ impl RawBuffer {
             .size(size)
             .usage(buffer_usage(device))
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        let buffer = crate::fault::allocation(device)
+        let buffer = super::fault::allocation(device)
             .and_then(|()| {
                 // SAFETY: a valid create info with a non-zero size within the limits.
                 unsafe { device.raw.create_buffer(&info, None) }
@@ -162,7 +162,7 @@ impl RawBuffer {
         // Choose the memory type here (gpu-allocator's locations cannot say
         // "cached system memory" or "write-combined, not device-local").
         requirements.memory_type_bits = 1 << type_index;
-        let allocated = match crate::fault::allocation(device) {
+        let allocated = match super::fault::allocation(device) {
             Err(_) => Err(AllocationError::OutOfMemory),
             Ok(()) => device.allocator().allocate(&AllocationCreateDesc {
                 name: what,
@@ -180,7 +180,7 @@ impl RawBuffer {
                 return Err(allocation_error(device, what, size, e));
             }
         };
-        let bound = crate::fault::allocation(device).and_then(|()| {
+        let bound = super::fault::allocation(device).and_then(|()| {
             // SAFETY: the allocation is at least `requirements.size` bytes of a
             // memory type the buffer allows, at an offset aligned as required.
             unsafe {

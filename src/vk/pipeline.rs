@@ -8,8 +8,8 @@ use std::ffi::CStr;
 
 use ash::vk;
 
+use super::Device;
 use crate::error::{Result, VkResultExt};
-use crate::vk::Device;
 
 /// A compute pipeline whose bindings are all storage buffers in set 0.
 pub(crate) struct ComputePipeline {
@@ -133,7 +133,7 @@ impl ComputePipeline {
         let info = vk::ComputePipelineCreateInfo::default()
             .stage(stage)
             .layout(self.layout);
-        crate::fault::allocation(device).during("vkCreateComputePipelines")?;
+        super::fault::allocation(device).during("vkCreateComputePipelines")?;
         // SAFETY: every handle in `info` is live; the cache belongs to this device.
         let pipelines =
             unsafe { raw.create_compute_pipelines(device.pipeline_cache, &[info], None) }
@@ -194,7 +194,7 @@ impl DescriptorPools {
             let info = vk::DescriptorSetAllocateInfo::default()
                 .descriptor_pool(pool)
                 .set_layouts(&layouts);
-            let sets = crate::fault::allocation(device).and_then(|()| {
+            let sets = super::fault::allocation(device).and_then(|()| {
                 // SAFETY: the pool and layout are live and used under the stream's lock.
                 unsafe { device.raw.allocate_descriptor_sets(&info) }
             });
@@ -221,7 +221,7 @@ impl DescriptorPools {
         let info = vk::DescriptorPoolCreateInfo::default()
             .max_sets(SETS_PER_POOL)
             .pool_sizes(&sizes);
-        crate::fault::allocation(device).during("vkCreateDescriptorPool")?;
+        super::fault::allocation(device).during("vkCreateDescriptorPool")?;
         // SAFETY: a valid create info.
         let pool = unsafe { device.raw.create_descriptor_pool(&info, None) }
             .during("vkCreateDescriptorPool")?;
@@ -278,31 +278,6 @@ impl DescriptorPools {
     }
 }
 
-/// Records a dispatch of `pipeline` over `groups` workgroups, with `buffers`
-/// bound in the order of the pipeline's bindings and `push` as its push
-/// constants.
-pub(crate) fn record_dispatch(
-    stream: &mut crate::stream::Stream,
-    cmd: vk::CommandBuffer,
-    pipeline: &ComputePipeline,
-    buffers: &[vk::DescriptorBufferInfo],
-    push: &[u8],
-    groups: [u32; 3],
-) -> Result<()> {
-    let device = stream.device().clone();
-    let (descriptors, bound) = stream.dispatch_state();
-    record_dispatch_into(
-        &device,
-        descriptors,
-        bound,
-        cmd,
-        pipeline,
-        buffers,
-        push,
-        groups,
-    )
-}
-
 /// What a command buffer has bound for compute dispatches, so that a
 /// dispatch binds only what changed since the one before (a run of
 /// dispatches of one kernel on the same buffers binds once). Forget it
@@ -330,7 +305,9 @@ fn same_buffers(a: &[vk::DescriptorBufferInfo], b: &[vk::DescriptorBufferInfo]) 
             .all(|(x, y)| x.buffer == y.buffer && x.offset == y.offset && x.range == y.range)
 }
 
-/// [`record_dispatch`] into any command buffer, with descriptor sets (where
+/// Records a dispatch of `pipeline` over `groups` workgroups, with
+/// `buffers` bound in the order of the pipeline's bindings and `push` as
+/// its push constants, into any command buffer, with descriptor sets (where
 /// push descriptors are off) from `descriptors`, which must outlive every
 /// execution of `cmd`; `bound` is what `cmd` has bound so far.
 #[allow(clippy::too_many_arguments)]

@@ -1,14 +1,15 @@
 //! A stream's timeline semaphore: the value each submission signals, what
-//! has been submitted, and what is known to be complete.
+//! has been submitted, and what is known to be complete. Waiting for a
+//! value not yet submitted (which first needs the stream flushed) is
+//! decided above, by `Submitter`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use ash::vk;
 
-use crate::context::ContextShared;
+use super::Device;
 use crate::error::{Result, VkResultExt};
-use crate::vk::Device;
 
 /// The timeline of one stream. Submission `n` of the stream signals value
 /// `n`; work recorded into the open batch carries the value that batch will
@@ -18,40 +19,33 @@ pub(crate) struct Timeline {
     pub(crate) semaphore: vk::Semaphore,
     submitted: AtomicU64,
     completed: AtomicU64,
-    /// The stream that signals this timeline, to flush it when a waiter
-    /// needs a value not yet submitted.
-    context: Weak<ContextShared>,
 }
 
 impl Timeline {
-    /// A new timeline semaphore at value 0 on `device`.
-    pub(crate) fn create_semaphore(device: &Device) -> Result<vk::Semaphore> {
+    /// A new timeline semaphore at value 0 on `device`, exportable as an
+    /// opaque fd where `exportable`.
+    pub(crate) fn create_semaphore(device: &Device, exportable: bool) -> Result<vk::Semaphore> {
         let mut kind = vk::SemaphoreTypeCreateInfo::default()
             .semaphore_type(vk::SemaphoreType::TIMELINE)
             .initial_value(0);
         let mut export = vk::ExportSemaphoreCreateInfo::default()
             .handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
         let mut info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
-        if crate::external::timeline_exportable(device) {
+        if exportable {
             info = info.push_next(&mut export);
         }
-        crate::fault::allocation(device).during("vkCreateSemaphore")?;
+        crate::vk::fault::allocation(device).during("vkCreateSemaphore")?;
         // SAFETY: a valid create info; timeline semaphores are enabled.
         unsafe { device.raw.create_semaphore(&info, None) }.during("vkCreateSemaphore")
     }
 
     /// Takes ownership of `semaphore` (from `create_semaphore`).
-    pub(crate) fn new(
-        device: Arc<Device>,
-        semaphore: vk::Semaphore,
-        context: Weak<ContextShared>,
-    ) -> Self {
+    pub(crate) fn new(device: Arc<Device>, semaphore: vk::Semaphore) -> Self {
         Timeline {
             device,
             semaphore,
             submitted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
-            context,
         }
     }
 
@@ -89,33 +83,6 @@ impl Timeline {
             return false;
         }
         self.query().is_ok_and(|v| v >= value)
-    }
-
-    /// Makes sure `value` has been submitted, flushing the stream if it has
-    /// not. Must not be called with that stream's lock held.
-    pub(crate) fn ensure_submitted(&self, value: u64) -> Result<()> {
-        if self.submitted() >= value {
-            return Ok(());
-        }
-        match self.context.upgrade() {
-            Some(context) => context.flush(),
-            // The context is gone, and it synchronized as it went.
-            None => Ok(()),
-        }
-    }
-
-    /// Waits on the host until `value` is reached, submitting it first if
-    /// needed. Must not be called with that stream's lock held.
-    pub(crate) fn wait(&self, value: u64) -> Result<()> {
-        if self.completed.load(Ordering::Acquire) < value {
-            self.ensure_submitted(value)?;
-            self.wait_submitted(value)?;
-        }
-        // Every wait reclaims, even one that found the value reached.
-        if let Some(context) = self.context.upgrade() {
-            context.reclaim()?;
-        }
-        Ok(())
     }
 
     /// Waits for a value that has been submitted already.

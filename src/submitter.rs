@@ -1,0 +1,195 @@
+//! The submission layer's top: one stream behind its lock with its
+//! timeline, the device's garbage and the trace, shared by a
+//! `DeviceContext`, its clones and the buffers it owns. It decides when to
+//! flush, wait and reclaim; nothing below it calls back up.
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::error::Result;
+use crate::stream::{Garbage, GarbageList, Stream, StreamTrace, FLUSH_GARBAGE_BYTES};
+use crate::trace::Tracer;
+use crate::vk::{Device, Timeline};
+
+/// What a `DeviceContext` handle shares with its clones and its buffers:
+/// one stream and what it submits with.
+pub(crate) struct Submitter {
+    pub(crate) device: Arc<Device>,
+    pub(crate) timeline: Arc<Timeline>,
+    stream: Mutex<Stream>,
+    pub(crate) force_staging: bool,
+    /// The device's garbage, shared by all its streams.
+    pub(crate) garbage: Arc<GarbageList>,
+    /// The trace the device's streams write, where one was asked for.
+    pub(crate) tracer: Option<Arc<Tracer>>,
+    /// This submitter, for the [`Point`]s it hands out.
+    this: Weak<Submitter>,
+}
+
+/// A value on one stream's timeline, with the way to submit it: what a
+/// buffer's last use, or a command on another stream, waits for.
+#[derive(Clone)]
+pub(crate) struct Point {
+    pub(crate) timeline: Arc<Timeline>,
+    /// The stream that signals the value (gone once it was dropped, which
+    /// submitted everything it had).
+    stream: Weak<Submitter>,
+    pub(crate) value: u64,
+}
+
+impl Point {
+    /// The same stream's `value`.
+    pub(crate) fn with_value(&self, value: u64) -> Point {
+        Point {
+            timeline: self.timeline.clone(),
+            stream: self.stream.clone(),
+            value,
+        }
+    }
+
+    /// Whether the work that signals the value has completed.
+    pub(crate) fn is_complete(&self) -> bool {
+        self.timeline.is_complete(self.value)
+    }
+
+    /// Makes sure the value has been submitted, flushing its stream if it
+    /// has not. Must not be called with that stream's lock held.
+    pub(crate) fn ensure_submitted(&self) -> Result<()> {
+        if self.timeline.submitted() >= self.value {
+            return Ok(());
+        }
+        match self.stream.upgrade() {
+            Some(stream) => stream.flush(),
+            // The stream is gone, and it submitted everything as it went.
+            None => Ok(()),
+        }
+    }
+
+    /// Waits on the host until the value is reached, submitting it first if
+    /// needed, then lets its stream reclaim what completed. Must not be
+    /// called with that stream's lock held.
+    pub(crate) fn wait(&self) -> Result<()> {
+        self.ensure_submitted()?;
+        self.timeline.wait_submitted(self.value)?;
+        match self.stream.upgrade() {
+            Some(stream) => stream.reclaim(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Submitter {
+    /// A new stream on `device`, with its own timeline and command pool.
+    pub(crate) fn new(
+        device: Arc<Device>,
+        force_staging: bool,
+        garbage: Arc<GarbageList>,
+        tracer: Option<Arc<Tracer>>,
+    ) -> Result<Arc<Self>> {
+        let trace = match &tracer {
+            Some(t) => Some(StreamTrace::new(&device, t.clone())?),
+            None => None,
+        };
+        let semaphore = Timeline::create_semaphore(&device, device.timeline_exportable())?;
+        // Owned from here: dropped on the error path below, it retires its
+        // semaphore.
+        let timeline = Arc::new(Timeline::new(device.clone(), semaphore));
+        let stream = Stream::new(device.clone(), timeline.clone(), garbage.clone(), trace)?;
+        Ok(Arc::new_cyclic(|this| Submitter {
+            stream: Mutex::new(stream),
+            garbage,
+            tracer,
+            device,
+            timeline,
+            force_staging,
+            this: this.clone(),
+        }))
+    }
+
+    /// The stream, locked.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Stream> {
+        self.stream.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `value` on this stream's timeline.
+    pub(crate) fn point(&self, value: u64) -> Point {
+        Point {
+            timeline: self.timeline.clone(),
+            stream: self.this.clone(),
+            value,
+        }
+    }
+
+    /// Submits the recorded work.
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.lock().flush()
+    }
+
+    /// Gives back what completed batches held.
+    pub(crate) fn reclaim(&self) -> Result<()> {
+        self.lock().reclaim()
+    }
+
+    /// Submits the recorded work and waits until all of it is done, even
+    /// where the submission (or one before it) failed: whatever was
+    /// submitted has completed when this returns. Returns the first error:
+    /// this submission's, the wait's, or one kept from a submission that a
+    /// `Drop` made.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        let (flushed, value) = {
+            let mut stream = self.lock();
+            (stream.flush(), self.timeline.submitted())
+        };
+        let waited = self.point(value).wait();
+        let kept = self.lock().take_failed();
+        flushed.and(waited).and(kept.map_or(Ok(()), Err))
+    }
+
+    /// Makes the work recorded on this stream from now on wait (on the
+    /// device) for everything recorded on `other`, a stream of the same
+    /// device, so far.
+    pub(crate) fn wait_for(&self, other: &Submitter) -> Result<()> {
+        if std::ptr::eq(self, other) {
+            return Ok(()); // a stream is always ordered after itself
+        }
+        other.flush()?;
+        let value = other.timeline.submitted();
+        if value == 0 || other.timeline.is_complete(value) {
+            return Ok(());
+        }
+        self.lock()
+            .command(&[], vec![(other.timeline.clone(), value)], false)
+            .map(drop)
+    }
+
+    /// Frees `garbage` once its last uses complete. Called from `Drop`: an
+    /// error (of a submission it triggered, whose work then did not run) is
+    /// kept for the stream's next `flush` or `synchronize`.
+    ///
+    /// It takes no stream lock to keep the garbage: a buffer's last handle
+    /// may go while a stream retires a batch (under its lock) that held
+    /// it. Only where much memory waits does it try to submit the open
+    /// batch, if the stream is free at that moment.
+    pub(crate) fn defer_free(&self, garbage: Garbage) {
+        let Some(waiting) = self.garbage.keep(garbage) else {
+            return;
+        };
+        if waiting >= FLUSH_GARBAGE_BYTES {
+            if let Ok(mut stream) = self.stream.try_lock() {
+                if let Err(e) = stream.flush_if_open() {
+                    stream.set_failed(e);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Submitter {
+    fn drop(&mut self) {
+        // Dropping a context synchronizes it: submit what was recorded; the
+        // stream's own drop then waits for it and frees what it held.
+        let mut stream = self.lock();
+        if let Err(e) = stream.flush() {
+            log::error!("a context's final submission failed: {e}");
+        }
+    }
+}
