@@ -571,6 +571,14 @@ pub struct DeviceBuffer<T> {
 
 typed_buffer!(DeviceBuffer, "DeviceBuffer");
 
+impl DeviceContext {
+    /// A buffer of `len` elements of `T` in device memory. Its contents are
+    /// undefined until written (as with `cudaMalloc`).
+    pub fn enqueue_create_buffer<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        DeviceBuffer::new(self, len)
+    }
+}
+
 impl<T: Pod> DeviceBuffer<T> {
     /// A buffer of `len` elements over `view` (of their size).
     pub(crate) fn from_view(view: View, len: usize) -> Self {

@@ -8,9 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ash::vk;
-use bytemuck::Pod;
 
-use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::options::{setting, validation_aborts, ContextOptions};
 use crate::stream::{GarbageList, LiveObjects};
@@ -266,12 +264,6 @@ impl DeviceContext {
     /// `(free, total)` bytes of device-local memory.
     pub fn memory_info(&self) -> (u64, u64) {
         self.shared.device.memory_info()
-    }
-
-    /// A buffer of `len` elements of `T` in device memory. Its contents are
-    /// undefined until written (as with `cudaMalloc`).
-    pub fn enqueue_create_buffer<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        DeviceBuffer::new(self, len)
     }
 
     /// Whether host transfers always go through staging buffers on this
