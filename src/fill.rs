@@ -16,6 +16,7 @@ use crate::error::Result;
 use crate::record::BufferAccess;
 use crate::resource::BufferMemory;
 use crate::submitter::Submitter;
+use crate::vk::command::Cmd;
 use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline, DescriptorPools};
 use crate::vk::Device;
 
@@ -77,7 +78,7 @@ impl KernelChunk {
         device: &Device,
         descriptors: &mut DescriptorPools,
         bound: &mut Bound,
-        cmd: vk::CommandBuffer,
+        cmd: Cmd,
         pipeline: &ComputePipeline,
         buffer: vk::Buffer,
     ) -> Result<()> {
@@ -225,14 +226,8 @@ impl Submitter {
         };
         match plan(offset, len, element) {
             FillPlan::Word(word) => self.record(op, &[write(offset, len)], |stream, cmd| {
-                // SAFETY: `cmd` is recording; offset and size are multiples of 4
-                // inside the buffer.
-                unsafe {
-                    stream
-                        .device()
-                        .raw
-                        .cmd_fill_buffer(cmd, dst.handle(), offset, len, word)
-                };
+                // Offset and size are multiples of 4 inside the buffer.
+                cmd.fill_buffer(stream.device(), dst.handle(), offset, len, word);
                 Ok(())
             }),
             FillPlan::Kernel => {

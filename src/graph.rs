@@ -18,12 +18,13 @@ use bytemuck::Pod;
 
 use crate::buffer::{CopyDestination, CopySource, DeviceBuffer, Source, View};
 use crate::context::DeviceContext;
-use crate::error::{Error, Result, VkResultExt};
+use crate::error::{Error, Result};
 use crate::fill::{self, FillPlan};
 use crate::hazard::{Access, HazardTracker};
 use crate::kernel::{write_extent, Grid, Kernel, KernelArg, KernelPipeline};
 use crate::record::BufferAccess;
 use crate::submitter::Submitter;
+use crate::vk::command::{Cmd, CommandPool};
 use crate::vk::memory::RawBuffer;
 use crate::vk::pipeline::{record_dispatch_into, Bound, DescriptorPools};
 use crate::vk::{Device, MemoryUsage};
@@ -155,20 +156,11 @@ fn same_view(a: &View, b: &View) -> bool {
 /// graph: (the memory, offset, length, write).
 type Uses = Vec<(View, u64, u64, bool)>;
 
-/// The command pool a graph's recordings come from. Recording into (and
-/// freeing) its buffers needs its lock.
-struct Pools {
-    device: Arc<Device>,
-    commands: vk::CommandPool,
-}
-
-impl Drop for Pools {
-    fn drop(&mut self) {
-        // SAFETY: every recording holds the pools (an Arc) and every batch
-        // that executes a recording holds the recording: none is pending.
-        unsafe { self.device.raw.destroy_command_pool(self.commands, None) };
-    }
-}
+/// The command pool a graph's recordings come from (of secondary buffers).
+/// Recording into (and freeing) its buffers needs its lock. Every
+/// recording holds it (an Arc) and every batch that executes a recording
+/// holds the recording, so none of its buffers is pending when it goes.
+type Pools = Arc<Mutex<CommandPool>>;
 
 /// A buffer of whole elements that a graph's tile fills copy from, written
 /// once at capture.
@@ -221,8 +213,9 @@ impl Drop for Tile {
 /// sets it binds (where push descriptors are off), and the union of the
 /// byte ranges it reads and writes. Batches that execute it hold it.
 struct Recording {
-    pools: Arc<Mutex<Pools>>,
-    cmd: vk::CommandBuffer,
+    device: Arc<Device>,
+    pools: Pools,
+    cmd: Cmd,
     descriptors: DescriptorPools,
     uses: Uses,
     commands: usize,
@@ -232,23 +225,18 @@ struct Recording {
 
 impl Drop for Recording {
     fn drop(&mut self) {
-        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: no batch that executes the buffer is pending (they hold
-        // this recording until they complete); the pool is locked.
-        unsafe {
-            pools
-                .device
-                .raw
-                .free_command_buffers(pools.commands, &[self.cmd])
-        };
-        self.descriptors.destroy(&pools.device);
+        // No batch that executes the buffer is pending (they hold this
+        // recording until they complete).
+        let mut pool = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pool.free(self.cmd);
+        self.descriptors.destroy(&self.device);
     }
 }
 
 struct GraphInner {
     device: Arc<Device>,
     ops: Vec<Op>,
-    pools: Arc<Mutex<Pools>>,
+    pools: Pools,
     recording: Arc<Recording>,
 }
 
@@ -382,16 +370,7 @@ impl DeviceContext {
         self.shared
             .record_described(op, &describe, &accesses, |stream, cmd| {
                 stream.keep_alive(keep);
-                // SAFETY: `cmd` is a recording primary buffer of this device's
-                // compute family; the secondary was recorded for simultaneous
-                // use on a pool of the same family, and the batch keeps it
-                // (and what it uses) alive until the batch completes.
-                unsafe {
-                    stream
-                        .device()
-                        .raw
-                        .cmd_execute_commands(cmd, &[recording.cmd])
-                };
+                cmd.execute(stream.device(), recording.cmd);
                 // After a secondary command buffer the primary's bound state
                 // is undefined.
                 stream.forget_bindings();
@@ -642,14 +621,7 @@ impl GraphBuilder<'_> {
     /// Records the graph.
     pub fn finish(self) -> Result<Graph> {
         let device = self.ctx.shared.device.clone();
-        let info = vk::CommandPoolCreateInfo::default().queue_family_index(device.queue_family);
-        // SAFETY: a valid create info on a live device.
-        let commands =
-            unsafe { device.raw.create_command_pool(&info, None) }.during("vkCreateCommandPool")?;
-        let pools = Arc::new(Mutex::new(Pools {
-            device: device.clone(),
-            commands,
-        }));
+        let pools = Arc::new(Mutex::new(CommandPool::new(&device, true)?));
         let recording = record(&device, &pools, &self.ops, &Substitutions::none())?;
         Ok(Graph {
             inner: Arc::new(GraphInner {
@@ -666,24 +638,20 @@ impl GraphBuilder<'_> {
 /// barrier wherever an operation depends on an earlier one.
 fn record(
     device: &Arc<Device>,
-    pools: &Arc<Mutex<Pools>>,
+    pools: &Pools,
     ops: &[Op],
     subst: &Substitutions<'_>,
 ) -> Result<Recording> {
     // The pool's lock is held while its buffer records (Vulkan requires it).
-    let guard = pools.lock().unwrap_or_else(|e| e.into_inner());
-    let info = vk::CommandBufferAllocateInfo::default()
-        .command_pool(guard.commands)
-        .level(vk::CommandBufferLevel::SECONDARY)
-        .command_buffer_count(1);
-    // SAFETY: the pool is live and locked.
-    let cmd = unsafe { device.raw.allocate_command_buffers(&info) }
-        .during("vkAllocateCommandBuffers")?[0];
+    let mut guard = pools.lock().unwrap_or_else(|e| e.into_inner());
+    let cmd = guard.begin()?;
     let mut descriptors = DescriptorPools::default();
-    let recorded = record_into(device, cmd, &mut descriptors, ops, subst);
+    let recorded = record_into(device, cmd, &mut descriptors, ops, subst)
+        .and_then(|recorded| guard.end(cmd).map(|()| recorded));
     drop(guard);
     // From here the recording owns `cmd` and the descriptor sets.
     let mut recording = Recording {
+        device: device.clone(),
         pools: pools.clone(),
         cmd,
         descriptors,
@@ -705,18 +673,11 @@ fn record(
 /// commands recorded.
 fn record_into(
     device: &Arc<Device>,
-    cmd: vk::CommandBuffer,
+    cmd: Cmd,
     descriptors: &mut DescriptorPools,
     ops: &[Op],
     subst: &Substitutions<'_>,
 ) -> Result<(Uses, usize)> {
-    let inheritance = vk::CommandBufferInheritanceInfo::default();
-    let begin = vk::CommandBufferBeginInfo::default()
-        .flags(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE)
-        .inheritance_info(&inheritance);
-    // SAFETY: `cmd` is a new secondary buffer, in the initial state; its
-    // pool is locked by the caller.
-    unsafe { device.raw.begin_command_buffer(cmd, &begin) }.during("vkBeginCommandBuffer")?;
     let mut hazards = HazardTracker::default();
     let mut accesses = Vec::new();
     let mut union: Uses = Vec::new();
@@ -759,14 +720,9 @@ fn record_into(
                     dst_offset: d.offset,
                     size: s.bytes,
                 };
-                // SAFETY: `cmd` is recording; both ranges lie in their
-                // buffers and do not overlap (checked at capture; a
-                // substitute has the captured length).
-                unsafe {
-                    device
-                        .raw
-                        .cmd_copy_buffer(cmd, s.memory.handle(), d.memory.handle(), &[region])
-                };
+                // Both ranges lie in their buffers and do not overlap
+                // (checked at capture; a substitute has the captured length).
+                cmd.copy_buffer(device, s.memory.handle(), d.memory.handle(), &[region]);
             }
             Op::FillTiles { dst, tile } => {
                 let d = subst.view(dst);
@@ -778,24 +734,16 @@ fn record_into(
                         size: tile.len.min(d.bytes - at),
                     })
                     .collect();
-                // SAFETY: `cmd` is recording; every region lies in the tile
-                // and in the view (the tile is whole elements, at most the
-                // view's length; a substitute has the captured length).
-                unsafe {
-                    device
-                        .raw
-                        .cmd_copy_buffer(cmd, tile.buffer(), d.memory.handle(), &regions)
-                };
+                // Every region lies in the tile and in the view (the tile is
+                // whole elements, at most the view's length; a substitute has
+                // the captured length).
+                cmd.copy_buffer(device, tile.buffer(), d.memory.handle(), &regions);
             }
             Op::Fill { dst, word } => {
                 let d = subst.view(dst);
-                // SAFETY: `cmd` is recording; offset and size are multiples
-                // of 4 inside the buffer (the fill plan said so at capture).
-                unsafe {
-                    device
-                        .raw
-                        .cmd_fill_buffer(cmd, d.memory.handle(), d.offset, d.bytes, *word)
-                };
+                // Offset and size are multiples of 4 inside the buffer (the
+                // fill plan said so at capture).
+                cmd.fill_buffer(device, d.memory.handle(), d.offset, d.bytes, *word);
             }
             Op::Dispatch {
                 kernel,
@@ -839,8 +787,6 @@ fn record_into(
         }
         commands += 1;
     }
-    // SAFETY: `cmd` is recording.
-    unsafe { device.raw.end_command_buffer(cmd) }.during("vkEndCommandBuffer")?;
     Ok((union, commands))
 }
 
@@ -848,7 +794,7 @@ fn record_into(
 /// an earlier command of the graph, and widens the graph's uses to cover them.
 fn order(
     device: &Device,
-    cmd: vk::CommandBuffer,
+    cmd: Cmd,
     hazards: &mut HazardTracker,
     union: &mut Uses,
     accesses: &[BufferAccess<'_>],
@@ -863,7 +809,7 @@ fn order(
         })
         .collect();
     if hazards.conflicts(&ranges) {
-        crate::stream::dependency_barrier(device, cmd);
+        cmd.dependency_barrier(device);
         hazards.clear();
     }
     hazards.record(&ranges);

@@ -11,6 +11,7 @@ use crate::hazard::Access;
 use crate::resource::{lock_all, BufferMemory};
 use crate::stream::{Stream, StreamTrace};
 use crate::submitter::Submitter;
+use crate::vk::command::Cmd;
 
 /// One byte range of a buffer that a command reads or writes.
 pub(crate) struct BufferAccess<'a> {
@@ -40,7 +41,7 @@ impl Submitter {
         &self,
         op: &'static str,
         accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
+        body: impl FnOnce(&mut Stream, Cmd) -> Result<R>,
     ) -> Result<R> {
         self.record_command(op, accesses, false, None, None, body)
     }
@@ -52,7 +53,7 @@ impl Submitter {
         op: &'static str,
         describe: &dyn Fn() -> String,
         accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
+        body: impl FnOnce(&mut Stream, Cmd) -> Result<R>,
     ) -> Result<R> {
         self.record_command(op, accesses, false, None, Some(describe), body)
     }
@@ -75,7 +76,7 @@ impl Submitter {
         op: &'static str,
         accesses: &[BufferAccess<'_>],
         held: &BufferMemory,
-        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
+        body: impl FnOnce(&mut Stream, Cmd) -> Result<R>,
     ) -> Result<R> {
         self.record_command(op, accesses, false, Some(held), None, body)
     }
@@ -101,7 +102,7 @@ impl Submitter {
         copy: bool,
         held: Option<&BufferMemory>,
         describe: Option<&dyn Fn() -> String>,
-        body: impl FnOnce(&mut Stream, vk::CommandBuffer) -> Result<R>,
+        body: impl FnOnce(&mut Stream, Cmd) -> Result<R>,
     ) -> Result<R> {
         let started = self.tracer.as_ref().map(|t| t.now_us());
         // One command is atomic: no operation of several commands on these

@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
 
-use crate::error::{Error, Result, VkResultExt};
+use crate::error::{Error, Result};
 use crate::hazard::{Access, HazardTracker};
 use crate::staging::{StagingBlock, StagingPool, StagingSlice};
 use crate::trace::Tracer;
+use crate::vk::command::{self, Cmd, CommandPool, TimestampPool};
 use crate::vk::memory::RawBuffer;
 use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline, DescriptorPools};
 use crate::vk::{Device, MemoryUsage, Timeline};
@@ -24,19 +25,6 @@ const MAX_BATCH_STAGED: u64 = 256 << 20;
 pub(crate) const FLUSH_GARBAGE_BYTES: u64 = 64 << 20;
 /// The host waits for the oldest batch when more than this many are in flight.
 const MAX_IN_FLIGHT: usize = 16;
-
-/// Stages and accesses of everything the stream records.
-const STAGES: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
-    vk::PipelineStageFlags::TRANSFER.as_raw() | vk::PipelineStageFlags::COMPUTE_SHADER.as_raw(),
-);
-const WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
-    vk::AccessFlags::TRANSFER_WRITE.as_raw() | vk::AccessFlags::SHADER_WRITE.as_raw(),
-);
-const READS_AND_WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
-    WRITES.as_raw()
-        | vk::AccessFlags::TRANSFER_READ.as_raw()
-        | vk::AccessFlags::SHADER_READ.as_raw(),
-);
 
 /// Counts of the Vulkan objects a context holds, for finding leaks, and of
 /// the commands it has recorded.
@@ -155,14 +143,13 @@ impl Drop for GarbageList {
 /// A stream's part of a trace (see `crate::trace`): its two tracks and the
 /// timestamp queries that measure each batch on the device.
 pub(crate) struct StreamTrace {
-    device: Arc<Device>,
     pub(crate) tracer: Arc<Tracer>,
     /// The track of recorded commands.
     pub(crate) host: u64,
     /// The track of device batches.
     batches: u64,
     /// Two timestamps per batch slot; `None` where the queue has none.
-    queries: Option<vk::QueryPool>,
+    queries: Option<TimestampPool>,
     /// Nanoseconds per timestamp tick.
     period: f64,
     /// The bits of a timestamp that are valid.
@@ -182,14 +169,9 @@ impl StreamTrace {
         let queries = if bits == 0 {
             None
         } else {
-            let info = vk::QueryPoolCreateInfo::default()
-                .query_type(vk::QueryType::TIMESTAMP)
-                .query_count(TRACE_SLOTS as u32 * 2);
-            // SAFETY: a valid create info on a live device.
-            Some(unsafe { device.raw.create_query_pool(&info, None) }.during("vkCreateQueryPool")?)
+            Some(TimestampPool::new(device, TRACE_SLOTS as u32)?)
         };
         Ok(StreamTrace {
-            device: device.clone(),
             tracer,
             host,
             batches,
@@ -204,61 +186,34 @@ impl StreamTrace {
     }
 
     fn slot(value: u64) -> u32 {
-        (value % TRACE_SLOTS) as u32 * 2
+        (value % TRACE_SLOTS) as u32
     }
 
     /// Records the timestamp that opens the batch signalling `value`.
-    fn begin(&self, device: &Device, cmd: vk::CommandBuffer, value: u64) {
-        if let Some(pool) = self.queries {
-            let slot = Self::slot(value);
-            // SAFETY: `cmd` is recording outside a render pass; the slot's
-            // two queries exist and no batch in flight uses them (fewer than
-            // TRACE_SLOTS batches are ever in flight).
-            unsafe {
-                device.raw.cmd_reset_query_pool(cmd, pool, slot, 2);
-                device.raw.cmd_write_timestamp(
-                    cmd,
-                    vk::PipelineStageFlags::TOP_OF_PIPE,
-                    pool,
-                    slot,
-                );
-            }
+    fn begin(&self, cmd: Cmd, value: u64) {
+        if let Some(pool) = &self.queries {
+            // No batch in flight uses the slot: fewer than TRACE_SLOTS
+            // batches are ever in flight.
+            pool.start(cmd, Self::slot(value));
         }
     }
 
     /// Records the timestamp that closes the batch signalling `value`.
-    fn end(&self, device: &Device, cmd: vk::CommandBuffer, value: u64) {
-        if let Some(pool) = self.queries {
-            // SAFETY: as in `begin`; BOTTOM_OF_PIPE follows every command.
-            unsafe {
-                device.raw.cmd_write_timestamp(
-                    cmd,
-                    vk::PipelineStageFlags::BOTTOM_OF_PIPE,
-                    pool,
-                    Self::slot(value) + 1,
-                )
-            };
+    fn end(&self, cmd: Cmd, value: u64) {
+        if let Some(pool) = &self.queries {
+            pool.end(cmd, Self::slot(value));
         }
     }
 
     /// Writes the device slice of a completed batch.
-    fn retire(&self, device: &Device, batch: &Batch) {
-        let (Some(pool), Some(submitted)) = (self.queries, batch.submitted_us) else {
+    fn retire(&self, batch: &Batch) {
+        let (Some(pool), Some(submitted)) = (&self.queries, batch.submitted_us) else {
             return;
         };
-        let mut ticks = [0u64; 2];
-        // SAFETY: the batch completed, so both of its queries were written.
-        let read = unsafe {
-            device.raw.get_query_pool_results(
-                pool,
-                Self::slot(batch.value),
-                &mut ticks,
-                vk::QueryResultFlags::TYPE_64,
-            )
-        };
-        if read.is_err() {
+        // The batch completed, so both of its queries were written.
+        let Ok(ticks) = pool.read(Self::slot(batch.value)) else {
             return;
-        }
+        };
         let us = |t: u64| (t & self.mask) as f64 * self.period / 1e3;
         let start = self.tracer.device_to_host(us(ticks[0]), submitted);
         let args = format!(
@@ -277,16 +232,6 @@ impl StreamTrace {
     }
 }
 
-impl Drop for StreamTrace {
-    fn drop(&mut self) {
-        if let Some(pool) = self.queries.take() {
-            // SAFETY: dropped with its stream, after the stream waited for
-            // all its batches (or before it submitted any).
-            unsafe { self.device.raw.destroy_query_pool(pool, None) };
-        }
-    }
-}
-
 /// A copy being recorded: more regions between the same buffers may join it.
 struct PendingCopy {
     src: vk::Buffer,
@@ -296,7 +241,7 @@ struct PendingCopy {
 
 /// The commands recorded since the last submission.
 struct Batch {
-    cmd: vk::CommandBuffer,
+    cmd: Cmd,
     value: u64,
     commands: usize,
     staged: u64,
@@ -320,8 +265,7 @@ pub(crate) struct Stream {
     device: Arc<Device>,
     timeline: Arc<Timeline>,
     queue: usize,
-    pool: vk::CommandPool,
-    free_cmds: Vec<vk::CommandBuffer>,
+    pool: CommandPool,
     batch: Option<Batch>,
     in_flight: VecDeque<Batch>,
     /// Shared with the device's other streams.
@@ -354,20 +298,13 @@ impl Stream {
         garbage: Arc<GarbageList>,
         trace: Option<StreamTrace>,
     ) -> Result<Self> {
-        let info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(device.queue_family)
-            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
-        crate::vk::fault::allocation(&device).during("vkCreateCommandPool")?;
-        // SAFETY: a valid create info.
-        let pool =
-            unsafe { device.raw.create_command_pool(&info, None) }.during("vkCreateCommandPool")?;
+        let pool = CommandPool::new(&device, false)?;
         let queue = device.assign_queue();
         Ok(Stream {
             device,
             timeline,
             queue,
             pool,
-            free_cmds: Vec::new(),
             batch: None,
             in_flight: VecDeque::new(),
             garbage,
@@ -405,7 +342,7 @@ impl Stream {
         accesses: &[Access],
         waits: Vec<(Arc<Timeline>, u64)>,
         copy: bool,
-    ) -> Result<vk::CommandBuffer> {
+    ) -> Result<Cmd> {
         if self.batch.is_none() {
             self.begin_batch()?;
         }
@@ -433,7 +370,7 @@ impl Stream {
             self.emit_copy();
         }
         if conflict {
-            dependency_barrier(&self.device, cmd);
+            cmd.dependency_barrier(&self.device);
             self.hazards.clear();
             if let Some(t) = &self.trace {
                 t.tracer.instant(t.host, "barrier", "");
@@ -478,13 +415,11 @@ impl Stream {
         let (Some(copy), Some(batch)) = (self.pending_copy.take(), &self.batch) else {
             return;
         };
-        // SAFETY: the batch's command buffer is recording; every region was
-        // checked against both buffers by the caller of `push_copy`.
-        unsafe {
-            self.device
-                .raw
-                .cmd_copy_buffer(batch.cmd, copy.src, copy.dst, &copy.regions)
-        };
+        // Every region was checked against both buffers by the caller of
+        // `push_copy`.
+        batch
+            .cmd
+            .copy_buffer(&self.device, copy.src, copy.dst, &copy.regions);
         let mut regions = copy.regions;
         regions.clear();
         self.spare_regions = regions;
@@ -510,7 +445,7 @@ impl Stream {
     /// what changed since the batch's previous dispatch.
     pub(crate) fn record_dispatch(
         &mut self,
-        cmd: vk::CommandBuffer,
+        cmd: Cmd,
         pipeline: &ComputePipeline,
         buffers: &[vk::DescriptorBufferInfo],
         push: &[u8],
@@ -570,36 +505,14 @@ impl Stream {
     }
 
     fn begin_batch(&mut self) -> Result<()> {
-        let cmd = match self.free_cmds.pop() {
-            Some(cmd) => cmd,
-            None => {
-                let info = vk::CommandBufferAllocateInfo::default()
-                    .command_pool(self.pool)
-                    .level(vk::CommandBufferLevel::PRIMARY)
-                    .command_buffer_count(1);
-                crate::vk::fault::allocation(&self.device).during("vkAllocateCommandBuffers")?;
-                // SAFETY: the pool is live and used only under this stream's lock.
-                unsafe { self.device.raw.allocate_command_buffers(&info) }
-                    .during("vkAllocateCommandBuffers")?[0]
-            }
-        };
-        let begin = vk::CommandBufferBeginInfo::default()
-            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-        let begun = crate::vk::fault::allocation(&self.device).and_then(|()| {
-            // SAFETY: the command buffer is in the initial state (new or reset).
-            unsafe { self.device.raw.begin_command_buffer(cmd, &begin) }
-        });
-        if let Err(e) = begun {
-            self.free_cmds.push(cmd);
-            return Err(Error::vk("vkBeginCommandBuffer", e));
-        }
+        let cmd = self.pool.begin()?;
         let value = self.pending_value();
         self.bound.forget();
         if let Some(t) = &self.trace {
-            t.begin(&self.device, cmd, value);
+            t.begin(cmd, value);
         }
         // Order this batch after everything submitted before it on the queue.
-        dependency_barrier(&self.device, cmd);
+        cmd.dependency_barrier(&self.device);
         self.hazards.clear();
         self.batch = Some(Batch {
             cmd,
@@ -627,17 +540,9 @@ impl Stream {
         batch.descriptor_pools = self.descriptors.take_for_batch();
         // Make the batch's writes available to the host, which reads them
         // after waiting on the timeline.
-        barrier(
-            &self.device,
-            batch.cmd,
-            (STAGES, WRITES),
-            (
-                vk::PipelineStageFlags::HOST,
-                vk::AccessFlags::HOST_READ | vk::AccessFlags::HOST_WRITE,
-            ),
-        );
+        batch.cmd.host_barrier(&self.device);
         if let Some(t) = &self.trace {
-            t.end(&self.device, batch.cmd, batch.value);
+            t.end(batch.cmd, batch.value);
             batch.submitted_us = Some(t.tracer.now_us());
         }
         let submitted = self.submit(&batch);
@@ -660,33 +565,15 @@ impl Stream {
     }
 
     fn submit(&self, batch: &Batch) -> Result<()> {
-        // SAFETY: the command buffer is recording and owned by this stream.
-        unsafe { self.device.raw.end_command_buffer(batch.cmd) }.during("vkEndCommandBuffer")?;
-        let wait_semaphores: Vec<vk::Semaphore> =
-            batch.waits.iter().map(|(t, _)| t.semaphore).collect();
-        let wait_values: Vec<u64> = batch.waits.iter().map(|(_, v)| *v).collect();
-        let wait_stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; wait_semaphores.len()];
-        let signal_semaphores = [self.timeline.semaphore];
-        let signal_values = [batch.value];
-        let cmds = [batch.cmd];
-        let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
-            .wait_semaphore_values(&wait_values)
-            .signal_semaphore_values(&signal_values);
-        let submit = vk::SubmitInfo::default()
-            .wait_semaphores(&wait_semaphores)
-            .wait_dst_stage_mask(&wait_stages)
-            .command_buffers(&cmds)
-            .signal_semaphores(&signal_semaphores)
-            .push_next(&mut timeline_info);
-        let queue = self.device.queue(self.queue);
-        // SAFETY: the queue is locked; every handle in `submit` is live and
-        // stays so until the batch completes (the batch keeps what it uses).
-        unsafe {
-            self.device
-                .raw
-                .queue_submit(*queue, &[submit], vk::Fence::null())
-        }
-        .during("vkQueueSubmit")
+        self.pool.end(batch.cmd)?;
+        command::submit(
+            &self.device,
+            self.queue,
+            batch.cmd,
+            &batch.waits,
+            &self.timeline,
+            batch.value,
+        )
     }
 
     /// Gives back everything held by batches that have completed, and frees
@@ -709,24 +596,9 @@ impl Stream {
             completion(self);
         }
         if let Some(t) = &self.trace {
-            t.retire(&self.device, &batch);
+            t.retire(&batch);
         }
-        // SAFETY: the batch completed, so its command buffer is not pending.
-        let reset = unsafe {
-            self.device
-                .raw
-                .reset_command_buffer(batch.cmd, vk::CommandBufferResetFlags::empty())
-        };
-        if reset.is_ok() {
-            self.free_cmds.push(batch.cmd);
-        } else {
-            // SAFETY: not pending (completed); freed once.
-            unsafe {
-                self.device
-                    .raw
-                    .free_command_buffers(self.pool, &[batch.cmd])
-            };
-        }
+        self.pool.recycle(batch.cmd);
         self.upload.recycle(&self.device, batch.staging);
         self.descriptors
             .recycle(&self.device, batch.descriptor_pools);
@@ -736,16 +608,7 @@ impl Stream {
     /// blocks and descriptor pools. The open batch (if any) keeps its own.
     pub(crate) fn trim(&mut self) -> Result<()> {
         self.reclaim()?;
-        if !self.free_cmds.is_empty() {
-            // SAFETY: the free command buffers are not pending (their batches
-            // completed and they were reset).
-            unsafe {
-                self.device
-                    .raw
-                    .free_command_buffers(self.pool, &self.free_cmds)
-            };
-            self.free_cmds.clear();
-        }
+        self.pool.release_free();
         self.upload.release_free(&self.device);
         self.readback.release_free(&self.device);
         self.descriptors.release_free(&self.device);
@@ -785,9 +648,7 @@ impl Stream {
     /// pools, buffers waiting to be freed, batches in flight.
     pub(crate) fn live_objects(&self) -> LiveObjects {
         LiveObjects {
-            command_buffers: self.free_cmds.len()
-                + self.in_flight.len()
-                + usize::from(self.batch.is_some()),
+            command_buffers: self.pool.live(),
             staging_buffers: self.upload.live_blocks() + self.readback.live_blocks(),
             descriptor_pools: self.descriptors.live_pools(),
             pending_frees: self.garbage.len(),
@@ -801,8 +662,7 @@ impl Stream {
         let last = self.timeline.submitted();
         if self.timeline.wait_submitted(last).is_err() {
             // The device is lost or failing: nothing runs any more, but be sure.
-            // SAFETY: the device is live; waiting on it is always allowed.
-            let _ = unsafe { self.device.raw.device_wait_idle() };
+            let _ = self.device.wait_idle();
         }
         if let Some(batch) = self.batch.take() {
             // Recorded but never submitted (the final flush failed): its work
@@ -825,52 +685,7 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        // Then the command pool goes: none of its buffers is pending.
         self.shutdown();
-        // SAFETY: every command buffer of the pool has completed (shutdown
-        // waited) or was never submitted.
-        unsafe { self.device.raw.destroy_command_pool(self.pool, None) };
-    }
-}
-
-/// Records a barrier after which transfers and compute see everything
-/// earlier transfers and compute wrote (and may overwrite what they read).
-pub(crate) fn dependency_barrier(device: &Device, cmd: vk::CommandBuffer) {
-    barrier(device, cmd, (STAGES, WRITES), (STAGES, READS_AND_WRITES));
-}
-
-/// Records a global memory barrier from `src` to `dst` (stages, accesses),
-/// with synchronization2 where it is enabled.
-fn barrier(
-    device: &Device,
-    cmd: vk::CommandBuffer,
-    src: (vk::PipelineStageFlags, vk::AccessFlags),
-    dst: (vk::PipelineStageFlags, vk::AccessFlags),
-) {
-    if device.synchronization2 {
-        // The legacy flag bits have the same values in the 64-bit sync2 flags.
-        let barriers = [vk::MemoryBarrier2::default()
-            .src_stage_mask(vk::PipelineStageFlags2::from_raw(src.0.as_raw() as u64))
-            .src_access_mask(vk::AccessFlags2::from_raw(src.1.as_raw() as u64))
-            .dst_stage_mask(vk::PipelineStageFlags2::from_raw(dst.0.as_raw() as u64))
-            .dst_access_mask(vk::AccessFlags2::from_raw(dst.1.as_raw() as u64))];
-        let info = vk::DependencyInfo::default().memory_barriers(&barriers);
-        // SAFETY: `cmd` is recording; synchronization2 is enabled.
-        unsafe { device.raw.cmd_pipeline_barrier2(cmd, &info) };
-    } else {
-        let barriers = [vk::MemoryBarrier::default()
-            .src_access_mask(src.1)
-            .dst_access_mask(dst.1)];
-        // SAFETY: `cmd` is recording.
-        unsafe {
-            device.raw.cmd_pipeline_barrier(
-                cmd,
-                src.0,
-                dst.0,
-                vk::DependencyFlags::empty(),
-                &barriers,
-                &[],
-                &[],
-            )
-        };
     }
 }

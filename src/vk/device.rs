@@ -502,18 +502,26 @@ impl Device {
         if retired.is_empty() {
             return Ok(());
         }
-        // vkDeviceWaitIdle needs every queue externally synchronized.
-        let _queues: Vec<_> = (0..self.queues.len()).map(|i| self.queue(i)).collect();
-        // SAFETY: every queue of the device is locked, and vkcompute owns
-        // the device, so no other thread submits meanwhile.
-        unsafe { self.raw.device_wait_idle() }
-            .map_err(|e| crate::Error::vk("vkDeviceWaitIdle", e))?;
+        self.wait_idle()?;
         for semaphore in retired.drain(..) {
             // SAFETY: the device is idle, so no batch and no driver thread
             // still uses the semaphore; each is destroyed once.
             unsafe { self.raw.destroy_semaphore(semaphore, None) };
         }
         Ok(())
+    }
+
+    /// Waits until the device is idle, where vkcompute owns the device (a
+    /// borrowed device's other queues are the application's, and the wait
+    /// needs every queue externally synchronized); does nothing otherwise.
+    pub(crate) fn wait_idle(&self) -> crate::Result<()> {
+        if !self.owned {
+            return Ok(());
+        }
+        let _queues: Vec<_> = (0..self.queues.len()).map(|i| self.queue(i)).collect();
+        // SAFETY: every queue of the device is locked, and vkcompute owns
+        // the device, so no other thread submits meanwhile.
+        unsafe { self.raw.device_wait_idle() }.map_err(|e| crate::Error::vk("vkDeviceWaitIdle", e))
     }
 
     /// Frees `raw` when the device is destroyed, once it is idle.

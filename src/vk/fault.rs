@@ -5,10 +5,12 @@
 //! The allocation points: `vkCreateBuffer`, the memory allocation and
 //! `vkBindBufferMemory` of every buffer (device, host and staging buffers),
 //! `vkAllocateCommandBuffers` (when no free one is pooled) and
-//! `vkBeginCommandBuffer` when a batch opens, `vkCreateDescriptorPool` and `vkAllocateDescriptorSets`
-//! on the pooled descriptor path, `vkCreateComputePipelines` when a kernel
-//! (or the crate's fill kernel) is loaded, and `vkCreateSemaphore` and
-//! `vkCreateCommandPool` when a stream is made.
+//! `vkBeginCommandBuffer` when a batch opens or a graph is recorded,
+//! `vkCreateDescriptorPool` and `vkAllocateDescriptorSets` on the pooled
+//! descriptor path, `vkCreateComputePipelines` when a kernel (or the
+//! crate's fill kernel) is loaded, `vkCreateSemaphore` and
+//! `vkCreateCommandPool` when a stream is made, and `vkCreateCommandPool`
+//! when a graph is finished.
 //!
 //! Without the feature, [`allocation`] is `Ok(())`, which the compiler
 //! removes: normal builds pay nothing.

@@ -4,6 +4,7 @@
 //! crate where raw `ash` calls are common.
 
 mod adapter;
+pub(crate) mod command;
 mod conv;
 mod debug;
 mod device;

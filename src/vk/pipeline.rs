@@ -8,6 +8,7 @@ use std::ffi::CStr;
 
 use ash::vk;
 
+use super::command::Cmd;
 use super::Device;
 use crate::error::{Result, VkResultExt};
 
@@ -315,13 +316,14 @@ pub(crate) fn record_dispatch_into(
     device: &Device,
     descriptors: &mut DescriptorPools,
     bound: &mut Bound,
-    cmd: vk::CommandBuffer,
+    cmd: Cmd,
     pipeline: &ComputePipeline,
     buffers: &[vk::DescriptorBufferInfo],
     push: &[u8],
     groups: [u32; 3],
 ) -> Result<()> {
     debug_assert_eq!(buffers.len(), pipeline.bindings.len());
+    let cmd = cmd.raw();
     let same_pipeline = bound.pipeline == pipeline.pipeline;
     let rebind_buffers = !same_pipeline || !same_buffers(&bound.buffers, buffers);
     let repush = !push.is_empty() && (!same_pipeline || bound.push[..] != *push);
