@@ -258,13 +258,8 @@ impl Submitter {
                 let tile = tile_len(len, element.len() as u64);
                 self.record_copy(op, &[write(offset, len)], |stream| {
                     let slice = stream.stage_upload(tile)?;
-                    // SAFETY: the slice has room for `tile` bytes and no device
-                    // work uses it yet.
-                    let staged =
-                        unsafe { std::slice::from_raw_parts_mut(slice.ptr, tile as usize) };
-                    for chunk in staged.chunks_mut(element.len()) {
-                        chunk.copy_from_slice(element);
-                    }
+                    // No device work uses the slice yet.
+                    slice.mapped.fill(element);
                     let regions: Vec<vk::BufferCopy> = (0..len)
                         .step_by(tile as usize)
                         .map(|at| vk::BufferCopy {

@@ -178,18 +178,15 @@ impl Tile {
             raw: Some(raw),
             len,
         };
-        let Some(ptr) = tile.raw.as_ref().and_then(|r| r.mapped) else {
+        let Some(mapped) = tile.raw.as_ref().and_then(|r| r.mapped_range(0, len)) else {
             return Err(Error::Unsupported {
                 what: "host-visible memory for a graph's fill tile".into(),
                 device: device.name().to_string(),
             });
         };
-        // SAFETY: the buffer is new (no device work uses it), mapped for at
-        // least `len` bytes, and coherent (upload memory always is).
-        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), len as usize) };
-        for chunk in bytes.chunks_mut(element.len()) {
-            chunk.copy_from_slice(&element[..chunk.len()]);
-        }
+        // The buffer is new (no device work uses it) and coherent (upload
+        // memory always is).
+        mapped.fill(element);
         Ok(tile)
     }
 

@@ -13,7 +13,43 @@ use crate::buffer::{DeviceBuffer, Source, View};
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::resource::HostAccess;
+use crate::vk::memory::{MappedRange, RawDestination};
 use crate::vk::MemoryUsage;
+
+/// `len` elements of `T` in mapped memory, which a host borrow of their
+/// view protects for as long as the holder lives: no device work writes
+/// them meanwhile, and none touches them while the borrow is exclusive.
+struct Elements<T> {
+    /// `None` for no elements.
+    mapped: Option<MappedRange>,
+    len: usize,
+    /// Neither `Send` nor `Sync`, as the slices over it have always been.
+    _element: PhantomData<NonNull<T>>,
+}
+
+impl<T: Pod> Elements<T> {
+    fn get(&self) -> &[T] {
+        let Some(mapped) = self.mapped else {
+            return &[];
+        };
+        // SAFETY: `mapped` is `len` elements of `T` of mapped memory,
+        // aligned for `T` (checked when borrowed); Pod makes any bytes valid
+        // elements; the borrow this value stands for keeps device writes
+        // (and host writers) away while `&self` lives.
+        unsafe { std::slice::from_raw_parts(mapped.as_ptr().cast::<T>(), self.len) }
+    }
+
+    /// For holders of an exclusive borrow only.
+    fn get_mut(&mut self) -> &mut [T] {
+        let Some(mapped) = self.mapped else {
+            return &mut [];
+        };
+        // SAFETY: as in `get`; the borrow is exclusive, so nothing else (no
+        // device work, no other host reference) reads or writes the
+        // elements while `&mut self` lives.
+        unsafe { std::slice::from_raw_parts_mut(mapped.as_ptr().cast::<T>(), self.len) }
+    }
+}
 
 /// A buffer of `T` in pinned host memory that the device copies to and
 /// from directly (host-cached memory, fast for the CPU to read).
@@ -70,13 +106,12 @@ impl<T: Pod> HostBuffer<T> {
     /// the buffer is done. Device work that writes the buffer cannot be
     /// enqueued while the slice lives ([`Error::BufferMapped`]).
     pub fn as_slice(&self) -> Result<HostSlice<'_, T>> {
-        let (ptr, borrowed) = self
+        let (elements, borrowed) = self
             .view
             .borrow_for_host::<T>("HostBuffer::as_slice", HostAccess::Read)?;
         Ok(HostSlice {
             view: &self.view,
-            ptr,
-            len: self.len,
+            elements,
             borrowed,
         })
     }
@@ -85,13 +120,12 @@ impl<T: Pod> HostBuffer<T> {
     /// that reads or writes the buffer is done. No device work on the
     /// buffer can be enqueued while the slice lives.
     pub fn as_mut_slice(&self) -> Result<HostSliceMut<'_, T>> {
-        let (ptr, borrowed) = self
+        let (elements, borrowed) = self
             .view
             .borrow_for_host::<T>("HostBuffer::as_mut_slice", HostAccess::Write)?;
         Ok(HostSliceMut {
             view: &self.view,
-            ptr,
-            len: self.len,
+            elements,
             borrowed,
         })
     }
@@ -103,28 +137,34 @@ impl<T: Pod> HostBuffer<T> {
 }
 
 impl View {
-    /// Borrows the view for host code as elements of `T`: the address and
+    /// Borrows the view for host code as elements of `T`: the elements and
     /// whether a borrow was taken (none for an empty view).
     #[allow(
         clippy::expect_used,
-        reason = "host_ptr succeeded: the memory is mapped"
+        reason = "the mapping exists: the memory is mapped"
     )]
     fn borrow_for_host<T: Pod>(
         &self,
         op: &'static str,
         access: HostAccess,
-    ) -> Result<(NonNull<T>, bool)> {
+    ) -> Result<(Elements<T>, bool)> {
+        let len = (self.bytes / size_of::<T>().max(1) as u64) as usize;
         if self.bytes == 0 || size_of::<T>() == 0 {
-            return Ok((NonNull::dangling(), false));
+            let none = Elements {
+                mapped: None,
+                len: 0,
+                _element: PhantomData,
+            };
+            return Ok((none, false));
         }
-        let ptr = self
-            .memory
-            .host_ptr(self.offset)
-            .ok_or_else(|| Error::Unsupported {
-                what: "host access to memory that is not host visible".into(),
-                device: self.memory.device.name().to_string(),
-            })?;
-        if ptr as usize % align_of::<T>() != 0 {
+        let mapped =
+            self.memory
+                .mapped(self.offset, self.bytes)
+                .ok_or_else(|| Error::Unsupported {
+                    what: "host access to memory that is not host visible".into(),
+                    device: self.memory.device.name().to_string(),
+                })?;
+        if mapped.as_ptr() as usize % align_of::<T>() != 0 {
             return Err(Error::Misaligned {
                 op,
                 offset: self.offset,
@@ -139,10 +179,12 @@ impl View {
             self.memory.release_host();
             return Err(e);
         }
-        Ok((
-            NonNull::new(ptr.cast()).expect("mapped memory is not null"),
-            true,
-        ))
+        let elements = Elements {
+            mapped: Some(mapped),
+            len,
+            _element: PhantomData,
+        };
+        Ok((elements, true))
     }
 
     /// Ends a host borrow, making host writes visible to the device where
@@ -162,17 +204,14 @@ impl View {
 /// A host buffer's contents, borrowed for reading: see [`HostBuffer::as_slice`].
 pub struct HostSlice<'a, T: Pod> {
     view: &'a View,
-    ptr: NonNull<T>,
-    len: usize,
+    elements: Elements<T>,
     borrowed: bool,
 }
 
 impl<T: Pod> Deref for HostSlice<'_, T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        // SAFETY: `ptr` addresses `len` initialised, aligned elements (Pod:
-        // any bytes are valid) that nothing writes while the borrow lasts.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        self.elements.get()
     }
 }
 
@@ -187,24 +226,21 @@ impl<T: Pod> Drop for HostSlice<'_, T> {
 /// A host buffer's contents, borrowed for writing: see [`HostBuffer::as_mut_slice`].
 pub struct HostSliceMut<'a, T: Pod> {
     view: &'a View,
-    ptr: NonNull<T>,
-    len: usize,
+    elements: Elements<T>,
     borrowed: bool,
 }
 
 impl<T: Pod> Deref for HostSliceMut<'_, T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        // SAFETY: as for `HostSlice`; the borrow is exclusive.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        self.elements.get()
     }
 }
 
 impl<T: Pod> DerefMut for HostSliceMut<'_, T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as above; nothing else reads or writes the memory while
-        // the exclusive borrow lasts.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        // The borrow is exclusive (`HostAccess::Write`).
+        self.elements.get_mut()
     }
 }
 
@@ -220,8 +256,8 @@ impl<T: Pod> Drop for HostSliceMut<'_, T> {
 
 /// Where a mapping's elements live.
 enum Mapping<T> {
-    /// The buffer's own memory.
-    Direct(NonNull<T>),
+    /// The buffer's own memory, borrowed exclusively.
+    Direct(Elements<T>),
     /// A host copy, written back if changed.
     Copy(Vec<T>),
 }
@@ -234,7 +270,6 @@ enum Mapping<T> {
 pub struct MappedBuffer<'a, T: Pod> {
     view: &'a View,
     mapping: Mapping<T>,
-    len: usize,
     borrowed: bool,
     written: bool,
     done: bool,
@@ -266,11 +301,11 @@ impl<T: Pod> DeviceBuffer<T> {
         let direct = !view.memory.owner().force_staging
             && view
                 .memory
-                .host_ptr(view.offset)
-                .is_some_and(|p| p as usize % align_of::<T>() == 0);
+                .mapped(view.offset, view.bytes)
+                .is_some_and(|m| m.as_ptr() as usize % align_of::<T>() == 0);
         let (mapping, borrowed) = if direct {
-            let (ptr, borrowed) = view.borrow_for_host::<T>(op, HostAccess::Write)?;
-            (Mapping::Direct(ptr), borrowed)
+            let (elements, borrowed) = view.borrow_for_host::<T>(op, HostAccess::Write)?;
+            (Mapping::Direct(elements), borrowed)
         } else {
             let borrowed = view.bytes > 0;
             if borrowed {
@@ -288,7 +323,6 @@ impl<T: Pod> DeviceBuffer<T> {
         Ok(MappedBuffer {
             view,
             mapping,
-            len: self.len(),
             borrowed,
             written: false,
             done: false,
@@ -325,16 +359,12 @@ impl<T: Pod> DeviceBuffer<T> {
         let op = "DeviceBuffer::enqueue_copy_to_ptr";
         check_ptr::<T>(op, dst as usize)?;
         let view = &self.view;
-        // SAFETY: forwarded from the caller's guarantee.
-        unsafe {
-            view.memory.owner().download_later(
-                op,
-                &view.memory,
-                view.offset,
-                view.bytes,
-                dst.cast(),
-            )
-        }
+        // SAFETY: the caller guarantees `len()` elements (the view's bytes)
+        // writable at `dst` and untouched until the stream passes the copy.
+        let dst = unsafe { RawDestination::new(dst.cast(), view.bytes as usize) };
+        view.memory
+            .owner()
+            .download_later(op, &view.memory, view.offset, dst)
     }
 }
 
@@ -402,9 +432,7 @@ impl<T: Pod> Deref for MappedBuffer<'_, T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         match &self.mapping {
-            // SAFETY: `ptr` addresses `len` aligned elements that nothing
-            // else touches while the exclusive borrow lasts.
-            Mapping::Direct(ptr) => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), self.len) },
+            Mapping::Direct(elements) => elements.get(),
             Mapping::Copy(copy) => copy,
         }
     }
@@ -414,10 +442,8 @@ impl<T: Pod> DerefMut for MappedBuffer<'_, T> {
     fn deref_mut(&mut self) -> &mut [T] {
         self.written = true;
         match &mut self.mapping {
-            // SAFETY: as above.
-            Mapping::Direct(ptr) => unsafe {
-                std::slice::from_raw_parts_mut(ptr.as_ptr(), self.len)
-            },
+            // The mapping's borrow is exclusive (`HostAccess::Write`).
+            Mapping::Direct(elements) => elements.get_mut(),
             Mapping::Copy(copy) => copy,
         }
     }

@@ -15,7 +15,7 @@ use ash::vk;
 use crate::error::{Error, Result};
 use crate::stream::Garbage;
 use crate::submitter::{Point, Submitter};
-use crate::vk::memory::RawBuffer;
+use crate::vk::memory::{MappedRange, RawBuffer};
 use crate::vk::{Device, MemoryUsage, Timeline};
 
 /// The last read and write of a buffer on one stream's timeline.
@@ -203,11 +203,10 @@ impl BufferMemory {
         self.raw.take()
     }
 
-    /// The host address of byte `offset`, where the memory is mapped.
-    pub(crate) fn host_ptr(&self, offset: u64) -> Option<*mut u8> {
-        let mapped = self.raw.as_ref()?.mapped?;
-        // SAFETY: callers pass offsets inside the buffer.
-        Some(unsafe { mapped.as_ptr().add(offset as usize) })
+    /// The `len` bytes at `offset`, where the memory is mapped. Touching
+    /// them needs a host borrow (or the use lock, as `access_now` holds it).
+    pub(crate) fn mapped(&self, offset: u64, len: u64) -> Option<MappedRange> {
+        self.raw.as_ref()?.mapped_range(offset, len)
     }
 
     pub(crate) fn owner(&self) -> Arc<Submitter> {
@@ -375,15 +374,15 @@ impl BufferMemory {
         offset: u64,
         len: u64,
         write: bool,
-        f: impl FnOnce(*mut u8) -> R,
+        f: impl FnOnce(MappedRange) -> R,
     ) -> Result<Option<R>> {
         let Some(raw) = &self.raw else {
             return Ok(None);
         };
-        let Some(mapped) = raw.mapped else {
+        debug_assert!(offset + len <= self.size);
+        let Some(mapped) = raw.mapped_range(offset, len) else {
             return Ok(None);
         };
-        debug_assert!(offset + len <= self.size);
         let mut state = self.state();
         if let Some(e) = state.kept.take() {
             return Err(e);
@@ -393,8 +392,7 @@ impl BufferMemory {
             return Ok(None);
         }
         raw.invalidate_for_host_reads(&self.device, offset, len)?;
-        // SAFETY: `offset + len` lies inside the mapping.
-        let result = f(unsafe { mapped.as_ptr().add(offset as usize) });
+        let result = f(mapped);
         if write {
             raw.flush_host_writes(&self.device, offset, len)?;
         }
@@ -410,9 +408,9 @@ impl BufferMemory {
         offset: u64,
         len: u64,
         write: bool,
-        mut f: impl FnMut(*mut u8) -> R,
+        mut f: impl FnMut(MappedRange) -> R,
     ) -> Result<Option<R>> {
-        if self.host_ptr(0).is_none() {
+        if self.raw.as_ref().is_none_or(|r| r.mapped.is_none()) {
             return Ok(None);
         }
         loop {

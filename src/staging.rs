@@ -8,7 +8,7 @@
 use ash::vk;
 
 use crate::error::Result;
-use crate::vk::memory::{MappedPtr, RawBuffer};
+use crate::vk::memory::{MappedRange, RawBuffer};
 use crate::vk::{Device, MemoryUsage};
 
 /// The smallest block the pool allocates.
@@ -25,12 +25,11 @@ pub(crate) struct StagingBlock {
 }
 
 impl StagingBlock {
-    /// The host address of the block's first byte.
+    /// The block's first `len` bytes, mapped.
     #[allow(clippy::expect_used, reason = "staging memory is always mapped")]
-    pub(crate) fn ptr(&self) -> *mut u8 {
+    pub(crate) fn mapped(&self, len: u64) -> MappedRange {
         self.raw
-            .mapped
-            .map(MappedPtr::as_ptr)
+            .mapped_range(0, len)
             .expect("staging memory is host visible (chosen so in MemoryUsage)")
     }
 }
@@ -39,7 +38,9 @@ impl StagingBlock {
 pub(crate) struct StagingSlice {
     pub(crate) buffer: vk::Buffer,
     pub(crate) offset: u64,
-    pub(crate) ptr: *mut u8,
+    /// The slice's bytes, which no device work uses until the batch that
+    /// records the upload is submitted.
+    pub(crate) mapped: MappedRange,
 }
 
 /// Staging blocks of one kind of memory (upload or readback).
@@ -75,8 +76,9 @@ impl StagingPool {
                 return Ok(StagingSlice {
                     buffer: block.raw.buffer,
                     offset,
-                    // SAFETY: `offset + size` lies within the mapped block.
-                    ptr: unsafe { block.ptr().add(offset as usize) },
+                    mapped: block
+                        .mapped(offset + size)
+                        .sub(offset as usize, size as usize),
                 });
             }
         }
@@ -85,7 +87,7 @@ impl StagingPool {
         let slice = StagingSlice {
             buffer: block.raw.buffer,
             offset: 0,
-            ptr: block.ptr(),
+            mapped: block.mapped(size),
         };
         if let Some(old) = self.current.replace(block) {
             self.retired.push(old);

@@ -15,6 +15,7 @@ use crate::resource::BufferMemory;
 use crate::staging::StagingBlock;
 use crate::stream::{Garbage, Stream};
 use crate::submitter::Submitter;
+use crate::vk::memory::RawDestination;
 
 /// Staged uploads and downloads are split into pieces of at most this many
 /// bytes: staging buffers stay a reasonable size, and the host copies one
@@ -52,12 +53,8 @@ impl Submitter {
         }
         let len = bytes.len() as u64;
         if !self.force_staging {
-            let copied = dst.access_now(op, offset, len, true, |ptr| {
-                // SAFETY: `ptr` addresses `len` mapped bytes that no device
-                // work touches (the use lock is held); `bytes` is a distinct
-                // host allocation.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) }
-            })?;
+            // No device work touches the range while the use lock is held.
+            let copied = dst.access_now(op, offset, len, true, |mapped| mapped.write(bytes))?;
             if copied.is_some() {
                 return Ok(());
             }
@@ -81,9 +78,8 @@ impl Submitter {
             };
             self.record_copy_held(op, &[access], dst, |stream| {
                 let slice = stream.stage_upload(chunk.len() as u64)?;
-                // SAFETY: the staging slice has room for `chunk.len()` bytes
-                // and no device work uses it yet.
-                unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), slice.ptr, chunk.len()) };
+                // No device work uses the slice yet.
+                slice.mapped.write(chunk);
                 let region = vk::BufferCopy {
                     src_offset: slice.offset,
                     dst_offset: offset + start,
@@ -112,13 +108,9 @@ impl Submitter {
             return src.check_kept_error();
         }
         if !self.force_staging {
-            let out_ptr = out.as_mut_ptr();
-            let len = out.len();
-            let read = src.access_when_ready(op, offset, len as u64, false, |ptr| {
-                // SAFETY: `ptr` addresses `len` mapped bytes no device work
-                // writes (the use lock is held); `out` is a distinct host slice.
-                unsafe { std::ptr::copy_nonoverlapping(ptr, out_ptr, len) }
-            })?;
+            let len = out.len() as u64;
+            // No device work writes the range while the use lock is held.
+            let read = src.access_when_ready(op, offset, len, false, |mapped| mapped.read(out))?;
             if read.is_some() {
                 return Ok(());
             }
@@ -149,10 +141,10 @@ impl Submitter {
                 break Err(e);
             }
             let len = piece(start);
-            // SAFETY: the copy into the block completed (the wait above), and
-            // the batch's final barrier made it visible to the host; the
-            // block is coherent memory of at least `len` bytes.
-            unsafe { std::ptr::copy_nonoverlapping(block.ptr(), out[start..].as_mut_ptr(), len) };
+            // The copy into the block completed (the wait above), and the
+            // batch's final barrier made it visible to the host; the block
+            // is coherent memory.
+            block.mapped(len as u64).read(&mut out[start..start + len]);
             self.lock().readback.recycle(&self.device, [block]);
         };
         // After an error: blocks the device may still copy into are freed
@@ -209,39 +201,26 @@ impl Submitter {
         }
     }
 
-    /// Enqueues a copy of `len` bytes of `src` at byte `offset` to `dst`,
-    /// which receives them when the stream reclaims the batch (the device
-    /// copies into readback staging; the host copies out on completion).
-    ///
-    /// # Safety
-    ///
-    /// `dst` must be valid for `len` bytes of writes until the stream has
-    /// passed the copy, and untouched by others until then.
-    pub(crate) unsafe fn download_later(
+    /// Enqueues a copy of `dst.len()` bytes of `src` at byte `offset` to
+    /// `dst`, which receives them when the stream reclaims the batch (the
+    /// device copies into readback staging; the host copies out on
+    /// completion).
+    pub(crate) fn download_later(
         &self,
         op: &'static str,
         src: &Arc<BufferMemory>,
         offset: u64,
-        len: u64,
-        dst: *mut u8,
+        dst: RawDestination,
     ) -> Result<()> {
-        if len == 0 {
+        if dst.len() == 0 {
             return Ok(());
         }
-        /// The caller's destination, valid until the copy completes.
-        struct Destination(*mut u8);
-        // SAFETY: the caller of `download_later` guarantees the memory stays
-        // valid and untouched until the completion runs, on whichever thread.
-        unsafe impl Send for Destination {}
-        let (block, value) = self.stage_readback(op, src, offset, len as usize, false)?;
-        let dst = Destination(dst);
+        let (block, value) = self.stage_readback(op, src, offset, dst.len(), false)?;
         self.lock().on_complete(
             value,
             Box::new(move |stream: &mut Stream| {
-                let dst = dst;
-                // SAFETY: the copy into the block completed; the caller
-                // guarantees `dst` is valid for `len` bytes.
-                unsafe { std::ptr::copy_nonoverlapping(block.ptr(), dst.0, len as usize) };
+                // The copy into the block completed.
+                block.mapped(dst.len() as u64).read_into(&dst);
                 let device = stream.device().clone();
                 stream.readback.recycle(&device, [block]);
             }),

@@ -29,6 +29,112 @@ impl MappedPtr {
     }
 }
 
+/// `len` bytes of mapped memory, for the host's copies in and out.
+///
+/// Every access is bounds-checked here. Its users make sure, as the
+/// layers above are built to, that no device work writes the range while
+/// the host reads it (or touches it while the host writes it) and that no
+/// other host thread writes it meanwhile: a stream's staging memory is
+/// only touched under the stream's lock, before the batch that uses it is
+/// submitted or after it completed; a buffer's own memory only under its
+/// use state, which excludes conflicting device work and host borrows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MappedRange {
+    ptr: MappedPtr,
+    len: usize,
+}
+
+impl MappedRange {
+    /// The host address of the first byte.
+    pub(crate) fn as_ptr(self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The `len` bytes at `offset` of this range.
+    pub(crate) fn sub(self, offset: usize, len: usize) -> MappedRange {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "mapped range {offset}+{len} outside {} bytes",
+            self.len
+        );
+        // SAFETY: `offset` lies inside the mapping (checked above).
+        let ptr = unsafe { NonNull::new_unchecked(self.as_ptr().add(offset)) };
+        MappedRange {
+            ptr: MappedPtr(ptr),
+            len,
+        }
+    }
+
+    /// Copies `src` into the range's first `src.len()` bytes.
+    pub(crate) fn write(self, src: &[u8]) {
+        let dst = self.sub(0, src.len());
+        // SAFETY: `dst` is `src.len()` mapped bytes (bounds checked by
+        // `sub`) that nothing else touches meanwhile (the type's contract);
+        // `src` is host memory, so the two do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_ptr(), src.len()) };
+    }
+
+    /// Copies the range's first `dst.len()` bytes into `dst`.
+    pub(crate) fn read(self, dst: &mut [u8]) {
+        let src = self.sub(0, dst.len());
+        // SAFETY: `src` is `dst.len()` mapped bytes (bounds checked by
+        // `sub`) that nothing writes meanwhile (the type's contract); `dst`
+        // is host memory of the caller's, so the two do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), dst.len()) };
+    }
+
+    /// Fills the whole range with copies of `pattern` (the last one cut
+    /// short where the range is not a whole number of them).
+    pub(crate) fn fill(self, pattern: &[u8]) {
+        assert!(!pattern.is_empty(), "an empty fill pattern");
+        let mut at = 0;
+        while at < self.len {
+            let n = pattern.len().min(self.len - at);
+            self.sub(at, n).write(&pattern[..n]);
+            at += n;
+        }
+    }
+
+    /// Copies the range into `dst`, which the caller vouched for.
+    pub(crate) fn read_into(self, dst: &RawDestination) {
+        let src = self.sub(0, dst.len);
+        // SAFETY: `src` is `dst.len` mapped bytes that nothing writes
+        // meanwhile; `dst` is valid for `dst.len` bytes of writes and
+        // untouched by others (`RawDestination::new`'s contract), and is
+        // not mapped memory of this range.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.ptr, dst.len) };
+    }
+}
+
+/// Caller memory that receives a download when its copy completes,
+/// possibly on another thread: the one raw destination vkcompute writes to.
+pub(crate) struct RawDestination {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: `RawDestination::new`'s caller guarantees the memory stays valid
+// and untouched until the copy into it is done, on whichever thread.
+unsafe impl Send for RawDestination {}
+
+impl RawDestination {
+    /// The `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be valid for `len` bytes of writes until the copy into
+    /// it has run (or the destination was dropped without it), and nothing
+    /// else may read or write those bytes until then.
+    pub(crate) unsafe fn new(ptr: *mut u8, len: usize) -> Self {
+        RawDestination { ptr, len }
+    }
+
+    /// Bytes the destination takes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
 /// The memory behind a [`RawBuffer`].
 pub(crate) enum Backing {
     /// A block of gpu-allocator's.
@@ -256,6 +362,24 @@ impl RawBuffer {
     }
 
     /// The buffer's device address (needs `bufferDeviceAddress`).
+    /// The `len` bytes at `offset`, where the buffer is mapped; `None`
+    /// where it is not.
+    pub(crate) fn mapped_range(&self, offset: u64, len: u64) -> Option<MappedRange> {
+        let mapped = self.mapped?;
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.size),
+            "mapped range {offset}+{len} outside a buffer of {} bytes",
+            self.size
+        );
+        Some(
+            MappedRange {
+                ptr: mapped,
+                len: self.size as usize,
+            }
+            .sub(offset as usize, len as usize),
+        )
+    }
+
     pub(crate) fn device_address(&self, device: &Device) -> Option<u64> {
         device.buffer_device_address.then(|| {
             let info = vk::BufferDeviceAddressInfo::default().buffer(self.buffer);
