@@ -10,8 +10,9 @@ use std::sync::Arc;
 use ash::vk;
 
 use crate::error::{Error, Result};
+use crate::garbage::GarbageList;
 use crate::options::{setting, validation_aborts, ContextOptions};
-use crate::stream::{GarbageList, LiveObjects};
+use crate::stream::LiveObjects;
 use crate::submitter::Submitter;
 use crate::trace::Tracer;
 use crate::vk::{

@@ -29,6 +29,7 @@ mod display;
 mod error;
 mod external;
 mod fill;
+mod garbage;
 #[cfg(feature = "glsl")]
 mod glsl;
 mod graph;

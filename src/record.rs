@@ -9,8 +9,9 @@ use ash::vk;
 use crate::error::{Error, Result};
 use crate::hazard::Access;
 use crate::resource::{lock_all, BufferMemory};
-use crate::stream::{Stream, StreamTrace};
+use crate::stream::Stream;
 use crate::submitter::Submitter;
+use crate::trace::StreamTrace;
 use crate::vk::command::Cmd;
 
 /// One byte range of a buffer that a command reads or writes.
@@ -107,7 +108,7 @@ impl Submitter {
         let started = self.tracer.as_ref().map(|t| t.now_us());
         // One command is atomic: no operation of several commands on these
         // buffers is half done while it is recorded.
-        let _ops = lock_all(accesses.iter().map(|a| a.memory), held);
+        let ops = lock_all(accesses.iter().map(|a| a.memory), held);
         let mut waits = Vec::new();
         for a in accesses {
             if a.memory.device.id != self.device.id {
@@ -154,6 +155,11 @@ impl Submitter {
             trace_command(t, op, start, accesses, describe);
         }
         stream.maybe_flush()?;
+        // No lock is held across the host's wait for an old batch.
+        let throttle = stream.take_throttle();
+        drop(stream);
+        drop(ops);
+        self.throttle(throttle)?;
         Ok(result)
     }
 }

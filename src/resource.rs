@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use ash::vk;
 
 use crate::error::{Error, Result};
-use crate::stream::Garbage;
+use crate::garbage::Garbage;
 use crate::submitter::{Point, Submitter};
 use crate::vk::memory::{MappedRange, RawBuffer};
 use crate::vk::{Device, MemoryUsage, Timeline};

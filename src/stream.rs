@@ -4,16 +4,16 @@
 
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use ash::vk;
 
 use crate::error::{Error, Result};
+use crate::garbage::GarbageList;
 use crate::hazard::{Access, HazardTracker};
 use crate::staging::{StagingBlock, StagingPool, StagingSlice};
-use crate::trace::Tracer;
-use crate::vk::command::{self, Cmd, CommandPool, TimestampPool};
-use crate::vk::memory::RawBuffer;
+use crate::trace::StreamTrace;
+use crate::vk::command::{self, Cmd, CommandPool};
 use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline, DescriptorPools};
 use crate::vk::{Device, MemoryUsage, Timeline};
 
@@ -21,10 +21,9 @@ use crate::vk::{Device, MemoryUsage, Timeline};
 const MAX_BATCH_COMMANDS: usize = 4096;
 /// ... or once it has staged this many bytes.
 const MAX_BATCH_STAGED: u64 = 256 << 20;
-/// ... or once buffers of this many bytes, dropped, wait for its work.
-pub(crate) const FLUSH_GARBAGE_BYTES: u64 = 64 << 20;
-/// The host waits for the oldest batch when more than this many are in flight.
-const MAX_IN_FLIGHT: usize = 16;
+/// The host waits for the oldest batch when more than this many are in
+/// flight (after unlocking the stream: see `Stream::take_throttle`).
+pub(crate) const MAX_IN_FLIGHT: usize = 16;
 
 /// Counts of the Vulkan objects a context holds, for finding leaks, and of
 /// the commands it has recorded.
@@ -43,193 +42,6 @@ pub struct LiveObjects {
     /// Commands (copies, fills, dispatches...) recorded since the context
     /// was made: a counter, not a count of live objects.
     pub commands_recorded: u64,
-}
-
-/// Memory that is freed once every listed timeline value has completed.
-pub(crate) struct Garbage {
-    pub(crate) raw: RawBuffer,
-    pub(crate) pending: Vec<(Arc<Timeline>, u64)>,
-}
-
-impl Garbage {
-    fn is_free(&self) -> bool {
-        self.pending.iter().all(|(t, v)| t.is_complete(*v))
-    }
-}
-
-/// The garbage of every stream of one device, in one list: memory used on
-/// several streams is freed by whichever of them sees its last use pass,
-/// not only by the stream that owned it. Lock order: a stream's lock, then
-/// this list's.
-pub(crate) struct GarbageList {
-    device: Arc<Device>,
-    items: Mutex<(Vec<Garbage>, u64)>,
-}
-
-impl GarbageList {
-    pub(crate) fn new(device: Arc<Device>) -> Arc<Self> {
-        Arc::new(GarbageList {
-            device,
-            items: Mutex::new((Vec::new(), 0)),
-        })
-    }
-
-    fn items(&self) -> MutexGuard<'_, (Vec<Garbage>, u64)> {
-        self.items.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Frees `garbage` at once if its uses are complete (`None`), else keeps
-    /// it and returns the bytes now waiting.
-    pub(crate) fn keep(&self, garbage: Garbage) -> Option<u64> {
-        if garbage.is_free() {
-            self.device.retire_buffer(garbage.raw);
-            return None;
-        }
-        Some(self.push(garbage))
-    }
-
-    /// Adds `garbage`; returns the bytes now waiting.
-    fn push(&self, garbage: Garbage) -> u64 {
-        let mut items = self.items();
-        items.1 += garbage.raw.size;
-        items.0.push(garbage);
-        items.1
-    }
-
-    /// Frees the garbage whose last uses have completed.
-    fn reclaim(&self) {
-        let freed: Vec<Garbage> = {
-            let mut items = self.items();
-            let (list, bytes) = &mut *items;
-            let mut freed = Vec::new();
-            let mut i = 0;
-            while i < list.len() {
-                if list[i].is_free() {
-                    let g = list.swap_remove(i);
-                    *bytes -= g.raw.size;
-                    freed.push(g);
-                } else {
-                    i += 1;
-                }
-            }
-            freed
-        };
-        for g in freed {
-            self.device.retire_buffer(g.raw);
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.items().0.len()
-    }
-}
-
-impl Drop for GarbageList {
-    fn drop(&mut self) {
-        // Every stream of the device is gone, and each waited for its work
-        // as it went: the pending values are complete (the waits are sure).
-        let (list, _) = std::mem::take(self.items.get_mut().unwrap_or_else(|e| e.into_inner()));
-        for g in list {
-            for (timeline, value) in &g.pending {
-                if timeline.submitted() >= *value {
-                    let _ = timeline.wait_submitted(*value);
-                }
-            }
-            self.device.retire_buffer(g.raw);
-        }
-    }
-}
-
-/// A stream's part of a trace (see `crate::trace`): its two tracks and the
-/// timestamp queries that measure each batch on the device.
-pub(crate) struct StreamTrace {
-    pub(crate) tracer: Arc<Tracer>,
-    /// The track of recorded commands.
-    pub(crate) host: u64,
-    /// The track of device batches.
-    batches: u64,
-    /// Two timestamps per batch slot; `None` where the queue has none.
-    queries: Option<TimestampPool>,
-    /// Nanoseconds per timestamp tick.
-    period: f64,
-    /// The bits of a timestamp that are valid.
-    mask: u64,
-}
-
-/// Batch slots in the trace's query pool: more than can be in flight at once.
-const TRACE_SLOTS: u64 = MAX_IN_FLIGHT as u64 * 2;
-
-impl StreamTrace {
-    pub(crate) fn new(device: &Arc<Device>, tracer: Arc<Tracer>) -> Result<Self> {
-        let (host, batches) = tracer.new_stream(device.name());
-        let bits = device
-            .adapter
-            .queue_family
-            .map_or(0, |f| f.timestamp_valid_bits);
-        let queries = if bits == 0 {
-            None
-        } else {
-            Some(TimestampPool::new(device, TRACE_SLOTS as u32)?)
-        };
-        Ok(StreamTrace {
-            tracer,
-            host,
-            batches,
-            queries,
-            period: f64::from(device.limits().timestamp_period),
-            mask: if bits >= 64 {
-                u64::MAX
-            } else {
-                (1u64 << bits) - 1
-            },
-        })
-    }
-
-    fn slot(value: u64) -> u32 {
-        (value % TRACE_SLOTS) as u32
-    }
-
-    /// Records the timestamp that opens the batch signalling `value`.
-    fn begin(&self, cmd: Cmd, value: u64) {
-        if let Some(pool) = &self.queries {
-            // No batch in flight uses the slot: fewer than TRACE_SLOTS
-            // batches are ever in flight.
-            pool.start(cmd, Self::slot(value));
-        }
-    }
-
-    /// Records the timestamp that closes the batch signalling `value`.
-    fn end(&self, cmd: Cmd, value: u64) {
-        if let Some(pool) = &self.queries {
-            pool.end(cmd, Self::slot(value));
-        }
-    }
-
-    /// Writes the device slice of a completed batch.
-    fn retire(&self, batch: &Batch) {
-        let (Some(pool), Some(submitted)) = (&self.queries, batch.submitted_us) else {
-            return;
-        };
-        // The batch completed, so both of its queries were written.
-        let Ok(ticks) = pool.read(Self::slot(batch.value)) else {
-            return;
-        };
-        let us = |t: u64| (t & self.mask) as f64 * self.period / 1e3;
-        let start = self.tracer.device_to_host(us(ticks[0]), submitted);
-        let args = format!(
-            r#""value":{},"commands":{},"waits":{}"#,
-            batch.value,
-            batch.commands,
-            batch.waits.len()
-        );
-        self.tracer.slice(
-            self.batches,
-            "batch",
-            start,
-            us(ticks[1].wrapping_sub(ticks[0]) & self.mask),
-            &args,
-        );
-    }
 }
 
 /// A copy being recorded: more regions between the same buffers may join it.
@@ -287,6 +99,9 @@ pub(crate) struct Stream {
     pub(crate) trace: Option<StreamTrace>,
     /// What the open batch's command buffer has bound for dispatches.
     bound: Bound,
+    /// The value to wait for before recording more, where a flush left too
+    /// many batches in flight.
+    throttle: Option<u64>,
 }
 
 impl Stream {
@@ -318,6 +133,7 @@ impl Stream {
             spare_regions: Vec::new(),
             trace,
             bound: Bound::default(),
+            throttle: None,
         })
     }
 
@@ -557,11 +373,13 @@ impl Stream {
         self.timeline.set_submitted(batch.value);
         self.in_flight.push_back(batch);
         submitted?;
+        self.reclaim()?;
         if self.in_flight.len() > MAX_IN_FLIGHT {
-            let oldest = self.in_flight.front().map_or(0, |b| b.value);
-            self.timeline.wait_submitted(oldest)?;
+            // The host waits for the oldest batch, once the stream is
+            // unlocked (see `take_throttle`).
+            self.throttle = self.in_flight.front().map(|b| b.value);
         }
-        self.reclaim()
+        Ok(())
     }
 
     fn submit(&self, batch: &Batch) -> Result<()> {
@@ -596,7 +414,12 @@ impl Stream {
             completion(self);
         }
         if let Some(t) = &self.trace {
-            t.retire(&batch);
+            t.retire(
+                batch.value,
+                batch.commands,
+                batch.waits.len(),
+                batch.submitted_us,
+            );
         }
         self.pool.recycle(batch.cmd);
         self.upload.recycle(&self.device, batch.staging);
@@ -628,6 +451,14 @@ impl Stream {
     pub(crate) fn reclaim_garbage(&mut self) -> Result<()> {
         self.garbage.reclaim();
         Ok(())
+    }
+
+    /// The timeline value the host should wait for, with the stream
+    /// unlocked, before recording more: set where a flush left more than
+    /// `MAX_IN_FLIGHT` batches in flight. No lock is held across that
+    /// wait, so other threads keep recording meanwhile.
+    pub(crate) fn take_throttle(&mut self) -> Option<u64> {
+        self.throttle.take()
     }
 
     /// Remembers the error of a submission that a `Drop` made (so no caller

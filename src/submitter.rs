@@ -6,8 +6,9 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::error::Result;
-use crate::stream::{Garbage, GarbageList, Stream, StreamTrace, FLUSH_GARBAGE_BYTES};
-use crate::trace::Tracer;
+use crate::garbage::{Garbage, GarbageList, FLUSH_GARBAGE_BYTES};
+use crate::stream::{Stream, MAX_IN_FLIGHT};
+use crate::trace::{StreamTrace, Tracer};
 use crate::vk::{Device, Timeline};
 
 /// What a `DeviceContext` handle shares with its clones and its buffers:
@@ -86,7 +87,7 @@ impl Submitter {
         tracer: Option<Arc<Tracer>>,
     ) -> Result<Arc<Self>> {
         let trace = match &tracer {
-            Some(t) => Some(StreamTrace::new(&device, t.clone())?),
+            Some(t) => Some(StreamTrace::new(&device, t.clone(), MAX_IN_FLIGHT)?),
             None => None,
         };
         let semaphore = Timeline::create_semaphore(&device, device.timeline_exportable())?;
@@ -121,7 +122,20 @@ impl Submitter {
 
     /// Submits the recorded work.
     pub(crate) fn flush(&self) -> Result<()> {
-        self.lock().flush()
+        let mut stream = self.lock();
+        let flushed = stream.flush();
+        let throttle = stream.take_throttle();
+        drop(stream);
+        flushed.and(self.throttle(throttle))
+    }
+
+    /// Waits (with the stream unlocked) for `value`, which a flush found
+    /// too many batches in flight before (see `Stream::take_throttle`).
+    pub(crate) fn throttle(&self, value: Option<u64>) -> Result<()> {
+        match value {
+            Some(value) => self.timeline.wait_submitted(value),
+            None => Ok(()),
+        }
     }
 
     /// Gives back what completed batches held.

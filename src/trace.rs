@@ -11,10 +11,12 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::vk::command::{Cmd, TimestampPool};
+use crate::vk::Device;
 
 /// The process id written into every event (a trace has one process).
 const PID: u32 = 1;
@@ -154,6 +156,107 @@ pub(crate) fn escape(text: &str) -> String {
         }
     }
     out
+}
+
+/// A stream's part of a trace (see `crate::trace`): its two tracks and the
+/// timestamp queries that measure each batch on the device.
+pub(crate) struct StreamTrace {
+    pub(crate) tracer: Arc<Tracer>,
+    /// The track of recorded commands.
+    pub(crate) host: u64,
+    /// The track of device batches.
+    batches: u64,
+    /// Two timestamps per batch slot; `None` where the queue has none.
+    queries: Option<TimestampPool>,
+    /// Slots in `queries`: more than can be in flight at once.
+    slots: u64,
+    /// Nanoseconds per timestamp tick.
+    period: f64,
+    /// The bits of a timestamp that are valid.
+    mask: u64,
+}
+
+impl StreamTrace {
+    /// A stream's tracks in `tracer`, with timestamp slots for more than
+    /// `max_in_flight` batches.
+    pub(crate) fn new(
+        device: &Arc<Device>,
+        tracer: Arc<Tracer>,
+        max_in_flight: usize,
+    ) -> Result<Self> {
+        let (host, batches) = tracer.new_stream(device.name());
+        let bits = device
+            .adapter
+            .queue_family
+            .map_or(0, |f| f.timestamp_valid_bits);
+        let queries = if bits == 0 {
+            None
+        } else {
+            Some(TimestampPool::new(device, max_in_flight as u32 * 2)?)
+        };
+        Ok(StreamTrace {
+            tracer,
+            host,
+            batches,
+            queries,
+            slots: max_in_flight as u64 * 2,
+            period: f64::from(device.limits().timestamp_period),
+            mask: if bits >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << bits) - 1
+            },
+        })
+    }
+
+    fn slot(&self, value: u64) -> u32 {
+        (value % self.slots) as u32
+    }
+
+    /// Records the timestamp that opens the batch signalling `value`.
+    pub(crate) fn begin(&self, cmd: Cmd, value: u64) {
+        if let Some(pool) = &self.queries {
+            // No batch in flight uses the slot: fewer batches than slots
+            // are ever in flight.
+            pool.start(cmd, self.slot(value));
+        }
+    }
+
+    /// Records the timestamp that closes the batch signalling `value`.
+    pub(crate) fn end(&self, cmd: Cmd, value: u64) {
+        if let Some(pool) = &self.queries {
+            pool.end(cmd, self.slot(value));
+        }
+    }
+
+    /// Writes the device slice of the completed batch that signalled
+    /// `value`, of `commands` commands and `waits` waits, submitted at
+    /// `submitted_us` (`None` where it never ran).
+    pub(crate) fn retire(
+        &self,
+        value: u64,
+        commands: usize,
+        waits: usize,
+        submitted_us: Option<f64>,
+    ) {
+        let (Some(pool), Some(submitted)) = (&self.queries, submitted_us) else {
+            return;
+        };
+        // The batch completed, so both of its queries were written.
+        let Ok(ticks) = pool.read(self.slot(value)) else {
+            return;
+        };
+        let us = |t: u64| (t & self.mask) as f64 * self.period / 1e3;
+        let start = self.tracer.device_to_host(us(ticks[0]), submitted);
+        let args = format!(r#""value":{value},"commands":{commands},"waits":{waits}"#);
+        self.tracer.slice(
+            self.batches,
+            "batch",
+            start,
+            us(ticks[1].wrapping_sub(ticks[0]) & self.mask),
+            &args,
+        );
+    }
 }
 
 #[cfg(test)]

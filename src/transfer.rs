@@ -10,10 +10,11 @@ use std::sync::Arc;
 use ash::vk;
 
 use crate::error::{Error, Result};
+use crate::garbage::Garbage;
 use crate::record::BufferAccess;
 use crate::resource::BufferMemory;
 use crate::staging::StagingBlock;
-use crate::stream::{Garbage, Stream};
+use crate::stream::Stream;
 use crate::submitter::Submitter;
 use crate::vk::memory::RawDestination;
 

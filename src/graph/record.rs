@@ -1,0 +1,428 @@
+//! Recording a graph: its operations, the command pool and the fill tiles
+//! its recordings use, and the recording itself (a secondary command
+//! buffer with the barriers the operations need, and the union of the
+//! byte ranges it reads and writes).
+
+use std::sync::{Arc, Mutex};
+
+use ash::vk;
+
+use crate::buffer::View;
+use crate::error::{Error, Result};
+use crate::fill;
+use crate::hazard::{Access, HazardTracker};
+use crate::kernel::{write_extent, KernelPipeline};
+use crate::record::BufferAccess;
+use crate::submitter::Submitter;
+use crate::vk::command::{Cmd, CommandPool};
+use crate::vk::memory::RawBuffer;
+use crate::vk::pipeline::{record_dispatch_into, Bound, DescriptorPools};
+use crate::vk::{Device, MemoryUsage};
+
+/// One captured operation.
+pub(super) enum Op {
+    Copy {
+        src: View,
+        dst: View,
+    },
+    Fill {
+        dst: View,
+        word: u32,
+    },
+    /// A fill of other element widths: copies of a tile of whole elements
+    /// the graph keeps in its own host-visible buffer.
+    FillTiles {
+        dst: View,
+        tile: Arc<Tile>,
+    },
+    /// A fill through the fill kernel (elements of 1, 2, 4, 8 or 16 bytes
+    /// on ranges a 32-bit pattern cannot cover), in dispatches computed
+    /// when recorded (they depend on the view's offset).
+    FillKernel {
+        dst: View,
+        element: Vec<u8>,
+    },
+    Dispatch {
+        kernel: Arc<KernelPipeline>,
+        /// Bound arguments: the view, and whether the kernel writes it.
+        args: Vec<(View, bool)>,
+        /// Padded to whole words; `push_size` bytes are the kernel's.
+        push: Vec<u8>,
+        push_size: usize,
+        grid: [u32; 3],
+    },
+    Wait {
+        other: Arc<Submitter>,
+    },
+}
+
+impl Op {
+    /// Whether the operation uses exactly `view`.
+    pub(super) fn uses(&self, view: &View) -> bool {
+        match self {
+            Op::Copy { src, dst } => same_view(src, view) || same_view(dst, view),
+            Op::Fill { dst, .. } | Op::FillKernel { dst, .. } | Op::FillTiles { dst, .. } => {
+                same_view(dst, view)
+            }
+            Op::Dispatch { args, .. } => args.iter().any(|(v, _)| same_view(v, view)),
+            Op::Wait { .. } => false,
+        }
+    }
+
+    /// The byte ranges the operation reads and writes, after substitution.
+    fn accesses<'a>(
+        &'a self,
+        device: &Device,
+        subst: &Substitutions<'a>,
+        out: &mut Vec<BufferAccess<'a>>,
+    ) {
+        let whole = |view: &'a View, write: bool| BufferAccess {
+            memory: &view.memory,
+            offset: view.offset,
+            len: view.bytes,
+            write,
+        };
+        match self {
+            Op::Copy { src, dst } => {
+                out.push(whole(subst.view(src), false));
+                out.push(whole(subst.view(dst), true));
+            }
+            // (A tile is written once, at capture, before any submission.)
+            Op::Fill { dst, .. } | Op::FillTiles { dst, .. } => {
+                out.push(whole(subst.view(dst), true))
+            }
+            // Each of its dispatches is ordered on its own, in `record_into`.
+            Op::FillKernel { .. } => {}
+            Op::Dispatch { args, .. } => {
+                for (view, write) in args {
+                    let view = subst.view(view);
+                    let (offset, len) = if *write {
+                        write_extent(device, view)
+                    } else {
+                        (view.offset, view.bytes)
+                    };
+                    out.push(BufferAccess {
+                        memory: &view.memory,
+                        offset,
+                        len,
+                        write: *write,
+                    });
+                }
+            }
+            Op::Wait { .. } => {}
+        }
+    }
+}
+
+/// Views put in place of captured ones for one replay.
+pub(super) struct Substitutions<'a> {
+    /// (captured, substitute); the substitute has the captured length.
+    pub(super) views: Vec<(&'a View, &'a View)>,
+    /// (dispatch index, push constants).
+    pub(super) push: Vec<(usize, &'a [u8])>,
+}
+
+impl<'a> Substitutions<'a> {
+    pub(super) fn none() -> Self {
+        Substitutions {
+            views: Vec::new(),
+            push: Vec::new(),
+        }
+    }
+
+    pub(super) fn view(&self, captured: &'a View) -> &'a View {
+        self.views
+            .iter()
+            .find(|(c, _)| same_view(c, captured))
+            .map_or(captured, |(_, s)| s)
+    }
+}
+
+pub(super) fn same_view(a: &View, b: &View) -> bool {
+    Arc::ptr_eq(&a.memory, &b.memory) && a.offset == b.offset && a.bytes == b.bytes
+}
+
+/// Per buffer and direction, one byte range covering every access of a
+/// graph: (the memory, offset, length, write).
+pub(super) type Uses = Vec<(View, u64, u64, bool)>;
+
+/// The command pool a graph's recordings come from (of secondary buffers).
+/// Recording into (and freeing) its buffers needs its lock. Every
+/// recording holds it (an Arc) and every batch that executes a recording
+/// holds the recording, so none of its buffers is pending when it goes.
+pub(super) type Pools = Arc<Mutex<CommandPool>>;
+
+/// A buffer of whole elements that a graph's tile fills copy from, written
+/// once at capture.
+pub(super) struct Tile {
+    device: Arc<Device>,
+    raw: Option<RawBuffer>,
+    len: u64,
+}
+
+impl Tile {
+    pub(super) fn new(device: &Arc<Device>, element: &[u8], len: u64) -> Result<Self> {
+        let raw = RawBuffer::new(device, len, MemoryUsage::Upload, "a graph's fill tile")?;
+        let tile = Tile {
+            device: device.clone(),
+            raw: Some(raw),
+            len,
+        };
+        let Some(mapped) = tile.raw.as_ref().and_then(|r| r.mapped_range(0, len)) else {
+            return Err(Error::Unsupported {
+                what: "host-visible memory for a graph's fill tile".into(),
+                device: device.name().to_string(),
+            });
+        };
+        // The buffer is new (no device work uses it) and coherent (upload
+        // memory always is).
+        mapped.fill(element);
+        Ok(tile)
+    }
+
+    fn buffer(&self) -> vk::Buffer {
+        self.raw.as_ref().map_or(vk::Buffer::null(), |r| r.buffer)
+    }
+}
+
+impl Drop for Tile {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            // Every recording that copies from the tile holds it, and every
+            // batch that runs a recording holds the recording: no work
+            // uses it any more.
+            raw.destroy(&self.device);
+        }
+    }
+}
+
+/// One recording of a graph: a secondary command buffer, the descriptor
+/// sets it binds (where push descriptors are off), and the union of the
+/// byte ranges it reads and writes. Batches that execute it hold it.
+pub(super) struct Recording {
+    device: Arc<Device>,
+    pools: Pools,
+    pub(super) cmd: Cmd,
+    descriptors: DescriptorPools,
+    pub(super) uses: Uses,
+    pub(super) commands: usize,
+    /// The tiles its fills copy from.
+    _tiles: Vec<Arc<Tile>>,
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        // No batch that executes the buffer is pending (they hold this
+        // recording until they complete).
+        let mut pool = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pool.free(self.cmd);
+        self.descriptors.destroy(&self.device);
+    }
+}
+
+/// Records `ops` (with `subst`) into a new secondary command buffer, with a
+/// barrier wherever an operation depends on an earlier one.
+pub(super) fn record(
+    device: &Arc<Device>,
+    pools: &Pools,
+    ops: &[Op],
+    subst: &Substitutions<'_>,
+) -> Result<Recording> {
+    // The pool's lock is held while its buffer records (Vulkan requires it).
+    let mut guard = pools.lock().unwrap_or_else(|e| e.into_inner());
+    let cmd = guard.begin()?;
+    let mut descriptors = DescriptorPools::default();
+    let recorded = record_into(device, cmd, &mut descriptors, ops, subst)
+        .and_then(|recorded| guard.end(cmd).map(|()| recorded));
+    drop(guard);
+    // From here the recording owns `cmd` and the descriptor sets.
+    let mut recording = Recording {
+        device: device.clone(),
+        pools: pools.clone(),
+        cmd,
+        descriptors,
+        uses: Vec::new(),
+        commands: 0,
+        _tiles: ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::FillTiles { tile, .. } => Some(tile.clone()),
+                _ => None,
+            })
+            .collect(),
+    };
+    (recording.uses, recording.commands) = recorded?;
+    Ok(recording)
+}
+
+/// The body of [`record`]: returns the union of the uses and the number of
+/// commands recorded.
+pub(super) fn record_into(
+    device: &Arc<Device>,
+    cmd: Cmd,
+    descriptors: &mut DescriptorPools,
+    ops: &[Op],
+    subst: &Substitutions<'_>,
+) -> Result<(Uses, usize)> {
+    let mut hazards = HazardTracker::default();
+    let mut accesses = Vec::new();
+    let mut union: Uses = Vec::new();
+    let mut dispatch_index = 0;
+    let mut commands = 0;
+    let mut bound = Bound::default();
+    for op in ops {
+        if let Op::FillKernel { dst, element } = op {
+            let d = subst.view(dst);
+            let pipeline = fill::fill_pipeline(device)?;
+            for chunk in fill::device_kernel_chunks(device, d.offset, d.bytes, element) {
+                // The whole binding counts as written, as `enqueue_fill` counts it.
+                let access = BufferAccess {
+                    memory: &d.memory,
+                    offset: chunk.bind_offset,
+                    len: chunk.bind_size,
+                    write: true,
+                };
+                order(device, cmd, &mut hazards, &mut union, &[access]);
+                chunk.record(
+                    device,
+                    descriptors,
+                    &mut bound,
+                    cmd,
+                    &pipeline,
+                    d.memory.handle(),
+                )?;
+                commands += 1;
+            }
+            continue;
+        }
+        accesses.clear();
+        op.accesses(device, subst, &mut accesses);
+        order(device, cmd, &mut hazards, &mut union, &accesses);
+        match op {
+            Op::Copy { src, dst } => {
+                let (s, d) = (subst.view(src), subst.view(dst));
+                let region = vk::BufferCopy {
+                    src_offset: s.offset,
+                    dst_offset: d.offset,
+                    size: s.bytes,
+                };
+                // Both ranges lie in their buffers and do not overlap
+                // (checked at capture; a substitute has the captured length).
+                cmd.copy_buffer(device, s.memory.handle(), d.memory.handle(), &[region]);
+            }
+            Op::FillTiles { dst, tile } => {
+                let d = subst.view(dst);
+                let regions: smallvec::SmallVec<[vk::BufferCopy; 8]> = (0..d.bytes)
+                    .step_by(tile.len as usize)
+                    .map(|at| vk::BufferCopy {
+                        src_offset: 0,
+                        dst_offset: d.offset + at,
+                        size: tile.len.min(d.bytes - at),
+                    })
+                    .collect();
+                // Every region lies in the tile and in the view (the tile is
+                // whole elements, at most the view's length; a substitute has
+                // the captured length).
+                cmd.copy_buffer(device, tile.buffer(), d.memory.handle(), &regions);
+            }
+            Op::Fill { dst, word } => {
+                let d = subst.view(dst);
+                // Offset and size are multiples of 4 inside the buffer (the
+                // fill plan said so at capture).
+                cmd.fill_buffer(device, d.memory.handle(), d.offset, d.bytes, *word);
+            }
+            Op::Dispatch {
+                kernel,
+                args,
+                push,
+                grid,
+                ..
+            } => {
+                let infos: Vec<vk::DescriptorBufferInfo> = args
+                    .iter()
+                    .map(|(view, _)| {
+                        let v = subst.view(view);
+                        vk::DescriptorBufferInfo {
+                            buffer: v.memory.handle(),
+                            offset: v.offset,
+                            range: v.bytes,
+                        }
+                    })
+                    .collect();
+                let push = match subst.push.iter().find(|(i, _)| *i == dispatch_index) {
+                    Some((_, bytes)) => {
+                        let mut p = bytes.to_vec();
+                        p.resize(push.len(), 0);
+                        p
+                    }
+                    None => push.clone(),
+                };
+                dispatch_index += 1;
+                record_dispatch_into(
+                    device,
+                    descriptors,
+                    &mut bound,
+                    cmd,
+                    kernel.pipeline(),
+                    &infos,
+                    &push,
+                    *grid,
+                )?;
+            }
+            Op::Wait { .. } | Op::FillKernel { .. } => continue,
+        }
+        commands += 1;
+    }
+    Ok((union, commands))
+}
+
+/// Records a barrier before a command making `accesses` where it depends on
+/// an earlier command of the graph, and widens the graph's uses to cover them.
+pub(super) fn order(
+    device: &Device,
+    cmd: Cmd,
+    hazards: &mut HazardTracker,
+    union: &mut Uses,
+    accesses: &[BufferAccess<'_>],
+) {
+    let ranges: smallvec::SmallVec<[Access; 8]> = accesses
+        .iter()
+        .map(|a| Access {
+            buffer: vk::Handle::as_raw(a.memory.handle()),
+            start: a.offset,
+            end: a.offset + a.len,
+            write: a.write,
+        })
+        .collect();
+    if hazards.conflicts(&ranges) {
+        cmd.dependency_barrier(device);
+        hazards.clear();
+    }
+    hazards.record(&ranges);
+    for a in accesses {
+        add_use(union, a);
+    }
+}
+
+/// Widens the graph's use of `a`'s memory (in `a`'s direction) to cover `a`.
+pub(super) fn add_use(union: &mut Uses, a: &BufferAccess<'_>) {
+    let end = a.offset + a.len;
+    for (view, offset, len, write) in union.iter_mut() {
+        if *write == a.write && Arc::ptr_eq(&view.memory, a.memory) {
+            let new_end = (*offset + *len).max(end);
+            *offset = (*offset).min(a.offset);
+            *len = new_end - *offset;
+            return;
+        }
+    }
+    union.push((
+        View {
+            memory: a.memory.clone(),
+            offset: 0,
+            bytes: a.memory.size,
+        },
+        a.offset,
+        a.len,
+        a.write,
+    ));
+}
