@@ -323,29 +323,6 @@ impl DeviceContext {
             .total_allocated_bytes
     }
 
-    /// Frees a buffer taken with [`DeviceBuffer::take_raw`](crate::DeviceBuffer::take_raw)
-    /// from a context of this device, as [`OwnedRawBuffer::free`](crate::OwnedRawBuffer::free)
-    /// does. A buffer of another device is refused ([`Error::DifferentDevice`])
-    /// and freed when its own device is destroyed.
-    ///
-    /// # Safety
-    ///
-    /// No work (submitted by vkcompute or by the caller) may still use the
-    /// buffer, and nothing may use it afterwards.
-    pub unsafe fn free_raw(&self, raw: crate::OwnedRawBuffer) -> Result<()> {
-        if !raw.is_of(self) {
-            return Err(Error::DifferentDevice {
-                op: "DeviceContext::free_raw",
-                detail: "the buffer belongs to another device; it is freed when that device is \
-                         destroyed, or free it with `OwnedRawBuffer::free`"
-                    .into(),
-            });
-        }
-        // SAFETY: the caller guarantees that nothing uses the buffer any more.
-        unsafe { raw.free() };
-        Ok(())
-    }
-
     /// The `ash` device, for work outside vkcompute. Using it is `unsafe`
     /// in the usual `ash` way; objects made with it are the caller's to destroy.
     pub fn raw_device(&self) -> &ash::Device {

@@ -9,9 +9,10 @@ use std::fmt::{self, Debug, Display, Write as _};
 
 use bytemuck::Pod;
 
-use crate::buffer::{DeviceBuffer, View};
+use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::host::HostBuffer;
+use crate::view::View;
 
 /// Buffers of this many elements or more print only their ends.
 const SUMMARY_FROM: usize = 1000;

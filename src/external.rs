@@ -27,11 +27,12 @@ use std::sync::Arc;
 use ash::vk;
 use bytemuck::Pod;
 
-use crate::buffer::{check_element_size, dtype_name, DeviceBuffer, View};
+use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result, VkResultExt};
 use crate::host::HostBuffer;
 use crate::resource::{BufferMemory, HostAccess};
+use crate::view::{check_element_size, dtype_name, View};
 use crate::vk::memory::{
     buffer_usage, check_size, Dedicated, DedicatedKind, HostAllocation, RawBuffer,
 };

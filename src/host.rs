@@ -9,10 +9,11 @@ use std::ptr::NonNull;
 
 use bytemuck::Pod;
 
-use crate::buffer::{DeviceBuffer, Source, View};
+use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::resource::HostAccess;
+use crate::view::{Source, View};
 use crate::vk::memory::{MappedRange, RawDestination};
 use crate::vk::MemoryUsage;
 

@@ -12,7 +12,6 @@ use ash::vk;
 use bytemuck::Pod;
 use smallvec::SmallVec;
 
-use crate::buffer::View;
 use crate::capabilities;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
@@ -20,6 +19,7 @@ use crate::record::BufferAccess;
 use crate::reflect::{self, BindingInfo, Interface, SpecConstantInfo};
 use crate::spirv_check::{self, Trust};
 use crate::spirv_rules;
+use crate::view::View;
 use crate::vk::command::TimestampPool;
 use crate::vk::pipeline::{ComputePipeline, Specialization};
 use crate::vk::Device;

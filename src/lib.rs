@@ -56,6 +56,7 @@ mod stream;
 mod submitter;
 mod trace;
 mod transfer;
+mod view;
 mod vk;
 
 /// The SPIR-V of the kernels that ship with vkcompute (`shaders/*.comp`,
@@ -85,7 +86,7 @@ pub mod build {
 #[doc(hidden)]
 pub use vk::fault::testing;
 
-pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawBufferRef};
+pub use buffer::{DeviceBuffer, OwnedRawBuffer};
 pub use context::{DeviceContext, RawContext};
 pub use error::{Error, Result};
 pub use external::{
@@ -102,6 +103,7 @@ pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use options::ContextOptions;
 pub use reflect::{BindingAlias, BindingInfo, SpecConstantInfo};
 pub use stream::LiveObjects;
+pub use view::{CopyDestination, CopySource, RawBufferRef};
 pub use vk::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, SubgroupInfo,
     ValidationLog, ValidationMessage,

@@ -15,12 +15,13 @@ use std::sync::{Arc, Mutex};
 
 use bytemuck::Pod;
 
-use crate::buffer::{CopyDestination, CopySource, DeviceBuffer, Source, View};
+use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::fill::{self, FillPlan};
 use crate::kernel::{Grid, Kernel, KernelArg};
 use crate::record::BufferAccess;
+use crate::view::{CopyDestination, CopySource, Source, View};
 use crate::vk::command::CommandPool;
 use crate::vk::Device;
 

@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex};
 
 use ash::vk;
 
-use crate::buffer::View;
 use crate::error::{Error, Result};
 use crate::fill;
 use crate::hazard::{Access, HazardTracker};
 use crate::kernel::{write_extent, KernelPipeline};
 use crate::record::BufferAccess;
 use crate::submitter::Submitter;
+use crate::view::View;
 use crate::vk::command::{Cmd, CommandPool};
 use crate::vk::memory::RawBuffer;
 use crate::vk::pipeline::{record_dispatch_into, Bound, DescriptorPools};
