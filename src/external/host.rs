@@ -1,0 +1,254 @@
+//! Host memory imported without copies (`VK_EXT_external_memory_host`).
+
+use std::marker::PhantomData;
+use std::mem::size_of;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+use ash::vk;
+use bytemuck::Pod;
+
+use super::byte_size;
+use super::memory::{allocate_and_bind, allocate_flags, create_external_buffer, is_coherent};
+use crate::buffer::{dtype_name, View};
+use crate::context::DeviceContext;
+use crate::error::{Error, Result, VkResultExt};
+use crate::host::HostBuffer;
+use crate::memory::{buffer_usage, Dedicated, DedicatedKind, HostAllocation, RawBuffer};
+use crate::resource::BufferMemory;
+use crate::vk::{buffer_support, MemoryUsage};
+
+impl DeviceContext {
+    /// The alignment (of address and size) that host memory imported with
+    /// [`import_host_memory`](Self::import_host_memory) needs
+    /// (`minImportedHostPointerAlignment`), or `None` where the device
+    /// cannot import host memory (`VK_EXT_external_memory_host`).
+    pub fn host_import_alignment(&self) -> Option<usize> {
+        let device = &self.shared.device;
+        (device.external.enabled.host)
+            .then(|| usize::try_from(device.adapter.min_imported_host_pointer_alignment).ok())
+            .flatten()
+    }
+
+    /// A host buffer over `memory` itself, without copying: the device
+    /// reads and writes the allocation the caller filled. The buffer owns
+    /// the allocation and frees it only after the last clone is dropped
+    /// and the device is done with it, so safe code cannot free it early.
+    /// Errors: [`Error::Unsupported`] where the device cannot import host
+    /// memory; [`Error::Misaligned`] where `memory`'s address or size is not
+    /// a multiple of [`host_import_alignment`](Self::host_import_alignment)
+    /// (allocate it with [`AlignedHostMemory::with_alignment`]). On error
+    /// `memory` is dropped.
+    pub fn import_host_memory<T: Pod>(
+        &self,
+        memory: AlignedHostMemory<T>,
+    ) -> Result<HostBuffer<T>> {
+        let op = "DeviceContext::import_host_memory";
+        let device = &self.shared.device;
+        let unsupported = |what: &str| Error::Unsupported {
+            what: what.to_string(),
+            device: device.name().to_string(),
+        };
+        let Some(fns) = &device.external.host else {
+            return Err(unsupported(
+                "importing host memory (VK_EXT_external_memory_host)",
+            ));
+        };
+        let len = memory.len;
+        let what = format!(
+            "HostBuffer[{}] of {len} imported elements",
+            dtype_name::<T>()
+        );
+        let bytes = byte_size::<T>(&what, len)?;
+        let alloc = memory.into_allocation();
+        let align = device.adapter.min_imported_host_pointer_alignment.max(1);
+        let address = alloc.ptr.as_ptr() as u64;
+        let alloc_size = alloc.layout.size() as u64;
+        for (value, name) in [(address, "address"), (alloc_size, "size")] {
+            if value % align != 0 {
+                return Err(Error::Misaligned {
+                    op,
+                    offset: value,
+                    alignment: align,
+                    rule: if name == "address" {
+                        "imported host memory must start at a multiple of minImportedHostPointerAlignment (allocate it with AlignedHostMemory::with_alignment(len, ctx.host_import_alignment()))"
+                    } else {
+                        "imported host memory must be a whole number of minImportedHostPointerAlignment blocks"
+                    },
+                });
+            }
+        }
+        let handle = vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
+        let support = buffer_support(
+            &device.instance,
+            device.adapter.raw,
+            buffer_usage(device),
+            handle,
+        );
+        if !support
+            .external_memory_features
+            .contains(vk::ExternalMemoryFeatureFlags::IMPORTABLE)
+        {
+            return Err(unsupported("buffers over imported host allocations"));
+        }
+        let mut host_props = vk::MemoryHostPointerPropertiesEXT::default();
+        // SAFETY: the extension is enabled; the pointer addresses a live
+        // host allocation of `alloc_size` bytes, aligned as required.
+        unsafe {
+            (fns.fp().get_memory_host_pointer_properties_ext)(
+                device.raw.handle(),
+                handle,
+                alloc.ptr.as_ptr().cast(),
+                &mut host_props,
+            )
+        }
+        .result()
+        .during("vkGetMemoryHostPointerPropertiesEXT")?;
+        let (buffer, requirements) = create_external_buffer(device, alloc_size, handle)?;
+        let allowed = requirements.memory_type_bits & host_props.memory_type_bits;
+        let type_index = device.memory_type(allowed, MemoryUsage::Readback);
+        let Some(type_index) = type_index.filter(|_| requirements.size <= alloc_size) else {
+            // SAFETY: the buffer is unused and destroyed once.
+            unsafe { device.raw.destroy_buffer(buffer, None) };
+            return Err(if requirements.size > alloc_size {
+                Error::ImportSize {
+                    op,
+                    needed: requirements.size,
+                    available: alloc_size,
+                }
+            } else {
+                unsupported("a memory type for this host allocation")
+            });
+        };
+        let mut import = vk::ImportMemoryHostPointerInfoEXT::default()
+            .handle_type(handle)
+            .host_pointer(alloc.ptr.as_ptr().cast());
+        let mut flags = vk::MemoryAllocateFlagsInfo::default().flags(allocate_flags(device));
+        let info = vk::MemoryAllocateInfo::default()
+            .allocation_size(alloc_size)
+            .memory_type_index(type_index)
+            .push_next(&mut import)
+            .push_next(&mut flags);
+        let vk_memory = allocate_and_bind(device, buffer, &info, &what)?;
+        let ptr = alloc.ptr;
+        let raw = RawBuffer::dedicated(
+            buffer,
+            Dedicated {
+                memory: vk_memory,
+                size: alloc_size,
+                offset: 0,
+                memory_type_index: type_index,
+                kind: DedicatedKind::Host(alloc),
+            },
+            alloc_size,
+            MemoryUsage::Readback,
+            Some(ptr),
+            is_coherent(device, type_index),
+        );
+        let memory = BufferMemory::from_raw(&self.shared, Some(raw), bytes);
+        Ok(HostBuffer::from_view(
+            View {
+                memory,
+                offset: 0,
+                bytes,
+            },
+            len,
+        ))
+    }
+}
+
+/// Host memory of `len` elements of `T`, zeroed, at an address and of a
+/// size aligned for import into a device
+/// ([`DeviceContext::import_host_memory`]). Derefs to `[T]`.
+pub struct AlignedHostMemory<T> {
+    alloc: HostAllocation,
+    len: usize,
+    _element: PhantomData<T>,
+}
+
+impl<T: Pod> AlignedHostMemory<T> {
+    /// `len` zeroed elements, page-aligned (4096 bytes; see
+    /// [`with_alignment`](Self::with_alignment) for devices that need more).
+    pub fn new(len: usize) -> Result<Self> {
+        Self::with_alignment(len, 4096)
+    }
+
+    /// `len` zeroed elements at an address that is a multiple of
+    /// `alignment` (a power of two), rounded up to a whole number of
+    /// `alignment` bytes (at least one block).
+    pub fn with_alignment(len: usize, alignment: usize) -> Result<Self> {
+        let op = "AlignedHostMemory::with_alignment";
+        let what = format!("AlignedHostMemory[{}] of {len} elements", dtype_name::<T>());
+        let bytes = byte_size::<T>(&what, len)?;
+        if !alignment.is_power_of_two() || alignment < std::mem::align_of::<T>() {
+            return Err(Error::Misaligned {
+                op,
+                offset: alignment as u64,
+                alignment: std::mem::align_of::<T>() as u64,
+                rule: "the alignment must be a power of two and suit the element type",
+            });
+        }
+        let too_large = || Error::SizeOverflow {
+            what: what.clone(),
+            len,
+            elem_size: size_of::<T>(),
+        };
+        let size = usize::try_from(bytes)
+            .ok()
+            .and_then(|b| b.max(1).checked_next_multiple_of(alignment))
+            .ok_or_else(too_large)?;
+        let layout =
+            std::alloc::Layout::from_size_align(size, alignment).map_err(|_| too_large())?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::OutOfMemory {
+            what: what.clone(),
+            bytes: size as u64,
+            detail: "the host allocator refused".into(),
+        })?;
+        Ok(AlignedHostMemory {
+            alloc: HostAllocation { ptr, layout },
+            len,
+            _element: PhantomData,
+        })
+    }
+
+    /// The alignment of the address and size.
+    pub fn alignment(&self) -> usize {
+        self.alloc.layout.align()
+    }
+
+    /// Bytes allocated (a multiple of the alignment).
+    pub fn allocation_size(&self) -> usize {
+        self.alloc.layout.size()
+    }
+
+    fn into_allocation(self) -> HostAllocation {
+        self.alloc
+    }
+}
+
+impl<T: Pod> Deref for AlignedHostMemory<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: the allocation holds at least `len` zero-initialised (so
+        // valid: `T` is Pod) elements, aligned for `T`, owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.alloc.ptr.as_ptr().cast(), self.len) }
+    }
+}
+
+impl<T: Pod> DerefMut for AlignedHostMemory<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as above; `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.alloc.ptr.as_ptr().cast(), self.len) }
+    }
+}
+
+impl<T> std::fmt::Debug for AlignedHostMemory<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedHostMemory")
+            .field("len", &self.len)
+            .field("alignment", &self.alloc.layout.align())
+            .finish()
+    }
+}
