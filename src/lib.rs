@@ -90,8 +90,8 @@ pub use buffer::{CopyDestination, CopySource, DeviceBuffer, OwnedRawBuffer, RawB
 pub use context::{DeviceContext, LiveObjects, RawContext};
 pub use error::{Error, Result};
 pub use external::{
-    AlignedHostMemory, ExternalMemoryInfo, ExternalSemaphore, MemoryHandleType,
-    EXTERNAL_MEMORY_INFO_BYTES,
+    AlignedHostMemory, ExportedWin32Memory, ExportedWin32Semaphore, ExternalMemoryInfo,
+    ExternalSemaphore, MemoryHandleType, SharedAliases, EXTERNAL_MEMORY_INFO_BYTES,
 };
 #[cfg(unix)]
 pub use external::{ExportedMemory, ExportedSemaphore};
@@ -104,7 +104,7 @@ pub use options::ContextOptions;
 pub use reflect::{BindingAlias, BindingInfo, SpecConstantInfo};
 pub use vk::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, SubgroupInfo,
-    ValidationLog, ValidationMessage,
+    ValidationLog, ValidationMessage, Win32Handle,
 };
 
 /// Half-precision floats (`f16`, `bf16`) from the `half` crate, usable as

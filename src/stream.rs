@@ -15,7 +15,7 @@ use crate::pipeline::{Bound, DescriptorPools};
 use crate::staging::{StagingBlock, StagingPool, StagingSlice};
 use crate::timeline::Timeline;
 use crate::trace::Tracer;
-use crate::vk::{Device, MemoryUsage};
+use crate::vk::{Device, MemoryUsage, READS_AND_WRITES, STAGES, WRITES};
 
 /// A batch is submitted once it holds this many commands.
 const MAX_BATCH_COMMANDS: usize = 4096;
@@ -25,19 +25,6 @@ const MAX_BATCH_STAGED: u64 = 256 << 20;
 pub(crate) const FLUSH_GARBAGE_BYTES: u64 = 64 << 20;
 /// The host waits for the oldest batch when more than this many are in flight.
 const MAX_IN_FLIGHT: usize = 16;
-
-/// Stages and accesses of everything the stream records.
-const STAGES: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
-    vk::PipelineStageFlags::TRANSFER.as_raw() | vk::PipelineStageFlags::COMPUTE_SHADER.as_raw(),
-);
-const WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
-    vk::AccessFlags::TRANSFER_WRITE.as_raw() | vk::AccessFlags::SHADER_WRITE.as_raw(),
-);
-const READS_AND_WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
-    WRITES.as_raw()
-        | vk::AccessFlags::TRANSFER_READ.as_raw()
-        | vk::AccessFlags::SHADER_READ.as_raw(),
-);
 
 /// Memory that is freed once every listed timeline value has completed.
 pub(crate) struct Garbage {

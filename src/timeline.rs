@@ -29,10 +29,10 @@ impl Timeline {
         let mut kind = vk::SemaphoreTypeCreateInfo::default()
             .semaphore_type(vk::SemaphoreType::TIMELINE)
             .initial_value(0);
-        let mut export = vk::ExportSemaphoreCreateInfo::default()
-            .handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
+        let types = crate::external::timeline_export_types(device);
+        let mut export = vk::ExportSemaphoreCreateInfo::default().handle_types(types);
         let mut info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
-        if crate::external::timeline_exportable(device) {
+        if !types.is_empty() {
             info = info.push_next(&mut export);
         }
         crate::fault::allocation(device).during("vkCreateSemaphore")?;

@@ -7,6 +7,7 @@ use std::os::fd::OwnedFd;
 use ash::vk;
 
 use crate::error::{Error, Result};
+use crate::vk::Win32Handle;
 
 /// How exported memory is handed over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -20,6 +21,10 @@ pub enum MemoryHandleType {
     /// importable by other drivers, V4L2, DRM, and the network stacks that
     /// register dma-bufs (UCX, libfabric, RDMA).
     DmaBuf,
+    /// An opaque Win32 NT handle (`VK_KHR_external_memory_win32`):
+    /// importable by Vulkan, CUDA (`cudaExternalMemoryHandleTypeOpaqueWin32`),
+    /// Direct3D 12 and OpenCL on the same device and driver, on Windows.
+    OpaqueWin32,
 }
 
 impl MemoryHandleType {
@@ -27,6 +32,16 @@ impl MemoryHandleType {
         match self {
             MemoryHandleType::OpaqueFd => vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD,
             MemoryHandleType::DmaBuf => vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT,
+            MemoryHandleType::OpaqueWin32 => vk::ExternalMemoryHandleTypeFlags::OPAQUE_WIN32,
+        }
+    }
+
+    /// The extension that carries this handle type.
+    pub(super) fn extension(self) -> &'static str {
+        match self {
+            MemoryHandleType::OpaqueFd => "VK_KHR_external_memory_fd",
+            MemoryHandleType::DmaBuf => "VK_EXT_external_memory_dma_buf",
+            MemoryHandleType::OpaqueWin32 => "VK_KHR_external_memory_win32",
         }
     }
 
@@ -34,6 +49,7 @@ impl MemoryHandleType {
         match self {
             MemoryHandleType::OpaqueFd => "opaque fd",
             MemoryHandleType::DmaBuf => "dma-buf",
+            MemoryHandleType::OpaqueWin32 => "opaque Win32",
         }
     }
 
@@ -41,6 +57,7 @@ impl MemoryHandleType {
         match self {
             MemoryHandleType::OpaqueFd => 1,
             MemoryHandleType::DmaBuf => 2,
+            MemoryHandleType::OpaqueWin32 => 3,
         }
     }
 }
@@ -139,6 +156,7 @@ impl ExternalMemoryInfo {
         let handle_type = match word(0) {
             1 => MemoryHandleType::OpaqueFd,
             2 => MemoryHandleType::DmaBuf,
+            3 => MemoryHandleType::OpaqueWin32,
             other => return Err(bad(&format!("unknown handle type code {other}"))),
         };
         Ok(ExternalMemoryInfo {
@@ -162,6 +180,18 @@ impl ExternalMemoryInfo {
 pub struct ExportedMemory {
     /// The handle; an import takes it over.
     pub fd: OwnedFd,
+    /// What an importer needs to know.
+    pub info: ExternalMemoryInfo,
+}
+
+/// Exported memory as a Win32 handle (closed when dropped) and its
+/// description ([`DeviceBuffer::export_win32`](crate::DeviceBuffer::export_win32)).
+/// Defined on every platform; only Windows drivers export such handles.
+#[derive(Debug)]
+pub struct ExportedWin32Memory {
+    /// The handle. An import does not take it over (Vulkan does not own
+    /// imported Win32 handles): it is closed when this value drops.
+    pub handle: Win32Handle,
     /// What an importer needs to know.
     pub info: ExternalMemoryInfo,
 }

@@ -3,20 +3,19 @@
 use std::marker::PhantomData;
 use std::mem::size_of;
 use std::ops::{Deref, DerefMut};
-use std::ptr::NonNull;
 
 use ash::vk;
 use bytemuck::Pod;
 
 use super::byte_size;
-use super::memory::{allocate_and_bind, allocate_flags, create_external_buffer, is_coherent};
+use super::memory::is_coherent;
 use crate::buffer::{dtype_name, View};
 use crate::context::DeviceContext;
-use crate::error::{Error, Result, VkResultExt};
+use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::memory::{buffer_usage, Dedicated, DedicatedKind, HostAllocation, RawBuffer};
 use crate::resource::BufferMemory;
-use crate::vk::{buffer_support, MemoryUsage};
+use crate::vk::{buffer_support, host_memory_types, ExternalBuffer, MemoryUsage};
 
 impl DeviceContext {
     /// The alignment (of address and size) that host memory imported with
@@ -49,11 +48,11 @@ impl DeviceContext {
             what: what.to_string(),
             device: device.name().to_string(),
         };
-        let Some(fns) = &device.external.host else {
+        if !device.external.enabled.host {
             return Err(unsupported(
                 "importing host memory (VK_EXT_external_memory_host)",
             ));
-        };
+        }
         let len = memory.len;
         let what = format!(
             "HostBuffer[{}] of {len} imported elements",
@@ -91,25 +90,12 @@ impl DeviceContext {
         {
             return Err(unsupported("buffers over imported host allocations"));
         }
-        let mut host_props = vk::MemoryHostPointerPropertiesEXT::default();
-        // SAFETY: the extension is enabled; the pointer addresses a live
-        // host allocation of `alloc_size` bytes, aligned as required.
-        unsafe {
-            (fns.fp().get_memory_host_pointer_properties_ext)(
-                device.raw.handle(),
-                handle,
-                alloc.ptr.as_ptr().cast(),
-                &mut host_props,
-            )
-        }
-        .result()
-        .during("vkGetMemoryHostPointerPropertiesEXT")?;
-        let (buffer, requirements) = create_external_buffer(device, alloc_size, handle)?;
-        let allowed = requirements.memory_type_bits & host_props.memory_type_bits;
+        let host_types = host_memory_types(device, &alloc)?;
+        let buffer = ExternalBuffer::new(device, alloc_size, buffer_usage(device), handle)?;
+        let requirements = buffer.requirements;
+        let allowed = requirements.memory_type_bits & host_types;
         let type_index = device.memory_type(allowed, MemoryUsage::Readback);
         let Some(type_index) = type_index.filter(|_| requirements.size <= alloc_size) else {
-            // SAFETY: the buffer is unused and destroyed once.
-            unsafe { device.raw.destroy_buffer(buffer, None) };
             return Err(if requirements.size > alloc_size {
                 Error::ImportSize {
                     op,
@@ -120,16 +106,11 @@ impl DeviceContext {
                 unsupported("a memory type for this host allocation")
             });
         };
-        let mut import = vk::ImportMemoryHostPointerInfoEXT::default()
-            .handle_type(handle)
-            .host_pointer(alloc.ptr.as_ptr().cast());
-        let mut flags = vk::MemoryAllocateFlagsInfo::default().flags(allocate_flags(device));
-        let info = vk::MemoryAllocateInfo::default()
-            .allocation_size(alloc_size)
-            .memory_type_index(type_index)
-            .push_next(&mut import)
-            .push_next(&mut flags);
-        let vk_memory = allocate_and_bind(device, buffer, &info, &what)?;
+        // SAFETY: `alloc` is a live allocation of `alloc_size` bytes, aligned
+        // as the device requires (checked above); it moves into the buffer's
+        // `DedicatedKind::Host` below, which frees it only after the memory.
+        let (buffer, vk_memory) =
+            unsafe { buffer.bind_host(alloc.ptr, alloc_size, type_index, &what) }?;
         let ptr = alloc.ptr;
         let raw = RawBuffer::dedicated(
             buffer,
@@ -199,15 +180,13 @@ impl<T: Pod> AlignedHostMemory<T> {
             .ok_or_else(too_large)?;
         let layout =
             std::alloc::Layout::from_size_align(size, alignment).map_err(|_| too_large())?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| Error::OutOfMemory {
+        let alloc = HostAllocation::zeroed(layout).ok_or_else(|| Error::OutOfMemory {
             what: what.clone(),
             bytes: size as u64,
             detail: "the host allocator refused".into(),
         })?;
         Ok(AlignedHostMemory {
-            alloc: HostAllocation { ptr, layout },
+            alloc,
             len,
             _element: PhantomData,
         })
@@ -231,16 +210,16 @@ impl<T: Pod> AlignedHostMemory<T> {
 impl<T: Pod> Deref for AlignedHostMemory<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        // SAFETY: the allocation holds at least `len` zero-initialised (so
-        // valid: `T` is Pod) elements, aligned for `T`, owned by `self`.
-        unsafe { std::slice::from_raw_parts(self.alloc.ptr.as_ptr().cast(), self.len) }
+        // The allocation holds at least `len` elements, at an address
+        // aligned for `T` (`with_alignment` checked it): the cast cannot fail.
+        bytemuck::cast_slice(&self.alloc.bytes()[..self.len * size_of::<T>()])
     }
 }
 
 impl<T: Pod> DerefMut for AlignedHostMemory<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as above; `&mut self` makes the access exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.alloc.ptr.as_ptr().cast(), self.len) }
+        // As in `deref`.
+        bytemuck::cast_slice_mut(&mut self.alloc.bytes_mut()[..self.len * size_of::<T>()])
     }
 }
 

@@ -1,149 +1,103 @@
 //! Exportable buffers: memory of their own, allocated exportable, and the
-//! buffers that import such memory.
+//! export of that memory as a handle of the platform.
+
+#[cfg(unix)]
+use std::os::fd::OwnedFd;
 
 use ash::vk;
 use bytemuck::Pod;
 
-use super::byte_size;
-#[cfg(unix)]
-use super::{fd, ExportedMemory, MemoryHandleType};
+use super::{byte_size, ExternalMemoryInfo, MemoryHandleType};
 use crate::buffer::{dtype_name, DeviceBuffer, View};
 use crate::context::DeviceContext;
-use crate::error::{Error, Result, VkResultExt};
+use crate::error::{Error, Result};
 use crate::memory::{buffer_usage, check_size, Dedicated, DedicatedKind, RawBuffer};
 use crate::resource::BufferMemory;
-use crate::vk::{buffer_support, Device, MemoryUsage};
+#[cfg(unix)]
+use crate::vk::export_memory_fd;
+use crate::vk::{
+    buffer_support, export_memory_win32, AliasLinks, Device, ExternalBuffer, MemorySource,
+    MemoryUsage, Win32Handle,
+};
 
-/// `vkAllocateMemory` flags every buffer memory of `device` needs.
-pub(super) fn allocate_flags(device: &Device) -> vk::MemoryAllocateFlags {
-    if device.buffer_device_address {
-        vk::MemoryAllocateFlags::DEVICE_ADDRESS
-    } else {
-        vk::MemoryAllocateFlags::empty()
-    }
+/// A handle of memory, in the form its platform carries it.
+pub(crate) enum Payload {
+    /// A file descriptor (opaque or dma-buf).
+    #[cfg(unix)]
+    Fd(OwnedFd),
+    /// A Win32 NT handle.
+    Win32(Win32Handle),
 }
 
-/// Creates a `VkBuffer` of `size` bytes that may be bound to external
-/// memory of `handle_types`.
-pub(super) fn create_external_buffer(
-    device: &Device,
-    size: u64,
-    handle_types: vk::ExternalMemoryHandleTypeFlags,
-) -> Result<(vk::Buffer, vk::MemoryRequirements)> {
-    let mut external = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle_types);
-    let info = vk::BufferCreateInfo::default()
-        .size(size)
-        .usage(buffer_usage(device))
-        .sharing_mode(vk::SharingMode::EXCLUSIVE)
-        .push_next(&mut external);
-    // SAFETY: a valid create info with a non-zero size; the handle types are
-    // ones the device supports for this usage (checked by the callers).
-    let buffer = unsafe { device.raw.create_buffer(&info, None) }.during("vkCreateBuffer")?;
-    // SAFETY: `buffer` was just created on this device.
-    let requirements = unsafe { device.raw.get_buffer_memory_requirements(buffer) };
-    Ok((buffer, requirements))
-}
-
-/// Allocates `info` for `buffer` and binds it at offset 0; destroys the
-/// buffer on failure. `what` names the buffer in errors.
-pub(super) fn allocate_and_bind(
-    device: &Device,
-    buffer: vk::Buffer,
-    info: &vk::MemoryAllocateInfo<'_>,
-    what: &str,
-) -> Result<vk::DeviceMemory> {
-    // SAFETY: `info` is valid for this device (its chain was checked by
-    // the caller against the external-memory properties).
-    let memory = match unsafe { device.raw.allocate_memory(info, None) } {
-        Ok(m) => m,
-        Err(e) => {
-            // SAFETY: the buffer is unused and destroyed once.
-            unsafe { device.raw.destroy_buffer(buffer, None) };
-            return Err(match e {
-                vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
-                    Error::OutOfMemory {
-                        what: what.to_string(),
-                        bytes: info.allocation_size,
-                        detail: format!("vkAllocateMemory returned {e}"),
-                    }
-                }
-                e => Error::vk("vkAllocateMemory", e),
-            });
-        }
-    };
-    // SAFETY: the memory was allocated for this buffer (dedicated, or of a
-    // size and type its requirements allow); bound once, at offset 0.
-    if let Err(e) = unsafe { device.raw.bind_buffer_memory(buffer, memory, 0) } {
-        // SAFETY: neither is in use; each is destroyed once.
-        unsafe {
-            device.raw.destroy_buffer(buffer, None);
-            device.raw.free_memory(memory, None);
-        }
-        return Err(Error::vk("vkBindBufferMemory", e));
-    }
-    Ok(memory)
-}
-
+/// Whether memory type `type_index` of `device` is host coherent.
 pub(super) fn is_coherent(device: &Device, type_index: u32) -> bool {
     device.adapter.memory.memory_types[type_index as usize]
         .property_flags
         .contains(vk::MemoryPropertyFlags::HOST_COHERENT)
 }
 
+/// Whether `device` can export buffer memory as `handle_type`, and which
+/// handle types such memory is compatible with.
+fn export_support(
+    device: &Device,
+    handle_type: vk::ExternalMemoryHandleTypeFlags,
+) -> Option<vk::ExternalMemoryHandleTypeFlags> {
+    let support = buffer_support(
+        &device.instance,
+        device.adapter.raw,
+        buffer_usage(device),
+        handle_type,
+    );
+    support
+        .external_memory_features
+        .contains(vk::ExternalMemoryFeatureFlags::EXPORTABLE)
+        .then_some(support.compatible_handle_types)
+}
+
 /// A new buffer of `size` bytes whose memory is its own and exportable as
-/// an opaque fd (and a dma-buf fd where the device can).
+/// every handle type the device can export it as together: an opaque fd
+/// (and a dma-buf fd where the device can), or an opaque Win32 handle.
 fn create_exportable(device: &Device, size: u64, what: &str) -> Result<RawBuffer> {
     let unsupported = |what: &str| Error::Unsupported {
         what: what.to_string(),
         device: device.name().to_string(),
     };
-    if !device.external.enabled.memory_fd {
+    let enabled = device.external.enabled;
+    if !enabled.memory_fd && !enabled.memory_win32 {
         return Err(unsupported(
-            "exporting memory as file descriptors (VK_KHR_external_memory_fd)",
+            "exporting memory (VK_KHR_external_memory_fd or VK_KHR_external_memory_win32)",
         ));
     }
     check_size(device, size, MemoryUsage::Device, what)?;
-    let instance = &device.instance;
-    let usage = buffer_usage(device);
-    let opaque = buffer_support(
-        instance,
-        device.adapter.raw,
-        usage,
-        vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD,
-    );
-    if !opaque
-        .external_memory_features
-        .contains(vk::ExternalMemoryFeatureFlags::EXPORTABLE)
-    {
-        return Err(unsupported("exporting buffer memory as opaque fds"));
+    let (opaque, extra) = if enabled.memory_fd {
+        let dma = (enabled.dma_buf).then_some(vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT);
+        (vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD, dma)
+    } else {
+        (vk::ExternalMemoryHandleTypeFlags::OPAQUE_WIN32, None)
+    };
+    let Some(compatible) = export_support(device, opaque) else {
+        return Err(unsupported(&format!(
+            "exporting buffer memory as {opaque:?} handles"
+        )));
+    };
+    let mut handle_types = opaque;
+    if let Some(extra) = extra {
+        if compatible.contains(extra) && export_support(device, extra).is_some() {
+            handle_types |= extra;
+        }
     }
-    let mut handle_types = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
-    let dma = vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT;
-    if device.external.enabled.dma_buf
-        && opaque.compatible_handle_types.contains(dma)
-        && buffer_support(instance, device.adapter.raw, usage, dma)
-            .external_memory_features
-            .contains(vk::ExternalMemoryFeatureFlags::EXPORTABLE)
-    {
-        handle_types |= dma;
-    }
-    let (buffer, requirements) = create_external_buffer(device, size, handle_types)?;
+    let buffer = ExternalBuffer::new(device, size, buffer_usage(device), handle_types)?;
+    let requirements = buffer.requirements;
     let Some(type_index) = device.memory_type(requirements.memory_type_bits, MemoryUsage::Device)
     else {
-        // SAFETY: the buffer is unused and destroyed once.
-        unsafe { device.raw.destroy_buffer(buffer, None) };
         return Err(unsupported("a memory type for exportable buffers"));
     };
-    let mut export = vk::ExportMemoryAllocateInfo::default().handle_types(handle_types);
-    let mut dedicated = vk::MemoryDedicatedAllocateInfo::default().buffer(buffer);
-    let mut flags = vk::MemoryAllocateFlagsInfo::default().flags(allocate_flags(device));
-    let info = vk::MemoryAllocateInfo::default()
-        .allocation_size(requirements.size)
-        .memory_type_index(type_index)
-        .push_next(&mut export)
-        .push_next(&mut dedicated)
-        .push_next(&mut flags);
-    let memory = allocate_and_bind(device, buffer, &info, what)?;
+    let (buffer, memory) = buffer.bind(
+        MemorySource::Export(handle_types),
+        requirements.size,
+        type_index,
+        what,
+    )?;
     Ok(RawBuffer::dedicated(
         buffer,
         Dedicated {
@@ -151,13 +105,86 @@ fn create_exportable(device: &Device, size: u64, what: &str) -> Result<RawBuffer
             size: requirements.size,
             offset: 0,
             memory_type_index: type_index,
-            kind: DedicatedKind::Exportable(handle_types),
+            kind: DedicatedKind::Exportable(handle_types, AliasLinks::new()),
         },
         size,
         MemoryUsage::Device,
         None,
         is_coherent(device, type_index),
     ))
+}
+
+/// A new handle of `view`'s memory as `handle_type`, with its description.
+pub(super) fn export(
+    op: &'static str,
+    view: &View,
+    handle_type: MemoryHandleType,
+) -> Result<(Payload, ExternalMemoryInfo)> {
+    let device = &view.memory.device;
+    let not = |reason: String| Error::NotExportable { op, reason };
+    let Some(raw) = view.memory.raw() else {
+        return Err(not("the buffer is empty: it has no memory to export".into()));
+    };
+    let Some(dedicated) = raw.dedicated_memory() else {
+        return Err(not(
+            "the buffer's memory is not exportable; create it with \
+             DeviceContext::enqueue_create_exportable_buffer"
+                .into(),
+        ));
+    };
+    let DedicatedKind::Exportable(types, _) = &dedicated.kind else {
+        return Err(not(
+            "imported memory is exported again only by its exporter; export the original".into(),
+        ));
+    };
+    let flag = handle_type.flag();
+    if !types.contains(flag) {
+        return Err(not(format!(
+            "device `{}` cannot export this buffer's memory as a {} handle",
+            device.name(),
+            handle_type.name()
+        )));
+    }
+    let payload = match handle_type {
+        MemoryHandleType::OpaqueWin32 => {
+            Payload::Win32(export_memory_win32(device, dedicated.memory, flag)?)
+        }
+        #[cfg(unix)]
+        MemoryHandleType::OpaqueFd | MemoryHandleType::DmaBuf => {
+            Payload::Fd(export_memory_fd(device, dedicated.memory, flag)?)
+        }
+        #[cfg(not(unix))]
+        MemoryHandleType::OpaqueFd | MemoryHandleType::DmaBuf => {
+            return Err(not("file descriptors are handles of Unix systems".into()))
+        }
+    };
+    let ids = &device.adapter.info;
+    Ok((
+        payload,
+        ExternalMemoryInfo {
+            handle_type,
+            allocation_size: dedicated.size,
+            offset: dedicated.offset + view.offset,
+            size: view.bytes,
+            dedicated_buffer_size: Some(raw.size),
+            memory_type_index: Some(dedicated.memory_type_index),
+            device_uuid: Some(ids.uuid),
+            driver_uuid: Some(ids.driver_uuid),
+        },
+    ))
+}
+
+/// The opaque handle type both `a` and `b` can share memory through, where
+/// there is one: an fd on Unix, else a Win32 handle.
+pub(super) fn common_opaque_type(a: &Device, b: &Device) -> Option<MemoryHandleType> {
+    let (x, y) = (a.external.enabled, b.external.enabled);
+    if cfg!(unix) && x.memory_fd && y.memory_fd {
+        Some(MemoryHandleType::OpaqueFd)
+    } else if x.memory_win32 && y.memory_win32 {
+        Some(MemoryHandleType::OpaqueWin32)
+    } else {
+        None
+    }
 }
 
 impl DeviceContext {
@@ -194,106 +221,23 @@ impl DeviceContext {
     }
 }
 
-#[cfg(unix)]
 impl<T: Pod> DeviceBuffer<T> {
-    /// A new file descriptor of this buffer's memory, with what an importer
-    /// needs to know (size, offset of this buffer or view in the memory, the
-    /// device's UUIDs). The buffer must come from
-    /// [`DeviceContext::enqueue_create_exportable_buffer`]
-    /// ([`Error::NotExportable`] otherwise, or where the device cannot
-    /// export as `handle_type`). Work on the memory in another context or
-    /// process is not ordered against this buffer's stream: synchronize
-    /// first (see [`DeviceContext::import_buffer`]).
-    pub fn export_fd(&self, handle_type: MemoryHandleType) -> Result<ExportedMemory> {
-        fd::export("DeviceBuffer::export_fd", &self.view, handle_type)
-    }
-
     /// The same memory as a buffer of `ctx`, a context of another
-    /// `VkDevice` on the same physical device (see
-    /// [`DeviceContext::import_buffer`]); the buffer must be exportable.
+    /// `VkDevice` on the same physical device, through an opaque fd (or
+    /// Win32 handle): export and import in one. The buffer must be
+    /// exportable ([`Error::NotExportable`]); where the two devices share
+    /// no handle type, [`Error::Unsupported`].
     pub fn share_with(&self, ctx: &DeviceContext) -> Result<DeviceBuffer<T>> {
-        let exported = fd::export(
-            "DeviceBuffer::share_with",
-            &self.view,
-            MemoryHandleType::OpaqueFd,
-        )?;
-        ctx.import_buffer(exported, self.len())
-    }
-}
-
-#[cfg(unix)]
-impl DeviceContext {
-    /// A buffer of `len` elements of `T` over imported memory: an fd
-    /// exported by [`DeviceBuffer::export_fd`] in this or another process,
-    /// or by another API ([`ExternalMemoryInfo::foreign`](super::ExternalMemoryInfo::foreign)). The buffer
-    /// takes the descriptor over (Vulkan owns it after a successful
-    /// import; on error it is closed).
-    ///
-    /// Checked: the exporter's device UUID (and for opaque handles its
-    /// driver UUID) against this device's ([`Error::ForeignDevice`]); the
-    /// handle type against what the device can import
-    /// ([`Error::Unsupported`]); the descriptor is not a pipe, socket or
-    /// directory and the driver accepts it ([`Error::InvalidHandle`]); the
-    /// `len` elements fit in the exported range ([`Error::ImportSize`]).
-    ///
-    /// The memory is shared, not copied: work of this context and of the
-    /// exporter on it is not ordered by vkcompute. Synchronize the writer
-    /// (`synchronize()`, [`wait_on_host_for`](Self::wait_on_host_for), or a
-    /// semaphore where the device exports them) before the other side
-    /// reads. Host transfers of the buffer go through this context's
-    /// staging buffers (the memory is never mapped), so a race between the
-    /// two devices yields unspecified element values, never undefined
-    /// behaviour in Rust code. The exporter must not shrink the memory
-    /// (a memfd truncated by another process faults the device).
-    ///
-    /// Imported into the exporter's own device (or twice into one), the
-    /// import is a second buffer over the same memory: vkcompute tracks
-    /// the two as different buffers, so it puts no barrier between work on
-    /// one and work on the other; order such work with `synchronize()`.
-    /// Use clones and views ([`DeviceBuffer::create_sub_buffer`]) to share
-    /// memory within one device.
-    pub fn import_buffer<T: Pod>(
-        &self,
-        memory: ExportedMemory,
-        len: usize,
-    ) -> Result<DeviceBuffer<T>> {
-        let op = "DeviceContext::import_buffer";
-        let what = format!(
-            "imported DeviceBuffer[{}] of {len} elements",
-            dtype_name::<T>()
-        );
-        let bytes = byte_size::<T>(&what, len)?;
-        if bytes > memory.info.size {
-            return Err(Error::ImportSize {
-                op,
-                needed: bytes,
-                available: memory.info.size,
+        let op = "DeviceBuffer::share_with";
+        let Some(handle_type) = common_opaque_type(&self.view.memory.device, &ctx.shared.device)
+        else {
+            return Err(Error::Unsupported {
+                what: "sharing memory between these devices (no opaque handle type both have)"
+                    .into(),
+                device: ctx.shared.device.name().to_string(),
             });
-        }
-        let offset = memory.info.offset;
-        let align = std::mem::align_of::<T>() as u64;
-        if offset % align != 0 {
-            return Err(Error::Misaligned {
-                op,
-                offset,
-                alignment: align,
-                rule: "the exported range must start aligned for the element type",
-            });
-        }
-        if bytes == 0 {
-            // Nothing to share: an empty buffer (the descriptor closes).
-            return self.enqueue_create_buffer(0);
-        }
-        self.shared.lock().reclaim_garbage()?;
-        let raw = fd::import(op, &self.shared.device, memory, &what)?;
-        let memory = BufferMemory::from_raw(&self.shared, Some(raw), offset + bytes);
-        Ok(DeviceBuffer::from_view(
-            View {
-                memory,
-                offset,
-                bytes,
-            },
-            len,
-        ))
+        };
+        let (payload, info) = export(op, &self.view, handle_type)?;
+        super::import::import_view(ctx, op, info, payload, self.len())
     }
 }

@@ -21,21 +21,28 @@ mod cross;
 mod fd;
 mod handle;
 mod host;
+mod import;
 mod memory;
+mod ownership;
 mod semaphore;
+mod win32;
 
 use crate::buffer::check_element_size;
 use crate::error::{Error, Result};
 
 pub(crate) use cross::copy_between_devices;
+pub use cross::SharedAliases;
 #[cfg(unix)]
 pub use handle::ExportedMemory;
-pub use handle::{ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES};
+pub use handle::{
+    ExportedWin32Memory, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
+};
 pub use host::AlignedHostMemory;
-pub(crate) use semaphore::timeline_exportable;
+pub(crate) use semaphore::timeline_export_types;
 #[cfg(unix)]
 pub use semaphore::ExportedSemaphore;
 pub use semaphore::ExternalSemaphore;
+pub use win32::ExportedWin32Semaphore;
 
 fn hex(uuid: &[u8]) -> String {
     uuid.iter().map(|b| format!("{b:02x}")).collect()

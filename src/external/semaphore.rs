@@ -1,29 +1,62 @@
-//! Timeline semaphores shared beyond one device: exported as fds, imported,
-//! waited on by a stream; and the explicit host-side wait where the device
-//! cannot export them.
+//! Timeline semaphores shared beyond one device: exported as fds (or Win32
+//! handles), imported, waited on by a stream; and the explicit host-side
+//! wait where the device cannot export them.
 
 #[cfg(unix)]
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use ash::vk;
 
-#[cfg(unix)]
 use super::hex;
 use crate::context::DeviceContext;
-use crate::error::{Error, Result, VkResultExt};
+use crate::error::{Error, Result};
 use crate::timeline::Timeline;
-use crate::vk::{timeline_semaphore_support, Device};
+use crate::vk::{destroy_unused_semaphore, semaphore_support, Device};
+#[cfg(unix)]
+use crate::vk::{export_semaphore_fd, export_sync_fd, import_semaphore_fd};
 
-/// Whether `device`'s stream timelines are created exportable as opaque fds.
-pub(crate) fn timeline_exportable(device: &Device) -> bool {
-    device.external.enabled.semaphore_fd
-        && timeline_semaphore_support(
-            &device.instance,
-            device.adapter.raw,
+/// The handle types `device`'s stream timelines are created exportable as:
+/// opaque fds and opaque Win32 handles, each where the device can.
+pub(crate) fn timeline_export_types(device: &Device) -> vk::ExternalSemaphoreHandleTypeFlags {
+    let enabled = device.external.enabled;
+    let mut types = vk::ExternalSemaphoreHandleTypeFlags::empty();
+    for (on, handle_type) in [
+        (
+            enabled.semaphore_fd,
             vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD,
-        )
-        .contains(vk::ExternalSemaphoreFeatureFlags::EXPORTABLE)
+        ),
+        (
+            enabled.semaphore_win32,
+            vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_WIN32,
+        ),
+    ] {
+        if on
+            && timeline_supports(
+                device,
+                handle_type,
+                vk::ExternalSemaphoreFeatureFlags::EXPORTABLE,
+            )
+        {
+            types |= handle_type;
+        }
+    }
+    types
+}
+
+/// Whether timeline semaphores of `device` have `feature` for `handle_type`.
+fn timeline_supports(
+    device: &Device,
+    handle_type: vk::ExternalSemaphoreHandleTypeFlags,
+    feature: vk::ExternalSemaphoreFeatureFlags,
+) -> bool {
+    semaphore_support(
+        &device.instance,
+        device.adapter.raw,
+        vk::SemaphoreType::TIMELINE,
+        handle_type,
+    )
+    .contains(feature)
 }
 
 /// A stream's timeline semaphore exported as an opaque fd, and the value
@@ -103,6 +136,84 @@ impl DeviceContext {
     }
 }
 
+impl DeviceContext {
+    /// Submits the work enqueued so far and gives the value it signals on
+    /// this stream's timeline, once the timeline is known to be exportable
+    /// as `handle_type`; `what` names the handle in the error.
+    pub(super) fn timeline_for_export(
+        &self,
+        handle_type: vk::ExternalSemaphoreHandleTypeFlags,
+        what: &str,
+    ) -> Result<u64> {
+        let device = &self.shared.device;
+        if !timeline_export_types(device).contains(handle_type) {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "exporting timeline semaphores as {what}; order the work on the host with \
+                     synchronize() or DeviceContext::wait_on_host_for instead"
+                ),
+                device: device.name().to_string(),
+            });
+        }
+        self.shared.flush()?;
+        Ok(self.shared.timeline.submitted())
+    }
+
+    /// A new timeline semaphore whose payload `import` brings in from a
+    /// handle of `handle_type`, exported by a device of `device_uuid`.
+    /// `what` names the handle in errors.
+    pub(super) fn import_timeline(
+        &self,
+        op: &'static str,
+        what: &'static str,
+        device_uuid: [u8; 16],
+        handle_type: vk::ExternalSemaphoreHandleTypeFlags,
+        import: impl FnOnce(&Device, vk::Semaphore) -> std::result::Result<(), vk::Result>,
+    ) -> Result<ExternalSemaphore> {
+        let device = &self.shared.device;
+        let enabled = if handle_type == vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_WIN32 {
+            device.external.enabled.semaphore_win32
+        } else {
+            device.external.enabled.semaphore_fd
+        };
+        if !enabled
+            || !timeline_supports(
+                device,
+                handle_type,
+                vk::ExternalSemaphoreFeatureFlags::IMPORTABLE,
+            )
+        {
+            return Err(Error::Unsupported {
+                what: format!("importing timeline semaphores from {what}"),
+                device: device.name().to_string(),
+            });
+        }
+        if device_uuid != device.adapter.info.uuid {
+            return Err(Error::ForeignDevice {
+                op,
+                exporter: hex(&device_uuid),
+                importer: hex(&device.adapter.info.uuid),
+                device: device.name().to_string(),
+            });
+        }
+        let semaphore = Timeline::create_semaphore(device)?;
+        if let Err(e) = import(device, semaphore) {
+            destroy_unused_semaphore(device, semaphore);
+            return Err(Error::InvalidHandle {
+                op,
+                handle_type: what,
+                detail: format!("the import returned {e}"),
+            });
+        }
+        let timeline = Timeline::new(device.clone(), semaphore, std::sync::Weak::new());
+        // Values are signalled elsewhere: every one counts as submitted.
+        timeline.set_submitted(u64::MAX);
+        Ok(ExternalSemaphore {
+            timeline: Arc::new(timeline),
+        })
+    }
+}
+
 #[cfg(unix)]
 impl DeviceContext {
     /// This stream's timeline semaphore as a new opaque fd, with the value
@@ -114,36 +225,46 @@ impl DeviceContext {
     /// (lavapipe): order the work with `synchronize()` or
     /// [`wait_on_host_for`](Self::wait_on_host_for) instead.
     pub fn export_semaphore(&self) -> Result<ExportedSemaphore> {
+        let handle_type = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD;
+        let value =
+            self.timeline_for_export(handle_type, "opaque fds (VK_KHR_external_semaphore_fd)")?;
         let device = &self.shared.device;
-        let Some(fns) = device
-            .external
-            .semaphore_fd
-            .as_ref()
-            .filter(|_| timeline_exportable(device))
-        else {
-            return Err(Error::Unsupported {
-                what:
-                    "exporting timeline semaphores as opaque fds (VK_KHR_external_semaphore_fd); \
-                       order the work on the host with synchronize() or \
-                       DeviceContext::wait_on_host_for instead"
-                        .into(),
-                device: device.name().to_string(),
-            });
-        };
-        self.shared.flush()?;
-        let value = self.shared.timeline.submitted();
-        let info = vk::SemaphoreGetFdInfoKHR::default()
-            .semaphore(self.shared.timeline.semaphore)
-            .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
-        // SAFETY: the semaphore was created exportable as an opaque fd (the
-        // same check as here) and lives while the context does.
-        let fd = unsafe { fns.get_semaphore_fd(&info) }.during("vkGetSemaphoreFdKHR")?;
         Ok(ExportedSemaphore {
-            // SAFETY: vkGetSemaphoreFdKHR returns a new descriptor we own.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: export_semaphore_fd(device, self.shared.timeline.semaphore, handle_type)?,
             value,
             device_uuid: device.adapter.info.uuid,
         })
+    }
+
+    /// A sync file (a Linux `sync_file` fd, `SYNC_FD`) that signals once
+    /// the work enqueued on this stream so far is done (the work is
+    /// submitted): for APIs that wait on sync files (DRM, V4L2, Android,
+    /// another Vulkan device's binary semaphore). A sync file is a one-shot
+    /// snapshot, not the timeline itself: export a new one for later work.
+    /// Errors: [`Error::Unsupported`] where the device cannot export binary
+    /// semaphores as sync fds (`VK_KHR_external_semaphore_fd`; lavapipe
+    /// cannot): order the work with `synchronize()` instead.
+    pub fn export_sync_fd(&self) -> Result<OwnedFd> {
+        let device = &self.shared.device;
+        let exportable = device.external.enabled.semaphore_fd
+            && semaphore_support(
+                &device.instance,
+                device.adapter.raw,
+                vk::SemaphoreType::BINARY,
+                vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD,
+            )
+            .contains(vk::ExternalSemaphoreFeatureFlags::EXPORTABLE);
+        if !exportable {
+            return Err(Error::Unsupported {
+                what: "exporting sync fds (VK_KHR_external_semaphore_fd with SYNC_FD handles); \
+                       order the work on the host with synchronize() instead"
+                    .into(),
+                device: device.name().to_string(),
+            });
+        }
+        self.shared.flush()?;
+        let value = self.shared.timeline.submitted();
+        export_sync_fd(device, self.shared.timeline.semaphore, value)
     }
 
     /// A timeline semaphore over an exported one, for
@@ -151,53 +272,16 @@ impl DeviceContext {
     /// the exporter's device UUID ([`Error::ForeignDevice`]), support
     /// ([`Error::Unsupported`]), the descriptor ([`Error::InvalidHandle`]).
     pub fn import_semaphore(&self, exported: ExportedSemaphore) -> Result<ExternalSemaphore> {
-        let op = "DeviceContext::import_semaphore";
-        let device = &self.shared.device;
-        let importable = device.external.enabled.semaphore_fd
-            && timeline_semaphore_support(
-                &device.instance,
-                device.adapter.raw,
-                vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD,
-            )
-            .contains(vk::ExternalSemaphoreFeatureFlags::IMPORTABLE);
-        let Some(fns) = device.external.semaphore_fd.as_ref().filter(|_| importable) else {
-            return Err(Error::Unsupported {
-                what:
-                    "importing timeline semaphores from opaque fds (VK_KHR_external_semaphore_fd)"
-                        .into(),
-                device: device.name().to_string(),
-            });
-        };
-        if exported.device_uuid != device.adapter.info.uuid {
-            return Err(Error::ForeignDevice {
-                op,
-                exporter: hex(&exported.device_uuid),
-                importer: hex(&device.adapter.info.uuid),
-                device: device.name().to_string(),
-            });
-        }
-        let semaphore = Timeline::create_semaphore(device)?;
-        let info = vk::ImportSemaphoreFdInfoKHR::default()
-            .semaphore(semaphore)
-            .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD)
-            .fd(exported.fd.as_raw_fd());
-        // SAFETY: the semaphore is new and unused; the descriptor is open.
-        if let Err(e) = unsafe { fns.import_semaphore_fd(&info) } {
-            // SAFETY: never used; destroyed once.
-            unsafe { device.raw.destroy_semaphore(semaphore, None) };
-            return Err(Error::InvalidHandle {
-                op,
-                handle_type: "semaphore opaque fd",
-                detail: format!("vkImportSemaphoreFdKHR returned {e}"),
-            });
-        }
-        // The import succeeded: the semaphore owns the descriptor now.
-        let _ = exported.fd.into_raw_fd();
-        let timeline = Timeline::new(device.clone(), semaphore, std::sync::Weak::new());
-        // Values are signalled elsewhere: every one counts as submitted.
-        timeline.set_submitted(u64::MAX);
-        Ok(ExternalSemaphore {
-            timeline: Arc::new(timeline),
-        })
+        let handle_type = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD;
+        let ExportedSemaphore {
+            fd, device_uuid, ..
+        } = exported;
+        self.import_timeline(
+            "DeviceContext::import_semaphore",
+            "opaque fds (VK_KHR_external_semaphore_fd)",
+            device_uuid,
+            handle_type,
+            |device, semaphore| import_semaphore_fd(device, semaphore, handle_type, fd),
+        )
     }
 }

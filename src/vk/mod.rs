@@ -7,16 +7,46 @@ mod conv;
 mod debug;
 mod device;
 mod external;
+mod external_memory;
+mod external_semaphore;
 mod instance;
 mod pipeline_cache;
+mod win32;
 
 pub use adapter::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, SubgroupInfo,
 };
 pub use debug::{Severity, ValidationLog, ValidationMessage};
+pub use win32::Win32Handle;
 
 pub(crate) use adapter::{Adapter, Features};
 pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
-pub(crate) use external::{buffer_support, timeline_semaphore_support};
+pub(crate) use external::{buffer_support, ownership_barrier, semaphore_support, AliasLinks};
+#[cfg(unix)]
+pub(crate) use external_memory::{export_memory_fd, fd_memory_types};
+pub(crate) use external_memory::{
+    export_memory_win32, host_memory_types, ExternalBuffer, HostAllocation, MemorySource,
+};
+pub(crate) use external_semaphore::{
+    destroy_unused_semaphore, export_semaphore_win32, import_semaphore_win32,
+};
+#[cfg(unix)]
+pub(crate) use external_semaphore::{export_semaphore_fd, export_sync_fd, import_semaphore_fd};
 pub(crate) use instance::Instance;
 pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;
+
+use ash::vk;
+
+/// Stages and accesses of everything a stream records: transfers and
+/// compute, their writes, and their reads and writes.
+pub(crate) const STAGES: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
+    vk::PipelineStageFlags::TRANSFER.as_raw() | vk::PipelineStageFlags::COMPUTE_SHADER.as_raw(),
+);
+pub(crate) const WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
+    vk::AccessFlags::TRANSFER_WRITE.as_raw() | vk::AccessFlags::SHADER_WRITE.as_raw(),
+);
+pub(crate) const READS_AND_WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
+    WRITES.as_raw()
+        | vk::AccessFlags::TRANSFER_READ.as_raw()
+        | vk::AccessFlags::SHADER_READ.as_raw(),
+);
