@@ -90,8 +90,8 @@ pub use buffer::{DeviceBuffer, OwnedRawBuffer};
 pub use context::{DeviceContext, RawContext};
 pub use error::{Error, Result};
 pub use external::{
-    AlignedHostMemory, ExternalMemoryInfo, ExternalSemaphore, MemoryHandleType,
-    EXTERNAL_MEMORY_INFO_BYTES,
+    AlignedHostMemory, ExportedWin32Memory, ExportedWin32Semaphore, ExternalMemoryInfo,
+    ExternalSemaphore, MemoryHandleType, SharedAliases, EXTERNAL_MEMORY_INFO_BYTES,
 };
 #[cfg(unix)]
 pub use external::{ExportedMemory, ExportedSemaphore};
@@ -106,7 +106,7 @@ pub use stream::LiveObjects;
 pub use view::{CopyDestination, CopySource, RawBufferRef};
 pub use vk::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, SubgroupInfo,
-    ValidationLog, ValidationMessage,
+    ValidationLog, ValidationMessage, Win32Handle,
 };
 
 /// Half-precision floats (`f16`, `bf16`) from the `half` crate, usable as

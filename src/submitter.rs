@@ -90,7 +90,7 @@ impl Submitter {
             Some(t) => Some(StreamTrace::new(&device, t.clone(), MAX_IN_FLIGHT)?),
             None => None,
         };
-        let semaphore = Timeline::create_semaphore(&device, device.timeline_exportable())?;
+        let semaphore = Timeline::create_semaphore(&device)?;
         // Owned from here: dropped on the error path below, it retires its
         // semaphore.
         let timeline = Arc::new(Timeline::new(device.clone(), semaphore));

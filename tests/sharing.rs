@@ -2,7 +2,10 @@
 //! buffers between two `VkDevice`s of one physical device and between two
 //! processes, host memory imported without copies, semaphores (absent on
 //! lavapipe: the error and the host-side fallback), zero-copy transfers
-//! between contexts, and the refusals. Everything under validation.
+//! between contexts (through one alias kept per exporting buffer),
+//! queue family ownership transfers to and from VK_QUEUE_FAMILY_EXTERNAL,
+//! the refusals (Win32 handles and sync fds, which lavapipe lacks,
+//! included). Everything under validation.
 #![cfg(unix)]
 
 mod common;
@@ -14,7 +17,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 
 use common::{assert_clean, context_with, options, Path, PATHS};
 use vkcompute::{
-    AlignedHostMemory, DeviceContext, Error, ExportedMemory, ExternalMemoryInfo, MemoryHandleType,
+    AlignedHostMemory, DeviceContext, Error, ExportedMemory, ExportedWin32Memory,
+    ExportedWin32Semaphore, ExternalMemoryInfo, MemoryHandleType, SharedAliases, Win32Handle,
     EXTERNAL_MEMORY_INFO_BYTES,
 };
 
@@ -458,4 +462,194 @@ fn child_process_side() {
     drop(buf);
     drop(ctx);
     assert_clean(&log, "the child process");
+}
+
+#[test]
+fn sync_fd_export_is_a_clear_error_where_the_device_cannot() {
+    common::run_with(options(Path::Direct), "sync fd export", |ctx| {
+        let x = ctx.enqueue_create_buffer::<u32>(16).unwrap();
+        x.enqueue_fill(4).unwrap();
+        match ctx.export_sync_fd() {
+            // A device that exports sync fds: the fd is an open file.
+            Ok(fd) => {
+                let file = std::fs::File::from(fd);
+                file.metadata().unwrap();
+            }
+            // lavapipe: no VK_KHR_external_semaphore_fd.
+            Err(e) => {
+                assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+                let text = e.to_string();
+                assert!(text.contains("SYNC_FD"), "{e}");
+                assert!(text.contains("VK_KHR_external_semaphore_fd"), "{e}");
+                assert!(text.contains("synchronize()"), "{e}");
+            }
+        }
+        // The context goes on working.
+        assert_eq!(x.to_vec().unwrap(), [4; 16]);
+    });
+}
+
+#[test]
+fn release_and_acquire_hand_shared_memory_between_contexts() {
+    for path in PATHS {
+        let (a, b) = two_contexts(path);
+        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let n = 5000;
+        let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+        x.enqueue_copy_from(&pattern(n, 21)).unwrap();
+        // A hands the memory over; the release completes before B acquires.
+        x.enqueue_release_to_external().unwrap();
+        a.synchronize().unwrap();
+        let y = x.share_with(&b).unwrap();
+        y.enqueue_acquire_from_external().unwrap();
+        assert_eq!(
+            y.to_vec().unwrap(),
+            pattern(n, 21),
+            "{path:?}: B sees A's data"
+        );
+        // B writes part of it and hands it back.
+        let part = y.create_sub_buffer::<u32>(100, 200).unwrap();
+        part.enqueue_copy_from(&pattern(200, 22)).unwrap();
+        y.enqueue_release_to_external().unwrap();
+        b.synchronize().unwrap();
+        x.enqueue_acquire_from_external().unwrap();
+        let mut expected = pattern(n, 21);
+        expected[100..300].copy_from_slice(&pattern(200, 22));
+        assert_eq!(x.to_vec().unwrap(), expected, "{path:?}: A sees B's writes");
+        // A view hands over its own range.
+        let view = x.create_sub_buffer::<u32>(8, 8).unwrap();
+        view.enqueue_release_to_external().unwrap();
+        view.enqueue_acquire_from_external().unwrap();
+        view.enqueue_fill(9).unwrap();
+        assert_eq!(view.to_vec().unwrap(), [9; 8]);
+        // Memory that is not shared has no owner outside the device.
+        let plain = a.enqueue_create_buffer::<u32>(4).unwrap();
+        let e = plain.enqueue_release_to_external().unwrap_err();
+        assert!(matches!(e, Error::NotExportable { .. }), "{e}");
+        let e = plain.enqueue_acquire_from_external().unwrap_err();
+        assert!(matches!(e, Error::NotExportable { .. }), "{e}");
+        plain.enqueue_fill(1).unwrap();
+        assert_eq!(plain.to_vec().unwrap(), [1; 4]);
+        drop((x, y, part, view, plain));
+        drop((a, b));
+        assert_clean(&log_a, "the releasing context");
+        assert_clean(&log_b, "the acquiring context");
+    }
+}
+
+#[test]
+fn win32_handles_are_clear_errors_without_the_win32_extensions() {
+    let (a, b) = two_contexts(Path::Direct);
+    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let x = a.enqueue_create_exportable_buffer::<u32>(64).unwrap();
+    x.enqueue_fill(2).unwrap();
+    // lavapipe (and every driver outside Windows) has neither
+    // VK_KHR_external_memory_win32 nor VK_KHR_external_semaphore_win32.
+    let e = x.export_win32().unwrap_err();
+    assert!(matches!(e, Error::NotExportable { .. }), "{e}");
+    assert!(e.to_string().contains("Win32"), "{e}");
+    let e = x.export_fd(MemoryHandleType::OpaqueWin32).unwrap_err();
+    assert!(matches!(e, Error::NotExportable { .. }), "{e}");
+    assert!(e.to_string().contains("export_win32"), "{e}");
+    // SAFETY: 0 is no handle; nothing is closed outside Windows.
+    let handle = unsafe { Win32Handle::from_raw(0) };
+    let memory = ExportedWin32Memory {
+        handle,
+        info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueWin32, 4096),
+    };
+    let e = b.import_win32_buffer::<u32>(memory, 16).unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    assert!(
+        e.to_string().contains("VK_KHR_external_memory_win32"),
+        "{e}"
+    );
+    // An fd described as a Win32 handle is refused the same way.
+    let mut described = x.export_fd(MemoryHandleType::OpaqueFd).unwrap();
+    described.info.handle_type = MemoryHandleType::OpaqueWin32;
+    let e = b.import_buffer::<u32>(described, 16).unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    let e = a.export_semaphore_win32().unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    assert!(
+        e.to_string().contains("VK_KHR_external_semaphore_win32"),
+        "{e}"
+    );
+    let semaphore = ExportedWin32Semaphore {
+        // SAFETY: as above.
+        handle: unsafe { Win32Handle::from_raw(0) },
+        value: 1,
+        device_uuid: a.info().uuid,
+    };
+    let e = b.import_semaphore_win32(semaphore).unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    // The description of a Win32 handle travels as bytes too.
+    let info = ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueWin32, 8192);
+    assert_eq!(
+        ExternalMemoryInfo::from_bytes(&info.to_bytes()).unwrap(),
+        info
+    );
+    // Both contexts still work.
+    a.synchronize().unwrap();
+    assert_eq!(x.share_with(&b).unwrap().to_vec().unwrap(), [2; 64]);
+    drop(x);
+    drop((a, b));
+    assert_clean(&log_a, "context A");
+    assert_clean(&log_b, "context B");
+}
+
+#[test]
+fn copies_between_contexts_reuse_one_alias_freed_with_either_side() {
+    let (a, b) = two_contexts(Path::Direct);
+    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let n = 1 << 14;
+    let src = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+    let dst = b.enqueue_create_buffer::<u32>(n).unwrap();
+    assert_eq!(b.shared_aliases(), SharedAliases::default());
+    for round in 0..4u32 {
+        src.enqueue_copy_from(&pattern(n, round)).unwrap();
+        // B's device copies through its alias of A's memory.
+        dst.enqueue_copy_from(&src).unwrap();
+        assert_eq!(dst.to_vec().unwrap(), pattern(n, round));
+        // Views of the same memory go through the same alias too.
+        let half = src.create_sub_buffer::<u32>(n / 2, n / 2).unwrap();
+        let back = b.enqueue_create_buffer::<u32>(n / 2).unwrap();
+        back.enqueue_copy_from(&half).unwrap();
+        assert_eq!(back.to_vec().unwrap(), pattern(n, round)[n / 2..]);
+    }
+    // One import for all eight copies.
+    let kept = SharedAliases {
+        kept: 1,
+        imported: 1,
+    };
+    assert_eq!(b.shared_aliases(), kept);
+    assert_eq!(a.shared_aliases(), SharedAliases::default());
+
+    // The exporter goes first: once A frees its memory, B's alias goes too.
+    drop(src);
+    a.synchronize().unwrap();
+    assert_eq!(b.shared_aliases().kept, 0);
+    assert_eq!(dst.to_vec().unwrap(), pattern(n, 3));
+
+    // The importer goes first: its device destroys the alias, and the
+    // exporter goes on working with other contexts.
+    let src = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+    src.enqueue_fill(7).unwrap();
+    dst.enqueue_copy_from(&src).unwrap();
+    assert_eq!(b.shared_aliases().kept, 1);
+    assert_eq!(b.shared_aliases().imported, 2);
+    drop(dst);
+    drop(b);
+    assert_clean(&log_b, "the importing context");
+    let c = context_with(options(Path::Direct));
+    let log_c = c.validation_log();
+    let other = c.enqueue_create_buffer::<u32>(n).unwrap();
+    other.enqueue_copy_from(&src).unwrap();
+    assert_eq!(other.to_vec().unwrap(), vec![7; n]);
+    drop(src);
+    a.synchronize().unwrap();
+    assert_eq!(c.shared_aliases().kept, 0);
+    drop((other, c));
+    drop(a);
+    assert_clean(&log_a, "the exporting context");
+    assert_clean(&log_c, "the third context");
 }

@@ -19,13 +19,13 @@ use super::{Device, Timeline};
 use crate::error::{Error, Result, VkResultExt};
 
 /// Stages and accesses of everything the crate records.
-const STAGES: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
+pub(crate) const STAGES: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
     vk::PipelineStageFlags::TRANSFER.as_raw() | vk::PipelineStageFlags::COMPUTE_SHADER.as_raw(),
 );
-const WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
+pub(crate) const WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
     vk::AccessFlags::TRANSFER_WRITE.as_raw() | vk::AccessFlags::SHADER_WRITE.as_raw(),
 );
-const READS_AND_WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
+pub(crate) const READS_AND_WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
     WRITES.as_raw()
         | vk::AccessFlags::TRANSFER_READ.as_raw()
         | vk::AccessFlags::SHADER_READ.as_raw(),

@@ -693,6 +693,7 @@ impl Drop for Device {
         // is gone), and the cache is destroyed once.
         unsafe { self.raw.destroy_pipeline_cache(self.pipeline_cache, None) };
         self.release_cached_buffers();
+        self.external.release(self);
         let orphans = std::mem::take(self.orphans.get_mut().unwrap_or_else(|e| e.into_inner()));
         for raw in orphans {
             raw.destroy(self);

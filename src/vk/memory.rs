@@ -9,6 +9,7 @@ use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
 use gpu_allocator::{AllocationError, MemoryLocation};
 
 use crate::error::{Error, Result, VkResultExt};
+pub(crate) use crate::vk::HostAllocation;
 use crate::vk::{Device, MemoryUsage};
 
 /// The host address of mapped memory.
@@ -157,33 +158,14 @@ pub(crate) struct Dedicated {
 
 /// Where dedicated memory comes from.
 pub(crate) enum DedicatedKind {
-    /// Allocated here, exportable as these handle types.
-    Exportable(vk::ExternalMemoryHandleTypeFlags),
+    /// Allocated here, exportable as these handle types; the links drop
+    /// (and the aliases other devices keep of it go) with the memory.
+    Exportable(vk::ExternalMemoryHandleTypeFlags, crate::vk::AliasLinks),
     /// Imported from a handle (which the memory now holds).
     Imported,
     /// Imported from a host allocation, held here and freed (dropped)
     /// after the memory.
     Host(#[allow(dead_code)] HostAllocation),
-}
-
-/// A host allocation made with `std::alloc`, freed when dropped.
-pub(crate) struct HostAllocation {
-    pub(crate) ptr: NonNull<u8>,
-    pub(crate) layout: std::alloc::Layout,
-}
-
-// SAFETY: the allocation is plain memory owned by this value alone; it is
-// only read or written under the rules of the buffer that owns it.
-unsafe impl Send for HostAllocation {}
-// SAFETY: as above.
-unsafe impl Sync for HostAllocation {}
-
-impl Drop for HostAllocation {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` was allocated with `layout` by `std::alloc` and is
-        // freed once, here (after the device memory over it was freed).
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
-    }
 }
 
 impl Backing {

@@ -9,21 +9,35 @@ mod conv;
 mod debug;
 mod device;
 mod external;
+mod external_memory;
+mod external_semaphore;
 pub(crate) mod fault;
 mod instance;
 pub(crate) mod memory;
 pub(crate) mod pipeline;
 mod pipeline_cache;
 mod timeline;
+mod win32;
 
 pub use adapter::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, SubgroupInfo,
 };
 pub use debug::{Severity, ValidationLog, ValidationMessage};
+pub use win32::Win32Handle;
 
 pub(crate) use adapter::{Adapter, Features};
 pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
-pub(crate) use external::{buffer_support, timeline_semaphore_support};
+pub(crate) use external::{buffer_support, ownership_barrier, semaphore_support, AliasLinks};
+#[cfg(unix)]
+pub(crate) use external_memory::{export_memory_fd, fd_memory_types};
+pub(crate) use external_memory::{
+    export_memory_win32, host_memory_types, ExternalBuffer, HostAllocation, MemorySource,
+};
+pub(crate) use external_semaphore::{
+    destroy_unused_semaphore, export_semaphore_win32, import_semaphore_win32,
+};
+#[cfg(unix)]
+pub(crate) use external_semaphore::{export_semaphore_fd, export_sync_fd, import_semaphore_fd};
 pub(crate) use instance::Instance;
 pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;
 pub(crate) use timeline::Timeline;

@@ -22,16 +22,16 @@ pub(crate) struct Timeline {
 }
 
 impl Timeline {
-    /// A new timeline semaphore at value 0 on `device`, exportable as an
-    /// opaque fd where `exportable`.
-    pub(crate) fn create_semaphore(device: &Device, exportable: bool) -> Result<vk::Semaphore> {
+    /// A new timeline semaphore at value 0 on `device`, exportable as the
+    /// handle types the device offers for timelines.
+    pub(crate) fn create_semaphore(device: &Device) -> Result<vk::Semaphore> {
         let mut kind = vk::SemaphoreTypeCreateInfo::default()
             .semaphore_type(vk::SemaphoreType::TIMELINE)
             .initial_value(0);
-        let mut export = vk::ExportSemaphoreCreateInfo::default()
-            .handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
+        let types = device.timeline_export_types();
+        let mut export = vk::ExportSemaphoreCreateInfo::default().handle_types(types);
         let mut info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
-        if exportable {
+        if !types.is_empty() {
             info = info.push_next(&mut export);
         }
         crate::vk::fault::allocation(device).during("vkCreateSemaphore")?;

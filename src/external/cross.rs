@@ -1,0 +1,137 @@
+//! Copies between two contexts of one physical device through memory both
+//! share, instead of a round trip through the host; the aliases a device
+//! keeps of other devices' exportable memory for them.
+
+use std::sync::Arc;
+
+use super::import::import_alias;
+use super::memory::{common_opaque_type, export};
+use super::MemoryHandleType;
+use crate::context::DeviceContext;
+use crate::error::{Error, Result};
+use crate::resource::{BufferMemory, HostAccess};
+use crate::view::View;
+use crate::vk::memory::DedicatedKind;
+use crate::vk::AliasLinks;
+
+/// How many aliases of other devices' exportable memory a device keeps for
+/// zero-copy copies ([`DeviceContext::shared_aliases`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SharedAliases {
+    /// Aliases kept now: one per exportable buffer of another device that a
+    /// copy has gone through, until that buffer or this device goes.
+    pub kept: usize,
+    /// Aliases imported since the device was opened (a copy through a kept
+    /// alias imports nothing).
+    pub imported: u64,
+}
+
+impl DeviceContext {
+    /// The aliases of other devices' exportable memory this context's
+    /// device keeps for copies between contexts (see
+    /// [`DeviceBuffer::enqueue_copy_from`](crate::DeviceBuffer::enqueue_copy_from)).
+    pub fn shared_aliases(&self) -> SharedAliases {
+        let (kept, imported) = self.shared.device.external.aliases.counts();
+        SharedAliases { kept, imported }
+    }
+}
+
+/// The links of `view`'s memory where it is exportable as `handle_type`.
+fn exporter_links(view: &View, handle_type: MemoryHandleType) -> Option<&AliasLinks> {
+    let dedicated = view.memory.raw()?.dedicated_memory()?;
+    match &dedicated.kind {
+        DedicatedKind::Exportable(types, links) if types.contains(handle_type.flag()) => {
+            Some(links)
+        }
+        _ => None,
+    }
+}
+
+/// Copies `src` into `dst` (of equal length) on two devices of one physical
+/// device without a host round trip, where one end is exportable: the other
+/// device copies through its alias of that memory (imported on the first
+/// copy, kept for the next). Completes before it returns. `None` when
+/// neither end is exportable or the devices differ (then the caller goes
+/// through the host).
+pub(crate) fn copy_between_devices(op: &'static str, src: &View, dst: &View) -> Option<Result<()>> {
+    let (a, b) = (&src.memory.device, &dst.memory.device);
+    if a.adapter.info.uuid != b.adapter.info.uuid
+        || a.adapter.info.driver_uuid != b.adapter.info.driver_uuid
+        || src.bytes == 0
+    {
+        return None;
+    }
+    let handle_type = common_opaque_type(a, b)?;
+    // The device of the end that is not exportable runs the copy, on an
+    // alias of the exportable end.
+    let (shared, runner, write) = if exporter_links(dst, handle_type).is_some() {
+        (dst, src, true)
+    } else if exporter_links(src, handle_type).is_some() {
+        (src, dst, false)
+    } else {
+        return None;
+    };
+    Some(copy_through_alias(
+        op,
+        (src, dst),
+        (shared, runner, write),
+        handle_type,
+    ))
+}
+
+fn copy_through_alias(
+    op: &'static str,
+    (src, dst): (&View, &View),
+    (shared, runner, write): (&View, &View, bool),
+    handle_type: MemoryHandleType,
+) -> Result<()> {
+    let ctx = runner.memory.owner();
+    let device = &ctx.device;
+    let links = exporter_links(shared, handle_type).ok_or(Error::NotExportable {
+        op,
+        reason: "the shared end is not exportable".into(),
+    })?;
+    // Hold the shared end as a host borrow would: its own device's
+    // conflicting work is done first, and none can start until the copy
+    // on the other device is done. It cannot be freed meanwhile either, so
+    // its links cannot drop the alias while the copy uses it.
+    let access = if write {
+        HostAccess::Write
+    } else {
+        HostAccess::Read
+    };
+    shared.memory.borrow_host(op, access)?;
+    let result = (|| {
+        let raw = match device.external.aliases.take(links.id()) {
+            Some(raw) => raw,
+            None => {
+                let (payload, info) = export(op, shared, handle_type)?;
+                let raw = import_alias(op, device, info, payload)?;
+                device.external.aliases.note_import();
+                raw
+            }
+        };
+        // The alias is a buffer of the exporter's whole buffer, at the
+        // same offsets.
+        let alias = BufferMemory::from_raw(&ctx, Some(raw), shared.memory.size);
+        let ((s, so), (d, dof)) = if write {
+            ((&src.memory, src.offset), (&alias, dst.offset))
+        } else {
+            ((&alias, src.offset), (&dst.memory, dst.offset))
+        };
+        ctx.copy(op, (s, so), (d, dof), src.bytes)?;
+        // The alias's uses are the copy: wait for it on the host.
+        alias.wait_for_host_access(true)?;
+        // Idle again: keep it for the next copy (else it is freed as any
+        // buffer is, once its work is done).
+        if let Ok(alias) = Arc::try_unwrap(alias) {
+            if let Some(raw) = alias.into_raw() {
+                device.external.aliases.put(device, links.id(), raw);
+                links.link(device);
+            }
+        }
+        Ok(())
+    })();
+    shared.memory.release_host();
+    result
+}

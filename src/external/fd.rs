@@ -1,0 +1,132 @@
+//! Memory as POSIX file descriptors (Unix only): the export of an
+//! exportable buffer's memory as an fd and the import of an fd.
+
+use std::os::fd::OwnedFd;
+
+use bytemuck::Pod;
+
+use super::memory::{export, Payload};
+use super::{ExportedMemory, MemoryHandleType};
+use crate::buffer::DeviceBuffer;
+use crate::context::DeviceContext;
+use crate::error::{Error, Result};
+
+/// Refuses descriptors that cannot hold memory (pipes, sockets,
+/// directories, closed descriptors) and regular files (memfds) smaller
+/// than `needed`, before the driver sees them. Gives the descriptor back.
+pub(super) fn check_descriptor(
+    op: &'static str,
+    kind: &'static str,
+    fd: OwnedFd,
+    needed: u64,
+) -> Result<OwnedFd> {
+    use std::os::unix::fs::FileTypeExt;
+    let file = std::fs::File::from(fd);
+    let meta = file.metadata().map_err(|e| Error::InvalidHandle {
+        op,
+        handle_type: kind,
+        detail: format!("fstat failed: {e}"),
+    })?;
+    let t = meta.file_type();
+    let refused = if t.is_fifo() {
+        Some("a pipe")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_block_device() {
+        Some("a block device")
+    } else {
+        None
+    };
+    if let Some(what) = refused {
+        return Err(Error::InvalidHandle {
+            op,
+            handle_type: kind,
+            detail: format!("the descriptor is {what}, not memory"),
+        });
+    }
+    if t.is_file() && meta.len() < needed {
+        return Err(Error::ImportSize {
+            op,
+            needed,
+            available: meta.len(),
+        });
+    }
+    Ok(OwnedFd::from(file))
+}
+
+impl<T: Pod> DeviceBuffer<T> {
+    /// A new file descriptor of this buffer's memory, with what an importer
+    /// needs to know (size, offset of this buffer or view in the memory, the
+    /// device's UUIDs). The buffer must come from
+    /// [`DeviceContext::enqueue_create_exportable_buffer`]
+    /// ([`Error::NotExportable`] otherwise, or where the device cannot
+    /// export as `handle_type`: a Win32 handle comes from
+    /// [`export_win32`](Self::export_win32)). Work on the memory in another
+    /// context or process is not ordered against this buffer's stream:
+    /// synchronize first (see [`DeviceContext::import_buffer`]).
+    pub fn export_fd(&self, handle_type: MemoryHandleType) -> Result<ExportedMemory> {
+        let op = "DeviceBuffer::export_fd";
+        if handle_type == MemoryHandleType::OpaqueWin32 {
+            return Err(Error::NotExportable {
+                op,
+                reason: "a Win32 handle is not a file descriptor; use DeviceBuffer::export_win32"
+                    .into(),
+            });
+        }
+        match export(op, &self.view, handle_type)? {
+            (Payload::Fd(fd), info) => Ok(ExportedMemory { fd, info }),
+            (Payload::Win32(_), _) => Err(Error::NotExportable {
+                op,
+                reason: "the export gave a Win32 handle, not a file descriptor".into(),
+            }),
+        }
+    }
+}
+
+impl DeviceContext {
+    /// A buffer of `len` elements of `T` over imported memory: an fd
+    /// exported by [`DeviceBuffer::export_fd`] in this or another process,
+    /// or by another API ([`ExternalMemoryInfo::foreign`](super::ExternalMemoryInfo::foreign)). The buffer
+    /// takes the descriptor over (Vulkan owns it after a successful
+    /// import; on error it is closed).
+    ///
+    /// Checked: the exporter's device UUID (and for opaque handles its
+    /// driver UUID) against this device's ([`Error::ForeignDevice`]); the
+    /// handle type against what the device can import
+    /// ([`Error::Unsupported`]); the descriptor is not a pipe, socket or
+    /// directory and the driver accepts it ([`Error::InvalidHandle`]); the
+    /// `len` elements fit in the exported range ([`Error::ImportSize`]).
+    ///
+    /// The memory is shared, not copied: work of this context and of the
+    /// exporter on it is not ordered by vkcompute. Synchronize the writer
+    /// (`synchronize()`, [`wait_on_host_for`](Self::wait_on_host_for), or a
+    /// semaphore where the device exports them) before the other side
+    /// reads. Host transfers of the buffer go through this context's
+    /// staging buffers (the memory is never mapped), so a race between the
+    /// two devices yields unspecified element values, never undefined
+    /// behaviour in Rust code. The exporter must not shrink the memory
+    /// (a memfd truncated by another process faults the device).
+    ///
+    /// Imported into the exporter's own device (or twice into one), the
+    /// import is a second buffer over the same memory: vkcompute tracks
+    /// the two as different buffers, so it puts no barrier between work on
+    /// one and work on the other; order such work with `synchronize()`.
+    /// Use clones and views ([`DeviceBuffer::create_sub_buffer`]) to share
+    /// memory within one device.
+    pub fn import_buffer<T: Pod>(
+        &self,
+        memory: ExportedMemory,
+        len: usize,
+    ) -> Result<DeviceBuffer<T>> {
+        let ExportedMemory { fd, info } = memory;
+        super::import::import_view(
+            self,
+            "DeviceContext::import_buffer",
+            info,
+            Payload::Fd(fd),
+            len,
+        )
+    }
+}

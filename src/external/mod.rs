@@ -1,0 +1,63 @@
+//! Sharing memory beyond one context: exportable buffers and their file
+//! descriptors, buffers imported from such handles, host buffers over the
+//! user's own allocations, exported and imported timeline semaphores, and
+//! zero-copy transfers between two devices of one physical device.
+//!
+//! # Soundness
+//!
+//! Memory that another device or process can see is never handed to host
+//! code as a Rust reference: exportable and imported buffers are not mapped,
+//! so every host transfer of them goes through this context's own staging
+//! buffers, copied by its device. What another device writes while this one
+//! reads is a race on device memory (the bytes read may be old, new or torn,
+//! and every element type is `Pod`, so any bytes are valid), never a race on
+//! host memory that Rust code holds a reference to. Ordering between devices
+//! is the user's: `synchronize()` (or [`DeviceContext::wait_on_host_for`])
+//! on the writer before the reader's work, or semaphores where the device
+//! exports them.
+
+mod cross;
+#[cfg(unix)]
+mod fd;
+mod handle;
+mod host;
+mod import;
+mod memory;
+mod ownership;
+mod semaphore;
+mod win32;
+
+use crate::error::{Error, Result};
+use crate::view::check_element_size;
+
+pub(crate) use cross::copy_between_devices;
+pub use cross::SharedAliases;
+#[cfg(unix)]
+pub use handle::ExportedMemory;
+pub use handle::{
+    ExportedWin32Memory, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
+};
+pub use host::AlignedHostMemory;
+#[cfg(unix)]
+pub use semaphore::ExportedSemaphore;
+pub use semaphore::ExternalSemaphore;
+pub use win32::ExportedWin32Semaphore;
+
+fn hex(uuid: &[u8]) -> String {
+    uuid.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The byte size of `len` elements of `T`, refusing element types of no
+/// size and sizes that overflow; `what` names the buffer in errors.
+fn byte_size<T>(what: &str, len: usize) -> Result<u64> {
+    check_element_size::<T>(what)?;
+    let bytes = Error::byte_size(what, len, size_of::<T>())?;
+    bytes
+        .checked_next_multiple_of(4)
+        .ok_or_else(|| Error::SizeOverflow {
+            what: what.to_string(),
+            len,
+            elem_size: size_of::<T>(),
+        })?;
+    Ok(bytes)
+}

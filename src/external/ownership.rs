@@ -1,0 +1,80 @@
+//! Queue family ownership transfers of shared memory: the release of a
+//! buffer to `VK_QUEUE_FAMILY_EXTERNAL` before another API, process or
+//! `VkDevice` uses its memory, and the acquire that takes it back.
+
+use bytemuck::Pod;
+
+use crate::buffer::DeviceBuffer;
+use crate::error::{Error, Result};
+use crate::record::BufferAccess;
+use crate::vk::memory::DedicatedKind;
+use crate::vk::ownership_barrier;
+
+impl<T: Pod> DeviceBuffer<T> {
+    /// Enqueues the release of this buffer's (or view's) range to
+    /// `VK_QUEUE_FAMILY_EXTERNAL`: after the work enqueued before it, the
+    /// memory belongs to the users outside this device (another
+    /// `VkDevice`, process or API that imported it), which acquire it on
+    /// their side (a Vulkan consumer with a barrier from
+    /// `VK_QUEUE_FAMILY_EXTERNAL` over the same range). The Vulkan rules
+    /// for external memory: release here, make sure the release has
+    /// completed (`synchronize()`, or a semaphore), then acquire there;
+    /// without the pair the other side may see undefined contents. Enqueue
+    /// nothing on the buffer until
+    /// [`enqueue_acquire_from_external`](Self::enqueue_acquire_from_external)
+    /// takes it back.
+    ///
+    /// Errors: [`Error::NotExportable`] for a buffer whose memory is not
+    /// shared (made neither by
+    /// [`enqueue_create_exportable_buffer`](crate::DeviceContext::enqueue_create_exportable_buffer)
+    /// nor by an import).
+    pub fn enqueue_release_to_external(&self) -> Result<()> {
+        self.transfer_ownership("DeviceBuffer::enqueue_release_to_external", true)
+    }
+
+    /// Enqueues the acquire of this buffer's (or view's) range from
+    /// `VK_QUEUE_FAMILY_EXTERNAL`: the work enqueued after it sees what the
+    /// external users wrote, once they released the memory (and the
+    /// release completed before this runs: wait for them first, with
+    /// `synchronize()` on their context, a semaphore
+    /// ([`enqueue_wait_semaphore`](crate::DeviceContext::enqueue_wait_semaphore))
+    /// or the end of their process). Errors as
+    /// [`enqueue_release_to_external`](Self::enqueue_release_to_external).
+    pub fn enqueue_acquire_from_external(&self) -> Result<()> {
+        self.transfer_ownership("DeviceBuffer::enqueue_acquire_from_external", false)
+    }
+
+    fn transfer_ownership(&self, op: &'static str, release: bool) -> Result<()> {
+        let view = &self.view;
+        let Some(raw) = view.memory.raw() else {
+            return Ok(()); // an empty buffer has no memory to hand over
+        };
+        let shared = raw.dedicated_memory().is_some_and(|d| {
+            matches!(
+                d.kind,
+                DedicatedKind::Exportable(..) | DedicatedKind::Imported
+            )
+        });
+        if !shared {
+            return Err(Error::NotExportable {
+                op,
+                reason: "the buffer's memory is not shared with anything outside this device; \
+                         create it with DeviceContext::enqueue_create_exportable_buffer or \
+                         import it"
+                    .into(),
+            });
+        }
+        let ctx = view.memory.owner();
+        let range = (view.offset, view.bytes);
+        let access = [BufferAccess {
+            memory: &view.memory,
+            offset: view.offset,
+            len: view.bytes,
+            write: true,
+        }];
+        ctx.record(op, &access, |stream, cmd| {
+            ownership_barrier(stream.device(), cmd, view.memory.handle(), range, release);
+            Ok(())
+        })
+    }
+}
