@@ -35,6 +35,7 @@ mod glsl;
 mod graph;
 mod hazard;
 mod host;
+mod interop;
 mod kernel;
 mod options;
 mod record;

@@ -51,6 +51,11 @@ impl View {
         })
     }
 
+    /// The memory, offset and length of the view.
+    pub(crate) fn range(&self) -> (&Arc<BufferMemory>, u64, u64) {
+        (&self.memory, self.offset, self.bytes)
+    }
+
     /// The context whose stream runs this view's commands.
     pub(crate) fn context(&self) -> DeviceContext {
         DeviceContext {
@@ -85,7 +90,7 @@ impl View {
     /// devices share where one end is exportable and the devices are one
     /// physical device (done when this returns), else through the host.
     fn copy_between_devices(&self, op: &'static str, dst: &View) -> Result<()> {
-        match crate::external::copy_between_devices(op, self, dst) {
+        match crate::interop::copy_between_devices(op, self.range(), dst.range()) {
             Some(done) => done,
             None => self.copy_through_host(op, dst),
         }

@@ -1,60 +1,13 @@
 //! Memory as POSIX file descriptors (Unix only): the export of an
 //! exportable buffer's memory as an fd and the import of an fd.
 
-use std::os::fd::OwnedFd;
-
 use bytemuck::Pod;
 
-use super::memory::{export, Payload};
 use super::{ExportedMemory, MemoryHandleType};
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
-
-/// Refuses descriptors that cannot hold memory (pipes, sockets,
-/// directories, closed descriptors) and regular files (memfds) smaller
-/// than `needed`, before the driver sees them. Gives the descriptor back.
-pub(super) fn check_descriptor(
-    op: &'static str,
-    kind: &'static str,
-    fd: OwnedFd,
-    needed: u64,
-) -> Result<OwnedFd> {
-    use std::os::unix::fs::FileTypeExt;
-    let file = std::fs::File::from(fd);
-    let meta = file.metadata().map_err(|e| Error::InvalidHandle {
-        op,
-        handle_type: kind,
-        detail: format!("fstat failed: {e}"),
-    })?;
-    let t = meta.file_type();
-    let refused = if t.is_fifo() {
-        Some("a pipe")
-    } else if t.is_socket() {
-        Some("a socket")
-    } else if t.is_dir() {
-        Some("a directory")
-    } else if t.is_block_device() {
-        Some("a block device")
-    } else {
-        None
-    };
-    if let Some(what) = refused {
-        return Err(Error::InvalidHandle {
-            op,
-            handle_type: kind,
-            detail: format!("the descriptor is {what}, not memory"),
-        });
-    }
-    if t.is_file() && meta.len() < needed {
-        return Err(Error::ImportSize {
-            op,
-            needed,
-            available: meta.len(),
-        });
-    }
-    Ok(OwnedFd::from(file))
-}
+use crate::interop::{export, Payload};
 
 impl<T: Pod> DeviceBuffer<T> {
     /// A new file descriptor of this buffer's memory, with what an importer
@@ -75,7 +28,7 @@ impl<T: Pod> DeviceBuffer<T> {
                     .into(),
             });
         }
-        match export(op, &self.view, handle_type)? {
+        match export(op, self.view.range(), handle_type)? {
             (Payload::Fd(fd), info) => Ok(ExportedMemory { fd, info }),
             (Payload::Win32(_), _) => Err(Error::NotExportable {
                 op,

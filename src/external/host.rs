@@ -8,10 +8,10 @@ use ash::vk;
 use bytemuck::Pod;
 
 use super::byte_size;
-use super::memory::is_coherent;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
+use crate::interop::is_coherent;
 use crate::resource::BufferMemory;
 use crate::view::{dtype_name, View};
 use crate::vk::memory::{buffer_usage, Dedicated, DedicatedKind, HostAllocation, RawBuffer};

@@ -16,10 +16,9 @@
 //! on the writer before the reader's work, or semaphores where the device
 //! exports them.
 
-mod cross;
+mod aliases;
 #[cfg(unix)]
 mod fd;
-mod handle;
 mod host;
 mod import;
 mod memory;
@@ -30,22 +29,19 @@ mod win32;
 use crate::error::{Error, Result};
 use crate::view::check_element_size;
 
-pub(crate) use cross::copy_between_devices;
-pub use cross::SharedAliases;
 #[cfg(unix)]
-pub use handle::ExportedMemory;
-pub use handle::{
+pub use crate::interop::ExportedMemory;
+pub use crate::interop::{
     ExportedWin32Memory, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
 };
+pub use aliases::SharedAliases;
 pub use host::AlignedHostMemory;
 #[cfg(unix)]
 pub use semaphore::ExportedSemaphore;
 pub use semaphore::ExternalSemaphore;
 pub use win32::ExportedWin32Semaphore;
 
-fn hex(uuid: &[u8]) -> String {
-    uuid.iter().map(|b| format!("{b:02x}")).collect()
-}
+use crate::interop::hex;
 
 /// The byte size of `len` elements of `T`, refusing element types of no
 /// size and sizes that overflow; `what` names the buffer in errors.

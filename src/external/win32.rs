@@ -8,11 +8,11 @@
 use ash::vk;
 use bytemuck::Pod;
 
-use super::memory::{export, Payload};
 use super::{ExportedWin32Memory, ExternalSemaphore, MemoryHandleType};
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::Result;
+use crate::interop::{export, Payload};
 use crate::vk::{export_semaphore_win32, import_semaphore_win32, Win32Handle};
 
 /// A stream's timeline semaphore exported as an opaque Win32 handle
@@ -40,7 +40,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// `VK_KHR_external_memory_win32`, so every device outside Windows).
     pub fn export_win32(&self) -> Result<ExportedWin32Memory> {
         let op = "DeviceBuffer::export_win32";
-        match export(op, &self.view, MemoryHandleType::OpaqueWin32)? {
+        match export(op, self.view.range(), MemoryHandleType::OpaqueWin32)? {
             (Payload::Win32(handle), info) => Ok(ExportedWin32Memory { handle, info }),
             #[cfg(unix)]
             (Payload::Fd(_), _) => Err(crate::Error::NotExportable {

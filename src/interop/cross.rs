@@ -1,44 +1,22 @@
 //! Copies between two contexts of one physical device through memory both
-//! share, instead of a round trip through the host; the aliases a device
-//! keeps of other devices' exportable memory for them.
+//! share, instead of a round trip through the host, through the aliases a
+//! device keeps of other devices' exportable memory.
 
 use std::sync::Arc;
 
-use super::import::import_alias;
-use super::memory::{common_opaque_type, export};
+use super::memory::{common_opaque_type, export, import_alias};
 use super::MemoryHandleType;
-use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::resource::{BufferMemory, HostAccess};
-use crate::view::View;
 use crate::vk::memory::DedicatedKind;
 use crate::vk::AliasLinks;
 
-/// How many aliases of other devices' exportable memory a device keeps for
-/// zero-copy copies ([`DeviceContext::shared_aliases`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SharedAliases {
-    /// Aliases kept now: one per exportable buffer of another device that a
-    /// copy has gone through, until that buffer or this device goes.
-    pub kept: usize,
-    /// Aliases imported since the device was opened (a copy through a kept
-    /// alias imports nothing).
-    pub imported: u64,
-}
+/// `bytes` bytes of a memory at `offset`: one end of a copy.
+pub(crate) type Range<'a> = (&'a Arc<BufferMemory>, u64, u64);
 
-impl DeviceContext {
-    /// The aliases of other devices' exportable memory this context's
-    /// device keeps for copies between contexts (see
-    /// [`DeviceBuffer::enqueue_copy_from`](crate::DeviceBuffer::enqueue_copy_from)).
-    pub fn shared_aliases(&self) -> SharedAliases {
-        let (kept, imported) = self.shared.device.external.aliases.counts();
-        SharedAliases { kept, imported }
-    }
-}
-
-/// The links of `view`'s memory where it is exportable as `handle_type`.
-fn exporter_links(view: &View, handle_type: MemoryHandleType) -> Option<&AliasLinks> {
-    let dedicated = view.memory.raw()?.dedicated_memory()?;
+/// The links of `memory` where it is exportable as `handle_type`.
+fn exporter_links(memory: &BufferMemory, handle_type: MemoryHandleType) -> Option<&AliasLinks> {
+    let dedicated = memory.raw()?.dedicated_memory()?;
     match &dedicated.kind {
         DedicatedKind::Exportable(types, links) if types.contains(handle_type.flag()) => {
             Some(links)
@@ -53,20 +31,24 @@ fn exporter_links(view: &View, handle_type: MemoryHandleType) -> Option<&AliasLi
 /// copy, kept for the next). Completes before it returns. `None` when
 /// neither end is exportable or the devices differ (then the caller goes
 /// through the host).
-pub(crate) fn copy_between_devices(op: &'static str, src: &View, dst: &View) -> Option<Result<()>> {
-    let (a, b) = (&src.memory.device, &dst.memory.device);
+pub(crate) fn copy_between_devices(
+    op: &'static str,
+    src: Range<'_>,
+    dst: Range<'_>,
+) -> Option<Result<()>> {
+    let (a, b) = (&src.0.device, &dst.0.device);
     if a.adapter.info.uuid != b.adapter.info.uuid
         || a.adapter.info.driver_uuid != b.adapter.info.driver_uuid
-        || src.bytes == 0
+        || src.2 == 0
     {
         return None;
     }
     let handle_type = common_opaque_type(a, b)?;
     // The device of the end that is not exportable runs the copy, on an
     // alias of the exportable end.
-    let (shared, runner, write) = if exporter_links(dst, handle_type).is_some() {
+    let (shared, runner, write) = if exporter_links(dst.0, handle_type).is_some() {
         (dst, src, true)
-    } else if exporter_links(src, handle_type).is_some() {
+    } else if exporter_links(src.0, handle_type).is_some() {
         (src, dst, false)
     } else {
         return None;
@@ -81,13 +63,13 @@ pub(crate) fn copy_between_devices(op: &'static str, src: &View, dst: &View) -> 
 
 fn copy_through_alias(
     op: &'static str,
-    (src, dst): (&View, &View),
-    (shared, runner, write): (&View, &View, bool),
+    (src, dst): (Range<'_>, Range<'_>),
+    (shared, runner, write): (Range<'_>, Range<'_>, bool),
     handle_type: MemoryHandleType,
 ) -> Result<()> {
-    let ctx = runner.memory.owner();
+    let ctx = runner.0.owner();
     let device = &ctx.device;
-    let links = exporter_links(shared, handle_type).ok_or(Error::NotExportable {
+    let links = exporter_links(shared.0, handle_type).ok_or(Error::NotExportable {
         op,
         reason: "the shared end is not exportable".into(),
     })?;
@@ -100,7 +82,7 @@ fn copy_through_alias(
     } else {
         HostAccess::Read
     };
-    shared.memory.borrow_host(op, access)?;
+    shared.0.borrow_host(op, access)?;
     let result = (|| {
         let raw = match device.external.aliases.take(links.id()) {
             Some(raw) => raw,
@@ -113,13 +95,13 @@ fn copy_through_alias(
         };
         // The alias is a buffer of the exporter's whole buffer, at the
         // same offsets.
-        let alias = BufferMemory::from_raw(&ctx, Some(raw), shared.memory.size);
+        let alias = BufferMemory::from_raw(&ctx, Some(raw), shared.0.size);
         let ((s, so), (d, dof)) = if write {
-            ((&src.memory, src.offset), (&alias, dst.offset))
+            ((src.0, src.1), (&alias, dst.1))
         } else {
-            ((&alias, src.offset), (&dst.memory, dst.offset))
+            ((&alias, src.1), (dst.0, dst.1))
         };
-        ctx.copy(op, (s, so), (d, dof), src.bytes)?;
+        ctx.copy(op, (s, so), (d, dof), src.2)?;
         // The alias's uses are the copy: wait for it on the host.
         alias.wait_for_host_access(true)?;
         // Idle again: keep it for the next copy (else it is freed as any
@@ -132,6 +114,6 @@ fn copy_through_alias(
         }
         Ok(())
     })();
-    shared.memory.release_host();
+    shared.0.release_host();
     result
 }

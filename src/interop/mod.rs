@@ -1,0 +1,23 @@
+//! Memory that crosses devices, below the public API of `external`:
+//! handle types and descriptions, exportable memory and its export, buffers
+//! over imported handles, and zero-copy copies between two devices of one
+//! physical device.
+
+mod cross;
+mod handle;
+mod memory;
+
+pub(crate) use cross::copy_between_devices;
+#[cfg(unix)]
+pub use handle::ExportedMemory;
+pub use handle::{
+    ExportedWin32Memory, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
+};
+pub(crate) use memory::{
+    common_opaque_type, create_exportable, export, import_raw, is_coherent, Payload,
+};
+
+/// A UUID in hex, for error messages.
+pub(crate) fn hex(uuid: &[u8]) -> String {
+    uuid.iter().map(|b| format!("{b:02x}")).collect()
+}
