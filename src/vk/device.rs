@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 
-use super::adapter::{Adapter, Features, KernelFeatures};
+use super::adapter::{Adapter, Features};
 use super::external::{ExternalExtensions, ExternalFns};
+use super::info::KernelFeatures;
 use super::instance::Instance;
 use super::pipeline_cache::{self, DiskCache};
 use crate::error::{Error, Result, VkResultExt};

@@ -7,13 +7,14 @@ mod conv;
 mod debug;
 mod device;
 mod external;
+mod info;
 mod instance;
 mod pipeline_cache;
 
-pub use adapter::{
+pub use debug::{Severity, ValidationLog, ValidationMessage};
+pub use info::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, SubgroupInfo,
 };
-pub use debug::{Severity, ValidationLog, ValidationMessage};
 
 pub(crate) use adapter::{Adapter, Features};
 pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
