@@ -3,11 +3,11 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use ash::vk;
 
-use super::{Kernel, KernelPipeline};
+use super::{cache, Kernel, KernelPipeline};
 use crate::capabilities;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
@@ -63,183 +63,186 @@ fn check_subgroup_size(device: &Device, size: u32, local_size: [u32; 3]) -> Resu
 }
 
 impl Kernel {
+    /// Loads `entry` of `words` on `ctx`'s device: from the cache where it
+    /// was loaded before, else built (with no lock held) and cached.
     pub(super) fn load(
         ctx: &DeviceContext,
         words: &[u32],
         entry: &str,
         load: Load,
     ) -> Result<Kernel> {
-        let Load {
-            specialization,
-            pointers,
-            subgroup_size,
-            trust,
-        } = load;
         check_header(words)?;
         let device = &ctx.shared.device;
-        let mut cache = device.kernels();
-        cache.retain(|w| w.strong_count() > 0);
-        let hit = cache.iter().filter_map(Weak::upgrade).find(|k| {
-            k.entry == entry
-                && k.pointers == pointers
-                && k.subgroup_size == subgroup_size
-                && k.specialization == specialization
-                && k.words == words
-        });
-        if let Some(inner) = hit {
-            return Ok(Kernel { inner });
-        }
-        let unsupported = |reason: String| Error::UnsupportedKernel {
-            kernel: entry.to_string(),
-            reason,
-        };
-        let vulkan_1_3 = device.adapter.api_version >= vk::API_VERSION_1_3;
-        spirv_check::check_module(words, entry, vulkan_1_3, trust)?;
-        // What SPIRV-Tools lets through but drivers or layers choke on.
-        spirv_rules::check(words).map_err(|reason| Error::InvalidSpirv { reason })?;
-        let module = reflect::module_use(words);
-        if let (false, Some(found)) = (pointers, module.pointers) {
-            return Err(Error::PointerAddressing {
-                kernel: entry.to_string(),
-                found,
-            });
-        }
-        let declared = capabilities::Declared {
-            capabilities: &module.capabilities,
-            extensions: &module.extensions,
-            initialized_workgroup: module.initialized_workgroup,
-            local_size_id: module.local_size_id,
-            int64_atomics_buffer: module.int64_atomics_buffer,
-            int64_atomics_shared: module.int64_atomics_shared,
-            float_modes: &module.float_modes,
-        };
-        capabilities::check(
-            &declared,
-            &device.features,
-            &device.adapter.info.subgroup,
-            device.name(),
-        )
-        .map_err(unsupported)?;
-        // spirq is not written against hostile input: a panic is an error too.
-        let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
-            .map_err(|_| Error::InvalidSpirv {
-                reason: "the module could not be parsed".into(),
-            })?
-            .map_err(unsupported)?;
-        for (id, bytes) in &specialization {
-            match reflected.spec_constants.iter().find(|s| s.id == *id) {
-                None => {
-                    return Err(Error::Specialization {
-                        kernel: entry.to_string(),
-                        id: *id,
-                        reason: format!(
-                            "the kernel declares no such constant (it declares {:?})",
-                            reflected
-                                .spec_constants
-                                .iter()
-                                .map(|s| s.id)
-                                .collect::<Vec<_>>()
-                        ),
-                    })
-                }
-                Some(s) if s.size as usize != bytes.len() => {
-                    return Err(Error::Specialization {
-                        kernel: entry.to_string(),
-                        id: *id,
-                        reason: format!(
-                            "it is {} bytes wide but the value given has {}",
-                            s.size,
-                            bytes.len()
-                        ),
-                    })
-                }
-                Some(_) => {}
-            }
-        }
-        let frozen = spirv_rules::freeze(words, &specialization);
-        spirv_rules::check_constant_indices(&frozen).map_err(unsupported)?;
-        if frozen != words {
-            spirv_check::check_specialized(&frozen, words, entry, vulkan_1_3, trust)?;
-        }
-        let spec_u32: HashMap<u32, u32> = specialization
-            .iter()
-            .filter(|(_, b)| b.len() == 4)
-            .map(|(id, b)| (*id, u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-            .collect();
-        let local_size = reflect::local_size(words, entry, &spec_u32)
-            .ok_or_else(|| unsupported("its workgroup size could not be determined".into()))?;
-        let limits = device.limits();
-        // Three 32-bit sizes: their product fits in a u128, not a u64.
-        let invocations = local_size.iter().map(|&d| d as u128).product::<u128>();
-        if local_size.contains(&0)
-            || local_size
-                .iter()
-                .zip(limits.max_compute_work_group_size)
-                .any(|(&d, max)| d > max)
-            || invocations > limits.max_compute_work_group_invocations as u128
-        {
-            return Err(unsupported(format!(
-                "workgroup size {local_size:?} exceeds the device's maxComputeWorkGroupSize {:?} or \
-                 maxComputeWorkGroupInvocations {}",
-                limits.max_compute_work_group_size, limits.max_compute_work_group_invocations
-            )));
-        }
-        if let Some(size) = subgroup_size {
-            check_subgroup_size(device, size, local_size).map_err(unsupported)?;
-        }
-        if reflected.push_size > limits.max_push_constants_size {
-            return Err(unsupported(format!(
-                "{} bytes of push constants exceed the device's maxPushConstantsSize of {}",
-                reflected.push_size, limits.max_push_constants_size
-            )));
-        }
-        let entry_c = CString::new(entry)
-            .map_err(|_| unsupported("the entry point name contains a NUL byte".into()))?;
-        let mut map_entries = Vec::new();
-        let mut data = Vec::new();
-        for (id, bytes) in &specialization {
-            map_entries.push(vk::SpecializationMapEntry {
-                constant_id: *id,
-                offset: data.len() as u32,
-                size: bytes.len(),
-            });
-            data.extend_from_slice(bytes);
-        }
-        let spec = (!map_entries.is_empty()).then_some(Specialization {
-            entries: &map_entries,
-            data: &data,
-        });
-        let pipeline = ComputePipeline::new(
-            device,
+        let key = cache::Key {
+            device: device.id,
             words,
-            &entry_c,
-            reflected.bindings.iter().map(|b| b.binding).collect(),
-            reflected.push_size.next_multiple_of(4),
-            spec,
-            subgroup_size,
-        )
-        .map_err(|e| match e {
-            // The module passed every check here, yet the driver refused it
-            // (lavapipe fails on some modules SPIRV-Tools accepts).
-            Error::Vulkan { call, result } => {
-                unsupported(format!("the driver refused it: {call} returned {result:?}"))
-            }
-            e => e,
-        })?;
-        let inner = Arc::new(KernelPipeline {
-            device: device.clone(),
-            pipeline,
-            words: words.to_vec(),
-            entry: entry.to_string(),
-            specialization,
-            interface: reflected,
-            local_size,
-            pointers,
-            subgroup_size,
-        });
-        cache.push(Arc::downgrade(&inner));
+            entry,
+            load: &load,
+        };
+        let inner = cache::get_or_build(&key, || build(device, words, entry, &load))?;
         Ok(Kernel { inner })
     }
+}
+
+/// Checks entry point `entry` of `words` against `device` and creates its
+/// pipeline: what a load does where the cache has no such kernel.
+fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Result<KernelPipeline> {
+    #[cfg(test)]
+    super::tests::building(device.id);
+    let Load {
+        ref specialization,
+        pointers,
+        subgroup_size,
+        trust,
+    } = *load;
+    let unsupported = |reason: String| Error::UnsupportedKernel {
+        kernel: entry.to_string(),
+        reason,
+    };
+    let vulkan_1_3 = device.adapter.api_version >= vk::API_VERSION_1_3;
+    spirv_check::check_module(words, entry, vulkan_1_3, trust)?;
+    // What SPIRV-Tools lets through but drivers or layers choke on.
+    spirv_rules::check(words).map_err(|reason| Error::InvalidSpirv { reason })?;
+    let module = reflect::module_use(words);
+    if let (false, Some(found)) = (pointers, module.pointers) {
+        return Err(Error::PointerAddressing {
+            kernel: entry.to_string(),
+            found,
+        });
+    }
+    let declared = capabilities::Declared {
+        capabilities: &module.capabilities,
+        extensions: &module.extensions,
+        initialized_workgroup: module.initialized_workgroup,
+        local_size_id: module.local_size_id,
+        int64_atomics_buffer: module.int64_atomics_buffer,
+        int64_atomics_shared: module.int64_atomics_shared,
+        float_modes: &module.float_modes,
+    };
+    capabilities::check(
+        &declared,
+        &device.features,
+        &device.adapter.info.subgroup,
+        device.name(),
+    )
+    .map_err(unsupported)?;
+    // spirq is not written against hostile input: a panic is an error too.
+    let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
+        .map_err(|_| Error::InvalidSpirv {
+            reason: "the module could not be parsed".into(),
+        })?
+        .map_err(unsupported)?;
+    for (id, bytes) in specialization {
+        match reflected.spec_constants.iter().find(|s| s.id == *id) {
+            None => {
+                return Err(Error::Specialization {
+                    kernel: entry.to_string(),
+                    id: *id,
+                    reason: format!(
+                        "the kernel declares no such constant (it declares {:?})",
+                        reflected
+                            .spec_constants
+                            .iter()
+                            .map(|s| s.id)
+                            .collect::<Vec<_>>()
+                    ),
+                })
+            }
+            Some(s) if s.size as usize != bytes.len() => {
+                return Err(Error::Specialization {
+                    kernel: entry.to_string(),
+                    id: *id,
+                    reason: format!(
+                        "it is {} bytes wide but the value given has {}",
+                        s.size,
+                        bytes.len()
+                    ),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    let frozen = spirv_rules::freeze(words, specialization);
+    spirv_rules::check_constant_indices(&frozen).map_err(unsupported)?;
+    if frozen != words {
+        spirv_check::check_specialized(&frozen, words, entry, vulkan_1_3, trust)?;
+    }
+    let spec_u32: HashMap<u32, u32> = specialization
+        .iter()
+        .filter(|(_, b)| b.len() == 4)
+        .map(|(id, b)| (*id, u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+        .collect();
+    let local_size = reflect::local_size(words, entry, &spec_u32)
+        .ok_or_else(|| unsupported("its workgroup size could not be determined".into()))?;
+    let limits = device.limits();
+    // Three 32-bit sizes: their product fits in a u128, not a u64.
+    let invocations = local_size.iter().map(|&d| d as u128).product::<u128>();
+    if local_size.contains(&0)
+        || local_size
+            .iter()
+            .zip(limits.max_compute_work_group_size)
+            .any(|(&d, max)| d > max)
+        || invocations > limits.max_compute_work_group_invocations as u128
+    {
+        return Err(unsupported(format!(
+            "workgroup size {local_size:?} exceeds the device's maxComputeWorkGroupSize {:?} or \
+                 maxComputeWorkGroupInvocations {}",
+            limits.max_compute_work_group_size, limits.max_compute_work_group_invocations
+        )));
+    }
+    if let Some(size) = subgroup_size {
+        check_subgroup_size(device, size, local_size).map_err(unsupported)?;
+    }
+    if reflected.push_size > limits.max_push_constants_size {
+        return Err(unsupported(format!(
+            "{} bytes of push constants exceed the device's maxPushConstantsSize of {}",
+            reflected.push_size, limits.max_push_constants_size
+        )));
+    }
+    let entry_c = CString::new(entry)
+        .map_err(|_| unsupported("the entry point name contains a NUL byte".into()))?;
+    let mut map_entries = Vec::new();
+    let mut data = Vec::new();
+    for (id, bytes) in specialization {
+        map_entries.push(vk::SpecializationMapEntry {
+            constant_id: *id,
+            offset: data.len() as u32,
+            size: bytes.len(),
+        });
+        data.extend_from_slice(bytes);
+    }
+    let spec = (!map_entries.is_empty()).then_some(Specialization {
+        entries: &map_entries,
+        data: &data,
+    });
+    let pipeline = ComputePipeline::new(
+        device,
+        words,
+        &entry_c,
+        reflected.bindings.iter().map(|b| b.binding).collect(),
+        reflected.push_size.next_multiple_of(4),
+        spec,
+        subgroup_size,
+    )
+    .map_err(|e| match e {
+        // The module passed every check here, yet the driver refused it
+        // (lavapipe fails on some modules SPIRV-Tools accepts).
+        Error::Vulkan { call, result } => {
+            unsupported(format!("the driver refused it: {call} returned {result:?}"))
+        }
+        e => e,
+    })?;
+    Ok(KernelPipeline {
+        device: device.clone(),
+        pipeline,
+        words: words.to_vec(),
+        entry: entry.to_string(),
+        specialization: specialization.clone(),
+        interface: reflected,
+        local_size,
+        pointers,
+        subgroup_size,
+    })
 }
 
 /// SPIR-V words from bytes, in either byte order.

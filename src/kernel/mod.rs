@@ -7,11 +7,14 @@
 //! `load.rs`, dispatch checks and recording in `dispatch.rs`, and
 //! `DeviceContext::execution_time` in `timing.rs`.
 
+mod cache;
 mod dispatch;
 mod load;
+#[cfg(test)]
+mod tests;
 mod timing;
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use crate::buffer::View;
 use crate::context::DeviceContext;
@@ -382,5 +385,3 @@ impl std::fmt::Debug for Kernel {
             .finish()
     }
 }
-/// The device's cache of loaded kernels.
-pub(crate) type KernelCache = Vec<Weak<KernelPipeline>>;

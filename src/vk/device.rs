@@ -82,8 +82,6 @@ pub(crate) struct Device {
     /// batch's own (a use after free inside the driver, seen as a rare crash
     /// in the model test); they are destroyed once the device is idle.
     retired_semaphores: Mutex<Vec<vk::Semaphore>>,
-    /// User kernels loaded on this device, reused when loaded again.
-    kernels: Mutex<crate::kernel::KernelCache>,
     /// The crate's own pipelines (the fill kernel), made on first use.
     internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,
     /// Unique among the devices of this process.
@@ -383,7 +381,6 @@ impl Device {
             orphans: Mutex::new(Vec::new()),
             retired_semaphores: Mutex::new(Vec::new()),
             internal_pipelines: Mutex::new(Vec::new()),
-            kernels: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             #[cfg(feature = "fault-injection")]
             faults: Default::default(),
@@ -428,11 +425,6 @@ impl Device {
         if pipeline_cache::matches_device(&data, &self.adapter) && disk.changed(&data) {
             disk.save(&data);
         }
-    }
-
-    /// The cache of loaded kernels, locked.
-    pub(crate) fn kernels(&self) -> MutexGuard<'_, crate::kernel::KernelCache> {
-        self.kernels.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The crate's own pipeline named `name`, created by `create` on first use.
