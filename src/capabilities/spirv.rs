@@ -1,6 +1,7 @@
 //! The SPIR-V side of the capabilities table: what each capability,
 //! extension, feature-dependent construct and float-controls execution
 //! mode needs of the device.
+#![deny(unsafe_code)]
 
 use ash::vk;
 

@@ -1,5 +1,6 @@
 //! Every entry of the capabilities table, loaded with its feature and
 //! refused without it.
+#![deny(unsafe_code)]
 
 use super::spirv::FloatControl;
 use super::*;

@@ -1,6 +1,7 @@
 //! Dispatching a kernel: `DeviceContext::enqueue_function` and its
 //! checks of every argument against the kernel's interface and the
 //! device's limits.
+#![deny(unsafe_code)]
 
 use std::sync::Arc;
 
@@ -142,6 +143,10 @@ impl DeviceContext {
     ///   element types).
     ///
     /// [`DeviceBuffer::device_address`]: crate::DeviceBuffer::device_address
+    #[allow(
+        unsafe_code,
+        reason = "a public entry point whose caller answers for the kernel's addresses"
+    )]
     pub unsafe fn enqueue_function_with_addresses<P: Pod>(
         &self,
         kernel: &Kernel,

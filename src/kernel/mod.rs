@@ -6,6 +6,7 @@
 //! The public types live here; loading (checks, pipeline, the cache) is in
 //! `load.rs`, dispatch checks and recording in `dispatch.rs`, and
 //! `DeviceContext::execution_time` in `timing.rs`.
+#![deny(unsafe_code)]
 
 mod cache;
 mod dispatch;
@@ -232,6 +233,10 @@ impl KernelBuilder<'_> {
     /// The module must be valid SPIR-V for the Vulkan version of `ctx`'s
     /// device, as `spirv-val --target-env vulkan1.2` (or `vulkan1.3`) would
     /// accept it: invalid SPIR-V handed to the driver is undefined behaviour.
+    #[allow(
+        unsafe_code,
+        reason = "a public entry point whose caller vouches for the module"
+    )]
     pub unsafe fn build_unvalidated(self, ctx: &DeviceContext) -> Result<Kernel> {
         self.load(ctx, Trust::CallerVouches)
     }
@@ -289,6 +294,10 @@ impl Kernel {
     /// The module must be valid SPIR-V for the Vulkan version of `ctx`'s
     /// device, as `spirv-val --target-env vulkan1.2` (or `vulkan1.3`) would
     /// accept it: invalid SPIR-V handed to the driver is undefined behaviour.
+    #[allow(
+        unsafe_code,
+        reason = "a public entry point whose caller vouches for the module"
+    )]
     pub unsafe fn new_unvalidated(
         ctx: &DeviceContext,
         spirv: &[u32],

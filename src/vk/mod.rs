@@ -10,6 +10,7 @@ mod external;
 mod info;
 mod instance;
 mod pipeline_cache;
+mod query;
 
 pub use debug::{Severity, ValidationLog, ValidationMessage};
 pub use info::{
@@ -21,3 +22,4 @@ pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
 pub(crate) use external::{buffer_support, timeline_semaphore_support};
 pub(crate) use instance::Instance;
 pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;
+pub(crate) use query::TimestampQueries;
