@@ -2,37 +2,14 @@
 //! refused without it.
 #![deny(unsafe_code)]
 
+use super::features::FeatureSet;
 use super::spirv::FloatControl;
 use super::*;
 
-/// Features with every entry of the table on.
-fn everything() -> (Features, SubgroupInfo) {
-    let mut f = Features {
-        shader_float16: true,
-        shader_float64: true,
-        shader_int64: true,
-        shader_buffer_int64_atomics: true,
-        shader_shared_int64_atomics: true,
-        shader_int16: true,
-        shader_int8: true,
-        storage_buffer_16bit: true,
-        uniform_and_storage_buffer_16bit: true,
-        storage_push_constant_16: true,
-        storage_buffer_8bit: true,
-        uniform_and_storage_buffer_8bit: true,
-        storage_push_constant_8: true,
-        vulkan_memory_model: true,
-        vulkan_memory_model_device_scope: true,
-        buffer_device_address: true,
-        shader_integer_dot_product: true,
-        zero_initialize_workgroup_memory: true,
-        non_semantic_info: true,
-        maintenance4: true,
-        variable_pointers_storage_buffer: true,
-        variable_pointers: true,
-        ..Features::default()
-    };
-    let fc = &mut f.float_controls;
+/// Capabilities with every feature, float-controls mode and subgroup
+/// operation on.
+fn everything() -> Capabilities {
+    let mut fc = FloatControls::default();
     for widths in [
         &mut fc.denorm_preserve,
         &mut fc.denorm_flush_to_zero,
@@ -42,44 +19,21 @@ fn everything() -> (Features, SubgroupInfo) {
     ] {
         *widths = [true; 3];
     }
-    let subgroup = SubgroupInfo {
-        supported_stages: vk::ShaderStageFlags::COMPUTE,
-        supported_operations: vk::SubgroupFeatureFlags::from_raw(0xff),
-        ..SubgroupInfo::default()
-    };
-    (f, subgroup)
+    Capabilities {
+        features: FeatureSet::all(),
+        float_controls: fc,
+        subgroup_stages: vk::ShaderStageFlags::COMPUTE,
+        subgroup_operations: vk::SubgroupFeatureFlags::from_raw(0xff),
+    }
 }
 
 /// Turns off what `need` asks for.
-fn without(need: Need, f: &mut Features, s: &mut SubgroupInfo) {
-    let mut off = |feature: Feature| match feature {
-        Feature::ShaderFloat16 => f.shader_float16 = false,
-        Feature::ShaderFloat64 => f.shader_float64 = false,
-        Feature::ShaderInt64 => f.shader_int64 = false,
-        Feature::ShaderBufferInt64Atomics => f.shader_buffer_int64_atomics = false,
-        Feature::ShaderSharedInt64Atomics => f.shader_shared_int64_atomics = false,
-        Feature::ShaderInt16 => f.shader_int16 = false,
-        Feature::ShaderInt8 => f.shader_int8 = false,
-        Feature::StorageBuffer16Bit => f.storage_buffer_16bit = false,
-        Feature::UniformAndStorageBuffer16Bit => f.uniform_and_storage_buffer_16bit = false,
-        Feature::StoragePushConstant16 => f.storage_push_constant_16 = false,
-        Feature::StorageBuffer8Bit => f.storage_buffer_8bit = false,
-        Feature::UniformAndStorageBuffer8Bit => f.uniform_and_storage_buffer_8bit = false,
-        Feature::StoragePushConstant8 => f.storage_push_constant_8 = false,
-        Feature::VulkanMemoryModel => f.vulkan_memory_model_device_scope = false,
-        Feature::BufferDeviceAddress => f.buffer_device_address = false,
-        Feature::ShaderIntegerDotProduct => f.shader_integer_dot_product = false,
-        Feature::ZeroInitializeWorkgroupMemory => f.zero_initialize_workgroup_memory = false,
-        Feature::NonSemanticInfo => f.non_semantic_info = false,
-        Feature::Maintenance4 => f.maintenance4 = false,
-        Feature::VariablePointersStorageBuffer => f.variable_pointers_storage_buffer = false,
-        Feature::VariablePointers => f.variable_pointers = false,
-    };
+fn without(need: Need, c: &mut Capabilities) {
     match need {
         Need::Core | Need::Never(_) => {}
-        Need::Feature(x) => off(x),
-        Need::AnyOf(list) => list.iter().for_each(|x| off(*x)),
-        Need::Subgroup(ops) => s.supported_operations &= !ops,
+        Need::Feature(x) => c.features.remove(x),
+        Need::AnyOf(list) => list.iter().for_each(|&x| c.features.remove(x)),
+        Need::Subgroup(ops) => c.subgroup_operations &= !ops,
     }
 }
 
@@ -96,21 +50,21 @@ fn missing_name(need: Need) -> Option<String> {
 #[test]
 fn every_capability_loads_with_its_feature_and_names_it_without() {
     for &(capability, name, need) in CAPABILITIES {
-        let (mut f, mut s) = everything();
+        let mut f = everything();
         let caps = [1, capability];
         let declared = Declared {
             capabilities: &caps,
             ..Declared::default()
         };
-        let with = check(&declared, &f, &s, "dev");
+        let with = check(&declared, &f, "dev");
         if let Need::Never(_) = need {
             let e = with.expect_err(name);
             assert!(e.contains(name), "{name}: {e}");
             continue;
         }
         assert_eq!(with, Ok(()), "{name}");
-        without(need, &mut f, &mut s);
-        match (missing_name(need), check(&declared, &f, &s, "dev")) {
+        without(need, &mut f);
+        match (missing_name(need), check(&declared, &f, "dev")) {
             (None, result) => assert_eq!(result, Ok(()), "{name}"),
             (Some(feature), Err(e)) => {
                 assert!(e.contains(name), "{name}: {e}");
@@ -126,13 +80,13 @@ fn every_capability_loads_with_its_feature_and_names_it_without() {
 fn float_control_modes_need_their_property_for_their_width() {
     for &(mode, name, control) in FLOAT_MODES {
         for (slot, width) in [16u32, 32, 64].into_iter().enumerate() {
-            let (mut f, s) = everything();
+            let mut f = everything();
             let modes = [(mode, width)];
             let declared = Declared {
                 float_modes: &modes,
                 ..Declared::default()
             };
-            assert_eq!(check(&declared, &f, &s, "dev"), Ok(()), "{name} {width}");
+            assert_eq!(check(&declared, &f, "dev"), Ok(()), "{name} {width}");
             let fc = &mut f.float_controls;
             let widths = match control {
                 FloatControl::DenormPreserve => &mut fc.denorm_preserve,
@@ -142,7 +96,7 @@ fn float_control_modes_need_their_property_for_their_width() {
                 FloatControl::RoundingModeRtz => &mut fc.rounding_mode_rtz,
             };
             widths[slot] = false;
-            let e = check(&declared, &f, &s, "dev").unwrap_err();
+            let e = check(&declared, &f, "dev").unwrap_err();
             assert!(e.contains(name), "{e}");
             assert!(e.contains(&format!("Float{width}")), "{e}");
         }
@@ -151,14 +105,14 @@ fn float_control_modes_need_their_property_for_their_width() {
 
 #[test]
 fn subgroup_operations_need_the_compute_stage() {
-    let (f, mut s) = everything();
-    s.supported_stages = vk::ShaderStageFlags::FRAGMENT;
+    let mut f = everything();
+    f.subgroup_stages = vk::ShaderStageFlags::FRAGMENT;
     let caps = [61];
     let declared = Declared {
         capabilities: &caps,
         ..Declared::default()
     };
-    let e = check(&declared, &f, &s, "dev").unwrap_err();
+    let e = check(&declared, &f, "dev").unwrap_err();
     assert!(
         e.contains("GroupNonUniform") && e.contains("compute"),
         "{e}"
@@ -168,7 +122,7 @@ fn subgroup_operations_need_the_compute_stage() {
 #[test]
 fn every_extension_and_initialized_workgroup_memory_is_checked() {
     for &(extension, need) in EXTENSIONS {
-        let (mut f, mut s) = everything();
+        let mut f = everything();
         let exts = [extension.to_string()];
         let declared = Declared {
             extensions: &exts,
@@ -176,38 +130,38 @@ fn every_extension_and_initialized_workgroup_memory_is_checked() {
         };
         match need {
             Need::Never(_) => {
-                assert!(check(&declared, &f, &s, "dev").is_err(), "{extension}")
+                assert!(check(&declared, &f, "dev").is_err(), "{extension}")
             }
-            _ => assert_eq!(check(&declared, &f, &s, "dev"), Ok(()), "{extension}"),
+            _ => assert_eq!(check(&declared, &f, "dev"), Ok(()), "{extension}"),
         }
-        without(need, &mut f, &mut s);
+        without(need, &mut f);
         if let Some(feature) = missing_name(need) {
-            let e = check(&declared, &f, &s, "dev").unwrap_err();
+            let e = check(&declared, &f, "dev").unwrap_err();
             assert!(e.contains(extension) && e.contains(&feature), "{e}");
         }
     }
-    let (mut f, s) = everything();
+    let mut f = everything();
     let declared = Declared {
         initialized_workgroup: true,
         ..Declared::default()
     };
-    assert_eq!(check(&declared, &f, &s, "dev"), Ok(()));
-    f.zero_initialize_workgroup_memory = false;
-    let e = check(&declared, &f, &s, "dev").unwrap_err();
+    assert_eq!(check(&declared, &f, "dev"), Ok(()));
+    f.features.remove(Feature::ZeroInitializeWorkgroupMemory);
+    let e = check(&declared, &f, "dev").unwrap_err();
     assert!(e.contains("shaderZeroInitializeWorkgroupMemory"), "{e}");
     let declared = Declared {
         local_size_id: true,
         ..Declared::default()
     };
-    assert_eq!(check(&declared, &f, &s, "dev"), Ok(()));
-    f.maintenance4 = false;
-    let e = check(&declared, &f, &s, "dev").unwrap_err();
+    assert_eq!(check(&declared, &f, "dev"), Ok(()));
+    f.features.remove(Feature::Maintenance4);
+    let e = check(&declared, &f, "dev").unwrap_err();
     assert!(
         e.contains("LocalSizeId") && e.contains("maintenance4"),
         "{e}"
     );
     // 64-bit atomics need the feature of the memory they operate on.
-    let (mut f, s) = everything();
+    let mut f = everything();
     let buffer = Declared {
         int64_atomics_buffer: true,
         ..Declared::default()
@@ -216,17 +170,17 @@ fn every_extension_and_initialized_workgroup_memory_is_checked() {
         int64_atomics_shared: true,
         ..Declared::default()
     };
-    f.shader_shared_int64_atomics = false;
-    assert_eq!(check(&buffer, &f, &s, "dev"), Ok(()));
-    let e = check(&shared, &f, &s, "dev").unwrap_err();
+    f.features.remove(Feature::ShaderSharedInt64Atomics);
+    assert_eq!(check(&buffer, &f, "dev"), Ok(()));
+    let e = check(&shared, &f, "dev").unwrap_err();
     assert!(
         e.contains("shared memory") && e.contains("shaderSharedInt64Atomics"),
         "{e}"
     );
-    f.shader_shared_int64_atomics = true;
-    f.shader_buffer_int64_atomics = false;
-    assert_eq!(check(&shared, &f, &s, "dev"), Ok(()));
-    let e = check(&buffer, &f, &s, "dev").unwrap_err();
+    f.features.insert(Feature::ShaderSharedInt64Atomics);
+    f.features.remove(Feature::ShaderBufferInt64Atomics);
+    assert_eq!(check(&shared, &f, "dev"), Ok(()));
+    let e = check(&buffer, &f, "dev").unwrap_err();
     assert!(
         e.contains("buffer") && e.contains("shaderBufferInt64Atomics"),
         "{e}"
@@ -237,15 +191,95 @@ fn every_extension_and_initialized_workgroup_memory_is_checked() {
         capabilities: &caps,
         ..Declared::default()
     };
-    assert!(check(&unknown, &f, &s, "dev")
-        .unwrap_err()
-        .contains("99999"));
+    assert!(check(&unknown, &f, "dev").unwrap_err().contains("99999"));
     let exts = ["SPV_XYZ_unknown".to_string()];
     let unknown = Declared {
         extensions: &exts,
         ..Declared::default()
     };
-    assert!(check(&unknown, &f, &s, "dev")
+    assert!(check(&unknown, &f, "dev")
         .unwrap_err()
         .contains("SPV_XYZ_unknown"));
+}
+
+/// Each feature alone, written into the structs that enable it, reads
+/// back as that feature alone (with, on Vulkan 1.3, the non-semantic info
+/// that is core there): every row of the table has a field (or an
+/// extension) of its own, on Vulkan 1.2 and 1.3.
+#[test]
+fn each_feature_enabled_reads_back_alone() {
+    for core13 in [false, true] {
+        for &feature in Feature::ALL {
+            let mut one = FeatureSet::default();
+            one.insert(feature);
+            let mut expected = one;
+            if core13 {
+                expected.insert(Feature::NonSemanticInfo);
+            }
+            let mut structs = FeatureStructs::enabling(core13, one);
+            assert_eq!(structs.read(), expected, "{feature:?} on 1.3: {core13}");
+        }
+    }
+}
+
+/// The extensions enabled with every feature: on Vulkan 1.3 only the one
+/// that never became core; on 1.2 also those of the 1.3 features.
+#[test]
+fn features_enable_their_extensions_where_not_core() {
+    let names = |core13| {
+        let structs = FeatureStructs::enabling(core13, FeatureSet::all());
+        let mut names: Vec<String> = structs
+            .extensions()
+            .iter()
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(true), ["VK_EXT_robustness2"]);
+    assert_eq!(
+        names(false),
+        [
+            "VK_EXT_robustness2",
+            "VK_EXT_subgroup_size_control",
+            "VK_KHR_shader_integer_dot_product",
+            "VK_KHR_shader_non_semantic_info",
+            "VK_KHR_zero_initialize_workgroup_memory",
+        ]
+    );
+}
+
+/// What vkcompute enables never holds a feature without the one it
+/// requires, and synchronization2 only where asked for.
+#[test]
+fn enabled_features_come_with_what_they_require() {
+    let mut offered = everything();
+    for missing in [
+        Feature::VulkanMemoryModelDeviceScope,
+        Feature::RobustBufferAccess,
+        Feature::VariablePointersStorageBuffer,
+    ] {
+        offered.features.remove(missing);
+    }
+    let opened = offered.enabled_when_opened(false);
+    for dropped in [
+        Feature::VulkanMemoryModel,
+        Feature::RobustBufferAccess2,
+        Feature::VariablePointers,
+        Feature::Synchronization2,
+    ] {
+        assert!(!opened.has(dropped), "{dropped:?}");
+    }
+    assert!(opened.has(Feature::ShaderInt64) && opened.has(Feature::BufferDeviceAddress));
+    assert!(offered
+        .enabled_when_opened(true)
+        .has(Feature::Synchronization2));
+    // A borrowed device: robust buffer access taken as on, robustness2 as
+    // off, addresses and synchronization2 as the application says.
+    let borrowed = everything().enabled_when_borrowed(false, true);
+    assert!(borrowed.has(Feature::RobustBufferAccess));
+    assert!(!borrowed.has(Feature::RobustBufferAccess2));
+    assert!(!borrowed.has(Feature::BufferDeviceAddress));
+    assert!(borrowed.has(Feature::Synchronization2));
+    assert!(borrowed.has(Feature::VulkanMemoryModel));
 }

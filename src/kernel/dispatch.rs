@@ -11,6 +11,7 @@ use smallvec::SmallVec;
 
 use super::{Grid, Kernel, KernelArg, KernelPipeline};
 use crate::buffer::View;
+use crate::capabilities::Feature;
 use crate::context::{BufferAccess, DeviceContext};
 use crate::error::{Error, Result};
 use crate::pipeline;
@@ -35,10 +36,10 @@ pub(crate) struct CheckedDispatch<'a> {
 pub(crate) fn write_extent(device: &Device, view: &View) -> (u64, u64) {
     let end = view.offset + view.bytes;
     let f = &device.features;
-    if f.robust_buffer_access2 {
+    if f.has(Feature::RobustBufferAccess2) {
         let padded = end.next_multiple_of(4).min(view.memory.size.max(end));
         (view.offset, padded - view.offset)
-    } else if f.robust_buffer_access {
+    } else if f.has(Feature::RobustBufferAccess) {
         (0, view.memory.size.max(end))
     } else {
         (view.offset, view.bytes)

@@ -9,6 +9,7 @@ use std::str::FromStr;
 use ash::vk;
 
 use super::conv;
+use crate::capabilities::{Capabilities, Feature};
 
 /// What kind of processor a device is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -198,6 +199,34 @@ pub struct KernelFeatures {
     pub zero_initialize_workgroup_memory: bool,
     /// `subgroupSizeControl`: kernels may require a subgroup size (Vulkan 1.3 or `VK_EXT_subgroup_size_control`).
     pub subgroup_size_control: bool,
+}
+
+impl KernelFeatures {
+    /// The public view of what a device enabled.
+    pub(crate) fn of(enabled: &Capabilities) -> Self {
+        let on = |feature| enabled.has(feature);
+        KernelFeatures {
+            robust_buffer_access: on(Feature::RobustBufferAccess),
+            robust_buffer_access2: on(Feature::RobustBufferAccess2),
+            vulkan_memory_model: on(Feature::VulkanMemoryModel),
+            vulkan_memory_model_device_scope: on(Feature::VulkanMemoryModelDeviceScope),
+            buffer_device_address: on(Feature::BufferDeviceAddress),
+            shader_float16: on(Feature::ShaderFloat16),
+            shader_float64: on(Feature::ShaderFloat64),
+            shader_int8: on(Feature::ShaderInt8),
+            shader_int16: on(Feature::ShaderInt16),
+            shader_int64: on(Feature::ShaderInt64),
+            storage_buffer_8bit: on(Feature::StorageBuffer8Bit),
+            storage_buffer_16bit: on(Feature::StorageBuffer16Bit),
+            storage_push_constant_8: on(Feature::StoragePushConstant8),
+            storage_push_constant_16: on(Feature::StoragePushConstant16),
+            shader_buffer_int64_atomics: on(Feature::ShaderBufferInt64Atomics),
+            shader_shared_int64_atomics: on(Feature::ShaderSharedInt64Atomics),
+            shader_integer_dot_product: on(Feature::ShaderIntegerDotProduct),
+            zero_initialize_workgroup_memory: on(Feature::ZeroInitializeWorkgroupMemory),
+            subgroup_size_control: on(Feature::SubgroupSizeControl),
+        }
+    }
 }
 
 impl fmt::Display for DeviceInfo {

@@ -17,7 +17,7 @@ pub use info::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, SubgroupInfo,
 };
 
-pub(crate) use adapter::{Adapter, Features};
+pub(crate) use adapter::Adapter;
 pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
 pub(crate) use external::{buffer_support, timeline_semaphore_support};
 pub(crate) use instance::Instance;
