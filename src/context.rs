@@ -360,11 +360,11 @@ impl std::fmt::Debug for DeviceContext {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A context on lavapipe with validation on and no pipeline cache on disk.
-    fn validated_context() -> DeviceContext {
+    pub(crate) fn validated_context() -> DeviceContext {
         DeviceContext::with_options(
             ContextOptions::new()
                 .validation(true)

@@ -25,6 +25,7 @@
 //! and in the crate, `include!(concat!(env!("OUT_DIR"), "/shaders.rs"));`
 //! defines one `pub static NAME: &[u32]` per `shaders/name.comp`, ready for
 //! `Kernel::new(&ctx, NAME, "main")`.
+#![deny(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 

@@ -2,6 +2,7 @@
 //! SPIRV-Tools (feature `validate`), one of the shipped kernels (validated
 //! when they were compiled, see build.rs), or one the caller vouched for
 //! through an `unsafe` loader.
+#![deny(unsafe_code)]
 
 use crate::error::{Error, Result};
 

@@ -1,318 +1,14 @@
 //! Physical devices: what each one is and can do, and which one to use.
 
 use std::ffi::{CStr, CString};
-use std::fmt;
-use std::str::FromStr;
 
 use ash::vk;
 
 use super::conv;
+use super::info::{ComputeLimits, DeviceInfo, DeviceSelector, SubgroupInfo};
 use super::instance::Instance;
+use crate::capabilities::{Capabilities, Feature, FeatureStructs, FloatControls};
 use crate::error::{Error, Result, VkResultExt};
-
-/// What kind of processor a device is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DeviceKind {
-    /// A GPU with its own memory.
-    DiscreteGpu,
-    /// A GPU sharing memory with the CPU.
-    IntegratedGpu,
-    /// A GPU of a virtual machine.
-    VirtualGpu,
-    /// The CPU itself (lavapipe, SwiftShader).
-    Cpu,
-    /// Anything else.
-    Other,
-}
-
-impl fmt::Display for DeviceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DeviceKind::DiscreteGpu => "discrete GPU",
-            DeviceKind::IntegratedGpu => "integrated GPU",
-            DeviceKind::VirtualGpu => "virtual GPU",
-            DeviceKind::Cpu => "CPU",
-            DeviceKind::Other => "other",
-        })
-    }
-}
-
-/// A Vulkan device as [`DeviceContext::devices`](crate::DeviceContext::devices) lists it.
-#[derive(Clone, Debug)]
-pub struct DeviceInfo {
-    /// Its position in the loader's list: what `VKCOMPUTE_DEVICE=<index>` selects.
-    pub index: usize,
-    /// The device name, such as `llvmpipe (LLVM 15.0.6, 256 bits)`.
-    pub name: String,
-    /// Discrete, integrated, virtual, CPU.
-    pub kind: DeviceKind,
-    /// The driver's name and version information.
-    pub driver: String,
-    /// The Vulkan version the device implements, as `major.minor.patch`.
-    pub api_version: String,
-    /// Bytes in the device's device-local memory heaps.
-    pub memory_bytes: u64,
-    /// Why vkcompute cannot use the device, or `None` when it can.
-    pub unsupported: Option<String>,
-    /// What is enabled on the opened device that bears on what kernels may
-    /// do: `Some` in [`DeviceContext::info`](crate::DeviceContext::info),
-    /// `None` in a [`DeviceContext::devices`](crate::DeviceContext::devices)
-    /// listing, which opens no device.
-    pub enabled: Option<KernelFeatures>,
-    /// `deviceUUID`: the same for every `VkDevice` opened on this physical
-    /// device, in every process and API (CUDA, OpenCL, other Vulkan
-    /// instances) that reports it. Memory exported from one device can be
-    /// imported only where this matches.
-    pub uuid: [u8; 16],
-    /// `driverUUID`: opaque handles (opaque file descriptors) move only
-    /// between drivers that report the same value.
-    pub driver_uuid: [u8; 16],
-    /// `deviceLUID` where the device reports one (on Windows, mostly).
-    pub luid: Option<[u8; 8]>,
-    /// Subgroups: sizes, and the stages and operations they support.
-    pub subgroup: SubgroupInfo,
-    /// The limits of compute dispatches on the device.
-    pub limits: ComputeLimits,
-}
-
-/// A device's subgroups (Vulkan 1.1 subgroup properties, and subgroup size
-/// control from Vulkan 1.3 or `VK_EXT_subgroup_size_control`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SubgroupInfo {
-    /// The default subgroup size (`subgroupSize`).
-    pub size: u32,
-    /// The smallest size a kernel may require (`minSubgroupSize`; `size`
-    /// where the device has no subgroup size control).
-    pub min_size: u32,
-    /// The largest size a kernel may require (`maxSubgroupSize`).
-    pub max_size: u32,
-    /// The shader stages with subgroup operations (`supportedStages`).
-    pub supported_stages: ash::vk::ShaderStageFlags,
-    /// The classes of subgroup operations supported (`supportedOperations`):
-    /// basic, vote, arithmetic, ballot, shuffle, shuffle relative,
-    /// clustered, quad.
-    pub supported_operations: ash::vk::SubgroupFeatureFlags,
-    /// Whether a kernel may require a subgroup size
-    /// ([`KernelBuilder::subgroup_size`](crate::KernelBuilder::subgroup_size)):
-    /// the device has `subgroupSizeControl` and lists compute in
-    /// `requiredSubgroupSizeStages`.
-    pub size_control: bool,
-    /// The stages in which a subgroup size may be required
-    /// (`requiredSubgroupSizeStages`).
-    pub required_size_stages: ash::vk::ShaderStageFlags,
-    /// The most subgroups in one workgroup (`maxComputeWorkgroupSubgroups`;
-    /// 0 where the device does not say).
-    pub max_compute_workgroup_subgroups: u32,
-}
-
-/// The limits of compute work on a device (from `VkPhysicalDeviceLimits`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ComputeLimits {
-    /// `maxComputeWorkGroupSize`: the largest workgroup in x, y and z.
-    pub max_workgroup_size: [u32; 3],
-    /// `maxComputeWorkGroupCount`: the most workgroups of one dispatch in
-    /// x, y and z.
-    pub max_workgroup_count: [u32; 3],
-    /// `maxComputeWorkGroupInvocations`: the most invocations of one workgroup.
-    pub max_workgroup_invocations: u32,
-    /// `maxComputeSharedMemorySize`: bytes of `shared` memory per workgroup.
-    pub max_shared_memory_bytes: u32,
-    /// `maxPushConstantsSize`: bytes of push constants.
-    pub max_push_constants_bytes: u32,
-    /// `maxStorageBufferRange`: the most bytes one binding may cover.
-    pub max_storage_buffer_range: u32,
-    /// `minStorageBufferOffsetAlignment`: a bound view's offset is a
-    /// multiple of it.
-    pub min_storage_buffer_offset_alignment: u64,
-}
-
-impl ComputeLimits {
-    fn from_limits(l: &vk::PhysicalDeviceLimits) -> Self {
-        ComputeLimits {
-            max_workgroup_size: l.max_compute_work_group_size,
-            max_workgroup_count: l.max_compute_work_group_count,
-            max_workgroup_invocations: l.max_compute_work_group_invocations,
-            max_shared_memory_bytes: l.max_compute_shared_memory_size,
-            max_push_constants_bytes: l.max_push_constants_size,
-            max_storage_buffer_range: l.max_storage_buffer_range,
-            min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
-        }
-    }
-}
-
-/// Device features that decide what a kernel's memory accesses can do, as
-/// enabled on an opened device.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct KernelFeatures {
-    /// `robustBufferAccess`: a kernel's out-of-range access of a storage
-    /// buffer stays inside that buffer (a write may land anywhere in the
-    /// [`DeviceBuffer`](crate::DeviceBuffer) the bound view belongs to, or
-    /// be dropped; a read returns data of that buffer or zero). Enabled
-    /// wherever the device has it.
-    pub robust_buffer_access: bool,
-    /// `robustBufferAccess2` (`VK_EXT_robustness2`): out-of-range writes
-    /// are dropped and out-of-range reads return zero (the range of a bound
-    /// view counts as rounded up to at most 4 bytes). Enabled wherever the
-    /// device has it.
-    pub robust_buffer_access2: bool,
-    /// `vulkanMemoryModel`: enabled only together with
-    /// `vulkanMemoryModelDeviceScope`, since with the first alone no kernel
-    /// may use Device-scope memory operations (which every GLSL buffer
-    /// atomic is).
-    pub vulkan_memory_model: bool,
-    /// `vulkanMemoryModelDeviceScope`.
-    pub vulkan_memory_model_device_scope: bool,
-    /// `bufferDeviceAddress`: buffers have device addresses, which only
-    /// kernels dispatched through the `unsafe` pointer path may use.
-    pub buffer_device_address: bool,
-    // What kernels' capabilities need, enabled wherever the device has it
-    // (see `Kernel`): each field is the Vulkan feature named.
-    /// `shaderFloat16`: 16-bit float arithmetic (`Float16`).
-    pub shader_float16: bool,
-    /// `shaderFloat64` (`Float64`).
-    pub shader_float64: bool,
-    /// `shaderInt8` (`Int8`).
-    pub shader_int8: bool,
-    /// `shaderInt16` (`Int16`).
-    pub shader_int16: bool,
-    /// `shaderInt64` (`Int64`).
-    pub shader_int64: bool,
-    /// `storageBuffer8BitAccess`: 8-bit values in buffers.
-    pub storage_buffer_8bit: bool,
-    /// `storageBuffer16BitAccess`: 16-bit values in buffers.
-    pub storage_buffer_16bit: bool,
-    /// `storagePushConstant8`: 8-bit push-constant members.
-    pub storage_push_constant_8: bool,
-    /// `storagePushConstant16`: 16-bit push-constant members.
-    pub storage_push_constant_16: bool,
-    /// `shaderBufferInt64Atomics`: 64-bit atomics on buffers.
-    pub shader_buffer_int64_atomics: bool,
-    /// `shaderSharedInt64Atomics`: 64-bit atomics on shared memory.
-    pub shader_shared_int64_atomics: bool,
-    /// `shaderIntegerDotProduct` (Vulkan 1.3 or `VK_KHR_shader_integer_dot_product`).
-    pub shader_integer_dot_product: bool,
-    /// `shaderZeroInitializeWorkgroupMemory`: initialized `shared` variables (Vulkan 1.3 or `VK_KHR_zero_initialize_workgroup_memory`).
-    pub zero_initialize_workgroup_memory: bool,
-    /// `subgroupSizeControl`: kernels may require a subgroup size (Vulkan 1.3 or `VK_EXT_subgroup_size_control`).
-    pub subgroup_size_control: bool,
-}
-
-impl fmt::Display for DeviceInfo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} ({}, driver {}, Vulkan {}, {})",
-            self.index,
-            self.name,
-            self.kind,
-            self.driver,
-            self.api_version,
-            conv::bytes_string(self.memory_bytes)
-        )?;
-        if let Some(reason) = &self.unsupported {
-            write!(f, " [unusable: {reason}]")?;
-        }
-        Ok(())
-    }
-}
-
-/// Which device a context should use.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeviceSelector {
-    /// The device at this index of [`DeviceContext::devices`](crate::DeviceContext::devices).
-    Index(usize),
-    /// The most preferred device whose name contains this text (ignoring case).
-    Name(String),
-}
-
-impl FromStr for DeviceSelector {
-    type Err = std::convert::Infallible;
-
-    /// A number selects by index, anything else by name.
-    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        let s = s.trim();
-        Ok(match s.parse::<usize>() {
-            Ok(i) => DeviceSelector::Index(i),
-            Err(_) => DeviceSelector::Name(s.to_string()),
-        })
-    }
-}
-
-impl From<usize> for DeviceSelector {
-    fn from(i: usize) -> Self {
-        DeviceSelector::Index(i)
-    }
-}
-
-impl From<&str> for DeviceSelector {
-    fn from(s: &str) -> Self {
-        s.parse().unwrap_or_else(|never| match never {})
-    }
-}
-
-/// The optional features vkcompute enables where a device has them.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Features {
-    pub(crate) shader_int64: bool,
-    pub(crate) shader_float64: bool,
-    pub(crate) shader_int16: bool,
-    pub(crate) storage_buffer_16bit: bool,
-    pub(crate) uniform_and_storage_buffer_16bit: bool,
-    pub(crate) storage_buffer_8bit: bool,
-    pub(crate) uniform_and_storage_buffer_8bit: bool,
-    pub(crate) shader_float16: bool,
-    pub(crate) shader_int8: bool,
-    pub(crate) buffer_device_address: bool,
-    pub(crate) host_query_reset: bool,
-    pub(crate) scalar_block_layout: bool,
-    pub(crate) vulkan_memory_model: bool,
-    pub(crate) vulkan_memory_model_device_scope: bool,
-    pub(crate) shader_buffer_int64_atomics: bool,
-    pub(crate) shader_shared_int64_atomics: bool,
-    pub(crate) storage_push_constant_16: bool,
-    pub(crate) storage_push_constant_8: bool,
-    pub(crate) shader_integer_dot_product: bool,
-    pub(crate) zero_initialize_workgroup_memory: bool,
-    /// `VK_KHR_shader_non_semantic_info` (core in Vulkan 1.3).
-    pub(crate) non_semantic_info: bool,
-    pub(crate) subgroup_size_control: bool,
-    pub(crate) compute_full_subgroups: bool,
-    /// `maintenance4` (Vulkan 1.3; `LocalSizeId` needs it).
-    pub(crate) maintenance4: bool,
-    /// Variable pointers (Vulkan 1.1), which only kernels of the unsafe
-    /// pointer path may use.
-    pub(crate) variable_pointers_storage_buffer: bool,
-    pub(crate) variable_pointers: bool,
-    /// Float-controls properties (not features: always "enabled").
-    pub(crate) float_controls: FloatControls,
-    pub(crate) robust_buffer_access: bool,
-    pub(crate) robust_buffer_access2: bool,
-    pub(crate) timeline_semaphore: bool,
-    pub(crate) synchronization2: bool,
-}
-
-/// The float-controls properties, each for 16-, 32- and 64-bit floats.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct FloatControls {
-    pub(crate) denorm_preserve: [bool; 3],
-    pub(crate) denorm_flush_to_zero: [bool; 3],
-    pub(crate) signed_zero_inf_nan_preserve: [bool; 3],
-    pub(crate) rounding_mode_rte: [bool; 3],
-    pub(crate) rounding_mode_rtz: [bool; 3],
-}
-
-/// Features of Vulkan 1.3 that a Vulkan 1.2 device offers through
-/// extensions: which of those extensions to enable.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct FeatureExtensions {
-    pub(crate) integer_dot_product: bool,
-    pub(crate) zero_initialize_workgroup_memory: bool,
-    pub(crate) subgroup_size_control: bool,
-    pub(crate) non_semantic_info: bool,
-}
 
 /// The compute queue family chosen on a device.
 #[derive(Clone, Copy, Debug)]
@@ -330,15 +26,14 @@ pub(crate) struct Adapter {
     pub(crate) limits: vk::PhysicalDeviceLimits,
     pub(crate) memory: vk::PhysicalDeviceMemoryProperties,
     pub(crate) extensions: Vec<CString>,
-    pub(crate) features: Features,
+    /// What the device offers kernels (probed once; a device enables
+    /// what it uses of it: `Capabilities::enabled_when_opened`).
+    pub(crate) capabilities: Capabilities,
     pub(crate) queue_family: Option<QueueFamily>,
     /// `maxMemoryAllocationSize` (Vulkan 1.1).
     pub(crate) max_allocation_size: u64,
     /// `maxBufferSize` (Vulkan 1.3), where the device reports it.
     pub(crate) max_buffer_size: Option<u64>,
-    /// The extensions to enable for features a Vulkan 1.2 device offers
-    /// that way (all off on Vulkan 1.3, where the features are core).
-    pub(crate) feature_extensions: FeatureExtensions,
     /// `vendorID`, `deviceID` and `pipelineCacheUUID`: what a pipeline
     /// cache's header must match.
     pub(crate) vendor_id: u32,
@@ -373,23 +68,13 @@ impl Adapter {
             .filter_map(|p| p.extension_name_as_c_str().ok().map(CStr::to_owned))
             .collect();
         let has = |name: &CStr| extensions.iter().any(|e| e.as_c_str() == name);
-        let has_robustness2 = has(ash::ext::robustness2::NAME);
         let is_v13 = api_version >= vk::API_VERSION_1_3;
-        let feature_extensions = FeatureExtensions {
-            integer_dot_product: !is_v13
-                && new_enough
-                && has(ash::khr::shader_integer_dot_product::NAME),
-            zero_initialize_workgroup_memory: !is_v13
-                && new_enough
-                && has(ash::khr::zero_initialize_workgroup_memory::NAME),
-            subgroup_size_control: !is_v13
-                && new_enough
-                && has(ash::ext::subgroup_size_control::NAME),
-            non_semantic_info: !is_v13
-                && new_enough
-                && has(ash::khr::shader_non_semantic_info::NAME),
-        };
-        let size_control_props = is_v13 || feature_extensions.subgroup_size_control;
+        // Feature extensions only of Vulkan 1.2 devices (vkcompute uses no other).
+        let mut structs = FeatureStructs::probing(is_v13, |name| new_enough && has(name));
+        let size_control_props = is_v13
+            || structs
+                .extensions()
+                .contains(&ash::ext::subgroup_size_control::NAME);
 
         let mut driver = vk::PhysicalDeviceDriverProperties::default();
         let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
@@ -423,105 +108,22 @@ impl Adapter {
         unsafe { vki.get_physical_device_properties2(raw, &mut props2) };
         let properties = props2.properties;
 
-        let mut features = Features::default();
+        let mut features = Default::default();
         if new_enough {
-            let mut v11 = vk::PhysicalDeviceVulkan11Features::default();
-            let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
-            let mut v13 = vk::PhysicalDeviceVulkan13Features::default();
-            let mut robustness2 = vk::PhysicalDeviceRobustness2FeaturesEXT::default();
-            let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
-            let mut zero = vk::PhysicalDeviceZeroInitializeWorkgroupMemoryFeatures::default();
-            let mut sizes = vk::PhysicalDeviceSubgroupSizeControlFeatures::default();
-            let mut f2 = vk::PhysicalDeviceFeatures2::default()
-                .push_next(&mut v11)
-                .push_next(&mut v12);
-            if api_version >= vk::API_VERSION_1_3 {
-                f2 = f2.push_next(&mut v13);
-            }
-            if has_robustness2 {
-                f2 = f2.push_next(&mut robustness2);
-            }
-            if feature_extensions.integer_dot_product {
-                f2 = f2.push_next(&mut dot);
-            }
-            if feature_extensions.zero_initialize_workgroup_memory {
-                f2 = f2.push_next(&mut zero);
-            }
-            if feature_extensions.subgroup_size_control {
-                f2 = f2.push_next(&mut sizes);
-            }
+            let mut f2 = structs.chain();
             // SAFETY: the chain holds only structs of the device's API version
             // and of extensions it offers.
             unsafe { vki.get_physical_device_features2(raw, &mut f2) };
             let v10 = f2.features;
-            let on = |b: vk::Bool32| b == vk::TRUE;
-            features = Features {
-                shader_int64: on(v10.shader_int64),
-                shader_float64: on(v10.shader_float64),
-                shader_int16: on(v10.shader_int16),
-                storage_buffer_16bit: on(v11.storage_buffer16_bit_access),
-                uniform_and_storage_buffer_16bit: on(v11.uniform_and_storage_buffer16_bit_access),
-                storage_buffer_8bit: on(v12.storage_buffer8_bit_access),
-                uniform_and_storage_buffer_8bit: on(v12.uniform_and_storage_buffer8_bit_access),
-                shader_float16: on(v12.shader_float16),
-                shader_int8: on(v12.shader_int8),
-                buffer_device_address: on(v12.buffer_device_address),
-                host_query_reset: on(v12.host_query_reset),
-                scalar_block_layout: on(v12.scalar_block_layout),
-                vulkan_memory_model: on(v12.vulkan_memory_model),
-                vulkan_memory_model_device_scope: on(v12.vulkan_memory_model_device_scope),
-                shader_buffer_int64_atomics: on(v12.shader_buffer_int64_atomics),
-                shader_shared_int64_atomics: on(v12.shader_shared_int64_atomics),
-                storage_push_constant_16: on(v11.storage_push_constant16),
-                storage_push_constant_8: on(v12.storage_push_constant8),
-                shader_integer_dot_product: on(v13.shader_integer_dot_product)
-                    || on(dot.shader_integer_dot_product),
-                zero_initialize_workgroup_memory: on(v13.shader_zero_initialize_workgroup_memory)
-                    || on(zero.shader_zero_initialize_workgroup_memory),
-                non_semantic_info: is_v13 || feature_extensions.non_semantic_info,
-                subgroup_size_control: on(v13.subgroup_size_control)
-                    || on(sizes.subgroup_size_control),
-                compute_full_subgroups: on(v13.compute_full_subgroups)
-                    || on(sizes.compute_full_subgroups),
-                maintenance4: on(v13.maintenance4),
-                variable_pointers_storage_buffer: on(v11.variable_pointers_storage_buffer),
-                variable_pointers: on(v11.variable_pointers),
-                float_controls: {
-                    let fc = &float_controls;
-                    FloatControls {
-                        denorm_preserve: [
-                            on(fc.shader_denorm_preserve_float16),
-                            on(fc.shader_denorm_preserve_float32),
-                            on(fc.shader_denorm_preserve_float64),
-                        ],
-                        denorm_flush_to_zero: [
-                            on(fc.shader_denorm_flush_to_zero_float16),
-                            on(fc.shader_denorm_flush_to_zero_float32),
-                            on(fc.shader_denorm_flush_to_zero_float64),
-                        ],
-                        signed_zero_inf_nan_preserve: [
-                            on(fc.shader_signed_zero_inf_nan_preserve_float16),
-                            on(fc.shader_signed_zero_inf_nan_preserve_float32),
-                            on(fc.shader_signed_zero_inf_nan_preserve_float64),
-                        ],
-                        rounding_mode_rte: [
-                            on(fc.shader_rounding_mode_rte_float16),
-                            on(fc.shader_rounding_mode_rte_float32),
-                            on(fc.shader_rounding_mode_rte_float64),
-                        ],
-                        rounding_mode_rtz: [
-                            on(fc.shader_rounding_mode_rtz_float16),
-                            on(fc.shader_rounding_mode_rtz_float32),
-                            on(fc.shader_rounding_mode_rtz_float64),
-                        ],
-                    }
-                },
-                robust_buffer_access: on(v10.robust_buffer_access),
-                robust_buffer_access2: has_robustness2 && on(robustness2.robust_buffer_access2),
-                timeline_semaphore: on(v12.timeline_semaphore),
-                synchronization2: api_version >= vk::API_VERSION_1_3 && on(v13.synchronization2),
-            };
+            structs.set_v10(v10);
+            features = structs.read();
         }
+        let capabilities = Capabilities {
+            features,
+            float_controls: FloatControls::from_properties(&float_controls),
+            subgroup_stages: subgroup_props.supported_stages,
+            subgroup_operations: subgroup_props.supported_operations,
+        };
 
         // SAFETY: `raw` comes from this instance's enumeration.
         let families = unsafe { vki.get_physical_device_queue_family_properties(raw) };
@@ -560,7 +162,7 @@ impl Adapter {
                 "it implements Vulkan {} and vkcompute needs 1.2",
                 conv::version_string(basic.api_version)
             ))
-        } else if !features.timeline_semaphore {
+        } else if !capabilities.has(Feature::TimelineSemaphore) {
             Some("it has no timeline semaphores".to_string())
         } else if queue_family.is_none() {
             Some("it has no compute queue".to_string())
@@ -593,7 +195,7 @@ impl Adapter {
                     },
                     supported_stages: subgroup_props.supported_stages,
                     supported_operations: subgroup_props.supported_operations,
-                    size_control: features.subgroup_size_control
+                    size_control: capabilities.has(Feature::SubgroupSizeControl)
                         && size_control
                             .required_subgroup_size_stages
                             .contains(vk::ShaderStageFlags::COMPUTE),
@@ -609,12 +211,11 @@ impl Adapter {
             limits: properties.limits,
             memory,
             extensions,
-            features,
+            capabilities,
             queue_family,
             max_allocation_size: maintenance3.max_memory_allocation_size,
             max_buffer_size: (api_version >= vk::API_VERSION_1_3)
                 .then_some(maintenance4.max_buffer_size),
-            feature_extensions,
             vendor_id: properties.vendor_id,
             device_id: properties.device_id,
             pipeline_cache_uuid: properties.pipeline_cache_uuid,

@@ -9,12 +9,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
 
-use super::adapter::{Adapter, Features, KernelFeatures};
+use super::adapter::Adapter;
 use super::external::{ExternalExtensions, ExternalFns};
+use super::info::KernelFeatures;
 use super::instance::Instance;
 use super::memory::{BufferCache, RawBuffer};
 use super::pipeline::ComputePipeline;
 use super::pipeline_cache::{self, DiskCache};
+use crate::capabilities::{Capabilities, Feature, FeatureStructs};
 use crate::error::{Error, Result, VkResultExt};
 
 /// The most queues a device context spreads its streams over.
@@ -60,7 +62,7 @@ pub(crate) struct Device {
     pub(crate) buffer_device_address: bool,
     /// The optional features enabled on the device (for a borrowed device,
     /// those the application is taken to have enabled: see `borrowed`).
-    pub(crate) features: Features,
+    pub(crate) features: Capabilities,
     memory_budget: bool,
     /// The sharing extensions enabled, and their functions.
     pub(crate) external: ExternalFns,
@@ -81,8 +83,6 @@ pub(crate) struct Device {
     /// batch's own (a use after free inside the driver, seen as a rare crash
     /// in the model test); they are destroyed once the device is idle.
     retired_semaphores: Mutex<Vec<vk::Semaphore>>,
-    /// User kernels loaded on this device, reused when loaded again.
-    kernels: Mutex<crate::kernel::KernelCache>,
     /// The crate's own pipelines (the fill kernel), made on first use.
     internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,
     /// Unique among the devices of this process.
@@ -134,115 +134,19 @@ impl Device {
             extensions.push(ash::khr::portability_subset::NAME.as_ptr());
         }
 
-        let f = adapter.features;
-        let b = |on: bool| if on { vk::TRUE } else { vk::FALSE };
-        let synchronization2 = options.synchronization2 && f.synchronization2;
-        // With `vulkanMemoryModel` on and `vulkanMemoryModelDeviceScope` off,
-        // Device scope is forbidden in every module (VUID-RuntimeSpirv-
-        // vulkanMemoryModel-06265), and glslang gives every buffer atomic
-        // Device scope: enable the model only with its Device scope.
-        let memory_model = f.vulkan_memory_model && f.vulkan_memory_model_device_scope;
-        // robustBufferAccess2 requires robustBufferAccess.
-        let robust2 = f.robust_buffer_access && f.robust_buffer_access2;
-        if robust2 {
-            extensions.push(ash::ext::robustness2::NAME.as_ptr());
-        }
-        let enabled_features = Features {
-            vulkan_memory_model: memory_model,
-            vulkan_memory_model_device_scope: memory_model,
-            robust_buffer_access2: robust2,
-            synchronization2,
-            ..f
-        };
-        let v10 = vk::PhysicalDeviceFeatures::default()
-            .robust_buffer_access(f.robust_buffer_access)
-            .shader_int64(f.shader_int64)
-            .shader_float64(f.shader_float64)
-            .shader_int16(f.shader_int16);
-        let mut v11 = vk::PhysicalDeviceVulkan11Features::default()
-            .storage_buffer16_bit_access(f.storage_buffer_16bit)
-            .uniform_and_storage_buffer16_bit_access(f.uniform_and_storage_buffer_16bit)
-            .storage_push_constant16(f.storage_push_constant_16)
-            .variable_pointers_storage_buffer(f.variable_pointers_storage_buffer)
-            // variablePointers requires variablePointersStorageBuffer.
-            .variable_pointers(f.variable_pointers && f.variable_pointers_storage_buffer);
-        let mut v12 = vk::PhysicalDeviceVulkan12Features::default()
-            .timeline_semaphore(true)
-            .storage_buffer8_bit_access(f.storage_buffer_8bit)
-            .uniform_and_storage_buffer8_bit_access(f.uniform_and_storage_buffer_8bit)
-            .shader_float16(f.shader_float16)
-            .shader_int8(f.shader_int8)
-            .buffer_device_address(f.buffer_device_address)
-            .host_query_reset(f.host_query_reset)
-            .scalar_block_layout(f.scalar_block_layout)
-            .shader_buffer_int64_atomics(f.shader_buffer_int64_atomics)
-            .shader_shared_int64_atomics(f.shader_shared_int64_atomics)
-            .storage_push_constant8(f.storage_push_constant_8)
-            .vulkan_memory_model(memory_model)
-            .vulkan_memory_model_device_scope(memory_model);
-        let mut v13 = vk::PhysicalDeviceVulkan13Features {
-            synchronization2: b(synchronization2),
-            shader_integer_dot_product: b(f.shader_integer_dot_product),
-            shader_zero_initialize_workgroup_memory: b(f.zero_initialize_workgroup_memory),
-            subgroup_size_control: b(f.subgroup_size_control),
-            compute_full_subgroups: b(f.compute_full_subgroups),
-            maintenance4: b(f.maintenance4),
-            ..Default::default()
-        };
-        // On Vulkan 1.2, the same features through their extensions.
-        let ext = adapter.feature_extensions;
-        let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
-            .shader_integer_dot_product(f.shader_integer_dot_product);
-        let mut zero = vk::PhysicalDeviceZeroInitializeWorkgroupMemoryFeatures::default()
-            .shader_zero_initialize_workgroup_memory(f.zero_initialize_workgroup_memory);
-        let mut sizes = vk::PhysicalDeviceSubgroupSizeControlFeatures::default()
-            .subgroup_size_control(f.subgroup_size_control)
-            .compute_full_subgroups(f.compute_full_subgroups);
-        for (on, name) in [
-            (
-                ext.integer_dot_product,
-                ash::khr::shader_integer_dot_product::NAME,
-            ),
-            (
-                ext.zero_initialize_workgroup_memory,
-                ash::khr::zero_initialize_workgroup_memory::NAME,
-            ),
-            (
-                ext.subgroup_size_control,
-                ash::ext::subgroup_size_control::NAME,
-            ),
-            (
-                ext.non_semantic_info,
-                ash::khr::shader_non_semantic_info::NAME,
-            ),
-        ] {
-            if on {
-                extensions.push(name.as_ptr());
-            }
-        }
-        let mut info = vk::DeviceCreateInfo::default()
+        // Every optional feature the device offers (requirements met), and
+        // the extensions those need.
+        let core13 = adapter.api_version >= vk::API_VERSION_1_3;
+        let enabled_features = adapter
+            .capabilities
+            .enabled_when_opened(options.synchronization2);
+        let mut structs = FeatureStructs::enabling(core13, enabled_features.features);
+        extensions.extend(structs.extensions().iter().map(|name| name.as_ptr()));
+        let mut features2 = structs.chain();
+        let info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_infos)
             .enabled_extension_names(&extensions)
-            .enabled_features(&v10)
-            .push_next(&mut v11)
-            .push_next(&mut v12);
-        if adapter.api_version >= vk::API_VERSION_1_3 {
-            info = info.push_next(&mut v13);
-        }
-        let mut robustness2 =
-            vk::PhysicalDeviceRobustness2FeaturesEXT::default().robust_buffer_access2(true);
-        if robust2 {
-            info = info.push_next(&mut robustness2);
-        }
-        if ext.integer_dot_product {
-            info = info.push_next(&mut dot);
-        }
-        if ext.zero_initialize_workgroup_memory {
-            info = info.push_next(&mut zero);
-        }
-        if ext.subgroup_size_control {
-            info = info.push_next(&mut sizes);
-        }
+            .push_next(&mut features2);
         // SAFETY: `adapter.raw` belongs to `instance`; every pointer in `info`
         // refers to locals that outlive the call.
         let raw = unsafe { instance.raw.create_device(adapter.raw, &info, None) }
@@ -258,8 +162,8 @@ impl Device {
             queue_family: family.index,
             queue_count,
             push_descriptors,
-            synchronization2,
-            buffer_device_address: f.buffer_device_address,
+            synchronization2: enabled_features.has(Feature::Synchronization2),
+            buffer_device_address: enabled_features.has(Feature::BufferDeviceAddress),
             memory_budget,
             external,
         };
@@ -293,17 +197,9 @@ impl Device {
         raw: ash::Device,
         enabled: Enabled,
     ) -> Result<Arc<Self>> {
-        let f = adapter.features;
-        let memory_model = f.vulkan_memory_model && f.vulkan_memory_model_device_scope;
-        let features = Features {
-            robust_buffer_access: true,
-            robust_buffer_access2: false,
-            vulkan_memory_model: memory_model,
-            vulkan_memory_model_device_scope: memory_model,
-            buffer_device_address: enabled.buffer_device_address,
-            synchronization2: enabled.synchronization2,
-            ..f
-        };
+        let features = adapter
+            .capabilities
+            .enabled_when_borrowed(enabled.buffer_device_address, enabled.synchronization2);
         Self::assemble(instance, adapter, raw, enabled, features, false, None)
     }
 
@@ -313,31 +209,11 @@ impl Device {
         mut adapter: Adapter,
         raw: ash::Device,
         enabled: Enabled,
-        features: Features,
+        features: Capabilities,
         owned: bool,
         disk: Option<(DiskCache, Option<Vec<u8>>)>,
     ) -> Result<Arc<Self>> {
-        adapter.info.enabled = Some(KernelFeatures {
-            robust_buffer_access: features.robust_buffer_access,
-            robust_buffer_access2: features.robust_buffer_access2,
-            vulkan_memory_model: features.vulkan_memory_model,
-            vulkan_memory_model_device_scope: features.vulkan_memory_model_device_scope,
-            buffer_device_address: features.buffer_device_address,
-            shader_float16: features.shader_float16,
-            shader_float64: features.shader_float64,
-            shader_int8: features.shader_int8,
-            shader_int16: features.shader_int16,
-            shader_int64: features.shader_int64,
-            storage_buffer_8bit: features.storage_buffer_8bit,
-            storage_buffer_16bit: features.storage_buffer_16bit,
-            storage_push_constant_8: features.storage_push_constant_8,
-            storage_push_constant_16: features.storage_push_constant_16,
-            shader_buffer_int64_atomics: features.shader_buffer_int64_atomics,
-            shader_shared_int64_atomics: features.shader_shared_int64_atomics,
-            shader_integer_dot_product: features.shader_integer_dot_product,
-            zero_initialize_workgroup_memory: features.zero_initialize_workgroup_memory,
-            subgroup_size_control: features.subgroup_size_control,
-        });
+        adapter.info.enabled = Some(KernelFeatures::of(&features));
         let queues = (0..enabled.queue_count)
             // SAFETY: the queues were created with the device.
             .map(|i| Mutex::new(unsafe { raw.get_device_queue(enabled.queue_family, i) }))
@@ -382,7 +258,6 @@ impl Device {
             orphans: Mutex::new(Vec::new()),
             retired_semaphores: Mutex::new(Vec::new()),
             internal_pipelines: Mutex::new(Vec::new()),
-            kernels: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             #[cfg(feature = "fault-injection")]
             faults: Default::default(),
@@ -427,11 +302,6 @@ impl Device {
         if pipeline_cache::matches_device(&data, &self.adapter) && disk.changed(&data) {
             disk.save(&data);
         }
-    }
-
-    /// The cache of loaded kernels, locked.
-    pub(crate) fn kernels(&self) -> MutexGuard<'_, crate::kernel::KernelCache> {
-        self.kernels.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The crate's own pipeline named `name`, created by `create` on first use.

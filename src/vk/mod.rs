@@ -12,6 +12,7 @@ mod external;
 mod external_memory;
 mod external_semaphore;
 pub(crate) mod fault;
+mod info;
 mod instance;
 pub(crate) mod memory;
 pub(crate) mod pipeline;
@@ -19,13 +20,13 @@ mod pipeline_cache;
 mod timeline;
 mod win32;
 
-pub use adapter::{
+pub use debug::{Severity, ValidationLog, ValidationMessage};
+pub use info::{
     ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, SubgroupInfo,
 };
-pub use debug::{Severity, ValidationLog, ValidationMessage};
 pub use win32::Win32Handle;
 
-pub(crate) use adapter::{Adapter, Features};
+pub(crate) use adapter::Adapter;
 pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
 pub(crate) use external::{buffer_support, ownership_barrier, semaphore_support, AliasLinks};
 #[cfg(unix)]

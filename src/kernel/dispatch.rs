@@ -1,0 +1,335 @@
+//! Dispatching a kernel: `DeviceContext::enqueue_function` and its
+//! checks of every argument against the kernel's interface and the
+//! device's limits.
+#![deny(unsafe_code)]
+
+use std::sync::Arc;
+
+use ash::vk;
+use bytemuck::Pod;
+use smallvec::SmallVec;
+
+use super::{Grid, Kernel, KernelArg, KernelPipeline};
+use crate::capabilities::Feature;
+use crate::context::DeviceContext;
+use crate::error::{Error, Result};
+use crate::record::BufferAccess;
+use crate::view::View;
+use crate::vk::Device;
+
+/// A dispatch that passed every check: the buffer ranges it reads and
+/// writes, its descriptors, push constants (padded to whole words) and grid.
+pub(crate) struct CheckedDispatch<'a> {
+    pub(crate) kernel: &'a Arc<KernelPipeline>,
+    pub(crate) accesses: SmallVec<[BufferAccess<'a>; 8]>,
+    pub(crate) infos: SmallVec<[vk::DescriptorBufferInfo; 8]>,
+    pub(crate) push: SmallVec<[u8; 128]>,
+    pub(crate) grid: [u32; 3],
+}
+
+/// The bytes a kernel may write through a binding of `view`, as (offset,
+/// length) in its memory, for ordering against other commands: an
+/// out-of-range index may write past the view, within 4 bytes of its end
+/// under robustBufferAccess2 (robustStorageBufferAccessSizeAlignment is at
+/// most 4), anywhere in the buffer under robustBufferAccess alone, and
+/// (where the device has neither) only the view is assumed.
+pub(crate) fn write_extent(device: &Device, view: &View) -> (u64, u64) {
+    let end = view.offset + view.bytes;
+    let f = &device.features;
+    if f.has(Feature::RobustBufferAccess2) {
+        let padded = end.next_multiple_of(4).min(view.memory.size.max(end));
+        (view.offset, padded - view.offset)
+    } else if f.has(Feature::RobustBufferAccess) {
+        (0, view.memory.size.max(end))
+    } else {
+        (view.offset, view.bytes)
+    }
+}
+
+/// Refuses two arguments whose byte ranges overlap in one buffer where the
+/// kernel writes at least one of their bindings.
+fn check_aliasing(k: &KernelPipeline, args: &[KernelArg<'_>]) -> Result<()> {
+    let bindings = &k.interface.bindings;
+    let range = |arg: &KernelArg<'_>| arg.view.offset..arg.view.offset + arg.view.bytes;
+    for (first, (a, a_binding)) in args.iter().zip(bindings).enumerate() {
+        for (second, (b, b_binding)) in args.iter().zip(bindings).enumerate().skip(first + 1) {
+            if a_binding.read_only && b_binding.read_only {
+                continue;
+            }
+            let (ra, rb) = (range(a), range(b));
+            if Arc::ptr_eq(&a.view.memory, &b.view.memory) && ra.start < rb.end && rb.start < ra.end
+            {
+                let written = match (a_binding.read_only, b_binding.read_only) {
+                    (false, false) => "both".to_string(),
+                    (false, true) => format!("argument {first}"),
+                    _ => format!("argument {second}"),
+                };
+                return Err(Error::AliasedArguments {
+                    kernel: k.entry.clone(),
+                    first,
+                    second,
+                    detail: format!(
+                        "bytes {ra:?} and {rb:?} of one buffer, and the kernel writes {written}"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+impl DeviceContext {
+    /// Enqueues a dispatch of `kernel` over `grid` workgroups (`n`, `(x, y)`
+    /// or `(x, y, z)`), with `args` bound to its storage-buffer bindings in
+    /// binding order and `push` as its push constants (`&()` for none).
+    ///
+    /// Everything is checked before anything reaches the driver: the number
+    /// of buffers, each buffer's element size against the binding's array
+    /// stride, binding size against `maxStorageBufferRange`, offset against
+    /// `minStorageBufferOffsetAlignment`, the device of every buffer, the
+    /// push-constant size, the grid against `maxComputeWorkGroupCount`, and
+    /// that no two arguments overlap in one buffer where the kernel writes
+    /// either ([`Error::AliasedArguments`]; read-only aliases are fine).
+    ///
+    /// A kernel loaded with
+    /// [`KernelBuilder::allow_pointer_addressing`](crate::KernelBuilder::allow_pointer_addressing)
+    /// is refused ([`Error::PointerAddressing`]): dispatch it with
+    /// [`enqueue_function_with_addresses`](Self::enqueue_function_with_addresses).
+    pub fn enqueue_function<P: Pod>(
+        &self,
+        kernel: &Kernel,
+        grid: impl Into<Grid>,
+        args: &[KernelArg<'_>],
+        push: &P,
+    ) -> Result<()> {
+        let op = "DeviceContext::enqueue_function";
+        if kernel.inner.pointers {
+            return Err(Error::PointerAddressing {
+                kernel: kernel.inner.entry.clone(),
+                found: "it was loaded with `allow_pointer_addressing`".into(),
+            });
+        }
+        self.dispatch(op, kernel, grid.into(), args, &[], bytemuck::bytes_of(push))
+    }
+
+    /// Enqueues a dispatch of a kernel that reaches buffers through device
+    /// addresses (the seed's `DevicePassable` model), loaded with
+    /// [`KernelBuilder::allow_pointer_addressing`](crate::KernelBuilder::allow_pointer_addressing)
+    /// (or an ordinary kernel).
+    /// `args` bind to its storage-buffer bindings as in
+    /// [`enqueue_function`](Self::enqueue_function), with the same checks;
+    /// `addressed` lists the buffers (or views) the kernel reaches through
+    /// addresses, typically from [`DeviceBuffer::device_address`] passed in
+    /// `push`. Each listed buffer counts as read and written by the
+    /// dispatch: it stays alive until the dispatch completes even if every
+    /// handle to it is dropped at once, and the dispatch is ordered after
+    /// earlier work on it and before later work, like an argument.
+    ///
+    /// # Safety
+    ///
+    /// vkcompute cannot see the kernel's addresses, so the caller answers
+    /// for them. For the whole execution of the dispatch:
+    ///
+    /// - every memory access the kernel makes through a pointer (a device
+    ///   address, or a pointer derived from one) falls inside the byte range
+    ///   of one buffer or view in `addressed`, or of one in `args`, and its
+    ///   address was taken from that buffer on this device
+    ///   ([`DeviceBuffer::device_address`]);
+    /// - the kernel does not write, through addresses, a range it also
+    ///   reaches through another argument or listed buffer, unless its own
+    ///   synchronization makes those accesses race-free (vkcompute orders
+    ///   the dispatch against other commands, not the kernel's invocations
+    ///   against each other);
+    /// - every value the kernel writes into a buffer is a valid value of
+    ///   that buffer's element type (always so for the plain numeric
+    ///   element types).
+    ///
+    /// [`DeviceBuffer::device_address`]: crate::DeviceBuffer::device_address
+    #[allow(
+        unsafe_code,
+        reason = "a public entry point whose caller answers for the kernel's addresses"
+    )]
+    pub unsafe fn enqueue_function_with_addresses<P: Pod>(
+        &self,
+        kernel: &Kernel,
+        grid: impl Into<Grid>,
+        args: &[KernelArg<'_>],
+        addressed: &[KernelArg<'_>],
+        push: &P,
+    ) -> Result<()> {
+        self.dispatch(
+            "DeviceContext::enqueue_function_with_addresses",
+            kernel,
+            grid.into(),
+            args,
+            addressed,
+            bytemuck::bytes_of(push),
+        )
+    }
+
+    /// Checks a dispatch and records it; `addressed` buffers are noted as
+    /// read and written, beside the bound `args`.
+    fn dispatch(
+        &self,
+        op: &'static str,
+        kernel: &Kernel,
+        grid: Grid,
+        args: &[KernelArg<'_>],
+        addressed: &[KernelArg<'_>],
+        push_bytes: &[u8],
+    ) -> Result<()> {
+        let d = self.check_dispatch(op, kernel, grid, args, addressed, push_bytes)?;
+        let k = d.kernel;
+        let keep = k.clone();
+        let describe = || format!("kernel {} grid {:?}", k.entry, d.grid);
+        self.shared
+            .record_described(op, &describe, &d.accesses, |stream, cmd| {
+                stream.keep_alive(keep);
+                stream.record_dispatch(cmd, &k.pipeline, &d.infos, &d.push, d.grid)
+            })
+    }
+
+    /// Checks a dispatch (everything `enqueue_function` documents) and
+    /// returns what recording it needs.
+    pub(crate) fn check_dispatch<'a>(
+        &self,
+        op: &'static str,
+        kernel: &'a Kernel,
+        grid: Grid,
+        args: &[KernelArg<'a>],
+        addressed: &[KernelArg<'a>],
+        push_bytes: &[u8],
+    ) -> Result<CheckedDispatch<'a>> {
+        let k = &kernel.inner;
+        let device = &self.shared.device;
+        let name = || k.entry.clone();
+        if k.device.id != device.id {
+            return Err(Error::DifferentDevice {
+                op,
+                detail: format!(
+                    "kernel `{}` was loaded on device `{}`, the context is on `{}`; load it on this context",
+                    k.entry,
+                    k.device.name(),
+                    device.name()
+                ),
+            });
+        }
+        let bindings = &k.interface.bindings;
+        if args.len() != bindings.len() {
+            return Err(Error::ArgumentCount {
+                kernel: name(),
+                expected: bindings.len(),
+                bindings: format!(
+                    "{:?}",
+                    bindings.iter().map(|b| b.binding).collect::<Vec<_>>()
+                ),
+                given: args.len(),
+            });
+        }
+        if push_bytes.len() != k.interface.push_size as usize {
+            return Err(Error::PushConstantSize {
+                kernel: name(),
+                expected: k.interface.push_size,
+                given: push_bytes.len(),
+            });
+        }
+        let Grid(grid) = grid;
+        let limits = device.limits();
+        for (axis, (&n, &max)) in grid
+            .iter()
+            .zip(&limits.max_compute_work_group_count)
+            .enumerate()
+        {
+            if n == 0 || n > max {
+                return Err(Error::InvalidGrid {
+                    kernel: name(),
+                    grid,
+                    reason: format!(
+                        "dimension {} is {n}; it must be between 1 and maxComputeWorkGroupCount[{axis}] = {max}",
+                        ["x", "y", "z"][axis]
+                    ),
+                });
+            }
+        }
+        check_aliasing(k, args)?;
+        let mut accesses = SmallVec::with_capacity(args.len() + addressed.len());
+        let mut infos = SmallVec::with_capacity(args.len());
+        for (index, (arg, binding)) in args.iter().zip(bindings).enumerate() {
+            let bad = |reason: String| Error::Argument {
+                kernel: name(),
+                index,
+                binding: binding.binding,
+                reason,
+            };
+            let view = arg.view;
+            if view.bytes == 0 {
+                return Err(bad(format!(
+                    "{} is empty; a binding needs at least one element",
+                    (arg.type_name)()
+                )));
+            }
+            if let Err(strides) = binding.accepts(arg.element_size, view.bytes) {
+                let declared = match strides.as_slice() {
+                    [one] => format!("the binding's array has {one}-byte elements"),
+                    many => format!(
+                        "the binding's aliases have arrays of {many:?}-byte elements and its {} bytes \
+                         are not a whole number of elements of each",
+                        view.bytes
+                    ),
+                };
+                return Err(bad(format!(
+                    "{declared} but {} has {}-byte elements; pass a view of a matching type \
+                     (`create_sub_buffer`)",
+                    (arg.type_name)(),
+                    arg.element_size
+                )));
+            }
+            let max_range = limits.max_storage_buffer_range as u64;
+            if view.bytes > max_range {
+                return Err(bad(format!(
+                    "{} bytes exceed the device's maxStorageBufferRange of {max_range} bytes; split the work",
+                    view.bytes
+                )));
+            }
+            let align = limits.min_storage_buffer_offset_alignment.max(1);
+            if view.offset % align != 0 {
+                return Err(Error::Misaligned {
+                    op,
+                    offset: view.offset,
+                    alignment: align,
+                    rule: "a buffer bound to a kernel must start at a multiple of minStorageBufferOffsetAlignment",
+                });
+            }
+            let (offset, len) = if binding.read_only {
+                (view.offset, view.bytes)
+            } else {
+                write_extent(device, view)
+            };
+            accesses.push(BufferAccess {
+                memory: &view.memory,
+                offset,
+                len,
+                write: !binding.read_only,
+            });
+            infos.push(vk::DescriptorBufferInfo {
+                buffer: view.memory.handle(),
+                offset: view.offset,
+                range: view.bytes,
+            });
+        }
+        accesses.extend(addressed.iter().map(|arg| BufferAccess {
+            memory: &arg.view.memory,
+            offset: arg.view.offset,
+            len: arg.view.bytes,
+            write: true,
+        }));
+        let mut push = SmallVec::from_slice(push_bytes);
+        push.resize(push_bytes.len().next_multiple_of(4), 0);
+        Ok(CheckedDispatch {
+            kernel: k,
+            accesses,
+            infos,
+            push,
+            grid,
+        })
+    }
+}

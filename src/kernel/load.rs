@@ -1,0 +1,264 @@
+//! Loading a kernel: every check of the module against the device, the
+//! specialization, and the pipeline.
+#![deny(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::Arc;
+
+use ash::vk;
+
+use super::{cache, Kernel, KernelPipeline};
+use crate::capabilities;
+use crate::context::DeviceContext;
+use crate::error::{Error, Result};
+use crate::reflect;
+use crate::spirv_check::{self, Trust};
+use crate::spirv_rules;
+use crate::vk::pipeline::{ComputePipeline, Specialization};
+use crate::vk::Device;
+
+/// How a kernel is loaded beside its module and entry point.
+#[derive(Default)]
+pub(super) struct Load {
+    /// Specialization constants (id, value bytes), sorted by id.
+    pub(super) specialization: Vec<(u32, Vec<u8>)>,
+    pub(super) pointers: bool,
+    pub(super) subgroup_size: Option<u32>,
+    /// Who answers for the module's validity.
+    pub(super) trust: Trust,
+}
+
+/// Checks that `device` can run a kernel of workgroup `local_size` with
+/// subgroups of `size` invocations.
+fn check_subgroup_size(device: &Device, size: u32, local_size: [u32; 3]) -> Result<(), String> {
+    let sub = &device.adapter.info.subgroup;
+    if !sub.size_control {
+        return Err(format!(
+            "subgroup size {size} was required, but the device `{}` cannot require a subgroup \
+             size in compute shaders (it needs subgroupSizeControl and compute in \
+             requiredSubgroupSizeStages); its subgroups have {} invocations",
+            device.name(),
+            sub.size
+        ));
+    }
+    if !size.is_power_of_two() || size < sub.min_size || size > sub.max_size {
+        return Err(format!(
+            "subgroup size {size} was required, but the device `{}` offers powers of two from \
+             {} to {}",
+            device.name(),
+            sub.min_size,
+            sub.max_size
+        ));
+    }
+    let invocations: u64 = local_size.iter().map(|&d| u64::from(d)).product();
+    let most = u64::from(sub.max_compute_workgroup_subgroups) * u64::from(size);
+    if sub.max_compute_workgroup_subgroups > 0 && invocations > most {
+        return Err(format!(
+            "a workgroup of {invocations} invocations is more than maxComputeWorkgroupSubgroups \
+             ({}) subgroups of {size}",
+            sub.max_compute_workgroup_subgroups
+        ));
+    }
+    Ok(())
+}
+
+impl Kernel {
+    /// Loads `entry` of `words` on `ctx`'s device: from the cache where it
+    /// was loaded before, else built (with no lock held) and cached.
+    pub(super) fn load(
+        ctx: &DeviceContext,
+        words: &[u32],
+        entry: &str,
+        load: Load,
+    ) -> Result<Kernel> {
+        check_header(words)?;
+        let device = &ctx.shared.device;
+        let key = cache::Key {
+            device: device.id,
+            words,
+            entry,
+            load: &load,
+        };
+        let inner = cache::get_or_build(&key, || build(device, words, entry, &load))?;
+        Ok(Kernel { inner })
+    }
+}
+
+/// Checks entry point `entry` of `words` against `device` and creates its
+/// pipeline: what a load does where the cache has no such kernel.
+fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Result<KernelPipeline> {
+    #[cfg(test)]
+    super::tests::building(device.id);
+    let Load {
+        ref specialization,
+        pointers,
+        subgroup_size,
+        trust,
+    } = *load;
+    let unsupported = |reason: String| Error::UnsupportedKernel {
+        kernel: entry.to_string(),
+        reason,
+    };
+    let vulkan_1_3 = device.adapter.api_version >= vk::API_VERSION_1_3;
+    spirv_check::check_module(words, entry, vulkan_1_3, trust)?;
+    // What SPIRV-Tools lets through but drivers or layers choke on.
+    spirv_rules::check(words).map_err(|reason| Error::InvalidSpirv { reason })?;
+    let module = reflect::module_use(words);
+    if let (false, Some(found)) = (pointers, module.pointers) {
+        return Err(Error::PointerAddressing {
+            kernel: entry.to_string(),
+            found,
+        });
+    }
+    let declared = capabilities::Declared {
+        capabilities: &module.capabilities,
+        extensions: &module.extensions,
+        initialized_workgroup: module.initialized_workgroup,
+        local_size_id: module.local_size_id,
+        int64_atomics_buffer: module.int64_atomics_buffer,
+        int64_atomics_shared: module.int64_atomics_shared,
+        float_modes: &module.float_modes,
+    };
+    capabilities::check(&declared, &device.features, device.name()).map_err(unsupported)?;
+    // spirq is not written against hostile input: a panic is an error too.
+    let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
+        .map_err(|_| Error::InvalidSpirv {
+            reason: "the module could not be parsed".into(),
+        })?
+        .map_err(unsupported)?;
+    for (id, bytes) in specialization {
+        match reflected.spec_constants.iter().find(|s| s.id == *id) {
+            None => {
+                return Err(Error::Specialization {
+                    kernel: entry.to_string(),
+                    id: *id,
+                    reason: format!(
+                        "the kernel declares no such constant (it declares {:?})",
+                        reflected
+                            .spec_constants
+                            .iter()
+                            .map(|s| s.id)
+                            .collect::<Vec<_>>()
+                    ),
+                })
+            }
+            Some(s) if s.size as usize != bytes.len() => {
+                return Err(Error::Specialization {
+                    kernel: entry.to_string(),
+                    id: *id,
+                    reason: format!(
+                        "it is {} bytes wide but the value given has {}",
+                        s.size,
+                        bytes.len()
+                    ),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    let frozen = spirv_rules::freeze(words, specialization);
+    spirv_rules::check_constant_indices(&frozen).map_err(unsupported)?;
+    if frozen != words {
+        spirv_check::check_specialized(&frozen, words, entry, vulkan_1_3, trust)?;
+    }
+    let spec_u32: HashMap<u32, u32> = specialization
+        .iter()
+        .filter(|(_, b)| b.len() == 4)
+        .map(|(id, b)| (*id, u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+        .collect();
+    let local_size = reflect::local_size(words, entry, &spec_u32)
+        .ok_or_else(|| unsupported("its workgroup size could not be determined".into()))?;
+    let limits = device.limits();
+    // Three 32-bit sizes: their product fits in a u128, not a u64.
+    let invocations = local_size.iter().map(|&d| d as u128).product::<u128>();
+    if local_size.contains(&0)
+        || local_size
+            .iter()
+            .zip(limits.max_compute_work_group_size)
+            .any(|(&d, max)| d > max)
+        || invocations > limits.max_compute_work_group_invocations as u128
+    {
+        return Err(unsupported(format!(
+            "workgroup size {local_size:?} exceeds the device's maxComputeWorkGroupSize {:?} or \
+                 maxComputeWorkGroupInvocations {}",
+            limits.max_compute_work_group_size, limits.max_compute_work_group_invocations
+        )));
+    }
+    if let Some(size) = subgroup_size {
+        check_subgroup_size(device, size, local_size).map_err(unsupported)?;
+    }
+    if reflected.push_size > limits.max_push_constants_size {
+        return Err(unsupported(format!(
+            "{} bytes of push constants exceed the device's maxPushConstantsSize of {}",
+            reflected.push_size, limits.max_push_constants_size
+        )));
+    }
+    let entry_c = CString::new(entry)
+        .map_err(|_| unsupported("the entry point name contains a NUL byte".into()))?;
+    let mut map_entries = Vec::new();
+    let mut data = Vec::new();
+    for (id, bytes) in specialization {
+        map_entries.push(vk::SpecializationMapEntry {
+            constant_id: *id,
+            offset: data.len() as u32,
+            size: bytes.len(),
+        });
+        data.extend_from_slice(bytes);
+    }
+    let spec = (!map_entries.is_empty()).then_some(Specialization {
+        entries: &map_entries,
+        data: &data,
+    });
+    let pipeline = ComputePipeline::new(
+        device,
+        words,
+        &entry_c,
+        reflected.bindings.iter().map(|b| b.binding).collect(),
+        reflected.push_size.next_multiple_of(4),
+        spec,
+        subgroup_size,
+    )
+    .map_err(|e| match e {
+        // The module passed every check here, yet the driver refused it
+        // (lavapipe fails on some modules SPIRV-Tools accepts).
+        Error::Vulkan { call, result } => {
+            unsupported(format!("the driver refused it: {call} returned {result:?}"))
+        }
+        e => e,
+    })?;
+    Ok(KernelPipeline {
+        device: device.clone(),
+        pipeline,
+        words: words.to_vec(),
+        entry: entry.to_string(),
+        specialization: specialization.clone(),
+        interface: reflected,
+        local_size,
+        pointers,
+        subgroup_size,
+    })
+}
+
+/// SPIR-V words from bytes, in either byte order.
+pub(super) fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>> {
+    if bytes.len() % 4 != 0 || bytes.len() < 20 {
+        return Err(Error::InvalidSpirv {
+            reason: format!(
+                "{} bytes is not a whole number of 32-bit words of at least a 5-word header",
+                bytes.len()
+            ),
+        });
+    }
+    let mut words: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    if words[0] == reflect::MAGIC.swap_bytes() {
+        words.iter_mut().for_each(|w| *w = w.swap_bytes());
+    }
+    Ok(words)
+}
+fn check_header(words: &[u32]) -> Result<()> {
+    reflect::check_structure(words).map_err(|reason| Error::InvalidSpirv { reason })
+}

@@ -1,0 +1,396 @@
+//! `Kernel`: a SPIR-V compute shader checked against its reflected
+//! interface, and `DeviceContext::enqueue_function`, which dispatches it on
+//! buffers after checking every argument against that interface and the
+//! device's limits.
+//!
+//! The public types live here; loading (checks, pipeline, the cache) is in
+//! `load.rs`, dispatch checks and recording in `dispatch.rs`, and
+//! `DeviceContext::execution_time` in `timing.rs`.
+#![deny(unsafe_code)]
+
+mod cache;
+mod dispatch;
+mod load;
+#[cfg(test)]
+mod tests;
+mod timing;
+
+use std::sync::Arc;
+
+use crate::context::DeviceContext;
+use crate::error::Result;
+use crate::reflect::{BindingInfo, Interface, SpecConstantInfo};
+use crate::spirv_check::Trust;
+use crate::view::View;
+use crate::vk::pipeline::ComputePipeline;
+use crate::vk::Device;
+
+pub(crate) use dispatch::write_extent;
+use load::{words_from_bytes, Load};
+
+/// A value for a specialization constant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SpecValue {
+    /// A `bool` constant (4 bytes in SPIR-V).
+    Bool(bool),
+    /// A 32-bit unsigned constant.
+    U32(u32),
+    /// A 32-bit signed constant.
+    I32(i32),
+    /// A 32-bit float constant.
+    F32(f32),
+    /// A 64-bit unsigned constant.
+    U64(u64),
+    /// A 64-bit signed constant.
+    I64(i64),
+    /// A 64-bit float constant.
+    F64(f64),
+}
+
+impl SpecValue {
+    fn bytes(self) -> Vec<u8> {
+        match self {
+            SpecValue::Bool(b) => u32::from(b).to_le_bytes().to_vec(),
+            SpecValue::U32(v) => v.to_le_bytes().to_vec(),
+            SpecValue::I32(v) => v.to_le_bytes().to_vec(),
+            SpecValue::F32(v) => v.to_le_bytes().to_vec(),
+            SpecValue::U64(v) => v.to_le_bytes().to_vec(),
+            SpecValue::I64(v) => v.to_le_bytes().to_vec(),
+            SpecValue::F64(v) => v.to_le_bytes().to_vec(),
+        }
+    }
+}
+
+macro_rules! spec_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for SpecValue {
+            fn from(v: $t) -> Self {
+                SpecValue::$v(v)
+            }
+        }
+    )*};
+}
+spec_from!(bool => Bool, u32 => U32, i32 => I32, f32 => F32, u64 => U64, i64 => I64, f64 => F64);
+
+/// The number of workgroups of a dispatch in x, y and z.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grid(pub [u32; 3]);
+
+impl From<u32> for Grid {
+    fn from(x: u32) -> Self {
+        Grid([x, 1, 1])
+    }
+}
+
+impl From<(u32, u32)> for Grid {
+    fn from((x, y): (u32, u32)) -> Self {
+        Grid([x, y, 1])
+    }
+}
+
+impl From<(u32, u32, u32)> for Grid {
+    fn from((x, y, z): (u32, u32, u32)) -> Self {
+        Grid([x, y, z])
+    }
+}
+
+impl From<[u32; 3]> for Grid {
+    fn from(g: [u32; 3]) -> Self {
+        Grid(g)
+    }
+}
+
+/// A buffer (or view) passed to a kernel: made by `DeviceBuffer::arg`.
+#[derive(Clone, Copy)]
+pub struct KernelArg<'a> {
+    pub(crate) view: &'a View,
+    pub(crate) element_size: usize,
+    pub(crate) type_name: fn() -> String,
+}
+
+/// The pipeline and interface behind a [`Kernel`], shared by every kernel
+/// loaded from the same module, entry point and specialization on a device.
+pub(crate) struct KernelPipeline {
+    device: Arc<Device>,
+    pipeline: ComputePipeline,
+    words: Vec<u32>,
+    entry: String,
+    specialization: Vec<(u32, Vec<u8>)>,
+    interface: Interface,
+    local_size: [u32; 3],
+    /// Loaded with [`KernelBuilder::allow_pointer_addressing`]: only
+    /// [`DeviceContext::enqueue_function_with_addresses`] dispatches it.
+    pointers: bool,
+    /// The subgroup size the pipeline requires, if any.
+    subgroup_size: Option<u32>,
+}
+
+impl KernelPipeline {
+    pub(crate) fn pipeline(&self) -> &ComputePipeline {
+        &self.pipeline
+    }
+
+    pub(crate) fn entry(&self) -> &str {
+        &self.entry
+    }
+}
+
+impl Drop for KernelPipeline {
+    fn drop(&mut self) {
+        // Batches that dispatch the kernel keep it alive until they complete,
+        // so nothing uses the pipeline now.
+        self.pipeline.destroy(&self.device);
+    }
+}
+
+/// A compute kernel: a SPIR-V entry point with its pipeline, ready to
+/// dispatch on a context of its device with
+/// [`DeviceContext::enqueue_function`]. Cloning is cheap.
+///
+/// Loading checks the module (header, entry point, descriptor types, the
+/// device features its capabilities need) and reflects its interface:
+/// storage-buffer bindings (in set 0), push-constant size, workgroup size
+/// and specialization constants. A module that addresses memory through
+/// pointers (physical storage buffers, pointer casts, variable pointers)
+/// is refused with [`Error::PointerAddressing`](crate::Error::PointerAddressing): see
+/// [`KernelBuilder::allow_pointer_addressing`] for those.
+/// Loading the same module, entry point and specialization again on a
+/// device reuses the pipeline.
+#[derive(Clone)]
+pub struct Kernel {
+    inner: Arc<KernelPipeline>,
+}
+
+/// Loads a [`Kernel`] with specialization constants: see [`Kernel::builder`].
+pub struct KernelBuilder<'a> {
+    words: &'a [u32],
+    entry: String,
+    specialization: Vec<(u32, SpecValue)>,
+    pointers: bool,
+    subgroup_size: Option<u32>,
+}
+
+impl KernelBuilder<'_> {
+    /// The entry point's name (default `main`).
+    pub fn entry(mut self, name: &str) -> Self {
+        self.entry = name.to_string();
+        self
+    }
+
+    /// Sets specialization constant `id` (GLSL `constant_id`, or the id in
+    /// `local_size_x_id`) to `value`.
+    pub fn specialize(mut self, id: u32, value: impl Into<SpecValue>) -> Self {
+        self.specialization.retain(|(i, _)| *i != id);
+        self.specialization.push((id, value.into()));
+        self
+    }
+
+    /// Accepts a module that addresses memory through pointers (buffer
+    /// device addresses: GLSL `GL_EXT_buffer_reference`, the
+    /// `PhysicalStorageBufferAddresses` capability, pointer casts, variable
+    /// pointers), which [`Kernel::new`] refuses.
+    ///
+    /// Loading such a kernel is harmless; running it is not, since its
+    /// addresses come with each dispatch. So the kernel this builds is
+    /// refused by [`DeviceContext::enqueue_function`] and runs only through
+    /// the `unsafe` [`DeviceContext::enqueue_function_with_addresses`],
+    /// whose caller lists the buffers the kernel reaches by address and
+    /// answers for what it touches.
+    pub fn allow_pointer_addressing(mut self) -> Self {
+        self.pointers = true;
+        self
+    }
+
+    /// Requires the kernel to run with subgroups of `size` invocations
+    /// (`VkPipelineShaderStageRequiredSubgroupSizeCreateInfo`, Vulkan 1.3 or
+    /// `VK_EXT_subgroup_size_control`). Loading fails with
+    /// [`Error::UnsupportedKernel`](crate::Error::UnsupportedKernel) where
+    /// the device cannot require a subgroup size for compute shaders, where
+    /// `size` is not a power of two within
+    /// [`SubgroupInfo::min_size`](crate::SubgroupInfo::min_size) ..=
+    /// [`max_size`](crate::SubgroupInfo::max_size), or where the workgroup
+    /// holds more than `maxComputeWorkgroupSubgroups` subgroups of that size.
+    pub fn subgroup_size(mut self, size: u32) -> Self {
+        self.subgroup_size = Some(size);
+        self
+    }
+
+    /// Loads the kernel on `ctx`'s device.
+    ///
+    /// Without feature `validate`, only the kernels of
+    /// [`shaders`](crate::shaders) load this way: see
+    /// [`build_unvalidated`](Self::build_unvalidated).
+    pub fn build(self, ctx: &DeviceContext) -> Result<Kernel> {
+        self.load(ctx, Trust::Check)
+    }
+
+    /// Loads the kernel like [`build`](Self::build), but without the
+    /// SPIR-V validator (which only builds with feature `validate` have);
+    /// every other check still runs.
+    ///
+    /// # Safety
+    ///
+    /// The module must be valid SPIR-V for the Vulkan version of `ctx`'s
+    /// device, as `spirv-val --target-env vulkan1.2` (or `vulkan1.3`) would
+    /// accept it: invalid SPIR-V handed to the driver is undefined behaviour.
+    #[allow(
+        unsafe_code,
+        reason = "a public entry point whose caller vouches for the module"
+    )]
+    pub unsafe fn build_unvalidated(self, ctx: &DeviceContext) -> Result<Kernel> {
+        self.load(ctx, Trust::CallerVouches)
+    }
+
+    fn load(self, ctx: &DeviceContext, trust: Trust) -> Result<Kernel> {
+        let mut spec: Vec<(u32, Vec<u8>)> = self
+            .specialization
+            .iter()
+            .map(|(id, v)| (*id, v.bytes()))
+            .collect();
+        spec.sort_by_key(|(id, _)| *id);
+        Kernel::load(
+            ctx,
+            self.words,
+            &self.entry,
+            Load {
+                specialization: spec,
+                pointers: self.pointers,
+                subgroup_size: self.subgroup_size,
+                trust,
+            },
+        )
+    }
+}
+
+impl Kernel {
+    /// Loads entry point `entry` of the SPIR-V module `spirv`.
+    ///
+    /// ```
+    /// # fn main() -> vkcompute::Result<()> {
+    /// use vkcompute::{DeviceContext, Kernel};
+    /// let ctx = DeviceContext::new()?;
+    /// let store = Kernel::new(&ctx, vkcompute::shaders::STORE, "main")?;
+    /// let data = ctx.enqueue_create_buffer::<u32>(4)?;
+    /// data.enqueue_fill(0)?;
+    /// ctx.enqueue_function(&store, 1, &[data.arg()], &[2u32, 42u32])?;
+    /// assert_eq!(data.to_vec()?, [0, 0, 42, 0]);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Without feature `validate`, only the kernels of
+    /// [`shaders`](crate::shaders) load this way; other modules are an
+    /// [`Error::ValidatorUnavailable`](crate::Error::ValidatorUnavailable):
+    /// see [`Kernel::new_unvalidated`].
+    pub fn new(ctx: &DeviceContext, spirv: &[u32], entry: &str) -> Result<Kernel> {
+        Kernel::load(ctx, spirv, entry, Load::default())
+    }
+
+    /// Loads entry point `entry` of `spirv` like [`Kernel::new`], but
+    /// without the SPIR-V validator (which only builds with feature
+    /// `validate` have); every other check still runs.
+    ///
+    /// # Safety
+    ///
+    /// The module must be valid SPIR-V for the Vulkan version of `ctx`'s
+    /// device, as `spirv-val --target-env vulkan1.2` (or `vulkan1.3`) would
+    /// accept it: invalid SPIR-V handed to the driver is undefined behaviour.
+    #[allow(
+        unsafe_code,
+        reason = "a public entry point whose caller vouches for the module"
+    )]
+    pub unsafe fn new_unvalidated(
+        ctx: &DeviceContext,
+        spirv: &[u32],
+        entry: &str,
+    ) -> Result<Kernel> {
+        let load = Load {
+            trust: Trust::CallerVouches,
+            ..Load::default()
+        };
+        Kernel::load(ctx, spirv, entry, load)
+    }
+
+    /// Loads a kernel from SPIR-V bytes (a `.spv` file), checking their
+    /// length and magic number.
+    pub fn from_bytes(ctx: &DeviceContext, bytes: &[u8], entry: &str) -> Result<Kernel> {
+        let words = words_from_bytes(bytes)?;
+        Kernel::new(ctx, &words, entry)
+    }
+
+    /// Compiles GLSL compute-shader `source` at run time (feature `glsl`)
+    /// and loads its `main` as entry point `entry`. A compile error carries
+    /// the compiler's message with line numbers. For macro definitions,
+    /// `#include`s, specialization constants, the target environment and
+    /// the optimization level, use [`Kernel::glsl`].
+    #[cfg(feature = "glsl")]
+    pub fn from_glsl(ctx: &DeviceContext, source: &str, entry: &str) -> Result<Kernel> {
+        let words = crate::shader_build::compile_glsl(source, "kernel.comp", entry)
+            .map_err(|message| crate::Error::ShaderCompilation { message })?;
+        Kernel::new(ctx, &words, entry)
+    }
+
+    /// A builder, to set specialization constants before loading:
+    ///
+    /// ```
+    /// # fn main() -> vkcompute::Result<()> {
+    /// # let ctx = vkcompute::DeviceContext::new()?;
+    /// let add = vkcompute::Kernel::builder(vkcompute::shaders::VECTOR_ADD)
+    ///     .specialize(0, 128u32) // local_size_x_id = 0
+    ///     .build(&ctx)?;
+    /// assert_eq!(add.local_size(), [128, 1, 1]);
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(spirv: &[u32]) -> KernelBuilder<'_> {
+        KernelBuilder {
+            words: spirv,
+            entry: "main".to_string(),
+            specialization: Vec::new(),
+            pointers: false,
+            subgroup_size: None,
+        }
+    }
+}
+
+impl Kernel {
+    /// The entry point's name.
+    pub fn entry_point(&self) -> &str {
+        &self.inner.entry
+    }
+
+    /// The storage-buffer bindings, in the order arguments are given.
+    pub fn bindings(&self) -> &[BindingInfo] {
+        &self.inner.interface.bindings
+    }
+
+    /// Bytes of push constants the kernel declares (0 if none).
+    pub fn push_constant_size(&self) -> u32 {
+        self.inner.interface.push_size
+    }
+
+    /// The workgroup size, with specialization applied.
+    pub fn local_size(&self) -> [u32; 3] {
+        self.inner.local_size
+    }
+
+    /// The specialization constants the kernel declares.
+    pub fn spec_constants(&self) -> &[SpecConstantInfo] {
+        &self.inner.interface.spec_constants
+    }
+
+    /// Whether two kernels share one pipeline (same module, entry point and
+    /// specialization on the same device).
+    pub fn shares_pipeline_with(&self, other: &Kernel) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("entry", &self.inner.entry)
+            .field("bindings", &self.inner.interface.bindings)
+            .field("push_constant_size", &self.inner.interface.push_size)
+            .field("local_size", &self.inner.local_size)
+            .finish()
+    }
+}

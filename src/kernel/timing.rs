@@ -1,0 +1,73 @@
+//! `DeviceContext::execution_time`: device time measured with timestamp
+//! queries.
+#![deny(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::context::DeviceContext;
+use crate::error::{Error, Result};
+use crate::vk::command::TimestampPool;
+
+impl DeviceContext {
+    /// The device time taken by the work `f` enqueues, run `iters` times:
+    /// the total, measured with timestamp queries around it (the stream is
+    /// synchronized before and after).
+    pub fn execution_time(
+        &self,
+        mut f: impl FnMut(&DeviceContext) -> Result<()>,
+        iters: usize,
+    ) -> Result<Duration> {
+        let device = &self.shared.device;
+        let valid_bits = device
+            .adapter
+            .queue_family
+            .map_or(0, |f| f.timestamp_valid_bits);
+        if valid_bits == 0 {
+            return Err(Error::Unsupported {
+                what: "timestamp queries on the compute queue".into(),
+                device: device.name().to_string(),
+            });
+        }
+        let queries = Arc::new(TimestampPool::new(device, 1)?);
+        // Every batch that records a query keeps the pool alive, so it is
+        // destroyed only once no submitted work uses it, even where `f`
+        // fails or panics.
+        let ticks = self.time_between(&queries, &mut f, iters)?;
+        let mask = if valid_bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << valid_bits) - 1
+        };
+        let elapsed = (ticks[1] & mask).wrapping_sub(ticks[0] & mask) & mask;
+        let nanos = elapsed as f64 * device.limits().timestamp_period as f64;
+        Ok(Duration::from_nanos(nanos.round() as u64))
+    }
+
+    fn time_between(
+        &self,
+        queries: &Arc<TimestampPool>,
+        f: &mut impl FnMut(&DeviceContext) -> Result<()>,
+        iters: usize,
+    ) -> Result<[u64; 2]> {
+        self.synchronize()?;
+        self.shared.record("execution_time", &[], |stream, cmd| {
+            stream.keep_alive(queries.clone());
+            queries.start(cmd, 0);
+            Ok(())
+        })?;
+        for _ in 0..iters {
+            f(self)?;
+        }
+        self.shared.record("execution_time", &[], |stream, cmd| {
+            stream.keep_alive(queries.clone());
+            // Its BOTTOM_OF_PIPE timestamp waits for all earlier commands.
+            queries.end(cmd, 0);
+            Ok(())
+        })?;
+        // Both queries were written by work that has completed once this
+        // returns.
+        self.synchronize()?;
+        queries.read(0)
+    }
+}

@@ -1,0 +1,249 @@
+//! What a compute module declares: its storage-buffer bindings, push-constant
+//! size, workgroup size and specialization constants, read with `spirq`.
+//!
+//! The workgroup size is read directly from the words (`local_size.rs`),
+//! since it can come from three places: `LocalSize`, `LocalSizeId`, or a
+//! constant decorated `BuiltIn WorkgroupSize` (what glslang emits for
+//! `local_size_x_id`), whose parts may be specialization constants. What
+//! a module uses that loading checks against the device (capabilities,
+//! pointers) is in `module_use.rs`; the instruction stream itself in
+//! `words.rs`.
+#![deny(unsafe_code)]
+
+mod local_size;
+mod module_use;
+mod words;
+
+use spirq::ty::{AccessType, DescriptorType, Type};
+use spirq::var::Variable;
+use spirq::ReflectConfig;
+
+pub(crate) use local_size::local_size;
+pub(crate) use module_use::module_use;
+pub(crate) use words::{check_structure, instructions, MAGIC};
+
+/// The largest binding number a kernel may use: drivers size descriptor
+/// set layouts by the largest binding (lavapipe runs out of memory on one
+/// near `u32::MAX`).
+const MAX_BINDING: u32 = 4095;
+
+/// One storage-buffer binding of a kernel: one argument of a dispatch.
+///
+/// Several variables may be declared on one binding (a buffer loaded at
+/// different widths, such as `float data[]` and `vec4 data4[]`); they are
+/// one argument, and [`aliases`](Self::aliases) lists each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindingInfo {
+    /// The binding number (in descriptor set 0).
+    pub binding: u32,
+    /// The name of the binding's first variable, where the module keeps names.
+    pub name: Option<String>,
+    /// Whether the kernel only reads the buffer (`readonly` in GLSL): true
+    /// only where every alias is read-only.
+    pub read_only: bool,
+    /// The array stride of the buffer's runtime array, where its block is
+    /// one runtime array and every alias that has one agrees on it: the
+    /// element size arguments must have. `None` where aliases differ (see
+    /// [`aliases`](Self::aliases)).
+    pub element_stride: Option<u32>,
+    /// Every variable declared on this binding, in declaration order (one
+    /// for most kernels).
+    pub aliases: Vec<BindingAlias>,
+}
+
+/// One variable declared on a storage-buffer binding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindingAlias {
+    /// The variable's name, where the module keeps names.
+    pub name: Option<String>,
+    /// Whether the kernel only reads the buffer through this variable.
+    pub read_only: bool,
+    /// The array stride of its runtime array, where its block is one
+    /// runtime array.
+    pub element_stride: Option<u32>,
+}
+
+impl BindingInfo {
+    /// Whether a buffer of `element_size`-byte elements and `byte_len`
+    /// bytes may bind here: its element size is the stride of some alias,
+    /// or its byte length is a whole number of elements of every alias.
+    /// `Err` carries the strides the binding's aliases declare.
+    pub(crate) fn accepts(&self, element_size: usize, byte_len: u64) -> Result<(), Vec<u32>> {
+        let strides: Vec<u32> = self
+            .aliases
+            .iter()
+            .filter_map(|a| a.element_stride)
+            .collect();
+        if strides.is_empty()
+            || strides.iter().any(|&s| s as usize == element_size)
+            || (strides.len() > 1 && strides.iter().all(|&s| byte_len % u64::from(s) == 0))
+        {
+            Ok(())
+        } else {
+            Err(strides)
+        }
+    }
+}
+
+/// One specialization constant of a kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecConstantInfo {
+    /// The `constant_id`.
+    pub id: u32,
+    /// The constant's name, where the module keeps names.
+    pub name: Option<String>,
+    /// Its size in bytes (4 or 8; booleans count 4).
+    pub size: u32,
+}
+
+/// What a kernel's entry point declares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Interface {
+    /// Storage-buffer bindings in binding order.
+    pub(crate) bindings: Vec<BindingInfo>,
+    /// Bytes of push constants (0 if none).
+    pub(crate) push_size: u32,
+    pub(crate) spec_constants: Vec<SpecConstantInfo>,
+}
+
+/// Reflects entry point `entry` of `words`; the error says what is wrong.
+pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
+    let entry_points = ReflectConfig::new()
+        .spv(words)
+        .ref_all_rscs(true)
+        .reflect()
+        .map_err(|e| format!("the module could not be parsed: {e}"))?;
+    let Some(ep) = entry_points.iter().find(|e| e.name == entry) else {
+        let names: Vec<&str> = entry_points.iter().map(|e| e.name.as_str()).collect();
+        return Err(format!(
+            "it has no entry point `{entry}` (it has: {})",
+            names.join(", ")
+        ));
+    };
+    if ep.exec_model != spirq::spirv::ExecutionModel::GLCompute {
+        return Err(format!(
+            "entry point `{entry}` is not a compute shader ({:?})",
+            ep.exec_model
+        ));
+    }
+    let mut bindings = Vec::new();
+    let mut push_size = 0u32;
+    let mut spec_constants = Vec::new();
+    for var in &ep.vars {
+        match var {
+            Variable::Descriptor {
+                name,
+                desc_bind,
+                desc_ty,
+                ty,
+                nbind,
+            } => {
+                let what = name
+                    .clone()
+                    .unwrap_or_else(|| format!("binding {}", desc_bind.bind()));
+                let DescriptorType::StorageBuffer(access) = desc_ty else {
+                    return Err(format!(
+                        "`{what}` (set {}, binding {}) is a {desc_ty:?}: vkcompute binds storage buffers only",
+                        desc_bind.set(),
+                        desc_bind.bind()
+                    ));
+                };
+                if desc_bind.set() != 0 {
+                    return Err(format!(
+                        "`{what}` is in descriptor set {}: vkcompute binds set 0 only",
+                        desc_bind.set()
+                    ));
+                }
+                if desc_bind.bind() > MAX_BINDING {
+                    return Err(format!(
+                        "`{what}` has binding number {}: vkcompute accepts binding numbers up to {MAX_BINDING}",
+                        desc_bind.bind()
+                    ));
+                }
+                if *nbind != 1 {
+                    return Err(format!(
+                        "`{what}` is an array of {nbind} buffers: bind one buffer per binding"
+                    ));
+                }
+                let alias = BindingAlias {
+                    name: name.clone(),
+                    read_only: *access == AccessType::ReadOnly,
+                    element_stride: runtime_array_stride(ty),
+                };
+                match bindings
+                    .iter_mut()
+                    .find(|b: &&mut BindingInfo| b.binding == desc_bind.bind())
+                {
+                    Some(b) => b.aliases.push(alias),
+                    None => bindings.push(BindingInfo {
+                        binding: desc_bind.bind(),
+                        name: name.clone(),
+                        read_only: true,
+                        element_stride: None,
+                        aliases: vec![alias],
+                    }),
+                }
+            }
+            Variable::PushConstant { ty, .. } => {
+                push_size = extent(ty)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| "the push-constant block has no fixed size".to_string())?;
+            }
+            Variable::SpecConstant { name, spec_id, ty } => spec_constants.push(SpecConstantInfo {
+                id: *spec_id,
+                name: name.clone(),
+                size: ty.nbyte().map_or(4, |n| n.max(4) as u32),
+            }),
+            Variable::Input { .. } | Variable::Output { .. } => {}
+        }
+    }
+    bindings.sort_by_key(|b| b.binding);
+    for b in &mut bindings {
+        b.read_only = b.aliases.iter().all(|a| a.read_only);
+        let mut strides = b.aliases.iter().filter_map(|a| a.element_stride);
+        let first = strides.next();
+        b.element_stride = first.filter(|s| strides.all(|t| t == *s));
+    }
+    spec_constants.sort_by_key(|s| s.id);
+    spec_constants.dedup_by_key(|s| s.id);
+    Ok(Interface {
+        bindings,
+        push_size,
+        spec_constants,
+    })
+}
+
+/// The bytes `ty` spans: for a struct the end of its furthest member (its
+/// members' offsets need not increase, so this is not spirq's `nbyte`,
+/// which ends at the last member); `None` if it has no fixed size.
+fn extent(ty: &Type) -> Option<u64> {
+    match ty {
+        Type::Struct(block) => block.members.iter().try_fold(0u64, |end, member| {
+            let offset = u64::try_from(member.offset?).ok()?;
+            Some(end.max(offset.checked_add(extent(&member.ty)?)?))
+        }),
+        Type::Array(array) => {
+            let n = u64::from(array.nelement?);
+            let stride = u64::try_from(array.stride?).ok()?;
+            let last = (n.checked_sub(1)?)
+                .checked_mul(stride)?
+                .checked_add(extent(&array.element_ty)?)?;
+            Some(last.max(n.checked_mul(stride)?))
+        }
+        _ => ty.nbyte().and_then(|n| u64::try_from(n).ok()),
+    }
+}
+
+/// The stride of a block that is one runtime array (`T data[];`).
+fn runtime_array_stride(ty: &Type) -> Option<u32> {
+    let Type::Struct(block) = ty else { return None };
+    let [member] = block.members.as_slice() else {
+        return None;
+    };
+    match &member.ty {
+        Type::Array(array) if array.nelement.is_none() => {
+            array.stride.and_then(|s| u32::try_from(s).ok())
+        }
+        _ => None,
+    }
+}
