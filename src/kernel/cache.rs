@@ -11,9 +11,20 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use super::load::Load;
 use super::KernelPipeline;
 use crate::error::Result;
+use crate::spirv_check::Trust;
+
+/// How a kernel is loaded beside its module and entry point.
+#[derive(Default)]
+pub(super) struct Load {
+    /// Specialization constants (id, value bytes), sorted by id.
+    pub(super) specialization: Vec<(u32, Vec<u8>)>,
+    pub(super) pointers: bool,
+    pub(super) subgroup_size: Option<u32>,
+    /// Who answers for the module's validity.
+    pub(super) trust: Trust,
+}
 
 /// Every kernel loaded and still held, on every device. A leaf lock:
 /// nothing else is locked while it is held.

@@ -8,26 +8,16 @@ use std::sync::Arc;
 
 use ash::vk;
 
-use super::{cache, Kernel, KernelPipeline};
+use super::cache::{self, Load};
+use super::{Kernel, KernelPipeline};
 use crate::capabilities;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::reflect;
-use crate::spirv_check::{self, Trust};
+use crate::spirv_check;
 use crate::spirv_rules;
 use crate::vk::pipeline::{ComputePipeline, Specialization};
 use crate::vk::Device;
-
-/// How a kernel is loaded beside its module and entry point.
-#[derive(Default)]
-pub(super) struct Load {
-    /// Specialization constants (id, value bytes), sorted by id.
-    pub(super) specialization: Vec<(u32, Vec<u8>)>,
-    pub(super) pointers: bool,
-    pub(super) subgroup_size: Option<u32>,
-    /// Who answers for the module's validity.
-    pub(super) trust: Trust,
-}
 
 /// Checks that `device` can run a kernel of workgroup `local_size` with
 /// subgroups of `size` invocations.

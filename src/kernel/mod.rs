@@ -25,8 +25,9 @@ use crate::view::View;
 use crate::vk::pipeline::ComputePipeline;
 use crate::vk::Device;
 
+use cache::Load;
 pub(crate) use dispatch::write_extent;
-use load::{words_from_bytes, Load};
+use load::words_from_bytes;
 
 /// A value for a specialization constant.
 #[derive(Clone, Copy, Debug, PartialEq)]
