@@ -56,6 +56,10 @@ impl OwnedRawBuffer {
     ///
     /// No work (submitted by vkcompute or by the caller) may still use the
     /// buffer, and nothing may use it afterwards.
+    #[allow(
+        unsafe_code,
+        reason = "a public raw entry point: the caller answers for the buffer's last use"
+    )]
     pub unsafe fn free(mut self) {
         if let Some(raw) = self.raw.take() {
             raw.destroy(&self.device);
@@ -271,6 +275,10 @@ impl DeviceContext {
     ///
     /// No work (submitted by vkcompute or by the caller) may still use the
     /// buffer, and nothing may use it afterwards.
+    #[allow(
+        unsafe_code,
+        reason = "a public raw entry point: the caller answers for the buffer's last use"
+    )]
     pub unsafe fn free_raw(&self, raw: OwnedRawBuffer) -> Result<()> {
         if !raw.is_of(self) {
             return Err(Error::DifferentDevice {

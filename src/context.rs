@@ -177,6 +177,10 @@ impl DeviceContext {
     ///   memory), and every kernel loaded on the context needs only device
     ///   features the application enabled (features cannot be read back
     ///   from a device, so vkcompute takes those the physical device has).
+    #[allow(
+        unsafe_code,
+        reason = "a public raw entry point: the application's Vulkan objects"
+    )]
     pub unsafe fn from_raw(raw: RawContext) -> Result<DeviceContext> {
         let instance = Instance::borrowed(raw.entry, raw.instance, raw.api_version);
         let physical = instance.physical_devices()?;

@@ -2,7 +2,6 @@
 //! macro definitions, `#include` resolved through directories and a
 //! callback for embedded sources, specialization constants, the target
 //! environment and the optimization level, compiled with shaderc.
-#![deny(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 

@@ -28,6 +28,10 @@ struct Elements<T> {
     _element: PhantomData<NonNull<T>>,
 }
 
+#[allow(
+    unsafe_code,
+    reason = "references into mapped memory, which the view's host borrow protects"
+)]
 impl<T: Pod> Elements<T> {
     fn get(&self) -> &[T] {
         let Some(mapped) = self.mapped else {
@@ -338,6 +342,7 @@ impl<T: Pod> DeviceBuffer<T> {
     ///
     /// `src` must be valid for reads of `len()` elements of `T` and properly
     /// aligned, and nothing may write that memory during the call.
+    #[allow(unsafe_code, reason = "a public raw-pointer entry point")]
     pub unsafe fn enqueue_copy_from_ptr(&self, src: *const T) -> Result<()> {
         let op = "DeviceBuffer::enqueue_copy_from_ptr";
         check_ptr::<T>(op, src as usize)?;
@@ -356,6 +361,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// `dst` must be valid for writes of `len()` elements of `T` and properly
     /// aligned, and the memory must stay valid and untouched (not read, not
     /// written, not freed) until the stream has passed the copy.
+    #[allow(unsafe_code, reason = "a public raw-pointer entry point")]
     pub unsafe fn enqueue_copy_to_ptr(&self, dst: *mut T) -> Result<()> {
         let op = "DeviceBuffer::enqueue_copy_to_ptr";
         check_ptr::<T>(op, dst as usize)?;

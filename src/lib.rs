@@ -22,6 +22,11 @@
 //! # Ok(()) }
 //! ```
 
+// Unsafe code lives in `vk` (the Vulkan objects, mapped memory, and the
+// SPIRV-Tools validator) and in the few public raw entry points, each
+// allowed where it stands.
+#![deny(unsafe_code)]
+
 mod buffer;
 mod capabilities;
 mod context;
@@ -46,10 +51,8 @@ mod spirv_rules;
 #[cfg(any(feature = "build", feature = "glsl"))]
 #[cfg_attr(not(feature = "build"), allow(dead_code))]
 mod spirv_source;
-#[cfg(feature = "validate")]
-mod spirv_val;
 // Linked for its native library (SPIRV-Tools inside shaderc), which
-// `spirv_val` calls; no Rust item of the crate is used.
+// `vk::spirv_val` calls; no Rust item of the crate is used.
 #[cfg(feature = "validate")]
 extern crate shaderc_sys;
 mod staging;
@@ -58,6 +61,10 @@ mod submitter;
 mod trace;
 mod transfer;
 mod view;
+#[allow(
+    unsafe_code,
+    reason = "the layer of raw Vulkan calls and mapped memory"
+)]
 mod vk;
 
 /// The SPIR-V of the kernels that ship with vkcompute (`shaders/*.comp`,

@@ -2,7 +2,6 @@
 //! SPIRV-Tools (feature `validate`), one of the shipped kernels (validated
 //! when they were compiled, see build.rs), or one the caller vouched for
 //! through an `unsafe` loader.
-#![deny(unsafe_code)]
 
 use crate::error::{Error, Result};
 
@@ -47,7 +46,7 @@ pub(crate) fn check_specialized(
 
 #[cfg(feature = "validate")]
 fn check_frozen(frozen: &[u32], _original: &[u32], _entry: &str, vulkan_1_3: bool) -> Result<()> {
-    crate::spirv_val::validate(frozen, vulkan_1_3).map_err(|reason| Error::InvalidSpirv {
+    crate::vk::spirv_val::validate(frozen, vulkan_1_3).map_err(|reason| Error::InvalidSpirv {
         reason: format!("with its specialization constants set: {reason}"),
     })
 }
@@ -62,7 +61,8 @@ fn check_frozen(_frozen: &[u32], original: &[u32], entry: &str, vulkan_1_3: bool
 
 #[cfg(feature = "validate")]
 fn check(words: &[u32], _entry: &str, vulkan_1_3: bool) -> Result<()> {
-    crate::spirv_val::validate(words, vulkan_1_3).map_err(|reason| Error::InvalidSpirv { reason })
+    crate::vk::spirv_val::validate(words, vulkan_1_3)
+        .map_err(|reason| Error::InvalidSpirv { reason })
 }
 
 #[cfg(not(feature = "validate"))]

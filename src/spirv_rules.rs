@@ -3,7 +3,6 @@
 //! and is refused before it reaches the driver. Also the module as the
 //! pipeline sees it, with its specialization constants frozen, for
 //! validating again.
-#![deny(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
 

@@ -1,7 +1,6 @@
 //! SPIR-V modules written as Rust source, one `pub static NAME: &[u32]` per
 //! module (word-aligned by construction): shared by this crate's `build.rs`
 //! and the `build` feature's `compile_shaders`.
-#![deny(unsafe_code)]
 
 use std::fmt::Write as _;
 

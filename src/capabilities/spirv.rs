@@ -1,7 +1,6 @@
 //! The SPIR-V side of the capabilities table: what each capability,
 //! extension, feature-dependent construct and float-controls execution
 //! mode needs of the device.
-#![deny(unsafe_code)]
 
 use ash::vk;
 

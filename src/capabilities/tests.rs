@@ -1,6 +1,5 @@
 //! Every entry of the capabilities table, loaded with its feature and
 //! refused without it.
-#![deny(unsafe_code)]
 
 use super::features::FeatureSet;
 use super::spirv::FloatControl;

@@ -109,6 +109,10 @@ impl DeviceContext {
         // SAFETY: `alloc` is a live allocation of `alloc_size` bytes, aligned
         // as the device requires (checked above); it moves into the buffer's
         // `DedicatedKind::Host` below, which frees it only after the memory.
+        #[allow(
+            unsafe_code,
+            reason = "the import of a host allocation whose lifetime this function ties to the memory"
+        )]
         let (buffer, vk_memory) =
             unsafe { buffer.bind_host(alloc.ptr, alloc_size, type_index, &what) }?;
         let ptr = alloc.ptr;

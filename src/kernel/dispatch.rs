@@ -1,7 +1,6 @@
 //! Dispatching a kernel: `DeviceContext::enqueue_function` and its
 //! checks of every argument against the kernel's interface and the
 //! device's limits.
-#![deny(unsafe_code)]
 
 use std::sync::Arc;
 

@@ -6,7 +6,6 @@
 //! The public types live here; loading (checks, pipeline, the cache) is in
 //! `load.rs`, dispatch checks and recording in `dispatch.rs`, and
 //! `DeviceContext::execution_time` in `timing.rs`.
-#![deny(unsafe_code)]
 
 mod cache;
 mod dispatch;

@@ -1,5 +1,4 @@
 //! Loading kernels from several threads at once.
-#![deny(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};

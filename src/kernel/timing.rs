@@ -1,6 +1,5 @@
 //! `DeviceContext::execution_time`: device time measured with timestamp
 //! queries.
-#![deny(unsafe_code)]
 
 use std::sync::Arc;
 use std::time::Duration;

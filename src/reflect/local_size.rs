@@ -1,6 +1,5 @@
 //! The workgroup size of an entry point, from `LocalSize`, `LocalSizeId`
 //! or a `WorkgroupSize` built-in, with specialization applied.
-#![deny(unsafe_code)]
 
 use std::collections::HashMap;
 

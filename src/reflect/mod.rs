@@ -8,7 +8,6 @@
 //! a module uses that loading checks against the device (capabilities,
 //! pointers) is in `module_use.rs`; the instruction stream itself in
 //! `words.rs`.
-#![deny(unsafe_code)]
 
 mod local_size;
 mod module_use;

@@ -1,7 +1,6 @@
 //! What a module uses that loading must check against the device: its
 //! capabilities, extensions and feature-dependent constructs, and any way
 //! it addresses memory through pointers.
-#![deny(unsafe_code)]
 
 use std::collections::{HashMap, HashSet};
 

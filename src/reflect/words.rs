@@ -1,6 +1,5 @@
 //! The SPIR-V instruction stream: the opcodes and operand values read
 //! from it, its structure, and literal strings.
-#![deny(unsafe_code)]
 
 /// The SPIR-V magic number, first word of every module.
 pub(crate) const MAGIC: u32 = 0x0723_0203;

@@ -1,7 +1,6 @@
 //! What a device is, as the public API describes it: [`DeviceInfo`] with
 //! its kind, subgroups, compute limits and enabled kernel features, and
 //! the [`DeviceSelector`] that picks one.
-#![deny(unsafe_code)]
 
 use std::fmt;
 use std::str::FromStr;

@@ -17,6 +17,8 @@ mod instance;
 pub(crate) mod memory;
 pub(crate) mod pipeline;
 mod pipeline_cache;
+#[cfg(feature = "validate")]
+pub(crate) mod spirv_val;
 mod timeline;
 mod win32;
 
