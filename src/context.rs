@@ -11,13 +11,11 @@ use ash::vk;
 
 use crate::error::{Error, Result};
 use crate::garbage::GarbageList;
-use crate::options::{setting, validation_aborts, ContextOptions};
+use crate::options::ContextOptions;
 use crate::stream::LiveObjects;
 use crate::submitter::Submitter;
 use crate::trace::Tracer;
-use crate::vk::{
-    Adapter, Device, DeviceInfo, DeviceOptions, Enabled, Instance, ValidationLog, ValidationMessage,
-};
+use crate::vk::{Adapter, Device, DeviceInfo, Enabled, Instance, ValidationLog, ValidationMessage};
 
 /// An application's Vulkan objects, lent to [`DeviceContext::from_raw`].
 pub struct RawContext {
@@ -71,49 +69,36 @@ impl DeviceContext {
 
     /// Opens a device as `options` say.
     pub fn with_options(options: ContextOptions) -> Result<Self> {
-        // `VKCOMPUTE_VALIDATION=abort` (only where the option is unset)
-        // turns validation on and makes any message fatal.
-        let fatal = options.validation.is_none() && validation_aborts();
-        let validation = setting(options.validation, "VKCOMPUTE_VALIDATION", false) || fatal;
-        let instance = Instance::new(validation, fatal)?;
-        let adapter = Adapter::choose(&instance, options.resolved_device())?;
+        let settings = options.resolve();
+        let instance = Instance::new(settings.validation, settings.validation_fatal)?;
+        let adapter = Adapter::choose(&instance, settings.device)?;
         log::info!("using Vulkan device {}", adapter.info);
-        let wanted = DeviceOptions {
-            pipeline_cache_dir: options.resolved_pipeline_cache_dir(),
-            push_descriptors: setting(options.push_descriptors, "VKCOMPUTE_PUSH_DESCRIPTORS", true),
-            synchronization2: setting(options.synchronization2, "VKCOMPUTE_SYNCHRONIZATION2", true),
-        };
-        let (push_descriptors, synchronization2) =
-            (wanted.push_descriptors, wanted.synchronization2);
-        let device = Device::new(instance, adapter, wanted)?;
+        let asked = settings.device_options;
+        let (push_descriptors, synchronization2) = (asked.push_descriptors, asked.synchronization2);
+        let device = Device::new(instance, adapter, asked)?;
         if push_descriptors && device.push_descriptor.is_none() {
             log::info!(
                 "`{}` lacks VK_KHR_push_descriptor: kernels bind through descriptor sets",
                 device.name()
             );
         }
-        if synchronization2 && !device.synchronization2 {
+        if synchronization2 && !device.synchronization2() {
             log::info!(
                 "`{}` lacks synchronization2: barriers use the original pipeline barrier",
                 device.name()
             );
         }
-        let force_staging = setting(options.force_staging, "VKCOMPUTE_FORCE_STAGING", false);
-        let trace_path = options
-            .trace
-            .clone()
-            .or_else(|| std::env::var_os("VKCOMPUTE_TRACE").map(Into::into));
-        let tracer = match trace_path {
-            Some(path) => Some(Arc::new(Tracer::create(&path)?)),
+        let tracer = match &settings.trace {
+            Some(path) => Some(Arc::new(Tracer::create(path)?)),
             None => None,
         };
-        if force_staging {
+        if settings.force_staging {
             log::info!("every host transfer goes through staging buffers (forced)");
         }
         Ok(DeviceContext {
             shared: Submitter::new(
                 device.clone(),
-                force_staging,
+                settings.force_staging,
                 GarbageList::new(device),
                 tracer,
             )?,
@@ -199,16 +184,18 @@ impl DeviceContext {
             queue_family: raw.queue_family_index,
             queue_count: raw.queue_count.max(1),
             push_descriptors: raw.push_descriptor,
-            synchronization2: raw.synchronization2,
-            buffer_device_address: raw.buffer_device_address,
             memory_budget: false,
             external: Default::default(),
         };
-        let device = Device::borrowed(instance, adapter, raw.device, enabled)?;
+        let claimed = (raw.buffer_device_address, raw.synchronization2);
+        let device = Device::borrowed(instance, adapter, raw.device, enabled, claimed)?;
+        // Of the settings, only the transfer path applies to an
+        // application's device.
+        let settings = ContextOptions::new().resolve();
         Ok(DeviceContext {
             shared: Submitter::new(
                 device.clone(),
-                setting(None, "VKCOMPUTE_FORCE_STAGING", false),
+                settings.force_staging,
                 GarbageList::new(device),
                 None,
             )?,

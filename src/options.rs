@@ -1,9 +1,28 @@
 //! How a context is opened: `ContextOptions`, each setting falling back to
-//! its environment variable and then to its default.
+//! its environment variable and then to its default, resolved once into
+//! one `Settings` value.
 
 use std::path::PathBuf;
 
-use crate::vk::DeviceSelector;
+use crate::vk::{DeviceOptions, DeviceSelector};
+
+/// Every setting of a context, resolved once from its options, the
+/// environment and the defaults (see [`ContextOptions::resolve`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    /// The device asked for, and who asked (the option or the variable).
+    pub(crate) device: Option<(DeviceSelector, &'static str)>,
+    /// The validation layer is on.
+    pub(crate) validation: bool,
+    /// Any validation message aborts the process.
+    pub(crate) validation_fatal: bool,
+    /// Every host transfer goes through staging buffers.
+    pub(crate) force_staging: bool,
+    /// Where the trace goes, if anywhere.
+    pub(crate) trace: Option<PathBuf>,
+    /// What the device is opened with (asked; the device grants what it has).
+    pub(crate) device_options: DeviceOptions,
+}
 
 /// How to open a [`DeviceContext`](crate::DeviceContext). Each setting left alone takes its
 /// environment variable's value, or else the default.
@@ -97,7 +116,38 @@ impl ContextOptions {
         self
     }
 
-    pub(crate) fn resolved_pipeline_cache_dir(&self) -> Option<PathBuf> {
+    /// Every setting, resolved: the option where set, else its
+    /// environment variable, else the default.
+    pub(crate) fn resolve(&self) -> Settings {
+        // `VKCOMPUTE_VALIDATION=abort` (only where the option is unset)
+        // turns validation on and makes any message fatal.
+        let validation_fatal = self.validation.is_none() && validation_aborts();
+        Settings {
+            device: self.resolved_device(),
+            validation: setting(self.validation, "VKCOMPUTE_VALIDATION", false) || validation_fatal,
+            validation_fatal,
+            force_staging: setting(self.force_staging, "VKCOMPUTE_FORCE_STAGING", false),
+            trace: self
+                .trace
+                .clone()
+                .or_else(|| std::env::var_os("VKCOMPUTE_TRACE").map(Into::into)),
+            device_options: DeviceOptions {
+                pipeline_cache_dir: self.resolved_pipeline_cache_dir(),
+                push_descriptors: setting(
+                    self.push_descriptors,
+                    "VKCOMPUTE_PUSH_DESCRIPTORS",
+                    true,
+                ),
+                synchronization2: setting(
+                    self.synchronization2,
+                    "VKCOMPUTE_SYNCHRONIZATION2",
+                    true,
+                ),
+            },
+        }
+    }
+
+    fn resolved_pipeline_cache_dir(&self) -> Option<PathBuf> {
         if let Some(choice) = &self.pipeline_cache_dir {
             return choice.clone();
         }
@@ -113,7 +163,7 @@ impl ContextOptions {
         }
     }
 
-    pub(crate) fn resolved_device(&self) -> Option<(DeviceSelector, &'static str)> {
+    fn resolved_device(&self) -> Option<(DeviceSelector, &'static str)> {
         if let Some(d) = &self.device {
             return Some((d.clone(), "ContextOptions::device"));
         }
@@ -125,7 +175,7 @@ impl ContextOptions {
 }
 
 /// A boolean setting: the option if set, else the variable, else `default`.
-pub(crate) fn setting(option: Option<bool>, variable: &str, default: bool) -> bool {
+fn setting(option: Option<bool>, variable: &str, default: bool) -> bool {
     option.unwrap_or_else(|| match std::env::var(variable) {
         Ok(v) => matches!(
             v.trim().to_ascii_lowercase().as_str(),
@@ -136,6 +186,42 @@ pub(crate) fn setting(option: Option<bool>, variable: &str, default: bool) -> bo
 }
 
 /// Whether `VKCOMPUTE_VALIDATION=abort` is set.
-pub(crate) fn validation_aborts() -> bool {
+fn validation_aborts() -> bool {
     std::env::var("VKCOMPUTE_VALIDATION").is_ok_and(|v| v.trim().eq_ignore_ascii_case("abort"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Options that are set win over the environment, and resolve into one
+    /// value with every setting the context and its device use.
+    #[test]
+    fn set_options_resolve_as_set() {
+        let dir = PathBuf::from("/nonexistent/vkcompute-cache");
+        let settings = ContextOptions::new()
+            .device(1)
+            .validation(false)
+            .force_staging(true)
+            .push_descriptors(false)
+            .synchronization2(false)
+            .trace("/tmp/vkcompute-settings-trace.json")
+            .pipeline_cache_dir(Some(dir.clone()))
+            .resolve();
+        assert!(matches!(
+            settings.device,
+            Some((DeviceSelector::Index(1), "ContextOptions::device"))
+        ));
+        assert!(!settings.validation && !settings.validation_fatal);
+        assert!(settings.force_staging);
+        assert_eq!(
+            settings.trace.as_deref(),
+            Some(std::path::Path::new("/tmp/vkcompute-settings-trace.json"))
+        );
+        assert!(!settings.device_options.push_descriptors);
+        assert!(!settings.device_options.synchronization2);
+        assert_eq!(settings.device_options.pipeline_cache_dir, Some(dir));
+        let none = ContextOptions::new().pipeline_cache_dir(None).resolve();
+        assert_eq!(none.device_options.pipeline_cache_dir, None);
+    }
 }

@@ -34,7 +34,7 @@ pub(crate) struct CheckedDispatch<'a> {
 /// (where the device has neither) only the view is assumed.
 pub(crate) fn write_extent(device: &Device, view: &View) -> (u64, u64) {
     let end = view.offset + view.bytes;
-    let f = &device.features;
+    let f = &device.capabilities;
     if f.has(Feature::RobustBufferAccess2) {
         let padded = end.next_multiple_of(4).min(view.memory.size.max(end));
         (view.offset, padded - view.offset)

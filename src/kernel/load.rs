@@ -109,7 +109,7 @@ fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Resul
         int64_atomics_shared: module.int64_atomics_shared,
         float_modes: &module.float_modes,
     };
-    capabilities::check(&declared, &device.features, device.name()).map_err(unsupported)?;
+    capabilities::check(&declared, &device.capabilities, device.name()).map_err(unsupported)?;
     // spirq is not written against hostile input: a panic is an error too.
     let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
         .map_err(|_| Error::InvalidSpirv {

@@ -248,7 +248,7 @@ impl Cmd {
         src: (vk::PipelineStageFlags, vk::AccessFlags),
         dst: (vk::PipelineStageFlags, vk::AccessFlags),
     ) {
-        if device.synchronization2 {
+        if device.synchronization2() {
             // The legacy flag bits have the same values in the 64-bit sync2 flags.
             let barriers = [vk::MemoryBarrier2::default()
                 .src_stage_mask(vk::PipelineStageFlags2::from_raw(src.0.as_raw() as u64))

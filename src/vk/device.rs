@@ -33,15 +33,14 @@ pub(crate) struct DeviceOptions {
     pub(crate) synchronization2: bool,
 }
 
-/// What is enabled on a logical device, as far as vkcompute cares.
+/// The queues and extensions a logical device was created with, as far as
+/// vkcompute cares (its features are a `Capabilities` value).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Enabled {
     pub(crate) queue_family: u32,
     /// Queues created in that family (index 0 up).
     pub(crate) queue_count: u32,
     pub(crate) push_descriptors: bool,
-    pub(crate) synchronization2: bool,
-    pub(crate) buffer_device_address: bool,
     pub(crate) memory_budget: bool,
     /// The sharing extensions enabled (none on a borrowed device).
     pub(crate) external: ExternalExtensions,
@@ -57,12 +56,10 @@ pub(crate) struct Device {
     next_queue: AtomicUsize,
     /// `VK_KHR_push_descriptor`, when it is enabled.
     pub(crate) push_descriptor: Option<ash::khr::push_descriptor::Device>,
-    /// Synchronization2 barriers are enabled.
-    pub(crate) synchronization2: bool,
-    pub(crate) buffer_device_address: bool,
-    /// The optional features enabled on the device (for a borrowed device,
-    /// those the application is taken to have enabled: see `borrowed`).
-    pub(crate) features: Capabilities,
+    /// The optional features enabled on the device: what the adapter
+    /// offers, intersected with what was asked (for a borrowed device,
+    /// what the application is taken to have enabled: see `borrowed`).
+    pub(crate) capabilities: Capabilities,
     memory_budget: bool,
     /// The sharing extensions enabled, and their functions.
     pub(crate) external: ExternalFns,
@@ -162,8 +159,6 @@ impl Device {
             queue_family: family.index,
             queue_count,
             push_descriptors,
-            synchronization2: enabled_features.has(Feature::Synchronization2),
-            buffer_device_address: enabled_features.has(Feature::BufferDeviceAddress),
             memory_budget,
             external,
         };
@@ -191,15 +186,18 @@ impl Device {
     /// access is taken as on (the caller of `from_raw` guarantees it),
     /// robustBufferAccess2 as off, and the memory model as on only where its
     /// Device scope is supported too.
+    /// `buffer_device_address` and `synchronization2` say whether the
+    /// application enabled those features.
     pub(crate) fn borrowed(
         instance: Instance,
         adapter: Adapter,
         raw: ash::Device,
         enabled: Enabled,
+        (buffer_device_address, synchronization2): (bool, bool),
     ) -> Result<Arc<Self>> {
         let features = adapter
             .capabilities
-            .enabled_when_borrowed(enabled.buffer_device_address, enabled.synchronization2);
+            .enabled_when_borrowed(buffer_device_address, synchronization2);
         Self::assemble(instance, adapter, raw, enabled, features, false, None)
     }
 
@@ -223,7 +221,7 @@ impl Device {
             device: raw.clone(),
             physical_device: adapter.raw,
             debug_settings: Default::default(),
-            buffer_device_address: enabled.buffer_device_address,
+            buffer_device_address: features.has(Feature::BufferDeviceAddress),
             allocation_sizes: Default::default(),
         })
         .map_err(|e| Error::Allocation {
@@ -245,9 +243,7 @@ impl Device {
             queues,
             next_queue: AtomicUsize::new(0),
             push_descriptor,
-            synchronization2: enabled.synchronization2,
-            buffer_device_address: enabled.buffer_device_address,
-            features,
+            capabilities: features,
             memory_budget: enabled.memory_budget,
             external,
             pipeline_cache,
@@ -320,6 +316,16 @@ impl Device {
         let pipeline = Arc::new(create()?);
         pipelines.push((name, pipeline.clone()));
         Ok(pipeline)
+    }
+
+    /// Synchronization2 barriers are enabled.
+    pub(crate) fn synchronization2(&self) -> bool {
+        self.capabilities.has(Feature::Synchronization2)
+    }
+
+    /// `bufferDeviceAddress` is enabled.
+    pub(crate) fn buffer_device_address(&self) -> bool {
+        self.capabilities.has(Feature::BufferDeviceAddress)
     }
 
     pub(crate) fn limits(&self) -> &vk::PhysicalDeviceLimits {

@@ -274,7 +274,7 @@ pub(crate) fn ownership_barrier(
             (STAGES, READS_AND_WRITES),
         )
     };
-    if device.synchronization2 {
+    if device.synchronization2() {
         // The legacy flag bits have the same values in the 64-bit sync2
         // flags; an empty stage mask is VK_PIPELINE_STAGE_2_NONE.
         let barriers = [vk::BufferMemoryBarrier2::default()

@@ -210,7 +210,7 @@ impl Drop for ExternalBuffer<'_> {
 
 /// `vkAllocateMemory` flags every buffer memory of `device` needs.
 fn allocate_flags(device: &Device) -> vk::MemoryAllocateFlags {
-    if device.buffer_device_address {
+    if device.buffer_device_address() {
         vk::MemoryAllocateFlags::DEVICE_ADDRESS
     } else {
         vk::MemoryAllocateFlags::empty()

@@ -182,7 +182,7 @@ pub(crate) fn buffer_usage(device: &Device) -> vk::BufferUsageFlags {
     let mut usage_flags = vk::BufferUsageFlags::TRANSFER_SRC
         | vk::BufferUsageFlags::TRANSFER_DST
         | vk::BufferUsageFlags::STORAGE_BUFFER;
-    if device.buffer_device_address {
+    if device.buffer_device_address() {
         usage_flags |= vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS;
     }
     usage_flags
@@ -363,7 +363,7 @@ impl RawBuffer {
     }
 
     pub(crate) fn device_address(&self, device: &Device) -> Option<u64> {
-        device.buffer_device_address.then(|| {
+        device.buffer_device_address().then(|| {
             let info = vk::BufferDeviceAddressInfo::default().buffer(self.buffer);
             // SAFETY: the buffer was created with SHADER_DEVICE_ADDRESS usage.
             unsafe { device.raw.get_buffer_device_address(&info) }
