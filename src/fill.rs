@@ -12,12 +12,13 @@ use std::sync::Arc;
 use ash::vk;
 use bytemuck::{Pod, Zeroable};
 
+use crate::batch_pool::DescriptorPools;
 use crate::error::Result;
 use crate::record::BufferAccess;
 use crate::resource::BufferMemory;
 use crate::submitter::Submitter;
 use crate::vk::command::Cmd;
-use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline, DescriptorPools};
+use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline};
 use crate::vk::Device;
 
 /// How a fill is done.
@@ -91,7 +92,7 @@ impl KernelChunk {
         };
         record_dispatch_into(
             device,
-            descriptors,
+            &mut |layout| descriptors.allocate(device, layout),
             bound,
             cmd,
             pipeline,

@@ -27,6 +27,7 @@
 // allowed where it stands.
 #![deny(unsafe_code)]
 
+mod batch_pool;
 mod buffer;
 mod capabilities;
 mod context;

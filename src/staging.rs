@@ -7,6 +7,7 @@
 
 use ash::vk;
 
+use crate::batch_pool::{BatchPool, Pooled};
 use crate::error::Result;
 use crate::vk::memory::{MappedRange, RawBuffer};
 use crate::vk::{Device, MemoryUsage};
@@ -43,33 +44,40 @@ pub(crate) struct StagingSlice {
     pub(crate) mapped: MappedRange,
 }
 
-/// Staging blocks of one kind of memory (upload or readback).
+impl Pooled for StagingBlock {
+    fn reset(&mut self, _device: &Device) -> bool {
+        self.used = 0;
+        true
+    }
+
+    fn destroy(self, device: &Device) {
+        self.raw.destroy(device);
+    }
+
+    fn bytes(&self) -> u64 {
+        self.raw.size
+    }
+}
+
+/// Staging blocks of one kind of memory (upload or readback), in the
+/// per-batch pool.
 pub(crate) struct StagingPool {
     usage: MemoryUsage,
-    current: Option<StagingBlock>,
-    retired: Vec<StagingBlock>,
-    free: Vec<StagingBlock>,
-    free_bytes: u64,
-    /// Blocks alive in all (free, in use, travelling with batches).
-    live: usize,
+    blocks: BatchPool<StagingBlock>,
 }
 
 impl StagingPool {
     pub(crate) fn new(usage: MemoryUsage) -> Self {
         StagingPool {
             usage,
-            current: None,
-            retired: Vec::new(),
-            free: Vec::new(),
-            free_bytes: 0,
-            live: 0,
+            blocks: BatchPool::new(MAX_FREE_BYTES),
         }
     }
 
     /// Room for `size` bytes (more than zero) for the open batch. The memory
     /// stays valid until the blocks are recycled after the batch completes.
     pub(crate) fn alloc(&mut self, device: &Device, size: u64) -> Result<StagingSlice> {
-        if let Some(block) = &mut self.current {
+        if let Some(block) = self.blocks.current() {
             let offset = block.used.next_multiple_of(ALIGN);
             if offset + size <= block.raw.size {
                 block.used = offset + size;
@@ -89,38 +97,26 @@ impl StagingPool {
             offset: 0,
             mapped: block.mapped(size),
         };
-        if let Some(old) = self.current.replace(block) {
-            self.retired.push(old);
-        }
+        self.blocks.make_current(block);
         Ok(slice)
     }
 
     /// The blocks the open batch used, to travel with it.
     pub(crate) fn take_for_batch(&mut self) -> Vec<StagingBlock> {
-        if let Some(current) = self.current.take() {
-            self.retired.push(current);
-        }
-        std::mem::take(&mut self.retired)
+        self.blocks.take_for_batch()
     }
 
     /// A whole free block of at least `size` bytes, for one readback.
     pub(crate) fn acquire(&mut self, device: &Device, size: u64) -> Result<StagingBlock> {
-        let best = self
-            .free
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.raw.size >= size)
-            .min_by_key(|(_, b)| b.raw.size)
-            .map(|(i, _)| i);
-        if let Some(i) = best {
-            let block = self.free.swap_remove(i);
-            self.free_bytes -= block.raw.size;
-            return Ok(block);
-        }
-        let capacity = size.max(MIN_BLOCK).next_power_of_two();
-        let raw = RawBuffer::new(device, capacity, self.usage, "a staging buffer")?;
-        self.live += 1;
-        Ok(StagingBlock { raw, used: 0 })
+        let usage = self.usage;
+        self.blocks.take(
+            |b| b.raw.size >= size,
+            || {
+                let capacity = size.max(MIN_BLOCK).next_power_of_two();
+                let raw = RawBuffer::new(device, capacity, usage, "a staging buffer")?;
+                Ok(StagingBlock { raw, used: 0 })
+            },
+        )
     }
 
     /// Takes back blocks the device no longer uses.
@@ -129,43 +125,27 @@ impl StagingPool {
         device: &Device,
         blocks: impl IntoIterator<Item = StagingBlock>,
     ) {
-        for mut block in blocks {
-            block.used = 0;
-            if self.free_bytes + block.raw.size > MAX_FREE_BYTES {
-                block.raw.destroy(device);
-                self.live -= 1;
-            } else {
-                self.free_bytes += block.raw.size;
-                self.free.push(block);
-            }
-        }
+        self.blocks.recycle(device, blocks);
     }
 
     /// Destroys the free blocks (those no batch uses).
     pub(crate) fn release_free(&mut self, device: &Device) {
-        for block in self.free.drain(..) {
-            block.raw.destroy(device);
-            self.live -= 1;
-        }
-        self.free_bytes = 0;
+        self.blocks.release_free(device);
     }
 
     /// Stops counting `block` as the pool's: the caller frees its buffer.
     pub(crate) fn forget(&mut self, block: StagingBlock) -> RawBuffer {
-        self.live -= 1;
-        block.raw
+        self.blocks.forget(block).raw
     }
 
     /// Destroys every block the pool holds. Blocks travelling with batches
     /// must have been recycled first.
     pub(crate) fn destroy(&mut self, device: &Device) {
-        let blocks = self.take_for_batch();
-        self.recycle(device, blocks);
-        self.release_free(device);
+        self.blocks.destroy(device);
     }
 
     /// Blocks alive (free, in use, or travelling with batches).
     pub(crate) fn live_blocks(&self) -> usize {
-        self.live
+        self.blocks.live()
     }
 }

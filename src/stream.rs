@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use ash::vk;
 
+use crate::batch_pool::DescriptorPools;
 use crate::error::{Error, Result};
 use crate::garbage::GarbageList;
 use crate::hazard::{Access, HazardTracker};
 use crate::staging::{StagingBlock, StagingPool, StagingSlice};
 use crate::trace::StreamTrace;
 use crate::vk::command::{self, Cmd, CommandPool};
-use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline, DescriptorPools};
+use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline, DescriptorPool};
 use crate::vk::{Device, MemoryUsage, Timeline};
 
 /// A batch is submitted once it holds this many commands.
@@ -59,7 +60,7 @@ struct Batch {
     staged: u64,
     waits: Vec<(Arc<Timeline>, u64)>,
     staging: Vec<StagingBlock>,
-    descriptor_pools: Vec<vk::DescriptorPool>,
+    descriptor_pools: Vec<DescriptorPool>,
     /// Objects (pipelines, say) that must live until the batch completes.
     keep: Vec<Arc<dyn Any + Send + Sync>>,
     /// Host work to run once the batch completes (copies out of readback
@@ -126,7 +127,7 @@ impl Stream {
             hazards: HazardTracker::default(),
             upload: StagingPool::new(MemoryUsage::Upload),
             readback: StagingPool::new(MemoryUsage::Readback),
-            descriptors: DescriptorPools::default(),
+            descriptors: DescriptorPools::descriptors(),
             failed: None,
             recorded: 0,
             pending_copy: None,
@@ -267,9 +268,10 @@ impl Stream {
         push: &[u8],
         groups: [u32; 3],
     ) -> Result<()> {
+        let (device, descriptors) = (&self.device, &mut self.descriptors);
         record_dispatch_into(
-            &self.device,
-            &mut self.descriptors,
+            device,
+            &mut |layout| descriptors.allocate(device, layout),
             &mut self.bound,
             cmd,
             pipeline,
@@ -481,7 +483,7 @@ impl Stream {
         LiveObjects {
             command_buffers: self.pool.live(),
             staging_buffers: self.upload.live_blocks() + self.readback.live_blocks(),
-            descriptor_pools: self.descriptors.live_pools(),
+            descriptor_pools: self.descriptors.live(),
             pending_frees: self.garbage.len(),
             batches_in_flight: self.in_flight.len(),
             commands_recorded: self.recorded,

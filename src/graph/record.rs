@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use ash::vk;
 
+use crate::batch_pool::DescriptorPools;
 use crate::error::{Error, Result};
 use crate::fill;
 use crate::hazard::{Access, HazardTracker};
@@ -16,7 +17,7 @@ use crate::submitter::Submitter;
 use crate::view::View;
 use crate::vk::command::{Cmd, CommandPool};
 use crate::vk::memory::RawBuffer;
-use crate::vk::pipeline::{record_dispatch_into, Bound, DescriptorPools};
+use crate::vk::pipeline::{record_dispatch_into, Bound};
 use crate::vk::{Device, MemoryUsage};
 
 /// One captured operation.
@@ -231,7 +232,7 @@ pub(super) fn record(
     // The pool's lock is held while its buffer records (Vulkan requires it).
     let mut guard = pools.lock().unwrap_or_else(|e| e.into_inner());
     let cmd = guard.begin()?;
-    let mut descriptors = DescriptorPools::default();
+    let mut descriptors = DescriptorPools::descriptors();
     let recorded = record_into(device, cmd, &mut descriptors, ops, subst)
         .and_then(|recorded| guard.end(cmd).map(|()| recorded));
     drop(guard);
@@ -360,7 +361,7 @@ pub(super) fn record_into(
                 dispatch_index += 1;
                 record_dispatch_into(
                     device,
-                    descriptors,
+                    &mut |layout| descriptors.allocate(device, layout),
                     &mut bound,
                     cmd,
                     kernel.pipeline(),

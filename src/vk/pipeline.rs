@@ -159,63 +159,18 @@ impl ComputePipeline {
     }
 }
 
-/// Descriptor pools for devices without push descriptors: each batch takes
-/// pools as it needs them and they are reset when it completes.
-#[derive(Default)]
-pub(crate) struct DescriptorPools {
-    free: Vec<vk::DescriptorPool>,
-    /// The pool the open batch allocates from, if any.
-    current: Option<vk::DescriptorPool>,
-    /// Pools the open batch used.
-    used: Vec<vk::DescriptorPool>,
-    live: usize,
+/// A descriptor pool of storage-buffer sets (for devices without push
+/// descriptors); `batch_pool::DescriptorPools` hands them to batches.
+pub(crate) struct DescriptorPool {
+    raw: vk::DescriptorPool,
 }
 
 const SETS_PER_POOL: u32 = 256;
 const DESCRIPTORS_PER_POOL: u32 = 2048;
 
-impl DescriptorPools {
-    /// A descriptor set of `layout` for the open batch.
-    pub(crate) fn allocate(
-        &mut self,
-        device: &Device,
-        layout: vk::DescriptorSetLayout,
-    ) -> Result<vk::DescriptorSet> {
-        let layouts = [layout];
-        for attempt in 0..2 {
-            let pool = match self.current {
-                Some(pool) => pool,
-                None => {
-                    let pool = self.take_pool(device)?;
-                    self.current = Some(pool);
-                    self.used.push(pool);
-                    pool
-                }
-            };
-            let info = vk::DescriptorSetAllocateInfo::default()
-                .descriptor_pool(pool)
-                .set_layouts(&layouts);
-            let sets = super::fault::allocation(device).and_then(|()| {
-                // SAFETY: the pool and layout are live and used under the stream's lock.
-                unsafe { device.raw.allocate_descriptor_sets(&info) }
-            });
-            match sets {
-                Ok(sets) => return Ok(sets[0]),
-                Err(vk::Result::ERROR_OUT_OF_POOL_MEMORY | vk::Result::ERROR_FRAGMENTED_POOL)
-                    if attempt == 0 =>
-                {
-                    self.current = None;
-                }
-                Err(e) => return Err(crate::Error::vk("vkAllocateDescriptorSets", e)),
-            }
-        }
-        unreachable!("the second attempt returns")
-    }
-
-    fn take_pool(&mut self, device: &Device) -> Result<vk::DescriptorPool> {
-        if let Some(pool) = self.free.pop() {
-            return Ok(pool);
-        }
+impl DescriptorPool {
+    /// A new pool on `device`.
+    pub(crate) fn new(device: &Device) -> Result<Self> {
         let sizes = [vk::DescriptorPoolSize::default()
             .ty(vk::DescriptorType::STORAGE_BUFFER)
             .descriptor_count(DESCRIPTORS_PER_POOL)];
@@ -224,58 +179,54 @@ impl DescriptorPools {
             .pool_sizes(&sizes);
         super::fault::allocation(device).during("vkCreateDescriptorPool")?;
         // SAFETY: a valid create info.
-        let pool = unsafe { device.raw.create_descriptor_pool(&info, None) }
+        let raw = unsafe { device.raw.create_descriptor_pool(&info, None) }
             .during("vkCreateDescriptorPool")?;
-        self.live += 1;
-        Ok(pool)
+        Ok(DescriptorPool { raw })
     }
 
-    /// The pools the open batch used, to travel with it.
-    pub(crate) fn take_for_batch(&mut self) -> Vec<vk::DescriptorPool> {
-        self.current = None;
-        std::mem::take(&mut self.used)
-    }
-
-    /// Resets pools whose batch completed and keeps them for reuse.
-    pub(crate) fn recycle(&mut self, device: &Device, pools: Vec<vk::DescriptorPool>) {
-        for pool in pools {
-            // SAFETY: the batch that used the pool's sets has completed.
-            let reset = unsafe {
-                device
-                    .raw
-                    .reset_descriptor_pool(pool, vk::DescriptorPoolResetFlags::empty())
-            };
-            if reset.is_ok() {
-                self.free.push(pool);
-            } else {
-                // SAFETY: the batch that used the pool's sets has completed, so
-                // nothing uses the pool; it is destroyed, not reused.
-                unsafe { device.raw.destroy_descriptor_pool(pool, None) };
-                self.live -= 1;
+    /// A set of `layout` from this pool; `None` where the pool is full.
+    /// Its user (a batch, a graph recording) holds the pool under one lock.
+    pub(crate) fn allocate(
+        &mut self,
+        device: &Device,
+        layout: vk::DescriptorSetLayout,
+    ) -> Result<Option<vk::DescriptorSet>> {
+        let layouts = [layout];
+        let info = vk::DescriptorSetAllocateInfo::default()
+            .descriptor_pool(self.raw)
+            .set_layouts(&layouts);
+        let sets = super::fault::allocation(device).and_then(|()| {
+            // SAFETY: the pool and layout are live, and `&mut self` is the
+            // pool's one user.
+            unsafe { device.raw.allocate_descriptor_sets(&info) }
+        });
+        match sets {
+            Ok(sets) => Ok(Some(sets[0])),
+            Err(vk::Result::ERROR_OUT_OF_POOL_MEMORY | vk::Result::ERROR_FRAGMENTED_POOL) => {
+                Ok(None)
             }
+            Err(e) => Err(crate::Error::vk("vkAllocateDescriptorSets", e)),
         }
     }
 
-    /// Destroys the free pools (those no batch uses).
-    pub(crate) fn release_free(&mut self, device: &Device) {
-        for pool in self.free.drain(..) {
-            // SAFETY: no batch uses the pool any more.
-            unsafe { device.raw.destroy_descriptor_pool(pool, None) };
-            self.live -= 1;
+    /// Frees every set, once the work that used them has completed;
+    /// `false` where the reset failed (destroy the pool then).
+    pub(crate) fn reset(&mut self, device: &Device) -> bool {
+        // SAFETY: the work that used the pool's sets has completed (the
+        // caller's contract: batch pools reset only after their batch).
+        unsafe {
+            device
+                .raw
+                .reset_descriptor_pool(self.raw, vk::DescriptorPoolResetFlags::empty())
         }
+        .is_ok()
     }
 
-    /// Destroys every pool. Pools travelling with batches must have been
-    /// recycled first.
-    pub(crate) fn destroy(&mut self, device: &Device) {
-        let used = self.take_for_batch();
-        self.recycle(device, used);
-        self.release_free(device);
-    }
-
-    /// Pools alive (free or in use).
-    pub(crate) fn live_pools(&self) -> usize {
-        self.live
+    /// Destroys the pool; no pending work uses its sets.
+    pub(crate) fn destroy(self, device: &Device) {
+        // SAFETY: no pending work uses the pool's sets (the caller's
+        // contract), and `self` is consumed: destroyed once.
+        unsafe { device.raw.destroy_descriptor_pool(self.raw, None) };
     }
 }
 
@@ -309,12 +260,12 @@ fn same_buffers(a: &[vk::DescriptorBufferInfo], b: &[vk::DescriptorBufferInfo]) 
 /// Records a dispatch of `pipeline` over `groups` workgroups, with
 /// `buffers` bound in the order of the pipeline's bindings and `push` as
 /// its push constants, into any command buffer, with descriptor sets (where
-/// push descriptors are off) from `descriptors`, which must outlive every
+/// push descriptors are off) from `allocate`, which must outlive every
 /// execution of `cmd`; `bound` is what `cmd` has bound so far.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn record_dispatch_into(
     device: &Device,
-    descriptors: &mut DescriptorPools,
+    allocate: &mut dyn FnMut(vk::DescriptorSetLayout) -> Result<vk::DescriptorSet>,
     bound: &mut Bound,
     cmd: Cmd,
     pipeline: &ComputePipeline,
@@ -369,7 +320,7 @@ pub(crate) fn record_dispatch_into(
             }
         }
         None => {
-            let set = descriptors.allocate(device, pipeline.set_layout)?;
+            let set = allocate(pipeline.set_layout)?;
             // SAFETY: the set is new and not in use; every buffer range was
             // checked by the caller; `cmd` is recording.
             unsafe {
