@@ -15,7 +15,7 @@ use super::info::KernelFeatures;
 use super::instance::Instance;
 use super::memory::{BufferCache, RawBuffer};
 use super::pipeline::ComputePipeline;
-use super::pipeline_cache::{self, DiskCache};
+use super::pipeline_cache::{create_pipeline_cache, DiskCache};
 use crate::capabilities::{Capabilities, Feature, FeatureStructs};
 use crate::error::{Error, Result, VkResultExt};
 
@@ -65,7 +65,7 @@ pub(crate) struct Device {
     pub(crate) external: ExternalFns,
     pub(crate) pipeline_cache: vk::PipelineCache,
     /// Where the pipeline cache is saved when the device is destroyed.
-    disk_cache: Option<DiskCache>,
+    pub(super) disk_cache: Option<DiskCache>,
     /// Whether the pipeline cache started from a file.
     pub(crate) pipeline_cache_loaded: bool,
     allocator: ManuallyDrop<Mutex<Allocator>>,
@@ -268,38 +268,6 @@ impl Device {
         self.disk_cache.as_ref().map(|d| d.file.as_path())
     }
 
-    /// Writes the pipeline cache to its file, where it has one and the
-    /// data changed since it was loaded.
-    fn save_pipeline_cache(&self) {
-        let Some(disk) = &self.disk_cache else {
-            return;
-        };
-        if let Some(theirs) = disk.written_since(&self.adapter) {
-            let info = vk::PipelineCacheCreateInfo::default().initial_data(&theirs);
-            // SAFETY: a valid create info; the data was checked to start with
-            // this device's cache header, and the driver checks the rest.
-            if let Ok(other) = unsafe { self.raw.create_pipeline_cache(&info, None) } {
-                // SAFETY: both caches belong to this device, the destination
-                // is not among the sources, and no pipeline is being created
-                // (the device is being dropped). A failed merge leaves ours as
-                // it was.
-                unsafe {
-                    let _ = self
-                        .raw
-                        .merge_pipeline_caches(self.pipeline_cache, &[other]);
-                    self.raw.destroy_pipeline_cache(other, None);
-                }
-            }
-        }
-        // SAFETY: the cache belongs to this device and is still alive.
-        let Ok(data) = (unsafe { self.raw.get_pipeline_cache_data(self.pipeline_cache) }) else {
-            return;
-        };
-        if pipeline_cache::matches_device(&data, &self.adapter) && disk.changed(&data) {
-            disk.save(&data);
-        }
-    }
-
     /// The crate's own pipeline named `name`, created by `create` on first use.
     pub(crate) fn internal_pipeline(
         &self,
@@ -469,26 +437,6 @@ impl Device {
                 .map(|i| i as u32)
         })
     }
-}
-
-/// The device's pipeline cache, from `initial` data where the driver
-/// accepts it (else empty), and whether it came from that data.
-fn create_pipeline_cache(
-    raw: &ash::Device,
-    initial: Option<Vec<u8>>,
-) -> Result<(vk::PipelineCache, bool)> {
-    if let Some(data) = initial {
-        let info = vk::PipelineCacheCreateInfo::default().initial_data(&data);
-        // SAFETY: a valid create info; `data` was checked to start with this
-        // device's cache header, and the driver checks the rest.
-        if let Ok(cache) = unsafe { raw.create_pipeline_cache(&info, None) } {
-            return Ok((cache, true));
-        }
-    }
-    // SAFETY: a valid, empty create info.
-    let cache = unsafe { raw.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
-        .during("vkCreatePipelineCache")?;
-    Ok((cache, false))
 }
 
 /// The bytes of retired buffers a device keeps for reuse: a quarter of its

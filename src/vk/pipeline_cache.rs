@@ -25,6 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ash::vk;
 
 use super::adapter::Adapter;
+use super::device::Device;
+use crate::error::{Result, VkResultExt};
 
 /// vkcompute's magic at the start of the file.
 const MAGIC: &[u8; 8] = b"VKCPIPE1";
@@ -162,4 +164,58 @@ pub(crate) fn matches_device(data: &[u8], adapter: &Adapter) -> bool {
         && u32_at(data, 8) == adapter.vendor_id
         && u32_at(data, 12) == adapter.device_id
         && data[16..DRIVER_HEADER_LEN] == adapter.pipeline_cache_uuid
+}
+
+/// The device's pipeline cache, from `initial` data where the driver
+/// accepts it (else empty), and whether it came from that data.
+pub(super) fn create_pipeline_cache(
+    raw: &ash::Device,
+    initial: Option<Vec<u8>>,
+) -> Result<(vk::PipelineCache, bool)> {
+    if let Some(data) = initial {
+        let info = vk::PipelineCacheCreateInfo::default().initial_data(&data);
+        // SAFETY: a valid create info; `data` was checked to start with this
+        // device's cache header, and the driver checks the rest.
+        if let Ok(cache) = unsafe { raw.create_pipeline_cache(&info, None) } {
+            return Ok((cache, true));
+        }
+    }
+    // SAFETY: a valid, empty create info.
+    let cache = unsafe { raw.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) }
+        .during("vkCreatePipelineCache")?;
+    Ok((cache, false))
+}
+
+impl Device {
+    /// Writes the pipeline cache to its file, where it has one and the
+    /// data changed since it was loaded.
+    pub(super) fn save_pipeline_cache(&self) {
+        let Some(disk) = &self.disk_cache else {
+            return;
+        };
+        if let Some(theirs) = disk.written_since(&self.adapter) {
+            let info = vk::PipelineCacheCreateInfo::default().initial_data(&theirs);
+            // SAFETY: a valid create info; the data was checked to start with
+            // this device's cache header, and the driver checks the rest.
+            if let Ok(other) = unsafe { self.raw.create_pipeline_cache(&info, None) } {
+                // SAFETY: both caches belong to this device, the destination
+                // is not among the sources, and no pipeline is being created
+                // (the device is being dropped). A failed merge leaves ours as
+                // it was.
+                unsafe {
+                    let _ = self
+                        .raw
+                        .merge_pipeline_caches(self.pipeline_cache, &[other]);
+                    self.raw.destroy_pipeline_cache(other, None);
+                }
+            }
+        }
+        // SAFETY: the cache belongs to this device and is still alive.
+        let Ok(data) = (unsafe { self.raw.get_pipeline_cache_data(self.pipeline_cache) }) else {
+            return;
+        };
+        if matches_device(&data, &self.adapter) && disk.changed(&data) {
+            disk.save(&data);
+        }
+    }
 }
