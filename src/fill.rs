@@ -282,6 +282,46 @@ impl Submitter {
 mod tests {
     use super::*;
 
+    /// No lock is held while an internal pipeline is built: a build that
+    /// itself needs another internal pipeline (re-entering the device's
+    /// pipeline list) finishes instead of deadlocking, and a pipeline built
+    /// while another thread built the same one gives way to it.
+    #[test]
+    fn internal_pipelines_build_with_no_lock_held() {
+        let ctx = crate::context::tests::validated_context();
+        let device = &ctx.shared.device;
+        let build = || {
+            ComputePipeline::new(
+                device,
+                crate::shaders::FILL,
+                c"main",
+                vec![0],
+                std::mem::size_of::<FillParams>() as u32,
+                None,
+                None,
+            )
+        };
+        let mut inner = None;
+        let outer = device
+            .internal_pipeline("outer", || {
+                // Re-enters while "outer" is being built: the fill
+                // pipeline, and "outer" itself, as a racing thread would.
+                let fill = fill_pipeline(device)?;
+                assert!(Arc::ptr_eq(&fill, &fill_pipeline(device)?));
+                inner = Some(device.internal_pipeline("outer", build)?);
+                build()
+            })
+            .unwrap();
+        // The build that finished second gave way: its pipeline was
+        // destroyed, and both callers hold the first one.
+        assert!(Arc::ptr_eq(&outer, inner.as_ref().unwrap()));
+        let again = device
+            .internal_pipeline("outer", || unreachable!("found without building"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&outer, &again));
+        assert!(ctx.validation_messages().is_empty());
+    }
+
     /// Applies the kernel's arithmetic to a byte array, as the GPU would.
     fn run_kernel(memory: &mut [u8], chunk: &KernelChunk) {
         let p = chunk.params;

@@ -268,21 +268,38 @@ impl Device {
         self.disk_cache.as_ref().map(|d| d.file.as_path())
     }
 
-    /// The crate's own pipeline named `name`, created by `create` on first use.
+    /// The crate's own pipeline named `name`, created by `create` on first
+    /// use. No lock is held while `create` compiles it: two threads that
+    /// both find it missing both build it, and the second to finish drops
+    /// its own (never used) and takes the first's.
     pub(crate) fn internal_pipeline(
         &self,
         name: &'static str,
         create: impl FnOnce() -> Result<ComputePipeline>,
     ) -> Result<Arc<ComputePipeline>> {
-        let mut pipelines = self
-            .internal_pipelines
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some((_, p)) = pipelines.iter().find(|(n, _)| *n == name) {
-            return Ok(p.clone());
+        let pipelines = || {
+            self.internal_pipelines
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        };
+        let find = |list: &[(&str, Arc<ComputePipeline>)]| {
+            list.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, p)| p.clone())
+        };
+        if let Some(p) = find(&pipelines()) {
+            return Ok(p);
         }
-        let pipeline = Arc::new(create()?);
-        pipelines.push((name, pipeline.clone()));
+        let built = create()?;
+        let mut list = pipelines();
+        if let Some(p) = find(&list) {
+            drop(list);
+            // Never used: no work records it.
+            built.destroy(self);
+            return Ok(p);
+        }
+        let pipeline = Arc::new(built);
+        list.push((name, pipeline.clone()));
         Ok(pipeline)
     }
 
