@@ -257,7 +257,7 @@ impl Submitter {
             }
             FillPlan::Tiles => {
                 let tile = tile_len(len, element.len() as u64);
-                self.record_copy(op, &[write(offset, len)], |stream| {
+                self.record_copy(op, &[write(offset, len)], |stream, copy| {
                     let slice = stream.stage_upload(tile)?;
                     // No device work uses the slice yet.
                     slice.mapped.fill(element);
@@ -270,7 +270,7 @@ impl Submitter {
                         })
                         .collect();
                     // Every region lies in its buffer.
-                    stream.push_copy(slice.buffer, dst.handle(), &regions);
+                    stream.push_copy(copy, slice.buffer, dst.handle(), &regions);
                     Ok(())
                 })
             }

@@ -9,10 +9,11 @@ use ash::vk;
 use crate::error::{Error, Result};
 use crate::hazard::Access;
 use crate::resource::{lock_all, BufferMemory};
-use crate::stream::Stream;
+use crate::stream::{CopyCommand, Stream};
 use crate::submitter::Submitter;
 use crate::trace::StreamTrace;
 use crate::vk::command::Cmd;
+use crate::vk::Timeline;
 
 /// One byte range of a buffer that a command reads or writes.
 pub(crate) struct BufferAccess<'a> {
@@ -44,7 +45,7 @@ impl Submitter {
         accesses: &[BufferAccess<'_>],
         body: impl FnOnce(&mut Stream, Cmd) -> Result<R>,
     ) -> Result<R> {
-        self.record_command(op, accesses, false, None, None, body)
+        self.record_command(op, accesses, None, None, Stream::command, body)
     }
 
     /// [`record`](Self::record) with a description of the command for the
@@ -56,18 +57,19 @@ impl Submitter {
         accesses: &[BufferAccess<'_>],
         body: impl FnOnce(&mut Stream, Cmd) -> Result<R>,
     ) -> Result<R> {
-        self.record_command(op, accesses, false, None, Some(describe), body)
+        self.record_command(op, accesses, None, Some(describe), Stream::command, body)
     }
 
     /// [`record`](Self::record) for a copy: `body` gives its regions with
-    /// `Stream::push_copy`, which merges copies between the same buffers.
+    /// `Stream::push_copy` and the command's token, which merges copies
+    /// between the same buffers.
     pub(crate) fn record_copy<R>(
         &self,
         op: &'static str,
         accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream) -> Result<R>,
+        body: impl FnOnce(&mut Stream, CopyCommand) -> Result<R>,
     ) -> Result<R> {
-        self.record_command(op, accesses, true, None, None, |stream, _| body(stream))
+        self.record_command(op, accesses, None, None, Stream::copy_command, body)
     }
 
     /// [`record`](Self::record) for one command of an operation that holds
@@ -79,7 +81,7 @@ impl Submitter {
         held: &BufferMemory,
         body: impl FnOnce(&mut Stream, Cmd) -> Result<R>,
     ) -> Result<R> {
-        self.record_command(op, accesses, false, Some(held), None, body)
+        self.record_command(op, accesses, Some(held), None, Stream::command, body)
     }
 
     /// [`record_copy`](Self::record_copy) for one command of an operation
@@ -89,21 +91,22 @@ impl Submitter {
         op: &'static str,
         accesses: &[BufferAccess<'_>],
         held: &BufferMemory,
-        body: impl FnOnce(&mut Stream) -> Result<R>,
+        body: impl FnOnce(&mut Stream, CopyCommand) -> Result<R>,
     ) -> Result<R> {
-        self.record_command(op, accesses, true, Some(held), None, |stream, _| {
-            body(stream)
-        })
+        self.record_command(op, accesses, Some(held), None, Stream::copy_command, body)
     }
 
-    fn record_command<R>(
+    /// The recorder behind every `record*`: `start` begins the command on
+    /// the locked stream (`Stream::command` or `Stream::copy_command`) and
+    /// `body` records it with what `start` returned.
+    fn record_command<T, R>(
         &self,
         op: &'static str,
         accesses: &[BufferAccess<'_>],
-        copy: bool,
         held: Option<&BufferMemory>,
         describe: Option<&dyn Fn() -> String>,
-        body: impl FnOnce(&mut Stream, Cmd) -> Result<R>,
+        start: impl FnOnce(&mut Stream, &[Access], Vec<(Arc<Timeline>, u64)>) -> Result<T>,
+        body: impl FnOnce(&mut Stream, T) -> Result<R>,
     ) -> Result<R> {
         let started = self.tracer.as_ref().map(|t| t.now_us());
         // One command is atomic: no operation of several commands on these
@@ -143,14 +146,14 @@ impl Submitter {
             &large
         };
         let mut stream = self.lock();
-        let cmd = stream.command(hazards, waits, copy)?;
+        let command = start(&mut stream, hazards, waits)?;
         // Note the uses before recording: a host borrow that starts from now
         // on sees them and waits, and one that already started fails this.
         let value = stream.pending_value();
         for a in accesses {
             a.memory.note_device_use(op, self.point(value), a.write)?;
         }
-        let result = body(&mut stream, cmd)?;
+        let result = body(&mut stream, command)?;
         if let (Some(t), Some(start)) = (&stream.trace, started) {
             trace_command(t, op, start, accesses, describe);
         }

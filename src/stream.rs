@@ -70,6 +70,11 @@ struct Batch {
     submitted_us: Option<f64>,
 }
 
+/// A copy command started by [`Stream::copy_command`], to be given with
+/// [`Stream::push_copy`]: one token a command, neither `Clone` nor made
+/// elsewhere, so a copy is recorded only after its hazards and waits.
+pub(crate) struct CopyCommand(());
+
 /// Host work run when a batch completes, with the stream at hand.
 pub(crate) type Completion = Box<dyn FnOnce(&mut Stream) + Send>;
 
@@ -150,11 +155,27 @@ impl Stream {
     /// Starts a command that makes `accesses`, after waiting (on the device)
     /// for `waits` of other streams: opens a batch if none is open, and
     /// records a barrier first if the command depends on an earlier one of
-    /// the batch. Returns the command buffer to record into. A copy
-    /// (`copy: true`) is then given with [`push_copy`](Self::push_copy),
-    /// which may merge it into the copy before it; any other command is
-    /// recorded into the returned buffer directly.
+    /// the batch. Returns the command buffer to record the command into.
     pub(crate) fn command(
+        &mut self,
+        accesses: &[Access],
+        waits: Vec<(Arc<Timeline>, u64)>,
+    ) -> Result<Cmd> {
+        self.start(accesses, waits, false)
+    }
+
+    /// [`command`](Self::command) for a copy, which is then given with
+    /// [`push_copy`](Self::push_copy) (the only way to give one), and may
+    /// merge into the copy before it.
+    pub(crate) fn copy_command(
+        &mut self,
+        accesses: &[Access],
+        waits: Vec<(Arc<Timeline>, u64)>,
+    ) -> Result<CopyCommand> {
+        self.start(accesses, waits, true).map(|_| CopyCommand(()))
+    }
+
+    fn start(
         &mut self,
         accesses: &[Access],
         waits: Vec<(Arc<Timeline>, u64)>,
@@ -201,17 +222,19 @@ impl Stream {
         Ok(cmd)
     }
 
-    /// Records a copy of `regions` from `src` to `dst`, after
-    /// [`command`](Self::command) with `copy: true`. Copies between the same
-    /// two buffers with nothing between them become one `vkCmdCopyBuffer`
-    /// with several regions (they are independent: `command` separated any
-    /// that depend on each other with a barrier, which ends the merging).
+    /// Records the copy `command` (from [`copy_command`](Self::copy_command))
+    /// of `regions` from `src` to `dst`. Copies between the same two buffers
+    /// with nothing between them become one `vkCmdCopyBuffer` with several
+    /// regions (they are independent: `copy_command` separated any that
+    /// depend on each other with a barrier, which ends the merging).
     pub(crate) fn push_copy(
         &mut self,
+        command: CopyCommand,
         src: vk::Buffer,
         dst: vk::Buffer,
         regions: &[vk::BufferCopy],
     ) {
+        let CopyCommand(()) = command;
         match &mut self.pending_copy {
             Some(p) if p.src == src && p.dst == dst => p.regions.extend_from_slice(regions),
             _ => {

@@ -171,7 +171,7 @@ impl Submitter {
             return Ok(());
         }
         self.lock()
-            .command(&[], vec![(other.timeline.clone(), value)], false)
+            .command(&[], vec![(other.timeline.clone(), value)])
             .map(drop)
     }
 

@@ -14,7 +14,7 @@ use crate::garbage::Garbage;
 use crate::record::BufferAccess;
 use crate::resource::BufferMemory;
 use crate::staging::StagingBlock;
-use crate::stream::Stream;
+use crate::stream::{CopyCommand, Stream};
 use crate::submitter::Submitter;
 use crate::vk::memory::RawDestination;
 
@@ -77,7 +77,7 @@ impl Submitter {
                 len: chunk.len() as u64,
                 write: true,
             };
-            self.record_copy_held(op, &[access], dst, |stream| {
+            self.record_copy_held(op, &[access], dst, |stream, copy| {
                 let slice = stream.stage_upload(chunk.len() as u64)?;
                 // No device work uses the slice yet.
                 slice.mapped.write(chunk);
@@ -86,7 +86,7 @@ impl Submitter {
                     dst_offset: offset + start,
                     size: chunk.len() as u64,
                 };
-                stream.push_copy(slice.buffer, dst.handle(), &[region]);
+                stream.push_copy(copy, slice.buffer, dst.handle(), &[region]);
                 Ok(())
             })?;
         }
@@ -179,13 +179,13 @@ impl Submitter {
             len,
             write: false,
         };
-        let record = |stream: &mut Stream| {
+        let record = |stream: &mut Stream, copy: CopyCommand| {
             let region = vk::BufferCopy {
                 src_offset: offset,
                 dst_offset: 0,
                 size: len,
             };
-            stream.push_copy(src.handle(), block.raw.buffer, &[region]);
+            stream.push_copy(copy, src.handle(), block.raw.buffer, &[region]);
             Ok(stream.pending_value())
         };
         let recorded = if held {
@@ -264,13 +264,13 @@ impl Submitter {
             },
         ];
         // Both ranges lie in their buffers and do not overlap (checked above).
-        self.record_copy(op, &accesses, |stream| {
+        self.record_copy(op, &accesses, |stream, copy| {
             let region = vk::BufferCopy {
                 src_offset,
                 dst_offset,
                 size: len,
             };
-            stream.push_copy(src.handle(), dst.handle(), &[region]);
+            stream.push_copy(copy, src.handle(), dst.handle(), &[region]);
             Ok(())
         })
     }

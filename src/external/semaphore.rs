@@ -87,7 +87,7 @@ impl DeviceContext {
         }
         self.shared
             .lock()
-            .command(&[], vec![(semaphore.timeline.clone(), value)], false)
+            .command(&[], vec![(semaphore.timeline.clone(), value)])
             .map(drop)
     }
 }
