@@ -360,7 +360,10 @@ impl<T: Pod> DeviceBuffer<T> {
     ///
     /// `dst` must be valid for writes of `len()` elements of `T` and properly
     /// aligned, and the memory must stay valid and untouched (not read, not
-    /// written, not freed) until the stream has passed the copy.
+    /// written, not freed) until the stream has passed the copy, even where
+    /// the call returns an error (a copy of several pieces may have
+    /// recorded some before it: they still arrive; `synchronize()` passes
+    /// them).
     #[allow(unsafe_code, reason = "a public raw-pointer entry point")]
     pub unsafe fn enqueue_copy_to_ptr(&self, dst: *mut T) -> Result<()> {
         let op = "DeviceBuffer::enqueue_copy_to_ptr";

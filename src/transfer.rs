@@ -25,6 +25,15 @@ pub(crate) const TRANSFER_CHUNK: u64 = 8 << 20;
 /// Staged download pieces in flight at once.
 const DOWNLOAD_WINDOW: usize = 3;
 
+/// The pieces a staged transfer of `len` bytes goes in: (start, length),
+/// each at most `TRANSFER_CHUNK` bytes. The one chunker of uploads,
+/// downloads and deferred downloads.
+fn pieces(len: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len)
+        .step_by(TRANSFER_CHUNK as usize)
+        .map(move |start| (start, (len - start).min(TRANSFER_CHUNK as usize)))
+}
+
 impl Submitter {
     /// Copies `bytes` into `dst` at byte `offset`: straight into its memory
     /// when it is host visible and idle, else through staging, in pieces
@@ -61,11 +70,9 @@ impl Submitter {
             }
             log::trace!("{op}: the buffer's memory is not host visible; staging {len} bytes");
         }
-        for (i, (start, chunk)) in (0..)
-            .step_by(TRANSFER_CHUNK as usize)
-            .zip(bytes.chunks(TRANSFER_CHUNK as usize))
-            .enumerate()
-        {
+        for (i, (start, piece)) in pieces(bytes.len()).enumerate() {
+            let chunk = &bytes[start..start + piece];
+            let start = start as u64;
             if i > 0 {
                 // Submit the chunk staged before, so that the device copies
                 // it while the host stages this one.
@@ -118,30 +125,28 @@ impl Submitter {
         }
         // Chunks through readback staging, a few in flight: the host copies
         // chunk i out while the device copies chunk i + 1 in.
-        let mut in_flight: VecDeque<(StagingBlock, u64, usize)> = VecDeque::new();
-        let mut chunks = (0..out.len()).step_by(TRANSFER_CHUNK as usize);
-        // (`out` is written below; the closure only needs its length.)
-        let total = out.len();
-        let piece = |start: usize| (total - start).min(TRANSFER_CHUNK as usize);
+        let mut in_flight: VecDeque<(StagingBlock, u64, usize, usize)> = VecDeque::new();
+        let mut chunks = pieces(out.len());
         let result = 'pieces: loop {
             while in_flight.len() < DOWNLOAD_WINDOW {
-                let Some(start) = chunks.next() else { break };
-                match self.stage_readback(op, src, offset + start as u64, piece(start), true) {
-                    Ok((block, value)) => in_flight.push_back((block, value, start)),
+                let Some((start, len)) = chunks.next() else {
+                    break;
+                };
+                match self.stage_readback(op, src, offset + start as u64, len, true) {
+                    Ok((block, value)) => in_flight.push_back((block, value, start, len)),
                     Err(e) => break 'pieces Err(e),
                 }
                 if let Err(e) = self.flush() {
                     break 'pieces Err(e);
                 }
             }
-            let Some((block, value, start)) = in_flight.pop_front() else {
+            let Some((block, value, start, len)) = in_flight.pop_front() else {
                 break Ok(());
             };
             if let Err(e) = self.point(value).wait() {
-                in_flight.push_front((block, value, start));
+                in_flight.push_front((block, value, start, len));
                 break Err(e);
             }
-            let len = piece(start);
             // The copy into the block completed (the wait above), and the
             // batch's final barrier made it visible to the host; the block
             // is coherent memory.
@@ -150,7 +155,7 @@ impl Submitter {
         };
         // After an error: blocks the device may still copy into are freed
         // once it is done with them.
-        for (block, value, _) in in_flight {
+        for (block, value, _, _) in in_flight {
             let raw = self.lock().readback.forget(block);
             self.defer_free(Garbage {
                 raw,
@@ -203,9 +208,10 @@ impl Submitter {
     }
 
     /// Enqueues a copy of `dst.len()` bytes of `src` at byte `offset` to
-    /// `dst`, which receives them when the stream reclaims the batch (the
-    /// device copies into readback staging; the host copies out on
-    /// completion).
+    /// `dst`, which receives them when the stream reclaims the batches (the
+    /// device copies into readback staging, in pieces; the host copies each
+    /// out when its batch completes). The pieces are recorded under `src`'s
+    /// exclusive operation lock, so no other operation falls between them.
     pub(crate) fn download_later(
         &self,
         op: &'static str,
@@ -213,19 +219,26 @@ impl Submitter {
         offset: u64,
         dst: RawDestination,
     ) -> Result<()> {
+        let _ops = src.lock_ops(dst.len() as u64 > TRANSFER_CHUNK);
         if dst.len() == 0 {
-            return Ok(());
+            return src.check_kept_error();
         }
-        let (block, value) = self.stage_readback(op, src, offset, dst.len(), false)?;
-        self.lock().on_complete(
-            value,
-            Box::new(move |stream: &mut Stream| {
-                // The copy into the block completed.
-                block.mapped(dst.len() as u64).read_into(&dst);
-                let device = stream.device().clone();
-                stream.readback.recycle(&device, [block]);
-            }),
-        );
+        let mut rest = Some(dst);
+        for (start, len) in pieces(rest.as_ref().map_or(0, RawDestination::len)) {
+            let Some(whole) = rest.take() else { break };
+            let (piece, after) = whole.split_at(len);
+            rest = after;
+            let (block, value) = self.stage_readback(op, src, offset + start as u64, len, true)?;
+            self.lock().on_complete(
+                value,
+                Box::new(move |stream: &mut Stream| {
+                    // The copy into the block completed.
+                    block.mapped(piece.len() as u64).read_into(&piece);
+                    let device = stream.device().clone();
+                    stream.readback.recycle(&device, [block]);
+                }),
+            );
+        }
         Ok(())
     }
 

@@ -285,6 +285,30 @@ fn raw_pointer_copies_arrive_once_the_stream_passes_them() {
     });
 }
 
+/// A deferred raw-pointer copy larger than one staging piece (8 MiB) goes
+/// in pieces, each landing at its place, none torn by later work; the
+/// staging blocks come back to the pool.
+#[test]
+fn raw_pointer_copies_of_several_pieces_arrive_whole() {
+    on_each_path(|ctx, _| {
+        // 20 MiB and a little: two whole pieces and a short one.
+        let n = (20 << 20) / 4 + 3;
+        let src: Vec<u32> = (0..n as u32)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
+        let buf = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        buf.enqueue_copy_from(&src).unwrap();
+        let mut dst = vec![0u32; n];
+        // SAFETY: `dst` holds `n` aligned u32s, untouched until synchronize.
+        unsafe { buf.enqueue_copy_to_ptr(dst.as_mut_ptr()) }.unwrap();
+        buf.enqueue_fill(7).unwrap(); // later work does not reach the copy
+        ctx.synchronize().unwrap();
+        assert!(dst == src, "the pieces arrived out of place");
+        ctx.trim().unwrap();
+        assert_eq!(ctx.live_objects().staging_buffers, 0);
+    });
+}
+
 #[test]
 fn host_sub_buffers_view_the_same_memory() {
     on_each_path(|ctx, _| {

@@ -134,6 +134,22 @@ impl RawDestination {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
+
+    /// Its first `at` bytes (at most its length), and the rest where any
+    /// is left: two destinations that do not overlap.
+    pub(crate) fn split_at(self, at: usize) -> (RawDestination, Option<RawDestination>) {
+        let at = at.min(self.len);
+        let first = RawDestination {
+            ptr: self.ptr,
+            len: at,
+        };
+        let rest = (at < self.len).then(|| RawDestination {
+            // In bounds: `at < len`, inside the memory `new` vouched for.
+            ptr: self.ptr.wrapping_add(at),
+            len: self.len - at,
+        });
+        (first, rest)
+    }
 }
 
 /// The memory behind a [`RawBuffer`].
