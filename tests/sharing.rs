@@ -464,6 +464,42 @@ fn child_process_side() {
     assert_clean(&log, "the child process");
 }
 
+/// A stream waits on the device for a sync file: another stream's export
+/// where the device has sync fds (then the waiting stream's copy sees the
+/// other's fill), else a clear error that leaves the context working.
+#[test]
+fn a_stream_waits_for_a_sync_fd_or_says_it_cannot() {
+    common::run_with(options(Path::Direct), "sync fd wait", |ctx| {
+        let other = ctx.new_stream().unwrap();
+        let x = ctx.enqueue_create_buffer::<u32>(1 << 16).unwrap();
+        x.enqueue_fill(9).unwrap();
+        match ctx.export_sync_fd() {
+            Ok(fd) => {
+                other.enqueue_wait_sync_fd(fd).unwrap();
+                let y = other.enqueue_create_buffer::<u32>(1 << 16).unwrap();
+                y.enqueue_copy_from(&x).unwrap();
+                assert_eq!(y.to_vec().unwrap(), vec![9; 1 << 16]);
+            }
+            Err(e) => {
+                assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+                // Any descriptor: refused before the driver sees it.
+                let (a, _b) = UnixStream::pair().unwrap();
+                let e = other.enqueue_wait_sync_fd(OwnedFd::from(a)).unwrap_err();
+                assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+                let text = e.to_string();
+                assert!(text.contains("importing sync fds"), "{e}");
+                assert!(text.contains("SYNC_FD"), "{e}");
+                assert!(text.contains("on the host instead"), "{e}");
+            }
+        }
+        // Both streams go on working.
+        assert_eq!(x.to_vec().unwrap(), vec![9; 1 << 16]);
+        let z = other.enqueue_create_buffer::<u32>(4).unwrap();
+        z.enqueue_fill(3).unwrap();
+        assert_eq!(z.to_vec().unwrap(), [3; 4]);
+    });
+}
+
 #[test]
 fn sync_fd_export_is_a_clear_error_where_the_device_cannot() {
     common::run_with(options(Path::Direct), "sync fd export", |ctx| {

@@ -13,7 +13,7 @@ use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::vk::{destroy_unused_semaphore, semaphore_support, Device, Timeline};
 #[cfg(unix)]
-use crate::vk::{export_semaphore_fd, export_sync_fd, import_semaphore_fd};
+use crate::vk::{export_semaphore_fd, export_sync_fd, import_semaphore_fd, import_sync_fd};
 
 /// A stream's timeline semaphore exported as an opaque fd, and the value
 /// that the work enqueued before the export signals.
@@ -198,25 +198,50 @@ impl DeviceContext {
     /// cannot): order the work with `synchronize()` instead.
     pub fn export_sync_fd(&self) -> Result<OwnedFd> {
         let device = &self.shared.device;
-        let exportable = device.external.enabled.semaphore_fd
-            && semaphore_support(
-                &device.instance,
-                device.adapter.raw,
-                vk::SemaphoreType::BINARY,
-                vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD,
-            )
-            .contains(vk::ExternalSemaphoreFeatureFlags::EXPORTABLE);
-        if !exportable {
-            return Err(Error::Unsupported {
-                what: "exporting sync fds (VK_KHR_external_semaphore_fd with SYNC_FD handles); \
-                       order the work on the host with synchronize() instead"
-                    .into(),
-                device: device.name().to_string(),
-            });
-        }
+        sync_fd_support(
+            device,
+            vk::ExternalSemaphoreFeatureFlags::EXPORTABLE,
+            "exporting",
+            "order the work on the host with synchronize() instead",
+        )?;
         self.shared.flush()?;
         let value = self.shared.timeline.submitted();
         export_sync_fd(device, self.shared.timeline.semaphore, value)
+    }
+
+    /// Makes the work enqueued on this context from now on wait, on the
+    /// device, until the sync file `fd` signals: a fence of another API or
+    /// process ([`export_sync_fd`](Self::export_sync_fd) of another
+    /// context, a DRM or Android fence). The descriptor is consumed. Nothing
+    /// waits on the host. Errors: [`Error::Unsupported`] where the device
+    /// cannot import sync fds into binary semaphores
+    /// (`VK_KHR_external_semaphore_fd` with `SYNC_FD`; lavapipe cannot):
+    /// wait for the other side on the host instead;
+    /// [`Error::InvalidHandle`] where the driver refuses the descriptor.
+    pub fn enqueue_wait_sync_fd(&self, fd: OwnedFd) -> Result<()> {
+        let device = &self.shared.device;
+        sync_fd_support(
+            device,
+            vk::ExternalSemaphoreFeatureFlags::IMPORTABLE,
+            "importing",
+            "wait for the other side on the host instead",
+        )?;
+        // A timeline of its own reaches 1 once the sync file signals; the
+        // stream waits for it as for another stream's.
+        let semaphore = Timeline::create_semaphore(device)?;
+        let timeline = Arc::new(Timeline::new(device.clone(), semaphore));
+        if let Err(e) = import_sync_fd(device, timeline.semaphore, fd)? {
+            return Err(Error::InvalidHandle {
+                op: "DeviceContext::enqueue_wait_sync_fd",
+                handle_type: "sync fd",
+                detail: format!("vkImportSemaphoreFdKHR returned {e}"),
+            });
+        }
+        timeline.set_submitted(1);
+        self.shared
+            .lock()
+            .command(&[], vec![(timeline, 1)])
+            .map(drop)
     }
 
     /// A timeline semaphore over an exported one, for
@@ -236,4 +261,33 @@ impl DeviceContext {
             |device, semaphore| import_semaphore_fd(device, semaphore, handle_type, fd),
         )
     }
+}
+
+/// `Ok` where `device`'s binary semaphores have `feature` for sync fds;
+/// else the error that names the operation (`doing`) and what to do
+/// `instead`.
+#[cfg(unix)]
+fn sync_fd_support(
+    device: &Device,
+    feature: vk::ExternalSemaphoreFeatureFlags,
+    doing: &str,
+    instead: &str,
+) -> Result<()> {
+    let supported = device.external.enabled.semaphore_fd
+        && semaphore_support(
+            &device.instance,
+            device.adapter.raw,
+            vk::SemaphoreType::BINARY,
+            vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD,
+        )
+        .contains(feature);
+    if supported {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        what: format!(
+            "{doing} sync fds (VK_KHR_external_semaphore_fd with SYNC_FD handles); {instead}"
+        ),
+        device: device.name().to_string(),
+    })
 }

@@ -128,29 +128,35 @@ pub(crate) fn export_sync_fd(
 ) -> Result<OwnedFd> {
     reclaim_sync_exports(device);
     let handle_type = vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD;
-    let mut export = vk::ExportSemaphoreCreateInfo::default().handle_types(handle_type);
-    let info = vk::SemaphoreCreateInfo::default().push_next(&mut export);
-    // SAFETY: a valid create info; the caller checked that binary
-    // semaphores are exportable as SYNC_FD on this device.
-    let semaphore =
-        unsafe { device.raw.create_semaphore(&info, None) }.during("vkCreateSemaphore")?;
-    // SAFETY: a valid create info.
-    let fence = match unsafe {
-        device
-            .raw
-            .create_fence(&vk::FenceCreateInfo::default(), None)
-    } {
-        Ok(f) => f,
-        Err(e) => {
-            destroy_unused_semaphore(device, semaphore);
-            return Err(Error::vk("vkCreateFence", e));
-        }
-    };
-    let waits = [timeline];
-    let wait_values = [value];
+    let (semaphore, fence) = binary_and_fence(device, handle_type)?;
+    submit_tracked(
+        device,
+        (timeline, value),
+        (semaphore, 0),
+        (semaphore, fence),
+    )?;
+    // The semaphore has a signal operation pending, as a SYNC_FD export of
+    // a binary semaphore requires.
+    export_semaphore_fd(device, semaphore, handle_type)
+}
+
+/// Submits an empty batch on queue 0 of `device` that waits for `wait`
+/// and signals `signal` (each a semaphore and its value, ignored for a
+/// binary one), with `fence`; `tracked` (a binary semaphore and `fence`)
+/// is destroyed once the fence signals. Where the submission fails, both
+/// are destroyed at once.
+#[cfg(unix)]
+fn submit_tracked(
+    device: &Device,
+    wait: (vk::Semaphore, u64),
+    signal: (vk::Semaphore, u64),
+    (binary, fence): (vk::Semaphore, vk::Fence),
+) -> Result<()> {
+    let waits = [wait.0];
+    let wait_values = [wait.1];
     let stages = [vk::PipelineStageFlags::ALL_COMMANDS];
-    let signals = [semaphore];
-    let signal_values = [0];
+    let signals = [signal.0];
+    let signal_values = [signal.1];
     let mut values = vk::TimelineSemaphoreSubmitInfo::default()
         .wait_semaphore_values(&wait_values)
         .signal_semaphore_values(&signal_values);
@@ -161,13 +167,14 @@ pub(crate) fn export_sync_fd(
         .push_next(&mut values);
     let submitted = {
         let queue = device.queue(0);
-        // SAFETY: the queue is locked; the timeline is alive and `value`
-        // was submitted on it; the semaphore and fence are new and live
+        // SAFETY: the queue is locked; both semaphores are alive (a wait
+        // value was submitted on its timeline, or the binary semaphore has
+        // an imported payload); the fence is new and unsignalled; all live
         // until the fence has signalled.
         unsafe { device.raw.queue_submit(*queue, &[submit], fence) }
     };
     if let Err(e) = submitted {
-        destroy_unused_semaphore(device, semaphore);
+        destroy_unused_semaphore(device, binary);
         // SAFETY: the fence was never submitted; destroyed once.
         unsafe { device.raw.destroy_fence(fence, None) };
         return Err(Error::vk("vkQueueSubmit", e));
@@ -177,10 +184,75 @@ pub(crate) fn export_sync_fd(
         .sync_exports
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push((fence, semaphore));
-    // The semaphore has a signal operation pending, as a SYNC_FD export of
-    // a binary semaphore requires.
-    export_semaphore_fd(device, semaphore, handle_type)
+        .push((fence, binary));
+    Ok(())
+}
+
+/// A new binary semaphore of `device` (exportable as `export`, where not
+/// empty) and a new fence, for one sync-fd export or import.
+#[cfg(unix)]
+fn binary_and_fence(
+    device: &Device,
+    export: vk::ExternalSemaphoreHandleTypeFlags,
+) -> Result<(vk::Semaphore, vk::Fence)> {
+    let mut export_info = vk::ExportSemaphoreCreateInfo::default().handle_types(export);
+    let mut info = vk::SemaphoreCreateInfo::default();
+    if !export.is_empty() {
+        info = info.push_next(&mut export_info);
+    }
+    // SAFETY: a valid create info; the caller checked that binary
+    // semaphores are exportable as `export` on this device.
+    let semaphore =
+        unsafe { device.raw.create_semaphore(&info, None) }.during("vkCreateSemaphore")?;
+    // SAFETY: a valid create info.
+    match unsafe {
+        device
+            .raw
+            .create_fence(&vk::FenceCreateInfo::default(), None)
+    } {
+        Ok(fence) => Ok((semaphore, fence)),
+        Err(e) => {
+            destroy_unused_semaphore(device, semaphore);
+            Err(Error::vk("vkCreateFence", e))
+        }
+    }
+}
+
+/// Makes `timeline` (a new timeline semaphore of `device`, at 0) reach 1
+/// once the sync file `fd` signals: `fd` is imported (temporarily, as sync
+/// fds always are) into a new binary semaphore, which an empty submission
+/// waits for before it signals the timeline. Vulkan owns the descriptor
+/// once the import succeeds. The inner error is the driver's refusal of
+/// the import (a descriptor that is no sync file, say).
+#[cfg(unix)]
+pub(crate) fn import_sync_fd(
+    device: &Device,
+    timeline: vk::Semaphore,
+    fd: OwnedFd,
+) -> Result<std::result::Result<(), vk::Result>> {
+    let Some(fns) = &device.external.semaphore_fd else {
+        return Ok(Err(vk::Result::ERROR_EXTENSION_NOT_PRESENT));
+    };
+    reclaim_sync_exports(device);
+    let (semaphore, fence) =
+        binary_and_fence(device, vk::ExternalSemaphoreHandleTypeFlags::empty())?;
+    let info = vk::ImportSemaphoreFdInfoKHR::default()
+        .semaphore(semaphore)
+        .flags(vk::SemaphoreImportFlags::TEMPORARY)
+        .handle_type(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD)
+        .fd(fd.as_raw_fd());
+    // SAFETY: the extension is enabled; the semaphore is new and unused;
+    // the descriptor is open.
+    if let Err(e) = unsafe { fns.import_semaphore_fd(&info) } {
+        destroy_unused_semaphore(device, semaphore);
+        // SAFETY: never submitted; destroyed once.
+        unsafe { device.raw.destroy_fence(fence, None) };
+        return Ok(Err(e));
+    }
+    // The import succeeded: the semaphore owns the descriptor now.
+    let _ = fd.into_raw_fd();
+    submit_tracked(device, (semaphore, 0), (timeline, 1), (semaphore, fence))?;
+    Ok(Ok(()))
 }
 
 /// Destroys the sync-fd semaphores (and fences) whose submission is done.

@@ -40,7 +40,9 @@ pub(crate) use external_semaphore::{
     destroy_unused_semaphore, export_semaphore_win32, import_semaphore_win32,
 };
 #[cfg(unix)]
-pub(crate) use external_semaphore::{export_semaphore_fd, export_sync_fd, import_semaphore_fd};
+pub(crate) use external_semaphore::{
+    export_semaphore_fd, export_sync_fd, import_semaphore_fd, import_sync_fd,
+};
 pub(crate) use instance::Instance;
 pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;
 pub(crate) use timeline::Timeline;
