@@ -142,7 +142,7 @@ impl Submitter {
             large = accesses.iter().map(BufferAccess::hazard).collect();
             &large
         };
-        let mut stream = self.lock();
+        let mut stream = self.lock_with_room()?;
         let cmd = stream.command(hazards, waits, copy)?;
         // Note the uses before recording: a host borrow that starts from now
         // on sees them and waits, and one that already started fails this.
