@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::hazard::Access;
 use crate::resource::{lock_all, BufferMemory};
 use crate::stream::{CopyCommand, Stream};
-use crate::submitter::Submitter;
+use crate::submitter::{Point, Submitter};
 use crate::trace::StreamTrace;
 use crate::vk::command::Cmd;
 use crate::vk::Timeline;
@@ -110,8 +110,59 @@ impl Submitter {
     ) -> Result<R> {
         let started = self.tracer.as_ref().map(|t| t.now_us());
         // One command is atomic: no operation of several commands on these
-        // buffers is half done while it is recorded.
-        let ops = lock_all(accesses.iter().map(|a| a.memory), held);
+        // buffers is half done while it is recorded. The stream is taken
+        // with room for one more batch (see `Stream::over_limit`); where
+        // it has none, every lock is let go while the host waits for it.
+        let (ops, waits, mut stream) = loop {
+            let ops = lock_all(accesses.iter().map(|a| a.memory), held);
+            let waits = self.foreign_waits(op, accesses)?;
+            let mut stream = self.lock();
+            match stream.over_limit()? {
+                None => break (ops, waits, stream),
+                Some(value) => {
+                    drop(stream);
+                    drop(ops);
+                    self.timeline.wait_submitted(value)?;
+                }
+            }
+        };
+        let waits = waits.into_iter().map(|p| (p.timeline, p.value)).collect();
+        // The hazard ranges, on the stack for the usual few buffers.
+        let mut small = [Access::default(); 8];
+        let large: Vec<Access>;
+        let hazards: &[Access] = if accesses.len() <= small.len() {
+            for (slot, a) in small.iter_mut().zip(accesses) {
+                *slot = a.hazard();
+            }
+            &small[..accesses.len()]
+        } else {
+            large = accesses.iter().map(BufferAccess::hazard).collect();
+            &large
+        };
+        let command = start(&mut stream, hazards, waits)?;
+        // Note the uses before recording: a host borrow that starts from now
+        // on sees them and waits, and one that already started fails this.
+        let value = stream.pending_value();
+        for a in accesses {
+            a.memory.note_device_use(op, self.point(value), a.write)?;
+        }
+        let result = body(&mut stream, command)?;
+        if let (Some(t), Some(start)) = (&stream.trace, started) {
+            trace_command(t, op, start, accesses, describe);
+        }
+        stream.maybe_flush()?;
+        // No lock is held across the host's wait for an old batch.
+        let throttle = stream.take_throttle();
+        drop(stream);
+        drop(ops);
+        self.throttle(throttle)?;
+        Ok(result)
+    }
+
+    /// What a command making `accesses` waits for on other streams, each
+    /// submitted by now; fails for a buffer of another device, or with an
+    /// error a buffer kept from a `Drop`.
+    fn foreign_waits(&self, op: &'static str, accesses: &[BufferAccess<'_>]) -> Result<Vec<Point>> {
         let mut waits = Vec::new();
         for a in accesses {
             if a.memory.device.id != self.device.id {
@@ -132,38 +183,7 @@ impl Submitter {
         for point in &waits {
             point.ensure_submitted()?;
         }
-        let waits = waits.into_iter().map(|p| (p.timeline, p.value)).collect();
-        // The hazard ranges, on the stack for the usual few buffers.
-        let mut small = [Access::default(); 8];
-        let large: Vec<Access>;
-        let hazards: &[Access] = if accesses.len() <= small.len() {
-            for (slot, a) in small.iter_mut().zip(accesses) {
-                *slot = a.hazard();
-            }
-            &small[..accesses.len()]
-        } else {
-            large = accesses.iter().map(BufferAccess::hazard).collect();
-            &large
-        };
-        let mut stream = self.lock();
-        let command = start(&mut stream, hazards, waits)?;
-        // Note the uses before recording: a host borrow that starts from now
-        // on sees them and waits, and one that already started fails this.
-        let value = stream.pending_value();
-        for a in accesses {
-            a.memory.note_device_use(op, self.point(value), a.write)?;
-        }
-        let result = body(&mut stream, command)?;
-        if let (Some(t), Some(start)) = (&stream.trace, started) {
-            trace_command(t, op, start, accesses, describe);
-        }
-        stream.maybe_flush()?;
-        // No lock is held across the host's wait for an old batch.
-        let throttle = stream.take_throttle();
-        drop(stream);
-        drop(ops);
-        self.throttle(throttle)?;
-        Ok(result)
+        Ok(waits)
     }
 }
 

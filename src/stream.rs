@@ -486,6 +486,19 @@ impl Stream {
         self.throttle.take()
     }
 
+    /// Where more than `MAX_IN_FLIGHT` batches are in flight (after
+    /// reclaiming), the value whose completion leaves `MAX_IN_FLIGHT`: the
+    /// host waits for it, with the stream unlocked, before it records or
+    /// submits more (see `Submitter::lock_with_room`).
+    pub(crate) fn over_limit(&mut self) -> Result<Option<u64>> {
+        if self.in_flight.len() <= MAX_IN_FLIGHT {
+            return Ok(None);
+        }
+        self.reclaim()?;
+        let excess = self.in_flight.len().saturating_sub(MAX_IN_FLIGHT);
+        Ok(excess.checked_sub(1).map(|last| self.in_flight[last].value))
+    }
+
     /// Remembers the error of a submission that a `Drop` made (so no caller
     /// could be told): the stream's next public `flush` or `synchronize`
     /// returns it. Recording goes on: the stream itself is still usable.

@@ -111,6 +111,25 @@ impl Submitter {
         self.stream.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The stream, locked, with at most `MAX_IN_FLIGHT` batches in flight,
+    /// so that the one flush its holder may make leaves at most one more.
+    /// Where more are in flight, it first waits for enough of them with the
+    /// stream unlocked: the post-flush throttle alone lets threads that
+    /// share the stream each add a batch while they wait for the same old
+    /// one, without bound (the trace's timestamp slots assume the bound).
+    pub(crate) fn lock_with_room(&self) -> Result<MutexGuard<'_, Stream>> {
+        loop {
+            let mut stream = self.lock();
+            match stream.over_limit()? {
+                None => return Ok(stream),
+                Some(value) => {
+                    drop(stream);
+                    self.timeline.wait_submitted(value)?;
+                }
+            }
+        }
+    }
+
     /// `value` on this stream's timeline.
     pub(crate) fn point(&self, value: u64) -> Point {
         Point {
@@ -122,7 +141,7 @@ impl Submitter {
 
     /// Submits the recorded work.
     pub(crate) fn flush(&self) -> Result<()> {
-        let mut stream = self.lock();
+        let mut stream = self.lock_with_room()?;
         let flushed = stream.flush();
         let throttle = stream.take_throttle();
         drop(stream);

@@ -548,3 +548,31 @@ fn allocation_failures_while_two_threads_use_two_streams() {
         step: if long() { 1 } else { 3 },
     });
 }
+
+/// A dispatch whose descriptor set cannot be allocated has bound its
+/// pipeline already: the next dispatch of the kernel bound before it must
+/// bind that kernel again, not run the failed one's pipeline.
+#[test]
+fn a_failed_dispatch_leaves_no_stale_pipeline_bound() {
+    let ctx = context_with(common::options(Path::Direct).push_descriptors(false));
+    let log = ctx.validation_log();
+    let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+    let store = Kernel::new(&ctx, shaders::STORE, "main").unwrap();
+    let n = 64u32;
+    let data = ctx.enqueue_create_buffer::<u32>(n as usize).unwrap();
+    data.enqueue_fill(0).unwrap();
+    ctx.enqueue_function(&add_one, 1, &[data.arg()], &n)
+        .unwrap();
+    // The store's descriptor set is the next allocation point.
+    testing::fail_allocation(&ctx, 1);
+    let failed = ctx.enqueue_function(&store, 1, &[data.arg()], &[0u32, 777]);
+    assert!(testing::fault_injected(&ctx));
+    assert!(failed.is_err(), "{failed:?}");
+    testing::fail_allocation(&ctx, 0);
+    // Same kernel, buffers and push constants as the first dispatch.
+    ctx.enqueue_function(&add_one, 1, &[data.arg()], &n)
+        .unwrap();
+    assert_eq!(data.to_vec().unwrap(), vec![2; n as usize]);
+    drop((data, add_one, store, ctx));
+    assert_clean(&log, "a dispatch after a failed one");
+}

@@ -113,7 +113,14 @@ impl CommandPool {
         match begun {
             Ok(()) => Ok(Cmd(raw)),
             Err(e) => {
-                self.free.push(raw);
+                if self.secondary {
+                    // Without the reset flag, a buffer whose begin failed
+                    // may not be in the initial state: not begun again.
+                    self.free_now(&[raw]);
+                } else {
+                    // A primary buffer's begin resets it implicitly.
+                    self.free.push(raw);
+                }
                 Err(Error::vk("vkBeginCommandBuffer", e))
             }
         }
@@ -125,15 +132,21 @@ impl CommandPool {
         unsafe { self.device.raw.end_command_buffer(cmd.0) }.during("vkEndCommandBuffer")
     }
 
-    /// Takes back `cmd`, whose work has completed (or never ran), for reuse.
+    /// Takes back `cmd`, whose work has completed (or never ran), for reuse
+    /// (a secondary pool, made without the reset flag, frees it instead).
     pub(crate) fn recycle(&mut self, cmd: Cmd) {
-        // SAFETY: `cmd` belongs to this pool and is not pending.
+        if self.secondary {
+            self.free_now(&[cmd.0]);
+            return;
+        }
+        // SAFETY: `cmd` belongs to this pool, which was made with the reset
+        // flag, and is not pending.
         let reset = unsafe {
             self.device
                 .raw
                 .reset_command_buffer(cmd.0, vk::CommandBufferResetFlags::empty())
         };
-        if reset.is_ok() && !self.secondary {
+        if reset.is_ok() {
             self.free.push(cmd.0);
         } else {
             self.free_now(&[cmd.0]);

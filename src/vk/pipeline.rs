@@ -320,7 +320,10 @@ pub(crate) fn record_dispatch_into(
             }
         }
         None => {
-            let set = allocate(pipeline.set_layout)?;
+            let set = allocate(pipeline.set_layout).inspect_err(|_| {
+                // The pipeline may be bound already, with nothing to use.
+                bound.forget();
+            })?;
             // SAFETY: the set is new and not in use; every buffer range was
             // checked by the caller; `cmd` is recording.
             unsafe {
