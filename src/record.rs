@@ -144,7 +144,7 @@ impl Submitter {
         // on sees them and waits, and one that already started fails this.
         let value = stream.pending_value();
         for a in accesses {
-            a.memory.note_device_use(op, self.point(value), a.write)?;
+            a.memory.note_device_use(op, self, value, a.write)?;
         }
         let result = body(&mut stream, command)?;
         if let (Some(t), Some(start)) = (&stream.trace, started) {

@@ -37,8 +37,17 @@ impl BufferUse {
         }
     }
 
-    fn at(&self, value: u64) -> Point {
-        self.stream.with_value(value)
+    /// The value an access must wait for, where it has not completed.
+    fn waits_for(&self, write: bool) -> Option<u64> {
+        let value = self.last(write);
+        (value > 0 && !self.stream.timeline.is_complete(value)).then_some(value)
+    }
+
+    /// [`waits_for`](Self::waits_for) as a point (made only then: making
+    /// one clones its handles).
+    fn pending(&self, write: bool) -> Option<Point> {
+        self.waits_for(write)
+            .map(|value| self.stream.with_value(value))
     }
 }
 
@@ -80,11 +89,7 @@ impl UseState {
     /// The work a host access must wait for: pending writes for a read,
     /// pending reads and writes for a write.
     fn pending(&self, write: bool) -> Vec<Point> {
-        self.uses
-            .iter()
-            .map(|u| u.at(u.last(write)))
-            .filter(|p| p.value > 0 && !p.is_complete())
-            .collect()
+        self.uses.iter().filter_map(|u| u.pending(write)).collect()
     }
 
     /// Whether device work (or the library's own host copies, which stand
@@ -262,24 +267,21 @@ impl BufferMemory {
             if Arc::ptr_eq(&u.stream.timeline, own) {
                 continue;
             }
-            let point = u.at(u.last(write));
-            if point.value > 0 && !point.is_complete() {
-                out.push(point);
-            }
+            out.extend(u.pending(write));
         }
         Ok(())
     }
 
-    /// Notes that the work signalling `point` reads (or writes) the
-    /// buffer; fails if a host borrow forbids it, or with an error kept from
-    /// a `Drop`.
+    /// Notes that the work signalling `value` on `stream`'s timeline reads
+    /// (or writes) the buffer; fails if a host borrow forbids it, or with an
+    /// error kept from a `Drop`.
     pub(crate) fn note_device_use(
         &self,
         op: &'static str,
-        point: Point,
+        stream: &Submitter,
+        value: u64,
         write: bool,
     ) -> Result<()> {
-        let value = point.value;
         let mut state = self.state();
         if let Some(e) = state.kept.take() {
             return Err(e);
@@ -289,14 +291,14 @@ impl BufferMemory {
         #[allow(clippy::expect_used, reason = "the use was pushed just before")]
         let entry = match uses
             .iter()
-            .position(|u| Arc::ptr_eq(&u.stream.timeline, &point.timeline))
+            .position(|u| Arc::ptr_eq(&u.stream.timeline, &stream.timeline))
         {
             Some(i) => &mut uses[i],
             None => {
                 // Forget streams whose work on the buffer is all complete.
-                uses.retain(|u| !u.at(u.last(true)).is_complete());
+                uses.retain(|u| u.waits_for(true).is_some());
                 uses.push(BufferUse {
-                    stream: point,
+                    stream: stream.point(0),
                     read: 0,
                     write: 0,
                 });

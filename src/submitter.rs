@@ -47,11 +47,6 @@ impl Point {
         }
     }
 
-    /// Whether the work that signals the value has completed.
-    pub(crate) fn is_complete(&self) -> bool {
-        self.timeline.is_complete(self.value)
-    }
-
     /// Makes sure the value has been submitted, flushing its stream if it
     /// has not. Must not be called with that stream's lock held.
     pub(crate) fn ensure_submitted(&self) -> Result<()> {
