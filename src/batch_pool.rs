@@ -3,6 +3,8 @@
 //! when it is submitted, and that come back for reuse once the timeline
 //! passes it. `staging.rs` and the descriptor sets below build on it.
 
+use std::sync::Arc;
+
 use ash::vk;
 
 use crate::error::{Error, Result};
@@ -145,13 +147,12 @@ impl<R: Pooled> BatchPool<R> {
 }
 
 impl Pooled for DescriptorPool {
-    fn reset(&mut self, device: &Device) -> bool {
-        DescriptorPool::reset(self, device)
+    fn reset(&mut self, _device: &Device) -> bool {
+        DescriptorPool::reset(self)
     }
 
-    fn destroy(self, device: &Device) {
-        DescriptorPool::destroy(self, device);
-    }
+    /// Dropped: the pool destroys itself.
+    fn destroy(self, _device: &Device) {}
 
     /// Descriptor pools are kept whatever their number (as before the
     /// pool was generic): they are small.
@@ -174,7 +175,7 @@ impl BatchPool<DescriptorPool> {
     /// A descriptor set of `layout` for the open batch.
     pub(crate) fn allocate(
         &mut self,
-        device: &Device,
+        device: &Arc<Device>,
         layout: vk::DescriptorSetLayout,
     ) -> Result<vk::DescriptorSet> {
         for _attempt in 0..2 {
@@ -184,7 +185,7 @@ impl BatchPool<DescriptorPool> {
             }
             #[allow(clippy::expect_used, reason = "made current just above")]
             let pool = self.current().expect("made current above");
-            if let Some(set) = pool.allocate(device, layout)? {
+            if let Some(set) = pool.allocate(layout)? {
                 return Ok(set);
             }
             // The pool is full: the next attempt takes another.

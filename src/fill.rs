@@ -69,14 +69,12 @@ pub(crate) struct KernelChunk {
 }
 
 impl KernelChunk {
-    /// The workgroups that fill the chunk (64 words each, grid-stride past
-    /// `max_groups`).
     /// Records the chunk's dispatch of the fill `pipeline` on `buffer`
     /// (64 words a workgroup, grid-stride past the device's x limit).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn record(
         &self,
-        device: &Device,
+        device: &Arc<Device>,
         descriptors: &mut DescriptorPools,
         bound: &mut Bound,
         cmd: Cmd,

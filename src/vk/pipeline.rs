@@ -5,6 +5,7 @@
 //! per-batch pools otherwise.
 
 use std::ffi::CStr;
+use std::sync::Arc;
 
 use ash::vk;
 
@@ -161,7 +162,11 @@ impl ComputePipeline {
 
 /// A descriptor pool of storage-buffer sets (for devices without push
 /// descriptors); `batch_pool::DescriptorPools` hands them to batches.
+/// Destroyed when dropped, by an owner whose work using its sets has
+/// completed (a batch's pools come back only then; a graph recording's go
+/// with the recording, which every batch executing it holds).
 pub(crate) struct DescriptorPool {
+    device: Arc<Device>,
     raw: vk::DescriptorPool,
 }
 
@@ -170,7 +175,7 @@ const DESCRIPTORS_PER_POOL: u32 = 2048;
 
 impl DescriptorPool {
     /// A new pool on `device`.
-    pub(crate) fn new(device: &Device) -> Result<Self> {
+    pub(crate) fn new(device: &Arc<Device>) -> Result<Self> {
         let sizes = [vk::DescriptorPoolSize::default()
             .ty(vk::DescriptorType::STORAGE_BUFFER)
             .descriptor_count(DESCRIPTORS_PER_POOL)];
@@ -181,16 +186,19 @@ impl DescriptorPool {
         // SAFETY: a valid create info.
         let raw = unsafe { device.raw.create_descriptor_pool(&info, None) }
             .during("vkCreateDescriptorPool")?;
-        Ok(DescriptorPool { raw })
+        Ok(DescriptorPool {
+            device: device.clone(),
+            raw,
+        })
     }
 
     /// A set of `layout` from this pool; `None` where the pool is full.
     /// Its user (a batch, a graph recording) holds the pool under one lock.
     pub(crate) fn allocate(
         &mut self,
-        device: &Device,
         layout: vk::DescriptorSetLayout,
     ) -> Result<Option<vk::DescriptorSet>> {
+        let device = &self.device;
         let layouts = [layout];
         let info = vk::DescriptorSetAllocateInfo::default()
             .descriptor_pool(self.raw)
@@ -211,7 +219,8 @@ impl DescriptorPool {
 
     /// Frees every set, once the work that used them has completed;
     /// `false` where the reset failed (destroy the pool then).
-    pub(crate) fn reset(&mut self, device: &Device) -> bool {
+    pub(crate) fn reset(&mut self) -> bool {
+        let device = &self.device;
         // SAFETY: the work that used the pool's sets has completed (the
         // caller's contract: batch pools reset only after their batch).
         unsafe {
@@ -221,12 +230,13 @@ impl DescriptorPool {
         }
         .is_ok()
     }
+}
 
-    /// Destroys the pool; no pending work uses its sets.
-    pub(crate) fn destroy(self, device: &Device) {
-        // SAFETY: no pending work uses the pool's sets (the caller's
-        // contract), and `self` is consumed: destroyed once.
-        unsafe { device.raw.destroy_descriptor_pool(self.raw, None) };
+impl Drop for DescriptorPool {
+    fn drop(&mut self) {
+        // SAFETY: no pending work uses the pool's sets (the owner drops it
+        // only once that work completed), and it is destroyed once.
+        unsafe { self.device.raw.destroy_descriptor_pool(self.raw, None) };
     }
 }
 
