@@ -156,13 +156,19 @@ impl Submitter {
         // After an error: blocks the device may still copy into are freed
         // once it is done with them.
         for (block, value, _, _) in in_flight {
-            let raw = self.lock().readback.forget(block);
-            self.defer_free(Garbage {
-                raw,
-                pending: vec![(self.timeline.clone(), value)],
-            });
+            self.free_readback_after(block, value);
         }
         result
+    }
+
+    /// Frees readback `block` once this stream passes `value` (the device
+    /// may copy into it until then), instead of reusing it.
+    fn free_readback_after(&self, block: StagingBlock, value: u64) {
+        let raw = self.lock().readback.forget(block);
+        self.defer_free(Garbage {
+            raw,
+            pending: vec![(self.timeline.clone(), value)],
+        });
     }
 
     /// Records a copy of `len` bytes of `src` at `offset` into a readback
@@ -184,6 +190,8 @@ impl Submitter {
             len,
             write: false,
         };
+        // The value of the batch the copy went into, once it is recorded.
+        let copied_by = std::cell::Cell::new(None);
         let record = |stream: &mut Stream, copy: CopyCommand| {
             let region = vk::BufferCopy {
                 src_offset: offset,
@@ -191,7 +199,9 @@ impl Submitter {
                 size: len,
             };
             stream.push_copy(copy, src.handle(), block.raw.buffer, &[region]);
-            Ok(stream.pending_value())
+            let value = stream.pending_value();
+            copied_by.set(Some(value));
+            Ok(value)
         };
         let recorded = if held {
             self.record_copy_held(op, &[access], src, record)
@@ -201,7 +211,12 @@ impl Submitter {
         match recorded {
             Ok(value) => Ok((block, value)),
             Err(e) => {
-                self.lock().readback.recycle(device, [block]);
+                match copied_by.get() {
+                    // Recorded before the error (a failed submission or wait
+                    // after it): the device may still copy into the block.
+                    Some(value) => self.free_readback_after(block, value),
+                    None => self.lock().readback.recycle(device, [block]),
+                }
                 Err(e)
             }
         }
