@@ -190,17 +190,20 @@ pub(crate) fn tile_len(len: u64, element_size: u64) -> u64 {
 
 /// The fill kernel's pipeline, created once per device.
 pub(crate) fn fill_pipeline(device: &Device) -> Result<Arc<ComputePipeline>> {
-    device.internal_pipeline("fill", || {
-        ComputePipeline::new(
-            device,
-            crate::shaders::FILL,
-            c"main",
-            vec![0],
-            std::mem::size_of::<FillParams>() as u32,
-            None,
-            None,
-        )
-    })
+    device.internal_pipeline("fill", || build_fill_pipeline(device))
+}
+
+/// A new pipeline of the fill kernel.
+fn build_fill_pipeline(device: &Device) -> Result<ComputePipeline> {
+    ComputePipeline::new(
+        device,
+        crate::shaders::FILL,
+        c"main",
+        vec![0],
+        std::mem::size_of::<FillParams>() as u32,
+        None,
+        None,
+    )
 }
 
 impl Submitter {
@@ -288,17 +291,7 @@ mod tests {
     fn internal_pipelines_build_with_no_lock_held() {
         let ctx = crate::context::tests::validated_context();
         let device = &ctx.shared.device;
-        let build = || {
-            ComputePipeline::new(
-                device,
-                crate::shaders::FILL,
-                c"main",
-                vec![0],
-                std::mem::size_of::<FillParams>() as u32,
-                None,
-                None,
-            )
-        };
+        let build = || build_fill_pipeline(device);
         let mut inner = None;
         let outer = device
             .internal_pipeline("outer", || {
