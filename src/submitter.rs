@@ -48,13 +48,17 @@ impl Point {
     }
 
     /// Makes sure the value has been submitted, flushing its stream if it
-    /// has not. Must not be called with that stream's lock held.
+    /// has not. Must not be called with that stream's lock held. It never
+    /// waits on the host (its caller may hold buffers' operation locks): the
+    /// flush submits the one open batch even where the stream has more
+    /// than its limit in flight, and leaves the wait for room to that
+    /// stream's next command.
     pub(crate) fn ensure_submitted(&self) -> Result<()> {
         if self.timeline.submitted() >= self.value {
             return Ok(());
         }
         match self.stream.upgrade() {
-            Some(stream) => stream.flush(),
+            Some(stream) => stream.lock().flush(),
             // The stream is gone, and it submitted everything as it went.
             None => Ok(()),
         }
