@@ -113,7 +113,7 @@ impl Submitter {
         // buffers is half done while it is recorded. The stream is taken
         // with room for one more batch (see `Stream::over_limit`); where
         // it has none, every lock is let go while the host waits for it.
-        let (ops, waits, mut stream) = loop {
+        let (_ops, waits, mut stream) = loop {
             let ops = lock_all(accesses.iter().map(|a| a.memory), held);
             let waits = self.foreign_waits(op, accesses)?;
             let mut stream = self.lock();
@@ -151,11 +151,6 @@ impl Submitter {
             trace_command(t, op, start, accesses, describe);
         }
         stream.maybe_flush()?;
-        // No lock is held across the host's wait for an old batch.
-        let throttle = stream.take_throttle();
-        drop(stream);
-        drop(ops);
-        self.throttle(throttle)?;
         Ok(result)
     }
 

@@ -22,8 +22,9 @@ use crate::vk::{Device, MemoryUsage, Timeline};
 const MAX_BATCH_COMMANDS: usize = 4096;
 /// ... or once it has staged this many bytes.
 const MAX_BATCH_STAGED: u64 = 256 << 20;
-/// The host waits for the oldest batch when more than this many are in
-/// flight (after unlocking the stream: see `Stream::take_throttle`).
+/// The host waits for old batches when more than this many are in flight,
+/// before it records or submits more (after unlocking the stream: see
+/// `Stream::over_limit`).
 pub(crate) const MAX_IN_FLIGHT: usize = 16;
 
 /// Counts of the Vulkan objects a context holds, for finding leaks, and of
@@ -105,9 +106,6 @@ pub(crate) struct Stream {
     pub(crate) trace: Option<StreamTrace>,
     /// What the open batch's command buffer has bound for dispatches.
     bound: Bound,
-    /// The value to wait for before recording more, where a flush left too
-    /// many batches in flight.
-    throttle: Option<u64>,
 }
 
 impl Stream {
@@ -139,7 +137,6 @@ impl Stream {
             spare_regions: Vec::new(),
             trace,
             bound: Bound::default(),
-            throttle: None,
         })
     }
 
@@ -398,13 +395,7 @@ impl Stream {
         self.timeline.set_submitted(batch.value);
         self.in_flight.push_back(batch);
         submitted?;
-        self.reclaim()?;
-        if self.in_flight.len() > MAX_IN_FLIGHT {
-            // The host waits for the oldest batch, once the stream is
-            // unlocked (see `take_throttle`).
-            self.throttle = self.in_flight.front().map(|b| b.value);
-        }
-        Ok(())
+        self.reclaim()
     }
 
     fn submit(&self, batch: &Batch) -> Result<()> {
@@ -476,14 +467,6 @@ impl Stream {
     pub(crate) fn reclaim_garbage(&mut self) -> Result<()> {
         self.garbage.reclaim();
         Ok(())
-    }
-
-    /// The timeline value the host should wait for, with the stream
-    /// unlocked, before recording more: set where a flush left more than
-    /// `MAX_IN_FLIGHT` batches in flight. No lock is held across that
-    /// wait, so other threads keep recording meanwhile.
-    pub(crate) fn take_throttle(&mut self) -> Option<u64> {
-        self.throttle.take()
     }
 
     /// Where more than `MAX_IN_FLIGHT` batches are in flight (after

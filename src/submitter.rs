@@ -113,9 +113,8 @@ impl Submitter {
     /// The stream, locked, with at most `MAX_IN_FLIGHT` batches in flight,
     /// so that the one flush its holder may make leaves at most one more.
     /// Where more are in flight, it first waits for enough of them with the
-    /// stream unlocked: the post-flush throttle alone lets threads that
-    /// share the stream each add a batch while they wait for the same old
-    /// one, without bound (the trace's timestamp slots assume the bound).
+    /// stream unlocked, so that however many threads share the stream the
+    /// bound holds (the trace's timestamp slots assume it).
     pub(crate) fn lock_with_room(&self) -> Result<MutexGuard<'_, Stream>> {
         loop {
             let mut stream = self.lock();
@@ -140,20 +139,7 @@ impl Submitter {
 
     /// Submits the recorded work.
     pub(crate) fn flush(&self) -> Result<()> {
-        let mut stream = self.lock_with_room()?;
-        let flushed = stream.flush();
-        let throttle = stream.take_throttle();
-        drop(stream);
-        flushed.and(self.throttle(throttle))
-    }
-
-    /// Waits (with the stream unlocked) for `value`, which a flush found
-    /// too many batches in flight before (see `Stream::take_throttle`).
-    pub(crate) fn throttle(&self, value: Option<u64>) -> Result<()> {
-        match value {
-            Some(value) => self.timeline.wait_submitted(value),
-            None => Ok(()),
-        }
+        self.lock_with_room()?.flush()
     }
 
     /// Gives back what completed batches held.
