@@ -12,13 +12,11 @@ use std::sync::Arc;
 use ash::vk;
 use bytemuck::{Pod, Zeroable};
 
-use crate::batch_pool::DescriptorPools;
 use crate::error::Result;
 use crate::record::BufferAccess;
 use crate::resource::BufferMemory;
 use crate::submitter::Submitter;
-use crate::vk::command::Cmd;
-use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline};
+use crate::vk::pipeline::ComputePipeline;
 use crate::vk::Device;
 
 /// How a fill is done.
@@ -69,35 +67,26 @@ pub(crate) struct KernelChunk {
 }
 
 impl KernelChunk {
-    /// Records the chunk's dispatch of the fill `pipeline` on `buffer`
-    /// (64 words a workgroup, grid-stride past the device's x limit).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn record(
-        &self,
-        device: &Arc<Device>,
-        descriptors: &mut DescriptorPools,
-        bound: &mut Bound,
-        cmd: Cmd,
-        pipeline: &ComputePipeline,
-        buffer: vk::Buffer,
-    ) -> Result<()> {
-        let max_groups = device.limits().max_compute_work_group_count[0].min(65_535) as u64;
-        let groups = (self.params.word_count as u64).div_ceil(64).min(max_groups) as u32;
-        let binding = vk::DescriptorBufferInfo {
+    /// The chunk's binding of `buffer`.
+    pub(crate) fn binding(&self, buffer: vk::Buffer) -> vk::DescriptorBufferInfo {
+        vk::DescriptorBufferInfo {
             buffer,
             offset: self.bind_offset,
             range: self.bind_size,
-        };
-        record_dispatch_into(
-            device,
-            &mut |layout| descriptors.allocate(device, layout),
-            bound,
-            cmd,
-            pipeline,
-            &[binding],
-            bytemuck::bytes_of(&self.params),
-            [groups, 1, 1],
-        )
+        }
+    }
+
+    /// The workgroups of the chunk's dispatch on `device`: 64 words a
+    /// workgroup, grid-stride past the device's x limit.
+    pub(crate) fn groups(&self, device: &Device) -> [u32; 3] {
+        let max_groups = device.limits().max_compute_work_group_count[0].min(65_535) as u64;
+        let groups = (self.params.word_count as u64).div_ceil(64).min(max_groups) as u32;
+        [groups, 1, 1]
+    }
+
+    /// The push constants of the chunk's dispatch.
+    pub(crate) fn push(&self) -> &[u8] {
+        bytemuck::bytes_of(&self.params)
     }
 }
 
@@ -248,9 +237,9 @@ impl Submitter {
                         &[write(chunk.bind_offset, chunk.bind_size)],
                         dst,
                         |stream, cmd| {
-                            let device = stream.device().clone();
-                            let (descriptors, bound) = stream.dispatch_state();
-                            chunk.record(&device, descriptors, bound, cmd, &pipeline, dst.handle())
+                            let groups = chunk.groups(stream.device());
+                            let binding = [chunk.binding(dst.handle())];
+                            stream.record_dispatch(cmd, &pipeline, &binding, chunk.push(), groups)
                         },
                     )?;
                 }

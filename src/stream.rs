@@ -271,11 +271,6 @@ impl Stream {
         Ok(slice)
     }
 
-    /// The descriptor pools and the bound state a dispatch records with.
-    pub(crate) fn dispatch_state(&mut self) -> (&mut DescriptorPools, &mut Bound) {
-        (&mut self.descriptors, &mut self.bound)
-    }
-
     /// Records a dispatch of `pipeline` over `groups` workgroups into the
     /// open batch's `cmd`, with `buffers` bound in the order of the
     /// pipeline's bindings and `push` as its push constants; binds only

@@ -271,6 +271,9 @@ pub(super) fn record_into(
     let mut dispatch_index = 0;
     let mut commands = 0;
     let mut bound = Bound::default();
+    // The descriptor sets of every dispatch (where push descriptors are
+    // off) come from the recording's own pools.
+    let mut allocate = |layout| descriptors.allocate(device, layout);
     for op in ops {
         if let Op::FillKernel { dst, element } = op {
             let d = subst.view(dst);
@@ -284,13 +287,15 @@ pub(super) fn record_into(
                     write: true,
                 };
                 order(device, cmd, &mut hazards, &mut union, &[access]);
-                chunk.record(
+                record_dispatch_into(
                     device,
-                    descriptors,
+                    &mut allocate,
                     &mut bound,
                     cmd,
                     &pipeline,
-                    d.memory.handle(),
+                    &[chunk.binding(d.memory.handle())],
+                    chunk.push(),
+                    chunk.groups(device),
                 )?;
                 commands += 1;
             }
@@ -361,7 +366,7 @@ pub(super) fn record_into(
                 dispatch_index += 1;
                 record_dispatch_into(
                     device,
-                    &mut |layout| descriptors.allocate(device, layout),
+                    &mut allocate,
                     &mut bound,
                     cmd,
                     kernel.pipeline(),
