@@ -301,29 +301,64 @@ pub(crate) fn submit(
     signal: &Timeline,
     value: u64,
 ) -> Result<()> {
+    let waits: smallvec::SmallVec<[(vk::Semaphore, u64); 4]> =
+        waits.iter().map(|(t, v)| (t.semaphore, *v)).collect();
+    // SAFETY: `cmd` has ended; every semaphore is live, and the caller
+    // keeps what the work uses alive until `value` is reached.
+    unsafe {
+        queue_submit(
+            device,
+            queue,
+            &[cmd.0],
+            &waits,
+            &[(signal.semaphore, value)],
+            vk::Fence::null(),
+        )
+    }
+    .during("vkQueueSubmit")
+}
+
+/// Submits `cmds` to queue `queue` of `device`, after `waits` and
+/// signalling `signals` (each a semaphore and its value, which a binary
+/// semaphore ignores), with `fence` (or none), under the queue's lock.
+///
+/// # Safety
+///
+/// Every command buffer has ended; every semaphore is live, each wait's
+/// value is (or will be) signalled, and what the work uses stays alive
+/// until it completes; `fence`, where not null, is unsignalled and not in
+/// use.
+pub(super) unsafe fn queue_submit(
+    device: &Device,
+    queue: usize,
+    cmds: &[vk::CommandBuffer],
+    waits: &[(vk::Semaphore, u64)],
+    signals: &[(vk::Semaphore, u64)],
+    fence: vk::Fence,
+) -> std::result::Result<(), vk::Result> {
     let wait_semaphores: smallvec::SmallVec<[vk::Semaphore; 4]> =
-        waits.iter().map(|(t, _)| t.semaphore).collect();
+        waits.iter().map(|(s, _)| *s).collect();
     let wait_values: smallvec::SmallVec<[u64; 4]> = waits.iter().map(|(_, v)| *v).collect();
     let wait_stages: smallvec::SmallVec<[vk::PipelineStageFlags; 4]> = waits
         .iter()
         .map(|_| vk::PipelineStageFlags::ALL_COMMANDS)
         .collect();
-    let signal_semaphores = [signal.semaphore];
-    let signal_values = [value];
-    let cmds = [cmd.0];
+    let signal_semaphores: smallvec::SmallVec<[vk::Semaphore; 2]> =
+        signals.iter().map(|(s, _)| *s).collect();
+    let signal_values: smallvec::SmallVec<[u64; 2]> = signals.iter().map(|(_, v)| *v).collect();
     let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
         .wait_semaphore_values(&wait_values)
         .signal_semaphore_values(&signal_values);
     let info = vk::SubmitInfo::default()
         .wait_semaphores(&wait_semaphores)
         .wait_dst_stage_mask(&wait_stages)
-        .command_buffers(&cmds)
+        .command_buffers(cmds)
         .signal_semaphores(&signal_semaphores)
         .push_next(&mut timeline_info);
     let queue = device.queue(queue);
-    // SAFETY: the queue is locked; `cmd` has ended; every semaphore is live
-    // and the caller keeps what the work uses alive until `value` is reached.
-    unsafe { device.raw.queue_submit(*queue, &[info], vk::Fence::null()) }.during("vkQueueSubmit")
+    // SAFETY: the queue is locked; every handle in `info` is valid as the
+    // caller guarantees.
+    unsafe { device.raw.queue_submit(*queue, &[info], fence) }
 }
 
 /// Timestamp queries: two a slot (the start and end of a batch or a

@@ -7,6 +7,8 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 
 use ash::vk;
 
+#[cfg(unix)]
+use super::command::queue_submit;
 use super::win32::Win32Handle;
 use super::Device;
 use crate::error::{Error, Result, VkResultExt};
@@ -152,27 +154,11 @@ fn submit_tracked(
     signal: (vk::Semaphore, u64),
     (binary, fence): (vk::Semaphore, vk::Fence),
 ) -> Result<()> {
-    let waits = [wait.0];
-    let wait_values = [wait.1];
-    let stages = [vk::PipelineStageFlags::ALL_COMMANDS];
-    let signals = [signal.0];
-    let signal_values = [signal.1];
-    let mut values = vk::TimelineSemaphoreSubmitInfo::default()
-        .wait_semaphore_values(&wait_values)
-        .signal_semaphore_values(&signal_values);
-    let submit = vk::SubmitInfo::default()
-        .wait_semaphores(&waits)
-        .wait_dst_stage_mask(&stages)
-        .signal_semaphores(&signals)
-        .push_next(&mut values);
-    let submitted = {
-        let queue = device.queue(0);
-        // SAFETY: the queue is locked; both semaphores are alive (a wait
-        // value was submitted on its timeline, or the binary semaphore has
-        // an imported payload); the fence is new and unsignalled; all live
-        // until the fence has signalled.
-        unsafe { device.raw.queue_submit(*queue, &[submit], fence) }
-    };
+    // SAFETY: no command buffers; both semaphores are alive (a wait value
+    // was submitted on its timeline, or the binary semaphore has an
+    // imported payload); the fence is new and unsignalled; all live until
+    // the fence has signalled.
+    let submitted = unsafe { queue_submit(device, 0, &[], &[wait], &[signal], fence) };
     if let Err(e) = submitted {
         destroy_unused_semaphore(device, binary);
         // SAFETY: the fence was never submitted; destroyed once.
