@@ -126,7 +126,10 @@ impl Submitter {
                 }
             }
         };
-        let waits = waits.into_iter().map(|p| (p.timeline, p.value)).collect();
+        let waits = waits
+            .into_iter()
+            .map(|p| (p.stream.timeline, p.value))
+            .collect();
         // The hazard ranges, on the stack for the usual few buffers.
         let mut small = [Access::default(); 8];
         let large: Vec<Access>;

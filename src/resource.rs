@@ -14,14 +14,13 @@ use ash::vk;
 
 use crate::error::{Error, Result};
 use crate::garbage::Garbage;
-use crate::submitter::{Point, Submitter};
+use crate::submitter::{Point, StreamRef, Submitter};
 use crate::vk::memory::{MappedRange, RawBuffer};
 use crate::vk::{Device, MemoryUsage, Timeline};
 
 /// The last read and write of a buffer on one stream's timeline.
 struct BufferUse {
-    /// The stream (the point's value is not used).
-    stream: Point,
+    stream: StreamRef,
     read: u64,
     write: u64,
 }
@@ -46,8 +45,7 @@ impl BufferUse {
     /// [`waits_for`](Self::waits_for) as a point (made only then: making
     /// one clones its handles).
     fn pending(&self, write: bool) -> Option<Point> {
-        self.waits_for(write)
-            .map(|value| self.stream.with_value(value))
+        self.waits_for(write).map(|value| self.stream.at(value))
     }
 }
 
@@ -298,7 +296,7 @@ impl BufferMemory {
                 // Forget streams whose work on the buffer is all complete.
                 uses.retain(|u| u.waits_for(true).is_some());
                 uses.push(BufferUse {
-                    stream: stream.point(0),
+                    stream: stream.stream_ref(),
                     read: 0,
                     write: 0,
                 });
@@ -491,7 +489,10 @@ impl Drop for BufferMemory {
     fn drop(&mut self) {
         let Some(raw) = self.raw.take() else { return };
         let pending = self.state().pending(true);
-        let pending = pending.into_iter().map(|p| (p.timeline, p.value)).collect();
+        let pending = pending
+            .into_iter()
+            .map(|p| (p.stream.timeline, p.value))
+            .collect();
         let owner = self.owner();
         owner.defer_free(Garbage { raw, pending });
     }

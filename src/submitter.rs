@@ -26,27 +26,34 @@ pub(crate) struct Submitter {
     this: Weak<Submitter>,
 }
 
+/// A stream seen from elsewhere (a buffer's use state): its timeline, and
+/// the way to submit its work.
+#[derive(Clone)]
+pub(crate) struct StreamRef {
+    pub(crate) timeline: Arc<Timeline>,
+    /// The stream that signals the timeline (gone once it was dropped,
+    /// which submitted everything it had).
+    stream: Weak<Submitter>,
+}
+
+impl StreamRef {
+    /// `value` on the stream's timeline.
+    pub(crate) fn at(&self, value: u64) -> Point {
+        Point {
+            stream: self.clone(),
+            value,
+        }
+    }
+}
+
 /// A value on one stream's timeline, with the way to submit it: what a
 /// buffer's last use, or a command on another stream, waits for.
-#[derive(Clone)]
 pub(crate) struct Point {
-    pub(crate) timeline: Arc<Timeline>,
-    /// The stream that signals the value (gone once it was dropped, which
-    /// submitted everything it had).
-    stream: Weak<Submitter>,
+    pub(crate) stream: StreamRef,
     pub(crate) value: u64,
 }
 
 impl Point {
-    /// The same stream's `value`.
-    pub(crate) fn with_value(&self, value: u64) -> Point {
-        Point {
-            timeline: self.timeline.clone(),
-            stream: self.stream.clone(),
-            value,
-        }
-    }
-
     /// Makes sure the value has been submitted, flushing its stream if it
     /// has not. Must not be called with that stream's lock held. It never
     /// waits on the host (its caller may hold buffers' operation locks): the
@@ -54,10 +61,10 @@ impl Point {
     /// than its limit in flight, and leaves the wait for room to that
     /// stream's next command.
     pub(crate) fn ensure_submitted(&self) -> Result<()> {
-        if self.timeline.submitted() >= self.value {
+        if self.stream.timeline.submitted() >= self.value {
             return Ok(());
         }
-        match self.stream.upgrade() {
+        match self.stream.stream.upgrade() {
             Some(stream) => stream.lock().flush(),
             // The stream is gone, and it submitted everything as it went.
             None => Ok(()),
@@ -69,8 +76,8 @@ impl Point {
     /// called with that stream's lock held.
     pub(crate) fn wait(&self) -> Result<()> {
         self.ensure_submitted()?;
-        self.timeline.wait_submitted(self.value)?;
-        match self.stream.upgrade() {
+        self.stream.timeline.wait_submitted(self.value)?;
+        match self.stream.stream.upgrade() {
             Some(stream) => stream.reclaim(),
             None => Ok(()),
         }
@@ -128,13 +135,17 @@ impl Submitter {
         }
     }
 
-    /// `value` on this stream's timeline.
-    pub(crate) fn point(&self, value: u64) -> Point {
-        Point {
+    /// This stream, seen from elsewhere.
+    pub(crate) fn stream_ref(&self) -> StreamRef {
+        StreamRef {
             timeline: self.timeline.clone(),
             stream: self.this.clone(),
-            value,
         }
+    }
+
+    /// `value` on this stream's timeline.
+    pub(crate) fn point(&self, value: u64) -> Point {
+        self.stream_ref().at(value)
     }
 
     /// Submits the recorded work.
