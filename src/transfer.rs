@@ -238,8 +238,10 @@ impl Submitter {
         if dst.len() == 0 {
             return src.check_kept_error();
         }
+        let total = dst.len();
         let mut rest = Some(dst);
-        for (start, len) in pieces(rest.as_ref().map_or(0, RawDestination::len)) {
+        for (start, len) in pieces(total) {
+            // `pieces` covers `total` exactly: a rest is left for each piece.
             let Some(whole) = rest.take() else { break };
             let (piece, after) = whole.split_at(len);
             rest = after;
