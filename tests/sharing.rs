@@ -689,3 +689,39 @@ fn copies_between_contexts_reuse_one_alias_freed_with_either_side() {
     assert_clean(&log_a, "the exporting context");
     assert_clean(&log_c, "the third context");
 }
+
+/// Two threads copy out of one exportable buffer into another device at
+/// once, many times: each copy sees the whole buffer, the device keeps at
+/// most one alias of it (two made at once: one is destroyed), and nothing
+/// is left when the exporter goes.
+#[test]
+fn two_threads_copying_through_one_alias_at_once() {
+    let (a, b) = two_contexts(Path::Direct);
+    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let n = 1 << 14;
+    let src = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+    src.enqueue_copy_from(&pattern(n, 5)).unwrap();
+    a.synchronize().unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            let (b, src) = (b.clone(), &src);
+            s.spawn(move || {
+                let dst = b.enqueue_create_buffer::<u32>(n).unwrap();
+                for _ in 0..20 {
+                    dst.enqueue_fill(0).unwrap();
+                    dst.enqueue_copy_from(src).unwrap();
+                    assert!(dst.to_vec().unwrap() == pattern(n, 5), "a copy was torn");
+                }
+            });
+        }
+    });
+    let aliases = b.shared_aliases();
+    assert_eq!(aliases.kept, 1, "{aliases:?}");
+    assert!((1..=40).contains(&aliases.imported), "{aliases:?}");
+    drop(src);
+    a.synchronize().unwrap();
+    assert_eq!(b.shared_aliases().kept, 0);
+    drop((a, b));
+    assert_clean(&log_a, "the exporting context");
+    assert_clean(&log_b, "the importing context");
+}
