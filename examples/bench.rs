@@ -42,6 +42,9 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
+#[path = "bench_cases/bounds.rs"]
+mod bounds;
+
 use vkcompute::ash::{self, vk};
 use vkcompute::{ContextOptions, DeviceBuffer, DeviceContext, Kernel, RawBufferRef};
 
@@ -70,6 +73,7 @@ const CASES: &[&str] = &[
     "replay_cost",
     "first_dispatch",
     "d2d_cross",
+    "bounds",
 ];
 
 /// The sizes of the transfer cases.
@@ -219,6 +223,8 @@ enum Figure {
     Nanoseconds,
     /// The median time in milliseconds.
     Milliseconds,
+    /// A ratio of two figures, given as the "median".
+    Ratio,
 }
 
 impl Figure {
@@ -230,6 +236,7 @@ impl Figure {
             Figure::Microseconds => (t * 1e6, "us"),
             Figure::Nanoseconds => (t * 1e9, "ns"),
             Figure::Milliseconds => (t * 1e3, "ms"),
+            Figure::Ratio => (median_s, "x"),
         }
     }
 }
@@ -275,6 +282,7 @@ impl Bench<'_> {
             "replay_cost" => self.replay_cost(),
             "first_dispatch" => self.first_dispatch(),
             "d2d_cross" => self.d2d_cross(),
+            "bounds" => self.bounds(),
             other => Err(format!("no case `{other}`").into()),
         };
         result.map_err(|e| format!("case `{case}`: {e}").into())
@@ -378,6 +386,20 @@ impl Bench<'_> {
     /// Prints one result (after its check passed).
     fn report(&self, case: &str, bytes: usize, t: &Timing, figure: Figure) {
         let (value, unit) = figure.value(t.median);
+        // A ratio row has no times of its own.
+        let ratio = matches!(figure, Figure::Ratio);
+        let times = if ratio {
+            [0.0; 3]
+        } else {
+            [t.median, t.min, t.max]
+        };
+        let time = |s: f64| {
+            if ratio {
+                "-".to_string()
+            } else {
+                human_time(s)
+            }
+        };
         let mut out = std::io::stdout().lock();
         let _ = if self.json {
             writeln!(
@@ -386,9 +408,9 @@ impl Bench<'_> {
                 json_string(case),
                 bytes,
                 t.reps,
-                json_number(t.median),
-                json_number(t.min),
-                json_number(t.max),
+                json_number(times[0]),
+                json_number(times[1]),
+                json_number(times[2]),
                 json_number(value),
                 json_string(unit),
                 json_string(&self.device),
@@ -400,9 +422,9 @@ impl Bench<'_> {
                 case,
                 human_size(bytes as u64),
                 t.reps,
-                human_time(t.median),
-                human_time(t.min),
-                human_time(t.max),
+                time(t.median),
+                time(t.min),
+                time(t.max),
                 human_value(value),
                 unit
             )

@@ -191,7 +191,6 @@ fn build_fill_pipeline(device: &Device) -> Result<ComputePipeline> {
         vec![0],
         std::mem::size_of::<FillParams>() as u32,
         None,
-        None,
     )
 }
 

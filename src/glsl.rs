@@ -215,6 +215,9 @@ impl<'a> GlslBuilder<'a> {
         if self.warnings_as_errors {
             options.set_warnings_as_errors();
         }
+        // Names survive optimization only with debug information; errors
+        // of the loaded kernel use them.
+        options.set_generate_debug_info();
         for (name, value) in &self.defines {
             options.add_macro_definition(name, value.as_deref());
         }

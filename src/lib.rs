@@ -28,6 +28,7 @@
 #![deny(unsafe_code)]
 
 mod batch_pool;
+mod bounds;
 mod buffer;
 mod capabilities;
 mod context;
@@ -74,7 +75,9 @@ mod vk;
 /// point `main`: `SAXPY` (`y = a * x + y`, 2D grids), `VECTOR_ADD`
 /// (workgroup size set by specialization constant 0), `REDUCE_SUM` (one
 /// pass of a parallel sum), `STORE` (writes one element), `ADD_ONE` (adds 1
-/// to each of `n` `u32`s, 64 per workgroup) and `FILL` (the kernel behind
+/// to each of `n` `u32`s, 64 per workgroup), `MATMUL` (`C = A * B` of
+/// row-major `n` x `n` `f32` matrices, `n` a multiple of 16, in 16 x 16
+/// shared-memory tiles; `(n / 16, n / 16)` workgroups) and `FILL` (the kernel behind
 /// `enqueue_fill`).
 pub mod shaders {
     include!(concat!(env!("OUT_DIR"), "/shaders.rs"));

@@ -35,6 +35,18 @@ use crate::spirv_source::{append_static, static_name};
 /// entry point's name. The error is the compiler's message, with file and
 /// line numbers.
 pub fn compile_glsl(source: &str, file_name: &str, entry: &str) -> Result<Vec<u32>, String> {
+    compile_glsl_with(source, file_name, entry, false)
+}
+
+/// [`compile_glsl`], keeping debug information where `debug` is set: the
+/// optimizer otherwise drops every name, which the errors of a kernel
+/// loaded at run time use (workgroup variables, bindings).
+pub(crate) fn compile_glsl_with(
+    source: &str,
+    file_name: &str,
+    entry: &str,
+    debug: bool,
+) -> Result<Vec<u32>, String> {
     let compiler = shaderc::Compiler::new().map_err(|e| format!("shaderc could not start: {e}"))?;
     let mut options = shaderc::CompileOptions::new()
         .map_err(|e| format!("shaderc options could not be made: {e}"))?;
@@ -44,6 +56,9 @@ pub fn compile_glsl(source: &str, file_name: &str, entry: &str) -> Result<Vec<u3
         shaderc::EnvVersion::Vulkan1_2 as u32,
     );
     options.set_warnings_as_errors();
+    if debug {
+        options.set_generate_debug_info();
+    }
     compiler
         .compile_into_spirv(
             source,

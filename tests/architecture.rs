@@ -15,6 +15,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "error",
             "hazard",
+            "bounds",
             "capabilities",
             "reflect",
             "spirv_rules",

@@ -23,6 +23,8 @@ pub(super) struct Load {
     pub(super) subgroup_size: Option<u32>,
     /// Who answers for the module's validity.
     pub(super) trust: Trust,
+    /// Loaded without bounds on its indices (the caller answers for them).
+    pub(super) unchecked_indices: bool,
 }
 
 /// Every kernel loaded and still held, on every device. A leaf lock:
@@ -46,6 +48,7 @@ impl KernelPipeline {
             && self.entry == key.entry
             && self.pointers == key.load.pointers
             && self.subgroup_size == key.load.subgroup_size
+            && self.unchecked_indices == key.load.unchecked_indices
             && self.specialization == key.load.specialization
             && self.words == key.words
     }

@@ -9,13 +9,14 @@ use ash::vk;
 
 use super::cache::{self, Load};
 use super::{Kernel, KernelPipeline};
+use crate::bounds;
 use crate::capabilities;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::reflect;
 use crate::spirv_check;
 use crate::spirv_rules;
-use crate::vk::pipeline::{ComputePipeline, Specialization};
+use crate::vk::pipeline::ComputePipeline;
 use crate::vk::Device;
 
 /// Checks that `device` can run a kernel of workgroup `local_size` with
@@ -84,6 +85,7 @@ fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Resul
         pointers,
         subgroup_size,
         trust,
+        unchecked_indices,
     } = *load;
     let unsupported = |reason: String| Error::UnsupportedKernel {
         kernel: entry.to_string(),
@@ -151,6 +153,23 @@ fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Resul
     if frozen != words {
         spirv_check::check_specialized(&frozen, words, entry, vulkan_1_3, trust)?;
     }
+    // The module as the pipeline runs it: specialized, with its indices
+    // bounded (src/bounds).
+    let prepared = bounds::prepare(&frozen, entry, !unchecked_indices).map_err(unsupported)?;
+    if prepared.clamped > 0 {
+        spirv_check::check_instrumented(&prepared.words, vulkan_1_3)?;
+    }
+    let mut reflected = reflected;
+    if frozen != words {
+        // The push-constant block as specialized (an array in it may have
+        // a specialization constant for its length).
+        reflected.push_size = std::panic::catch_unwind(|| reflect::reflect(&frozen, entry))
+            .map_err(|_| Error::InvalidSpirv {
+                reason: "the specialized module could not be parsed".into(),
+            })?
+            .map_err(unsupported)?
+            .push_size;
+    }
     let spec_u32: HashMap<u32, u32> = specialization
         .iter()
         .filter(|(_, b)| b.len() == 4)
@@ -177,6 +196,8 @@ fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Resul
     if let Some(size) = subgroup_size {
         check_subgroup_size(device, size, local_size).map_err(unsupported)?;
     }
+    check_workgroup_memory(&prepared.workgroup, limits.max_compute_shared_memory_size)
+        .map_err(unsupported)?;
     if reflected.push_size > limits.max_push_constants_size {
         return Err(unsupported(format!(
             "{} bytes of push constants exceed the device's maxPushConstantsSize of {}",
@@ -185,27 +206,12 @@ fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Resul
     }
     let entry_c = CString::new(entry)
         .map_err(|_| unsupported("the entry point name contains a NUL byte".into()))?;
-    let mut map_entries = Vec::new();
-    let mut data = Vec::new();
-    for (id, bytes) in specialization {
-        map_entries.push(vk::SpecializationMapEntry {
-            constant_id: *id,
-            offset: data.len() as u32,
-            size: bytes.len(),
-        });
-        data.extend_from_slice(bytes);
-    }
-    let spec = (!map_entries.is_empty()).then_some(Specialization {
-        entries: &map_entries,
-        data: &data,
-    });
     let pipeline = ComputePipeline::new(
         device,
-        words,
+        &prepared.words,
         &entry_c,
         reflected.bindings.iter().map(|b| b.binding).collect(),
         reflected.push_size.next_multiple_of(4),
-        spec,
         subgroup_size,
     )
     .map_err(|e| match e {
@@ -226,7 +232,40 @@ fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Resul
         local_size,
         pointers,
         subgroup_size,
+        unchecked_indices,
+        clamped: prepared.clamped,
     })
+}
+
+/// Checks that the workgroup variables `used` fit in `limit` bytes
+/// (`maxComputeSharedMemorySize`); the error names each variable and its
+/// size.
+fn check_workgroup_memory(used: &[bounds::WorkgroupVariable], limit: u32) -> Result<(), String> {
+    let total = used
+        .iter()
+        .try_fold(0u64, |sum, v| v.bytes.and_then(|b| sum.checked_add(b)));
+    if total.is_some_and(|t| t <= u64::from(limit)) {
+        return Ok(());
+    }
+    let each: Vec<String> = used
+        .iter()
+        .map(|v| match v.bytes {
+            Some(b) => format!("`{}` ({}) {b} bytes", v.name, v.ty),
+            None => format!(
+                "`{}` ({}) of a size past 2^64 bytes or not known",
+                v.name, v.ty
+            ),
+        })
+        .collect();
+    Err(format!(
+        "its workgroup memory ({}) {} exceeds the device's maxComputeSharedMemorySize of {limit} \
+         bytes",
+        each.join(", "),
+        match total {
+            Some(t) => format!("totals {t} bytes, which"),
+            None => "has no size that".to_string(),
+        }
+    ))
 }
 
 /// SPIR-V words from bytes, in either byte order.

@@ -123,6 +123,10 @@ pub(crate) struct KernelPipeline {
     pointers: bool,
     /// The subgroup size the pipeline requires, if any.
     subgroup_size: Option<u32>,
+    /// Loaded with [`KernelBuilder::unchecked_indices`].
+    unchecked_indices: bool,
+    /// How many indices the bounds instrumentation clamped.
+    clamped: usize,
 }
 
 impl KernelPipeline {
@@ -168,6 +172,7 @@ pub struct KernelBuilder<'a> {
     specialization: Vec<(u32, SpecValue)>,
     pointers: bool,
     subgroup_size: Option<u32>,
+    unchecked_indices: bool,
 }
 
 impl KernelBuilder<'_> {
@@ -215,6 +220,30 @@ impl KernelBuilder<'_> {
         self
     }
 
+    /// Loads the kernel without bounding its indices: the pipeline runs
+    /// the module as given (specialized), where every other load clamps
+    /// each dynamic index into workgroup, function, private and
+    /// push-constant arrays, and each dynamic vector or matrix component,
+    /// into range (see the crate's "Kernels" documentation). For measuring
+    /// what the bounds cost, or for a kernel whose indices are proven in
+    /// range. Storage-buffer accesses stay bounded by `robustBufferAccess`.
+    ///
+    /// # Safety
+    ///
+    /// Every dynamic index the kernel computes into an array of fixed
+    /// length, a vector or a matrix (outside storage buffers) must be in
+    /// range on every dispatch: an index out of range reads or writes
+    /// memory outside the kernel's own, which is undefined behaviour (on
+    /// lavapipe a workgroup index out of range crashes the process).
+    #[allow(
+        unsafe_code,
+        reason = "a public entry point whose caller vouches for the kernel's indices"
+    )]
+    pub unsafe fn unchecked_indices(mut self) -> Self {
+        self.unchecked_indices = true;
+        self
+    }
+
     /// Loads the kernel on `ctx`'s device.
     ///
     /// Without feature `validate`, only the kernels of
@@ -257,6 +286,7 @@ impl KernelBuilder<'_> {
                 pointers: self.pointers,
                 subgroup_size: self.subgroup_size,
                 trust,
+                unchecked_indices: self.unchecked_indices,
             },
         )
     }
@@ -324,7 +354,7 @@ impl Kernel {
     /// the optimization level, use [`Kernel::glsl`].
     #[cfg(feature = "glsl")]
     pub fn from_glsl(ctx: &DeviceContext, source: &str, entry: &str) -> Result<Kernel> {
-        let words = crate::shader_build::compile_glsl(source, "kernel.comp", entry)
+        let words = crate::shader_build::compile_glsl_with(source, "kernel.comp", entry, true)
             .map_err(|message| crate::Error::ShaderCompilation { message })?;
         Kernel::new(ctx, &words, entry)
     }
@@ -347,6 +377,7 @@ impl Kernel {
             specialization: Vec::new(),
             pointers: false,
             subgroup_size: None,
+            unchecked_indices: false,
         }
     }
 }
@@ -375,6 +406,14 @@ impl Kernel {
     /// The specialization constants the kernel declares.
     pub fn spec_constants(&self) -> &[SpecConstantInfo] {
         &self.inner.interface.spec_constants
+    }
+
+    /// How many dynamic indices loading bounded: the clamps the pipeline's
+    /// module has (0 for a kernel loaded with
+    /// [`KernelBuilder::unchecked_indices`], or one that indexes only its
+    /// buffers and constant positions).
+    pub fn clamped_indices(&self) -> usize {
+        self.inner.clamped
     }
 
     /// Whether two kernels share one pipeline (same module, entry point and

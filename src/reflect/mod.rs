@@ -19,7 +19,7 @@ use spirq::ReflectConfig;
 
 pub(crate) use local_size::local_size;
 pub(crate) use module_use::module_use;
-pub(crate) use words::{check_structure, instructions, MAGIC};
+pub(crate) use words::{check_structure, instructions, literal_string, MAGIC};
 
 /// The largest binding number a kernel may use: drivers size descriptor
 /// set layouts by the largest binding (lavapipe runs out of memory on one

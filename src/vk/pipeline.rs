@@ -24,21 +24,15 @@ pub(crate) struct ComputePipeline {
     pub(crate) push_size: u32,
 }
 
-/// A specialization constant: its id and its value's bytes.
-pub(crate) struct Specialization<'a> {
-    pub(crate) entries: &'a [vk::SpecializationMapEntry],
-    pub(crate) data: &'a [u8],
-}
-
 impl ComputePipeline {
-    /// Creates the pipeline of `spirv`'s entry point `entry`.
+    /// Creates the pipeline of `spirv`'s entry point `entry` (a module
+    /// whose specialization constants are frozen into it: none is given).
     pub(crate) fn new(
         device: &Device,
         spirv: &[u32],
         entry: &CStr,
         bindings: Vec<u32>,
         push_size: u32,
-        specialization: Option<Specialization<'_>>,
         required_subgroup_size: Option<u32>,
     ) -> Result<Self> {
         let raw = &device.raw;
@@ -53,13 +47,7 @@ impl ComputePipeline {
             bindings,
             push_size,
         };
-        let made = pipeline.build(
-            device,
-            module,
-            entry,
-            specialization,
-            required_subgroup_size,
-        );
+        let made = pipeline.build(device, module, entry, required_subgroup_size);
         // SAFETY: the module is only needed while the pipeline is created.
         unsafe { raw.destroy_shader_module(module, None) };
         match made {
@@ -76,7 +64,6 @@ impl ComputePipeline {
         device: &Device,
         module: vk::ShaderModule,
         entry: &CStr,
-        specialization: Option<Specialization<'_>>,
         required_subgroup_size: Option<u32>,
     ) -> Result<()> {
         let raw = &device.raw;
@@ -114,17 +101,10 @@ impl ComputePipeline {
         // SAFETY: a valid create info.
         self.layout = unsafe { raw.create_pipeline_layout(&layout_info, None) }
             .during("vkCreatePipelineLayout")?;
-        let spec_info;
         let mut stage = vk::PipelineShaderStageCreateInfo::default()
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(module)
             .name(entry);
-        if let Some(s) = &specialization {
-            spec_info = vk::SpecializationInfo::default()
-                .map_entries(s.entries)
-                .data(s.data);
-            stage = stage.specialization_info(&spec_info);
-        }
         // The caller checked the size against the device's range and that
         // subgroupSizeControl is enabled for compute.
         let mut required = vk::PipelineShaderStageRequiredSubgroupSizeCreateInfo::default()

@@ -59,6 +59,23 @@ fn check_frozen(_frozen: &[u32], original: &[u32], entry: &str, vulkan_1_3: bool
     check(original, entry, vulkan_1_3)
 }
 
+/// Checks the module that bounds instrumentation (src/bounds) made, where
+/// the validator is built in: an invalid one is a bug of vkcompute's, and
+/// is refused rather than handed to the driver. Without the validator the
+/// pass is trusted as tested.
+pub(crate) fn check_instrumented(words: &[u32], vulkan_1_3: bool) -> Result<()> {
+    #[cfg(feature = "validate")]
+    crate::vk::spirv_val::validate(words, vulkan_1_3).map_err(|reason| Error::InvalidSpirv {
+        reason: format!(
+            "vkcompute's bounds instrumentation made an invalid module (a vkcompute bug; \
+             please report it): {reason}"
+        ),
+    })?;
+    #[cfg(not(feature = "validate"))]
+    let _ = (words, vulkan_1_3);
+    Ok(())
+}
+
 #[cfg(feature = "validate")]
 fn check(words: &[u32], _entry: &str, vulkan_1_3: bool) -> Result<()> {
     crate::vk::spirv_val::validate(words, vulkan_1_3)
@@ -75,6 +92,9 @@ fn check(words: &[u32], entry: &str, _vulkan_1_3: bool) -> Result<()> {
         })
     }
 }
+
+#[cfg(test)]
+mod bounds_tests;
 
 #[cfg(test)]
 mod tests {
