@@ -156,7 +156,7 @@ fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Resul
     // The module as the pipeline runs it: specialized, with its indices
     // bounded (src/bounds).
     let prepared = bounds::prepare(&frozen, entry, !unchecked_indices).map_err(unsupported)?;
-    if prepared.clamped > 0 {
+    if prepared.words != frozen {
         spirv_check::check_instrumented(&prepared.words, vulkan_1_3)?;
     }
     let mut reflected = reflected;
