@@ -155,8 +155,11 @@ macro_rules! typed_buffer {
                 &self,
                 src: &S,
             ) -> $crate::Result<()> {
-                self.view
-                    .copy_from(concat!($label, "::enqueue_copy_from"), src.source())
+                self.view.copy_from(
+                    concat!($label, "::enqueue_copy_from"),
+                    src.source(),
+                    size_of::<T>(),
+                )
             }
 
             /// Enqueues a copy of this buffer into a device or host buffer,
@@ -165,8 +168,11 @@ macro_rules! typed_buffer {
                 &self,
                 dst: &D,
             ) -> $crate::Result<()> {
-                self.view
-                    .copy_to(concat!($label, "::enqueue_copy_to"), dst.destination())
+                self.view.copy_to(
+                    concat!($label, "::enqueue_copy_to"),
+                    dst.destination(),
+                    size_of::<T>(),
+                )
             }
 
             /// Enqueues a fill of every element with `value`.
@@ -317,8 +323,11 @@ impl<T: Pod> DeviceBuffer<T> {
     /// work that writes the buffer. A blocking call: an asynchronous write
     /// into a borrowed slice could not be safe.
     pub fn copy_to_slice(&self, dst: &mut [T]) -> Result<()> {
-        self.view
-            .read_into("DeviceBuffer::copy_to_slice", bytemuck::cast_slice_mut(dst))
+        self.view.read_into(
+            "DeviceBuffer::copy_to_slice",
+            bytemuck::cast_slice_mut(dst),
+            size_of::<T>(),
+        )
     }
 
     /// The buffer's contents, waiting for the work that writes it.

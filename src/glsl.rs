@@ -78,6 +78,9 @@ pub struct GlslBuilder<'a> {
     warnings_as_errors: bool,
     subgroup_size: Option<u32>,
     pointers: bool,
+    /// The label set with [`GlslBuilder::label`], else the file name where
+    /// one was given.
+    label: Option<String>,
 }
 
 impl Kernel {
@@ -102,6 +105,7 @@ impl Kernel {
             warnings_as_errors: false,
             subgroup_size: None,
             pointers: false,
+            label: None,
         }
     }
 }
@@ -114,9 +118,18 @@ impl<'a> GlslBuilder<'a> {
 
     /// The source's file name in messages, and the directory a
     /// `#include "..."` is looked up in first where it is a path (default
-    /// `kernel.comp`).
+    /// `kernel.comp`). It is also the kernel's label, unless
+    /// [`label`](Self::label) sets one.
     pub fn file_name(mut self, name: impl Into<String>) -> Self {
         self.file_name = name.into();
+        self
+    }
+
+    /// What errors, `Debug` and traces call the kernel (default: the file
+    /// name where [`file_name`](Self::file_name) gave one, else the entry
+    /// point's name).
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
         self
     }
 
@@ -197,6 +210,7 @@ impl<'a> GlslBuilder<'a> {
     /// Compiles the source to SPIR-V words, without loading them.
     pub fn compile(&self) -> Result<Vec<u32>> {
         let failed = |message: String| Error::ShaderCompilation { message };
+        crate::shader_build::check_version(self.source, &self.file_name).map_err(failed)?;
         let compiler = shaderc::Compiler::new()
             .map_err(|e| failed(format!("shaderc could not start: {e}")))?;
         let mut options = shaderc::CompileOptions::new()
@@ -241,7 +255,12 @@ impl<'a> GlslBuilder<'a> {
     /// Compiles the source and loads the kernel on `ctx`'s device.
     pub fn build(self, ctx: &DeviceContext) -> Result<Kernel> {
         let words = self.compile()?;
-        let mut builder = Kernel::builder(&words).entry(&self.entry);
+        let label = match &self.label {
+            Some(label) => label.clone(),
+            None if self.file_name != "kernel.comp" => self.file_name.clone(),
+            None => self.entry.clone(),
+        };
+        let mut builder = Kernel::builder(&words).entry(&self.entry).label(label);
         for (id, value) in &self.specialization {
             builder = builder.specialize(*id, *value);
         }

@@ -317,7 +317,8 @@ impl<T: Pod> DeviceBuffer<T> {
                 view.memory.borrow_host(op, HostAccess::Copy)?;
             }
             let mut copy = vec![T::zeroed(); self.len()];
-            if let Err(e) = view.read_into(op, bytemuck::cast_slice_mut(&mut copy)) {
+            if let Err(e) = view.read_into(op, bytemuck::cast_slice_mut(&mut copy), size_of::<T>())
+            {
                 if borrowed {
                     view.memory.release_host();
                 }
@@ -348,8 +349,11 @@ impl<T: Pod> DeviceBuffer<T> {
         check_ptr::<T>(op, src as usize)?;
         // SAFETY: the caller guarantees `len()` readable elements at `src`.
         let slice = unsafe { std::slice::from_raw_parts(src, self.len()) };
-        self.view
-            .copy_from(op, Source::Host(bytemuck::cast_slice(slice)))
+        self.view.copy_from(
+            op,
+            Source::Host(bytemuck::cast_slice(slice)),
+            size_of::<T>(),
+        )
     }
 
     /// Enqueues a copy of the buffer into the `len()` elements at `dst`; the

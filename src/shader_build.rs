@@ -35,18 +35,7 @@ use crate::spirv_source::{append_static, static_name};
 /// entry point's name. The error is the compiler's message, with file and
 /// line numbers.
 pub fn compile_glsl(source: &str, file_name: &str, entry: &str) -> Result<Vec<u32>, String> {
-    compile_glsl_with(source, file_name, entry, false)
-}
-
-/// [`compile_glsl`], keeping debug information where `debug` is set: the
-/// optimizer otherwise drops every name, which the errors of a kernel
-/// loaded at run time use (workgroup variables, bindings).
-pub(crate) fn compile_glsl_with(
-    source: &str,
-    file_name: &str,
-    entry: &str,
-    debug: bool,
-) -> Result<Vec<u32>, String> {
+    check_version(source, file_name)?;
     let compiler = shaderc::Compiler::new().map_err(|e| format!("shaderc could not start: {e}"))?;
     let mut options = shaderc::CompileOptions::new()
         .map_err(|e| format!("shaderc options could not be made: {e}"))?;
@@ -56,9 +45,6 @@ pub(crate) fn compile_glsl_with(
         shaderc::EnvVersion::Vulkan1_2 as u32,
     );
     options.set_warnings_as_errors();
-    if debug {
-        options.set_generate_debug_info();
-    }
     compiler
         .compile_into_spirv(
             source,
@@ -69,6 +55,36 @@ pub(crate) fn compile_glsl_with(
         )
         .map(|artifact| artifact.as_binary().to_vec())
         .map_err(|e| e.to_string())
+}
+
+/// Checks that GLSL `source` (named `file_name`) starts with a `#version`
+/// directive, after comments and white space only. Without one, glslang
+/// takes the source for ES 1.00, and before it fails it prints its built-in
+/// declarations (thousands of lines) to the process's standard output.
+pub(crate) fn check_version(source: &str, file_name: &str) -> Result<(), String> {
+    let mut rest = source;
+    loop {
+        rest = rest.trim_start();
+        if let Some(comment) = rest.strip_prefix("//") {
+            rest = comment.split_once('\n').map_or("", |(_, after)| after);
+        } else if let Some(comment) = rest.strip_prefix("/*") {
+            rest = comment.split_once("*/").map_or("", |(_, after)| after);
+        } else {
+            break;
+        }
+    }
+    let directive = rest
+        .strip_prefix('#')
+        .map(|d| d.trim_start_matches([' ', '\t']));
+    if directive.is_some_and(|d| d.starts_with("version")) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{file_name}: the source does not start with a `#version` directive (only comments \
+             may come before it); GLSL compute shaders need one: add `#version 450` as the first \
+             line"
+        ))
+    }
 }
 
 /// Compiles every `*.comp` in `shader_dir` and writes `out_dir/shaders.rs`,

@@ -233,3 +233,44 @@ pub(crate) fn check_constant_indices(words: &[u32]) -> Result<(), String> {
     }
     Ok(())
 }
+
+const OP_TYPE_FUNCTION: u32 = 33;
+/// The most members a type may have once nested types are written out.
+const MAX_EXPANDED_TYPE: u64 = 1 << 16;
+
+/// Checks that no type, written out as a tree (a struct of two structs
+/// counts each twice), has more than [`MAX_EXPANDED_TYPE`] parts. Types
+/// nest as a graph, so a module of a few dozen structs, each holding two of
+/// the one before, describes a type of billions of members; reflection
+/// (spirq, and any code that walks types as trees) would take exponential
+/// time and memory on it.
+pub(crate) fn check_type_nesting(words: &[u32]) -> Result<(), String> {
+    let mut size: HashMap<u32, u64> = HashMap::new();
+    for (op, operands) in instructions(words) {
+        let (id, parts): (u32, &[u32]) = match (op, operands) {
+            (OP_TYPE_STRUCT, [id, members @ ..]) => (*id, members),
+            (OP_TYPE_ARRAY, [id, element, _]) | (OP_TYPE_RUNTIME_ARRAY, [id, element]) => {
+                (*id, std::slice::from_ref(element))
+            }
+            (OP_TYPE_VECTOR | OP_TYPE_MATRIX, [id, element, _]) => {
+                (*id, std::slice::from_ref(element))
+            }
+            (OP_TYPE_POINTER, [id, _, pointee]) => (*id, std::slice::from_ref(pointee)),
+            (OP_TYPE_FUNCTION, [id, types @ ..]) => (*id, types),
+            _ => continue,
+        };
+        // Types are declared before use (forward pointers aside, which
+        // count 1 here): every part's size is known.
+        let total = parts.iter().fold(1u64, |sum, part| {
+            sum.saturating_add(size.get(part).copied().unwrap_or(1))
+        });
+        if total > MAX_EXPANDED_TYPE {
+            return Err(format!(
+                "type %{id} nests more than {MAX_EXPANDED_TYPE} members once written out (a \
+                 struct of structs that repeat); vkcompute refuses it rather than reflect it"
+            ));
+        }
+        size.insert(id, total);
+    }
+    Ok(())
+}

@@ -63,16 +63,17 @@ impl View {
         }
     }
 
-    /// Enqueues a copy from `src` into this view (which must have its length).
-    pub(crate) fn copy_from(&self, op: &'static str, src: Source<'_>) -> Result<()> {
+    /// Enqueues a copy from `src` into this view (which must have its
+    /// length); `elem` is the element size lengths are counted in, in errors.
+    pub(crate) fn copy_from(&self, op: &'static str, src: Source<'_>, elem: usize) -> Result<()> {
         let ctx = self.memory.owner();
         match src {
             Source::Host(bytes) => {
-                check_len(op, self.bytes, bytes.len() as u64)?;
+                check_len(op, self.bytes, bytes.len() as u64, elem)?;
                 ctx.upload(op, &self.memory, self.offset, bytes)
             }
             Source::View(src) => {
-                check_len(op, self.bytes, src.bytes)?;
+                check_len(op, self.bytes, src.bytes, elem)?;
                 if src.memory.device.id != self.memory.device.id {
                     return src.copy_between_devices(op, self);
                 }
@@ -101,16 +102,16 @@ impl View {
     /// (staged at once) on `dst`'s stream.
     fn copy_through_host(&self, op: &'static str, dst: &View) -> Result<()> {
         let mut bytes = vec![0u8; self.bytes as usize];
-        self.read_into(op, &mut bytes)?;
+        self.read_into(op, &mut bytes, 1)?;
         dst.memory
             .owner()
             .upload(op, &dst.memory, dst.offset, &bytes)
     }
 
     /// Enqueues a copy of this view into `dst` (which must have its length),
-    /// on this view's stream.
-    pub(crate) fn copy_to(&self, op: &'static str, dst: &View) -> Result<()> {
-        check_len(op, dst.bytes, self.bytes)?;
+    /// on this view's stream; `elem` as for [`copy_from`](Self::copy_from).
+    pub(crate) fn copy_to(&self, op: &'static str, dst: &View, elem: usize) -> Result<()> {
+        check_len(op, dst.bytes, self.bytes, elem)?;
         if dst.memory.device.id != self.memory.device.id {
             return self.copy_between_devices(op, dst);
         }
@@ -124,9 +125,9 @@ impl View {
     }
 
     /// Copies the view into `out` (of its length), waiting for the work that
-    /// writes it.
-    pub(crate) fn read_into(&self, op: &'static str, out: &mut [u8]) -> Result<()> {
-        check_len(op, out.len() as u64, self.bytes)?;
+    /// writes it; `elem` as for [`copy_from`](Self::copy_from).
+    pub(crate) fn read_into(&self, op: &'static str, out: &mut [u8], elem: usize) -> Result<()> {
+        check_len(op, out.len() as u64, self.bytes, elem)?;
         self.memory
             .owner()
             .download(op, &self.memory, self.offset, out)
@@ -136,7 +137,7 @@ impl View {
     pub(crate) fn to_vec<T: Pod>(&self, op: &'static str) -> Result<Vec<T>> {
         let len = (self.bytes / size_of::<T>().max(1) as u64) as usize;
         let mut out = vec![T::zeroed(); len];
-        self.read_into(op, bytemuck::cast_slice_mut(&mut out))?;
+        self.read_into(op, bytemuck::cast_slice_mut(&mut out), size_of::<T>())?;
         Ok(out)
     }
 
@@ -239,12 +240,15 @@ pub(crate) fn check_element_size<T>(what: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_len(op: &'static str, dst_bytes: u64, src_bytes: u64) -> Result<()> {
+/// Checks that two ends of a copy hold the same bytes; the error counts
+/// `elem`-byte elements (the caller's element type), as the caller does.
+fn check_len(op: &'static str, dst_bytes: u64, src_bytes: u64, elem: usize) -> Result<()> {
     if dst_bytes != src_bytes {
+        let elem = elem.max(1) as u64;
         return Err(Error::LengthMismatch {
             op,
-            dst_len: dst_bytes as usize,
-            src_len: src_bytes as usize,
+            dst_len: (dst_bytes / elem) as usize,
+            src_len: (src_bytes / elem) as usize,
         });
     }
     Ok(())

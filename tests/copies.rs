@@ -169,11 +169,11 @@ fn copies_between_different_lengths_are_errors_that_change_nothing() {
             }
             other => panic!("expected LengthMismatch, got {other}"),
         };
-        // Lengths in the error are in bytes of the views.
-        check(a.enqueue_copy_from(&b).unwrap_err(), 40, 44);
-        check(a.enqueue_copy_to(&b).unwrap_err(), 44, 40);
-        check(a.enqueue_copy_from(&[0u32; 9][..]).unwrap_err(), 40, 36);
-        check(a.copy_to_slice(&mut [0u32; 11]).unwrap_err(), 44, 40);
+        // Lengths in the error are elements, as the caller counts them.
+        check(a.enqueue_copy_from(&b).unwrap_err(), 10, 11);
+        check(a.enqueue_copy_to(&b).unwrap_err(), 11, 10);
+        check(a.enqueue_copy_from(&[0u32; 9][..]).unwrap_err(), 10, 9);
+        check(a.copy_to_slice(&mut [0u32; 11]).unwrap_err(), 11, 10);
         assert_eq!(a.to_vec().unwrap(), vec![1; 10]);
         assert_eq!(b.to_vec().unwrap(), vec![2; 11]);
         // The context still works.

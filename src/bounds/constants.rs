@@ -59,13 +59,18 @@ fn signed(bits: u64, width: u32) -> i64 {
     ((bits << unused) as i64) >> unused
 }
 
-/// Every integer and boolean constant of `module` whose value is known:
+/// Every integer and boolean constant of `module` whose value is known,
+/// or the first specialization expression whose result SPIR-V leaves
+/// undefined (a division by zero, the most negative value divided by -1,
+/// a shift by the operand's width or more): drivers and layers fold such
+/// expressions and may crash on them (SIGFPE in lavapipe and the layer).
+/// Known:
 /// literals, nulls, and specialization expressions over known values (the
 /// integer and logical operations the `Shader` capability allows, and
 /// extraction from constant composites). The module's specialization
 /// constants must be frozen first (`spirv_rules::freeze`); those left are
 /// taken at their defaults.
-pub(crate) fn evaluate(module: &Module) -> HashMap<u32, Value> {
+pub(crate) fn evaluate(module: &Module) -> Result<HashMap<u32, Value>, String> {
     let ints = int_types(module);
     let bools: Vec<u32> = module
         .types_global_values
@@ -101,10 +106,14 @@ pub(crate) fn evaluate(module: &Module) -> HashMap<u32, Value> {
                 None
             }
             (Op::SpecConstantOp, [Operand::LiteralSpecConstantOpInteger(op), args @ ..]) => {
-                operation(*op, args, &values, &composites).and_then(|v| match v {
-                    Value::Int { bits, .. } => int(bits),
-                    Value::Bool(b) => bools.contains(&ty).then_some(Value::Bool(b)),
-                })
+                operation(*op, args, &values, &composites)
+                    .map_err(|why| {
+                        format!("specialization constant %{id} ({op:?}) is undefined: {why}")
+                    })?
+                    .and_then(|v| match v {
+                        Value::Int { bits, .. } => int(bits),
+                        Value::Bool(b) => bools.contains(&ty).then_some(Value::Bool(b)),
+                    })
             }
             _ => None,
         };
@@ -112,7 +121,7 @@ pub(crate) fn evaluate(module: &Module) -> HashMap<u32, Value> {
             values.insert(id, value);
         }
     }
-    values
+    Ok(values)
 }
 
 fn id_ref(operand: &Operand) -> Option<u32> {
@@ -123,39 +132,48 @@ fn id_ref(operand: &Operand) -> Option<u32> {
 }
 
 /// The value of specialization operation `op` on `args`, where every
-/// argument is known and the operation is one this evaluator knows. An
-/// integer result carries its bits unmasked: the caller masks them to
+/// argument is known and the operation is one this evaluator knows
+/// (`Ok(None)` otherwise); `Err` where SPIR-V leaves the result undefined.
+/// An integer result carries its bits unmasked: the caller masks them to
 /// the result type.
 fn operation(
     op: Op,
     args: &[Operand],
     values: &HashMap<u32, Value>,
     composites: &HashMap<u32, Vec<u32>>,
-) -> Option<Value> {
+) -> Result<Option<Value>, String> {
+    macro_rules! known {
+        ($e:expr) => {
+            match $e {
+                Some(v) => v,
+                None => return Ok(None),
+            }
+        };
+    }
     if op == Op::CompositeExtract {
         // A composite, then literal indices.
-        let (first, indices) = args.split_first()?;
-        let mut id = id_ref(first)?;
+        let (first, indices) = known!(args.split_first());
+        let mut id = known!(id_ref(first));
         for index in indices {
             let Operand::LiteralBit32(i) = index else {
-                return None;
+                return Ok(None);
             };
-            id = *composites.get(&id)?.get(*i as usize)?;
+            id = *known!(composites.get(&id).and_then(|c| c.get(*i as usize)));
         }
-        return values.get(&id).copied();
+        return Ok(values.get(&id).copied());
     }
     let known: Option<Vec<Value>> = args
         .iter()
         .map(|a| id_ref(a).and_then(|id| values.get(&id).copied()))
         .collect();
-    let known = known?;
+    let known = known!(known);
     let int = |bits: u64| Value::Int {
         bits,
         width: 64,
         signed: false,
     };
     let boolean = Value::Bool;
-    Some(match (op, known.as_slice()) {
+    Ok(Some(match (op, known.as_slice()) {
         (Op::Select, [Value::Bool(c), a, b]) => {
             if *c {
                 *a
@@ -179,25 +197,40 @@ fn operation(
             }, Value::Int { bits: b, .. }],
         ) => {
             let (sa, sb) = (signed(*a, *w), signed(*b, *w));
-            let shift = |v: u64| (*b < u64::from(*w)).then_some(v);
+            let divides = matches!(op, Op::UDiv | Op::UMod | Op::SDiv | Op::SRem | Op::SMod);
+            if divides && *b == 0 {
+                return Err("a division by zero".into());
+            }
+            let most_negative = signed(1u64 << ((*w).clamp(1, 64) - 1), *w);
+            if matches!(op, Op::SDiv | Op::SRem | Op::SMod) && sa == most_negative && sb == -1 {
+                return Err(format!("{sa} divided by -1 overflows {w} bits"));
+            }
+            let shifts = matches!(
+                op,
+                Op::ShiftLeftLogical | Op::ShiftRightLogical | Op::ShiftRightArithmetic
+            );
+            if shifts && *b >= u64::from(*w) {
+                return Err(format!("a shift by {b} of a {w}-bit value"));
+            }
             match op {
                 Op::IAdd => int(a.wrapping_add(*b)),
                 Op::ISub => int(a.wrapping_sub(*b)),
                 Op::IMul => int(a.wrapping_mul(*b)),
-                Op::UDiv => int(a.checked_div(*b)?),
-                Op::UMod => int(a.checked_rem(*b)?),
-                Op::SDiv => int(sa.checked_div(sb)? as u64),
-                Op::SRem => int(sa.checked_rem(sb)? as u64),
-                Op::SMod => int(sa.checked_rem(sb).map(|r| {
-                    if r != 0 && (r < 0) != (sb < 0) {
+                Op::UDiv => int(a / b),
+                Op::UMod => int(a % b),
+                Op::SDiv => int(sa.wrapping_div(sb) as u64),
+                Op::SRem => int(sa.wrapping_rem(sb) as u64),
+                Op::SMod => {
+                    let r = sa.wrapping_rem(sb);
+                    int(if r != 0 && (r < 0) != (sb < 0) {
                         r + sb
                     } else {
                         r
-                    }
-                })? as u64),
-                Op::ShiftLeftLogical => int(shift(a << b)?),
-                Op::ShiftRightLogical => int(shift(a >> b)?),
-                Op::ShiftRightArithmetic => int(shift((sa >> b) as u64)?),
+                    } as u64)
+                }
+                Op::ShiftLeftLogical => int(a << b),
+                Op::ShiftRightLogical => int(a >> b),
+                Op::ShiftRightArithmetic => int((sa >> b) as u64),
                 Op::BitwiseAnd => int(a & b),
                 Op::BitwiseOr => int(a | b),
                 Op::BitwiseXor => int(a ^ b),
@@ -211,9 +244,9 @@ fn operation(
                 Op::SLessThanEqual => boolean(sa <= sb),
                 Op::SGreaterThan => boolean(sa > sb),
                 Op::SGreaterThanEqual => boolean(sa >= sb),
-                _ => return None,
+                _ => return Ok(None),
             }
         }
-        _ => return None,
-    })
+        _ => return Ok(None),
+    }))
 }

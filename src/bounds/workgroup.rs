@@ -117,6 +117,9 @@ struct Sizes<'a> {
     strides: HashMap<u32, u64>,
     offsets: HashMap<(u32, u32), u64>,
     types: HashMap<u32, usize>,
+    /// Sizes computed so far: types nest as a graph, which a walk without
+    /// memory would take exponential time over.
+    known: std::cell::RefCell<HashMap<u32, Option<u64>>>,
 }
 
 impl<'a> Sizes<'a> {
@@ -152,6 +155,7 @@ impl<'a> Sizes<'a> {
             strides,
             offsets,
             types,
+            known: Default::default(),
         }
     }
 
@@ -211,6 +215,15 @@ impl<'a> Sizes<'a> {
         if depth > 64 {
             return None;
         }
+        if let Some(&known) = self.known.borrow().get(&ty) {
+            return known;
+        }
+        let size = self.size_of(ty, depth);
+        self.known.borrow_mut().insert(ty, size);
+        size
+    }
+
+    fn size_of(&self, ty: u32, depth: u32) -> Option<u64> {
         let inst = &self.module.types_global_values[*self.types.get(&ty)?];
         let ops = inst.operands.as_slice();
         let id = |i: usize| match ops.get(i) {

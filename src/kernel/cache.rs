@@ -25,6 +25,8 @@ pub(super) struct Load {
     pub(super) trust: Trust,
     /// Loaded without bounds on its indices (the caller answers for them).
     pub(super) unchecked_indices: bool,
+    /// The kernel's label (not part of what identifies its pipeline).
+    pub(super) label: Option<String>,
 }
 
 /// Every kernel loaded and still held, on every device. A leaf lock:

@@ -47,7 +47,7 @@ pub(crate) fn write_extent(device: &Device, view: &View) -> (u64, u64) {
 
 /// Refuses two arguments whose byte ranges overlap in one buffer where the
 /// kernel writes at least one of their bindings.
-fn check_aliasing(k: &KernelPipeline, args: &[KernelArg<'_>]) -> Result<()> {
+fn check_aliasing(k: &KernelPipeline, label: &str, args: &[KernelArg<'_>]) -> Result<()> {
     let bindings = &k.interface.bindings;
     let range = |arg: &KernelArg<'_>| arg.view.offset..arg.view.offset + arg.view.bytes;
     for (first, (a, a_binding)) in args.iter().zip(bindings).enumerate() {
@@ -64,7 +64,7 @@ fn check_aliasing(k: &KernelPipeline, args: &[KernelArg<'_>]) -> Result<()> {
                     _ => format!("argument {second}"),
                 };
                 return Err(Error::AliasedArguments {
-                    kernel: k.entry.clone(),
+                    kernel: label.to_string(),
                     first,
                     second,
                     detail: format!(
@@ -103,7 +103,7 @@ impl DeviceContext {
         let op = "DeviceContext::enqueue_function";
         if kernel.inner.pointers {
             return Err(Error::PointerAddressing {
-                kernel: kernel.inner.entry.clone(),
+                kernel: kernel.label.to_string(),
                 found: "it was loaded with `allow_pointer_addressing`".into(),
             });
         }
@@ -179,7 +179,7 @@ impl DeviceContext {
         let d = self.check_dispatch(op, kernel, grid, args, addressed, push_bytes)?;
         let k = d.kernel;
         let keep = k.clone();
-        let describe = || format!("kernel {} grid {:?}", k.entry, d.grid);
+        let describe = || format!("kernel {} grid {:?}", kernel.label, d.grid);
         self.shared
             .record_described(op, &describe, &d.accesses, |stream, cmd| {
                 stream.keep_alive(keep);
@@ -200,13 +200,13 @@ impl DeviceContext {
     ) -> Result<CheckedDispatch<'a>> {
         let k = &kernel.inner;
         let device = &self.shared.device;
-        let name = || k.entry.clone();
+        let name = || kernel.label.to_string();
         if k.device.id != device.id {
             return Err(Error::DifferentDevice {
                 op,
                 detail: format!(
                     "kernel `{}` was loaded on device `{}`, the context is on `{}`; load it on this context",
-                    k.entry,
+                    kernel.label,
                     k.device.name(),
                     device.name()
                 ),
@@ -249,7 +249,7 @@ impl DeviceContext {
                 });
             }
         }
-        check_aliasing(k, args)?;
+        check_aliasing(k, &kernel.label, args)?;
         let mut accesses = SmallVec::with_capacity(args.len() + addressed.len());
         let mut infos = SmallVec::with_capacity(args.len());
         for (index, (arg, binding)) in args.iter().zip(bindings).enumerate() {

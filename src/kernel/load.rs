@@ -62,6 +62,7 @@ impl Kernel {
         entry: &str,
         load: Load,
     ) -> Result<Kernel> {
+        let label: Arc<str> = load.label.as_deref().unwrap_or(entry).into();
         check_header(words)?;
         let device = &ctx.shared.device;
         let key = cache::Key {
@@ -70,14 +71,20 @@ impl Kernel {
             entry,
             load: &load,
         };
-        let inner = cache::get_or_build(&key, || build(device, words, entry, &load))?;
-        Ok(Kernel { inner })
+        let inner = cache::get_or_build(&key, || build(device, words, entry, &label, &load))?;
+        Ok(Kernel { inner, label })
     }
 }
 
 /// Checks entry point `entry` of `words` against `device` and creates its
 /// pipeline: what a load does where the cache has no such kernel.
-fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Result<KernelPipeline> {
+fn build(
+    device: &Arc<Device>,
+    words: &[u32],
+    entry: &str,
+    label: &str,
+    load: &Load,
+) -> Result<KernelPipeline> {
     #[cfg(test)]
     super::tests::building(device.id);
     let Load {
@@ -86,19 +93,30 @@ fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Resul
         subgroup_size,
         trust,
         unchecked_indices,
+        label: _,
     } = *load;
     let unsupported = |reason: String| Error::UnsupportedKernel {
-        kernel: entry.to_string(),
+        kernel: label.to_string(),
         reason,
     };
     let vulkan_1_3 = device.adapter.api_version >= vk::API_VERSION_1_3;
-    spirv_check::check_module(words, entry, vulkan_1_3, trust)?;
+    // SPIR-V 1.6 is Vulkan 1.3's (1.0 to 1.5 every Vulkan 1.2 device takes).
+    if words[1] >= 0x0001_0600 && !vulkan_1_3 {
+        return Err(unsupported(format!(
+            "it is SPIR-V 1.6, which needs a Vulkan 1.3 device; `{}` is Vulkan {}.{} (compile \
+             it for Vulkan 1.2)",
+            device.name(),
+            vk::api_version_major(device.adapter.api_version),
+            vk::api_version_minor(device.adapter.api_version)
+        )));
+    }
     // What SPIRV-Tools lets through but drivers or layers choke on.
     spirv_rules::check(words).map_err(|reason| Error::InvalidSpirv { reason })?;
+    spirv_rules::check_type_nesting(words).map_err(unsupported)?;
     let module = reflect::module_use(words);
     if let (false, Some(found)) = (pointers, module.pointers) {
         return Err(Error::PointerAddressing {
-            kernel: entry.to_string(),
+            kernel: label.to_string(),
             found,
         });
     }
@@ -112,64 +130,12 @@ fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Resul
         float_modes: &module.float_modes,
     };
     capabilities::check(&declared, &device.capabilities, device.name()).map_err(unsupported)?;
-    // spirq is not written against hostile input: a panic is an error too.
-    let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
-        .map_err(|_| Error::InvalidSpirv {
-            reason: "the module could not be parsed".into(),
-        })?
-        .map_err(unsupported)?;
-    for (id, bytes) in specialization {
-        match reflected.spec_constants.iter().find(|s| s.id == *id) {
-            None => {
-                return Err(Error::Specialization {
-                    kernel: entry.to_string(),
-                    id: *id,
-                    reason: format!(
-                        "the kernel declares no such constant (it declares {:?})",
-                        reflected
-                            .spec_constants
-                            .iter()
-                            .map(|s| s.id)
-                            .collect::<Vec<_>>()
-                    ),
-                })
-            }
-            Some(s) if s.size as usize != bytes.len() => {
-                return Err(Error::Specialization {
-                    kernel: entry.to_string(),
-                    id: *id,
-                    reason: format!(
-                        "it is {} bytes wide but the value given has {}",
-                        s.size,
-                        bytes.len()
-                    ),
-                })
-            }
-            Some(_) => {}
-        }
-    }
-    let frozen = spirv_rules::freeze(words, specialization);
-    spirv_rules::check_constant_indices(&frozen).map_err(unsupported)?;
-    if frozen != words {
-        spirv_check::check_specialized(&frozen, words, entry, vulkan_1_3, trust)?;
-    }
-    // The module as the pipeline runs it: specialized, with its indices
-    // bounded (src/bounds).
-    let prepared = bounds::prepare(&frozen, entry, !unchecked_indices).map_err(unsupported)?;
-    if prepared.words != frozen {
-        spirv_check::check_instrumented(&prepared.words, vulkan_1_3)?;
-    }
-    let mut reflected = reflected;
-    if frozen != words {
-        // The push-constant block as specialized (an array in it may have
-        // a specialization constant for its length).
-        reflected.push_size = std::panic::catch_unwind(|| reflect::reflect(&frozen, entry))
-            .map_err(|_| Error::InvalidSpirv {
-                reason: "the specialized module could not be parsed".into(),
-            })?
-            .map_err(unsupported)?
-            .push_size;
-    }
+    // Descriptors, read from the words (not yet by spirq, which is not
+    // written against hostile input: it may panic or loop on an invalid
+    // module, so it only sees one that passed the gate).
+    reflect::check_entry_point(words, entry).map_err(unsupported)?;
+    reflect::check_descriptors(words).map_err(unsupported)?;
+    let limits = device.limits();
     let spec_u32: HashMap<u32, u32> = specialization
         .iter()
         .filter(|(_, b)| b.len() == 4)
@@ -177,7 +143,6 @@ fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Resul
         .collect();
     let local_size = reflect::local_size(words, entry, &spec_u32)
         .ok_or_else(|| unsupported("its workgroup size could not be determined".into()))?;
-    let limits = device.limits();
     // Three 32-bit sizes: their product fits in a u128, not a u64.
     let invocations = local_size.iter().map(|&d| d as u128).product::<u128>();
     if local_size.contains(&0)
@@ -195,6 +160,68 @@ fn build(device: &Arc<Device>, words: &[u32], entry: &str, load: &Load) -> Resul
     }
     if let Some(size) = subgroup_size {
         check_subgroup_size(device, size, local_size).map_err(unsupported)?;
+    }
+    // Every structural check above runs first, so that a build without the
+    // validator reports what is wrong with the module where it can; then
+    // the gate: the validator, a shipped kernel, or the caller's promise.
+    spirv_check::check_module(words, label, vulkan_1_3, trust)?;
+    // spirq is not written against hostile input: a panic is an error too.
+    let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
+        .map_err(|_| Error::InvalidSpirv {
+            reason: "the module could not be parsed".into(),
+        })?
+        .map_err(unsupported)?;
+    for (id, bytes) in specialization {
+        match reflected.spec_constants.iter().find(|s| s.id == *id) {
+            None => {
+                return Err(Error::Specialization {
+                    kernel: label.to_string(),
+                    id: *id,
+                    reason: format!(
+                        "the kernel declares no such constant (it declares {:?})",
+                        reflected
+                            .spec_constants
+                            .iter()
+                            .map(|s| s.id)
+                            .collect::<Vec<_>>()
+                    ),
+                })
+            }
+            Some(s) if s.size as usize != bytes.len() => {
+                return Err(Error::Specialization {
+                    kernel: label.to_string(),
+                    id: *id,
+                    reason: format!(
+                        "it is {} bytes wide but the value given has {}",
+                        s.size,
+                        bytes.len()
+                    ),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    let frozen = spirv_rules::freeze(words, specialization);
+    spirv_rules::check_constant_indices(&frozen).map_err(unsupported)?;
+    if frozen != words {
+        spirv_check::check_specialized(&frozen, words, label, vulkan_1_3, trust)?;
+    }
+    // The module as the pipeline runs it: specialized, with its indices
+    // bounded (src/bounds).
+    let prepared = bounds::prepare(&frozen, entry, !unchecked_indices).map_err(unsupported)?;
+    if prepared.words != frozen {
+        spirv_check::check_instrumented(&prepared.words, vulkan_1_3)?;
+    }
+    let mut reflected = reflected;
+    if frozen != words {
+        // The push-constant block as specialized (an array in it may have
+        // a specialization constant for its length).
+        reflected.push_size = std::panic::catch_unwind(|| reflect::reflect(&frozen, entry))
+            .map_err(|_| Error::InvalidSpirv {
+                reason: "the specialized module could not be parsed".into(),
+            })?
+            .map_err(unsupported)?
+            .push_size;
     }
     check_workgroup_memory(&prepared.workgroup, limits.max_compute_shared_memory_size)
         .map_err(unsupported)?;

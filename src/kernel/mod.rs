@@ -163,6 +163,8 @@ impl Drop for KernelPipeline {
 #[derive(Clone)]
 pub struct Kernel {
     inner: Arc<KernelPipeline>,
+    /// What errors, `Debug` and traces call it.
+    label: Arc<str>,
 }
 
 /// Loads a [`Kernel`] with specialization constants: see [`Kernel::builder`].
@@ -173,9 +175,18 @@ pub struct KernelBuilder<'a> {
     pointers: bool,
     subgroup_size: Option<u32>,
     unchecked_indices: bool,
+    label: Option<String>,
 }
 
 impl KernelBuilder<'_> {
+    /// What errors, `Debug` and traces call the kernel (default: its entry
+    /// point's name). Loading the same module with another label shares
+    /// the pipeline.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// The entry point's name (default `main`).
     pub fn entry(mut self, name: &str) -> Self {
         self.entry = name.to_string();
@@ -287,6 +298,7 @@ impl KernelBuilder<'_> {
                 subgroup_size: self.subgroup_size,
                 trust,
                 unchecked_indices: self.unchecked_indices,
+                label: self.label,
             },
         )
     }
@@ -347,6 +359,30 @@ impl Kernel {
         Kernel::new(ctx, &words, entry)
     }
 
+    /// Loads a kernel from SPIR-V bytes like [`Kernel::from_bytes`], but
+    /// without the SPIR-V validator, like [`Kernel::new_unvalidated`]: the
+    /// way to load a `.spv` file on a build without feature `validate`
+    /// (no alignment is needed: the bytes are copied into words).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Kernel::new_unvalidated`]: the module must be valid SPIR-V
+    /// for the Vulkan version of `ctx`'s device.
+    #[allow(
+        unsafe_code,
+        reason = "a public entry point whose caller vouches for the module"
+    )]
+    pub unsafe fn from_bytes_unvalidated(
+        ctx: &DeviceContext,
+        bytes: &[u8],
+        entry: &str,
+    ) -> Result<Kernel> {
+        let words = words_from_bytes(bytes)?;
+        // SAFETY: the caller vouches for the module, as this function's
+        // contract and `new_unvalidated`'s are the same.
+        unsafe { Kernel::new_unvalidated(ctx, &words, entry) }
+    }
+
     /// Compiles GLSL compute-shader `source` at run time (feature `glsl`)
     /// and loads its `main` as entry point `entry`. A compile error carries
     /// the compiler's message with line numbers. For macro definitions,
@@ -354,9 +390,10 @@ impl Kernel {
     /// the optimization level, use [`Kernel::glsl`].
     #[cfg(feature = "glsl")]
     pub fn from_glsl(ctx: &DeviceContext, source: &str, entry: &str) -> Result<Kernel> {
-        let words = crate::shader_build::compile_glsl_with(source, "kernel.comp", entry, true)
-            .map_err(|message| crate::Error::ShaderCompilation { message })?;
-        Kernel::new(ctx, &words, entry)
+        Kernel::glsl(source)
+            .entry(entry)
+            .warnings_as_errors(true)
+            .build(ctx)
     }
 
     /// A builder, to set specialization constants before loading:
@@ -378,6 +415,7 @@ impl Kernel {
             pointers: false,
             subgroup_size: None,
             unchecked_indices: false,
+            label: None,
         }
     }
 }
@@ -386,6 +424,19 @@ impl Kernel {
     /// The entry point's name.
     pub fn entry_point(&self) -> &str {
         &self.inner.entry
+    }
+
+    /// What errors, `Debug` and traces call the kernel: the label it was
+    /// loaded with ([`KernelBuilder::label`], [`GlslBuilder::file_name`](crate::GlslBuilder::file_name))
+    /// or else its entry point's name.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The same kernel (one pipeline) under another label.
+    pub fn with_label(mut self, label: impl Into<String>) -> Kernel {
+        self.label = label.into().into();
+        self
     }
 
     /// The storage-buffer bindings, in the order arguments are given.
@@ -426,6 +477,7 @@ impl Kernel {
 impl std::fmt::Debug for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Kernel")
+            .field("label", &self.label)
             .field("entry", &self.inner.entry)
             .field("bindings", &self.inner.interface.bindings)
             .field("push_constant_size", &self.inner.interface.push_size)

@@ -9,6 +9,7 @@
 //! pointers) is in `module_use.rs`; the instruction stream itself in
 //! `words.rs`.
 
+mod descriptors;
 mod local_size;
 mod module_use;
 mod words;
@@ -17,6 +18,7 @@ use spirq::ty::{AccessType, DescriptorType, Type};
 use spirq::var::Variable;
 use spirq::ReflectConfig;
 
+pub(crate) use descriptors::{check_descriptors, check_entry_point};
 pub(crate) use local_size::local_size;
 pub(crate) use module_use::module_use;
 pub(crate) use words::{check_structure, instructions, literal_string, MAGIC};

@@ -14,21 +14,21 @@ use super::words::*;
 const POINTER_RESULTS: &[u32] = &[1, 46, 55, 57, 59, 61, 65, 66, 67, 70, 81, 83, 169, 245];
 const ADDRESSING_LOGICAL: u32 = 0;
 
-/// The storage classes a kernel of the safe API may use: UniformConstant
-/// (0) is absent since vkcompute binds no images or samplers; Input (1)
-/// holds the compute built-ins; Uniform (2) is where SPIR-V before 1.3
-/// puts storage buffers (`BufferBlock`); Workgroup (4), Private (6),
-/// Function (7), PushConstant (9) and StorageBuffer (12).
-const SAFE_STORAGE_CLASSES: &[u32] = &[1, 2, 4, 6, 7, 9, 12];
+/// The storage classes that are not pointer addressing: UniformConstant (0,
+/// images and samplers) and Image (11, texel pointers) are descriptors,
+/// which reflection refuses by their type (vkcompute binds no images: the
+/// error should say so, not speak of pointers); Input (1) holds the compute
+/// built-ins; Uniform (2) is where SPIR-V before 1.3 puts storage buffers
+/// (`BufferBlock`); Workgroup (4), Private (6), Function (7), PushConstant
+/// (9) and StorageBuffer (12).
+const SAFE_STORAGE_CLASSES: &[u32] = &[0, 1, 2, 4, 6, 7, 9, 11, 12];
 
 fn storage_class_name(class: u32) -> String {
     match class {
-        0 => "UniformConstant".into(),
         3 => "Output".into(),
         5 => "CrossWorkgroup".into(),
         8 => "Generic".into(),
         10 => "AtomicCounter".into(),
-        11 => "Image".into(),
         5349 => "PhysicalStorageBuffer".into(),
         other => format!("storage class {other}"),
     }

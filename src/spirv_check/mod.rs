@@ -15,16 +15,16 @@ pub(crate) enum Trust {
     CallerVouches,
 }
 
-/// Checks that `words` (entry point `entry`) may reach the driver.
+/// Checks that `words` (the kernel `label` names) may reach the driver.
 pub(crate) fn check_module(
     words: &[u32],
-    entry: &str,
+    label: &str,
     vulkan_1_3: bool,
     trust: Trust,
 ) -> Result<()> {
     match trust {
         Trust::CallerVouches => Ok(()),
-        Trust::Check => check(words, entry, vulkan_1_3),
+        Trust::Check => check(words, label, vulkan_1_3),
     }
 }
 
@@ -34,18 +34,18 @@ pub(crate) fn check_module(
 pub(crate) fn check_specialized(
     frozen: &[u32],
     original: &[u32],
-    entry: &str,
+    label: &str,
     vulkan_1_3: bool,
     trust: Trust,
 ) -> Result<()> {
     match trust {
         Trust::CallerVouches => Ok(()),
-        Trust::Check => check_frozen(frozen, original, entry, vulkan_1_3),
+        Trust::Check => check_frozen(frozen, original, label, vulkan_1_3),
     }
 }
 
 #[cfg(feature = "validate")]
-fn check_frozen(frozen: &[u32], _original: &[u32], _entry: &str, vulkan_1_3: bool) -> Result<()> {
+fn check_frozen(frozen: &[u32], _original: &[u32], _label: &str, vulkan_1_3: bool) -> Result<()> {
     crate::vk::spirv_val::validate(frozen, vulkan_1_3).map_err(|reason| Error::InvalidSpirv {
         reason: format!("with its specialization constants set: {reason}"),
     })
@@ -55,8 +55,8 @@ fn check_frozen(frozen: &[u32], _original: &[u32], _entry: &str, vulkan_1_3: boo
 /// specialization constants are workgroup sizes, which the loader checks
 /// against the device's limits.
 #[cfg(not(feature = "validate"))]
-fn check_frozen(_frozen: &[u32], original: &[u32], entry: &str, vulkan_1_3: bool) -> Result<()> {
-    check(original, entry, vulkan_1_3)
+fn check_frozen(_frozen: &[u32], original: &[u32], label: &str, vulkan_1_3: bool) -> Result<()> {
+    check(original, label, vulkan_1_3)
 }
 
 /// Checks the module that bounds instrumentation (src/bounds) made, where
@@ -77,18 +77,18 @@ pub(crate) fn check_instrumented(words: &[u32], vulkan_1_3: bool) -> Result<()> 
 }
 
 #[cfg(feature = "validate")]
-fn check(words: &[u32], _entry: &str, vulkan_1_3: bool) -> Result<()> {
+fn check(words: &[u32], _label: &str, vulkan_1_3: bool) -> Result<()> {
     crate::vk::spirv_val::validate(words, vulkan_1_3)
         .map_err(|reason| Error::InvalidSpirv { reason })
 }
 
 #[cfg(not(feature = "validate"))]
-fn check(words: &[u32], entry: &str, _vulkan_1_3: bool) -> Result<()> {
+fn check(words: &[u32], label: &str, _vulkan_1_3: bool) -> Result<()> {
     if crate::shaders::SHIPPED.contains(&words) {
         Ok(())
     } else {
         Err(Error::ValidatorUnavailable {
-            kernel: entry.to_string(),
+            kernel: label.to_string(),
         })
     }
 }

@@ -56,9 +56,38 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     if stored != [0, 0, 42, 0] {
         return Err(format!("new_unvalidated STORE wrote {stored:?}").into());
     }
+    // vkcompute's own structural checks run before the validator gate, so
+    // a module it cannot drive says why, even without the validator: STORE
+    // with its buffer moved to descriptor set 1 (OpDecorate, 4 words,
+    // decoration DescriptorSet = 34).
+    let mut set_one = vkcompute::shaders::STORE.to_vec();
+    let at = (5..set_one.len() - 3)
+        .find(|&i| set_one[i] == 0x0004_0047 && set_one[i + 2] == 34)
+        .ok_or("STORE has no DescriptorSet decoration")?;
+    set_one[at + 3] = 1;
+    match Kernel::new(&ctx, &set_one, "main") {
+        Err(Error::UnsupportedKernel { reason, .. }) if reason.contains("descriptor set 1") => {}
+        other => {
+            return Err(format!(
+                "a module using set 1 without `validate`: expected the structural error, got \
+                 {other:?}"
+            )
+            .into())
+        }
+    }
+    // A `.spv` file's bytes at an odd address load through the unsafe
+    // loader of bytes (they are copied into words).
+    let mut bytes = vec![0u8; 1];
+    bytes.extend(user.iter().flat_map(|w| w.to_le_bytes()));
+    // SAFETY: the same valid module as above.
+    let from_bytes = unsafe { Kernel::from_bytes_unvalidated(&ctx, &bytes[1..], "main") }?;
+    if !from_bytes.shares_pipeline_with(&store) {
+        return Err("from_bytes_unvalidated loaded another pipeline".into());
+    }
     println!(
         "downstream check: packaged vkcompute (default features) on {}: saxpy of {n} floats \
-         correct; user SPIR-V refused without `validate`; new_unvalidated kernel ran",
+         correct; user SPIR-V refused without `validate`; new_unvalidated kernel ran; a \
+         structural error reported without the validator; from_bytes_unvalidated loaded",
         ctx.name()
     );
     Ok(())

@@ -1,0 +1,107 @@
+//! The descriptors a module declares, read from the words alone (before
+//! any validator or reflection library sees a module that may be hostile):
+//! vkcompute binds storage buffers in descriptor set 0, and says so by
+//! name for anything else.
+
+use std::collections::HashMap;
+
+use super::words::{instructions, literal_string, OP_DECORATE, OP_TYPE_POINTER, OP_VARIABLE};
+
+const OP_NAME: u32 = 5;
+const DECORATION_BLOCK: u32 = 2;
+const DECORATION_BUFFER_BLOCK: u32 = 3;
+const DECORATION_BINDING: u32 = 33;
+const DECORATION_DESCRIPTOR_SET: u32 = 34;
+const UNIFORM_CONSTANT: u32 = 0;
+const UNIFORM: u32 = 2;
+const STORAGE_BUFFER: u32 = 12;
+
+/// Checks that every descriptor of `words` is a storage buffer in set 0;
+/// the error names the variable and what it is.
+pub(crate) fn check_descriptors(words: &[u32]) -> Result<(), String> {
+    let mut names: HashMap<u32, String> = HashMap::new();
+    let mut sets: HashMap<u32, u32> = HashMap::new();
+    let mut bindings: HashMap<u32, u32> = HashMap::new();
+    let mut blocks: HashMap<u32, u32> = HashMap::new();
+    let mut pointees: HashMap<u32, u32> = HashMap::new();
+    let mut variables = Vec::new();
+    for (op, operands) in instructions(words) {
+        match (op, operands) {
+            (OP_NAME, [id, name @ ..]) => {
+                names.insert(*id, literal_string(name));
+            }
+            (OP_DECORATE, [id, DECORATION_DESCRIPTOR_SET, set, ..]) => {
+                sets.insert(*id, *set);
+            }
+            (OP_DECORATE, [id, DECORATION_BINDING, binding, ..]) => {
+                bindings.insert(*id, *binding);
+            }
+            (OP_DECORATE, [id, kind @ (DECORATION_BLOCK | DECORATION_BUFFER_BLOCK)]) => {
+                blocks.insert(*id, *kind);
+            }
+            (OP_TYPE_POINTER, [id, _, pointee]) => {
+                pointees.insert(*id, *pointee);
+            }
+            (OP_VARIABLE, [ty, id, class, ..]) => variables.push((*ty, *id, *class)),
+            _ => {}
+        }
+    }
+    for (ty, id, class) in variables {
+        let described = || {
+            let name = names.get(&id).filter(|n| !n.is_empty());
+            let name = name.map_or_else(|| format!("%{id}"), |n| format!("`{n}`"));
+            match bindings.get(&id) {
+                Some(b) => format!("{name} (binding {b})"),
+                None => name,
+            }
+        };
+        let block = pointees.get(&ty).and_then(|p| blocks.get(p)).copied();
+        let what = match (class, block) {
+            (UNIFORM_CONSTANT, _) => Some("an image, sampler or other opaque descriptor"),
+            (UNIFORM, Some(DECORATION_BLOCK)) => Some("a uniform buffer"),
+            _ => None,
+        };
+        if let Some(what) = what {
+            return Err(format!(
+                "{} is {what}: vkcompute binds storage buffers only",
+                described()
+            ));
+        }
+        let descriptor = class == STORAGE_BUFFER || class == UNIFORM;
+        if let (true, Some(&set)) = (descriptor, sets.get(&id)) {
+            if set != 0 {
+                return Err(format!(
+                    "{} is in descriptor set {set}: vkcompute binds set 0 only",
+                    described()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+const OP_ENTRY_POINT: u32 = 15;
+const GL_COMPUTE: u32 = 5;
+
+/// Checks that `words` has a compute entry point named `entry`.
+pub(crate) fn check_entry_point(words: &[u32], entry: &str) -> Result<(), String> {
+    let mut names = Vec::new();
+    for (op, operands) in instructions(words) {
+        if let (OP_ENTRY_POINT, [model, _, name @ ..]) = (op, operands) {
+            let name = literal_string(name);
+            if name == entry {
+                return match *model {
+                    GL_COMPUTE => Ok(()),
+                    other => Err(format!(
+                        "entry point `{entry}` is not a compute shader (execution model {other})"
+                    )),
+                };
+            }
+            names.push(name);
+        }
+    }
+    Err(format!(
+        "it has no entry point `{entry}` (it has: {})",
+        names.join(", ")
+    ))
+}

@@ -1,0 +1,202 @@
+//! A user's own kernels at run time (issue 20): labels in errors and
+//! `Debug`, the loader of unvalidated bytes, and the bugs of the issue (a
+//! length error counted in bytes, a storage image called pointer
+//! addressing, glslang's built-ins printed when `#version` is missing).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
+#![cfg(feature = "glsl")]
+
+mod common;
+
+use common::{run_with, Path};
+use vkcompute::{Error, Kernel};
+
+#[test]
+fn a_copy_of_the_wrong_length_counts_elements() {
+    run_with(common::options(Path::Direct), "length", |ctx| {
+        let buffer = ctx.enqueue_create_buffer::<u32>(4096).unwrap();
+        match buffer.enqueue_copy_from(&[1u32; 40][..]) {
+            Err(Error::LengthMismatch {
+                dst_len, src_len, ..
+            }) => assert_eq!((dst_len, src_len), (4096, 40)),
+            other => panic!("{other:?}"),
+        }
+        let small = ctx.enqueue_create_buffer::<u64>(3).unwrap();
+        let other = ctx.enqueue_create_buffer::<u64>(5).unwrap();
+        let message = small.enqueue_copy_from(&other).unwrap_err().to_string();
+        assert!(
+            message.contains("holds 3 elements, the source 5"),
+            "{message}"
+        );
+        let mut out = [0u64; 2];
+        let message = small.copy_to_slice(&mut out).unwrap_err().to_string();
+        assert!(
+            message.contains("holds 2 elements, the source 3"),
+            "{message}"
+        );
+    });
+}
+
+#[test]
+fn a_storage_image_is_refused_as_an_image_not_as_pointer_addressing() {
+    run_with(common::options(Path::Direct), "image", |ctx| {
+        let source = "#version 450\nlayout(local_size_x = 1) in;\n\
+            layout(binding = 0, r32f) uniform writeonly image2D img;\n\
+            void main() { imageStore(img, ivec2(0), vec4(1.0)); }\n";
+        match Kernel::from_glsl(ctx, source, "main") {
+            Err(Error::UnsupportedKernel { reason, .. }) => {
+                assert!(reason.contains("`img`"), "{reason}");
+                assert!(reason.contains("storage buffers only"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
+/// Runs `f` with the process's standard output sent to a file, and
+/// returns what was written there.
+fn stdout_of(f: impl FnOnce()) -> String {
+    use std::io::{Read, Seek, Write};
+    use std::os::fd::AsRawFd;
+    let _ = std::io::stdout().flush();
+    let mut file = tempfile();
+    // SAFETY: duplicating and redirecting the process's own descriptor 1,
+    // restored below; the test binary runs its tests one at a time.
+    let saved = unsafe { libc::dup(1) };
+    assert!(saved >= 0);
+    // SAFETY: as above; `file` stays open until after the restore.
+    assert!(unsafe { libc::dup2(file.as_raw_fd(), 1) } >= 0);
+    f();
+    let _ = std::io::stdout().flush();
+    // SAFETY: restores the saved descriptor, then closes the copy.
+    unsafe {
+        libc::dup2(saved, 1);
+        libc::close(saved);
+    }
+    let mut written = String::new();
+    file.rewind().unwrap();
+    file.read_to_string(&mut written).unwrap();
+    written
+}
+
+fn tempfile() -> std::fs::File {
+    let path = std::env::temp_dir().join(format!("vkcompute-stdout-{}", std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    file
+}
+
+#[test]
+fn a_source_without_version_is_a_clear_error_and_prints_nothing() {
+    run_with(common::options(Path::Direct), "no #version", |ctx| {
+        let source = "layout(local_size_x = 1) in;\nvoid main() {}\n";
+        let mut result = None;
+        let printed = stdout_of(|| result = Some(Kernel::from_glsl(ctx, source, "main")));
+        assert_eq!(printed, "", "the compiler wrote to standard output");
+        match result.unwrap() {
+            Err(Error::ShaderCompilation { message }) => {
+                assert!(message.contains("#version"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let built = Kernel::glsl(source).file_name("mine.comp").compile();
+        assert!(
+            matches!(&built, Err(Error::ShaderCompilation { message }) if message.starts_with("mine.comp")),
+            "{built:?}"
+        );
+        // Comments before the directive are fine.
+        let commented = "// a kernel\n/* with\n a comment */\n  #  version 450\n\
+            layout(local_size_x = 1) in;\nvoid main() {}\n";
+        Kernel::from_glsl(ctx, commented, "main").unwrap();
+    });
+}
+
+const WIDE: &str = "#version 450\nlayout(local_size_x = 1) in;\n\
+    layout(std430, binding = 0) buffer D { uint d[]; };\n\
+    layout(push_constant) uniform P { uint v; } p;\n\
+    void main() { d[0] = p.v; }\n";
+
+#[test]
+fn kernels_are_named_by_their_labels_in_errors_and_debug() {
+    run_with(common::options(Path::Direct), "labels", |ctx| {
+        let data = ctx.enqueue_create_buffer::<u32>(1).unwrap();
+        // Default: the entry point; GLSL with a file name: the file name.
+        let plain = Kernel::from_glsl(ctx, WIDE, "main").unwrap();
+        assert_eq!(plain.label(), "main");
+        let named = Kernel::glsl(WIDE)
+            .file_name("store_one.comp")
+            .build(ctx)
+            .unwrap();
+        assert_eq!(named.label(), "store_one.comp");
+        let labelled = Kernel::glsl(WIDE).label("writer").build(ctx).unwrap();
+        assert_eq!(labelled.label(), "writer");
+        // One module under two labels is one pipeline.
+        let words = Kernel::glsl(WIDE).compile().unwrap();
+        let first = Kernel::builder(&words).label("first").build(ctx).unwrap();
+        let second = Kernel::builder(&words).label("second").build(ctx).unwrap();
+        assert!(first.shares_pipeline_with(&second));
+        assert_eq!((first.label(), second.label()), ("first", "second"));
+        let renamed = plain.clone().with_label("again");
+        assert_eq!(renamed.label(), "again");
+        assert!(format!("{renamed:?}").contains("\"again\""));
+        for (kernel, label) in [(&named, "store_one.comp"), (&labelled, "writer")] {
+            let e = ctx
+                .enqueue_function(kernel, 1, &[data.arg()], &[1u32, 2u32])
+                .unwrap_err();
+            assert!(e.to_string().contains(&format!("`{label}`")), "{e}");
+            let e = ctx.enqueue_function(kernel, 1, &[], &1u32).unwrap_err();
+            assert!(e.to_string().contains(&format!("`{label}`")), "{e}");
+        }
+        // Load errors carry the label too.
+        let too_big = "#version 450\nlayout(local_size_x = 1) in;\n\
+            layout(std430, binding = 0) buffer D { uint d[]; };\n\
+            shared uint s[1048576];\n\
+            void main() { s[0] = 1u; barrier(); d[0] = s[0]; }\n";
+        let e = Kernel::glsl(too_big)
+            .file_name("huge_shared.comp")
+            .build(ctx)
+            .unwrap_err();
+        assert!(e.to_string().contains("`huge_shared.comp`"), "{e}");
+        let e = Kernel::builder(&words)
+            .label("from words")
+            .specialize(9, 1u32)
+            .build(ctx)
+            .unwrap_err();
+        assert!(e.to_string().contains("`from words`"), "{e}");
+        ctx.enqueue_function(&labelled, 1, &[data.arg()], &7u32)
+            .unwrap();
+        assert_eq!(data.to_vec().unwrap(), [7]);
+    });
+}
+
+#[test]
+fn spirv_bytes_load_unvalidated_from_any_alignment() {
+    run_with(common::options(Path::Direct), "bytes", |ctx| {
+        let words = Kernel::glsl(WIDE).compile().unwrap();
+        let mut bytes = vec![0u8; 3];
+        bytes.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+        // SAFETY: shaderc's output for Vulkan 1.2, valid on this device.
+        let kernel = unsafe { Kernel::from_bytes_unvalidated(ctx, &bytes[3..], "main") }.unwrap();
+        let data = ctx.enqueue_create_buffer::<u32>(1).unwrap();
+        ctx.enqueue_function(&kernel, 1, &[data.arg()], &9u32)
+            .unwrap();
+        assert_eq!(data.to_vec().unwrap(), [9]);
+        // Bytes that are not whole words are still an error.
+        // SAFETY: refused before anything reaches the driver.
+        let short =
+            unsafe { Kernel::from_bytes_unvalidated(ctx, &bytes[3..bytes.len() - 1], "main") };
+        assert!(
+            matches!(short, Err(Error::InvalidSpirv { .. })),
+            "{short:?}"
+        );
+    });
+}
