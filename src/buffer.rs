@@ -221,6 +221,20 @@ macro_rules! typed_buffer {
                     view: &self.view,
                     element_size: std::mem::size_of::<T>(),
                     type_name: Self::type_name,
+                    element: std::any::type_name::<T>,
+                    reinterpret: false,
+                }
+            }
+
+            /// The buffer as a kernel argument whose element type may
+            /// differ from the one the kernel declares (a `u32` buffer
+            /// bound to a `float[]`, say): its bytes are taken as they are.
+            /// [`arg`](Self::arg) refuses such a binding. Element sizes are
+            /// checked either way.
+            pub fn arg_reinterpret(&self) -> $crate::KernelArg<'_> {
+                $crate::KernelArg {
+                    reinterpret: true,
+                    ..self.arg()
                 }
             }
 

@@ -240,7 +240,7 @@ impl Worker<'_> {
                         on.enqueue_function(
                             &world.add,
                             1,
-                            &[sv.arg(), zero.arg(), dv.arg()],
+                            &[sv.arg_reinterpret(), zero.arg(), dv.arg_reinterpret()],
                             &(SLOT as u32),
                         )
                     });

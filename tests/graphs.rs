@@ -107,7 +107,11 @@ fn enqueue(ctx: &DeviceContext, add: &Kernel, bufs: &[DeviceBuffer<u32>], steps:
                 .enqueue_function(
                     add,
                     (N / 64) as u32,
-                    &[bufs[a].arg(), bufs[b].arg(), bufs[c].arg()],
+                    &[
+                        bufs[a].arg_reinterpret(),
+                        bufs[b].arg_reinterpret(),
+                        bufs[c].arg_reinterpret(),
+                    ],
                     &(N as u32),
                 )
                 .unwrap(),
@@ -148,7 +152,11 @@ fn capture(
                 g.dispatch(
                     add,
                     (N / 64) as u32,
-                    &[bufs[a].arg(), bufs[b].arg(), bufs[c].arg()],
+                    &[
+                        bufs[a].arg_reinterpret(),
+                        bufs[b].arg_reinterpret(),
+                        bufs[c].arg_reinterpret(),
+                    ],
                     &(N as u32),
                 )
                 .unwrap();
@@ -365,7 +373,11 @@ fn a_graph_and_its_buffers_dropped_while_its_replay_runs() {
         g.dispatch(
             &add,
             (N / 64) as u32,
-            &[bufs[0].arg(), bufs[1].arg(), bufs[2].arg()],
+            &[
+                bufs[0].arg_reinterpret(),
+                bufs[1].arg_reinterpret(),
+                bufs[2].arg_reinterpret(),
+            ],
             &(N as u32),
         )
         .unwrap();
@@ -402,7 +414,11 @@ fn substitutes_that_would_break_a_capture_check_are_refused() {
         .dispatch(
             &add,
             (N / 64) as u32,
-            &[bufs[0].arg(), bufs[1].arg(), bufs[2].arg()],
+            &[
+                bufs[0].arg_reinterpret(),
+                bufs[1].arg_reinterpret(),
+                bufs[2].arg_reinterpret(),
+            ],
             &(N as u32),
         )
         .unwrap();
@@ -414,7 +430,11 @@ fn substitutes_that_would_break_a_capture_check_are_refused() {
             .dispatch(
                 &add,
                 1,
-                &[bufs[0].arg(), bufs[1].arg(), bufs[2].arg()],
+                &[
+                    bufs[0].arg_reinterpret(),
+                    bufs[1].arg_reinterpret(),
+                    bufs[2].arg_reinterpret(),
+                ],
                 &0u32,
             )
             .unwrap();
@@ -423,7 +443,11 @@ fn substitutes_that_would_break_a_capture_check_are_refused() {
         .dispatch(
             &add,
             1,
-            &[bufs[0].arg(), bufs[1].arg(), bufs[2].arg()],
+            &[
+                bufs[0].arg_reinterpret(),
+                bufs[1].arg_reinterpret(),
+                bufs[2].arg_reinterpret(),
+            ],
             &0u32,
         )
         .unwrap();

@@ -200,3 +200,69 @@ fn spirv_bytes_load_unvalidated_from_any_alignment() {
         );
     });
 }
+
+const FLOATS: &str = "#version 450\nlayout(local_size_x = 4) in;\n\
+    layout(std430, binding = 0) buffer D { float d[]; };\n\
+    layout(std430, binding = 1) buffer V { vec2 v[]; };\n\
+    void main() { uint i = gl_GlobalInvocationID.x; d[i] = d[i] * 2.0; v[i] = v[i] + 1.0; }\n";
+
+#[test]
+fn a_buffer_of_another_number_type_is_refused_unless_reinterpreted() {
+    run_with(common::options(Path::Direct), "element types", |ctx| {
+        let kernel = Kernel::from_glsl(ctx, FLOATS, "main").unwrap();
+        assert_eq!(
+            kernel.bindings()[0].aliases[0].element_type.as_deref(),
+            Some("f32")
+        );
+        assert_eq!(
+            kernel.bindings()[1].aliases[0].element_type.as_deref(),
+            Some("[f32; 2]")
+        );
+        let floats = ctx.enqueue_create_buffer::<f32>(4).unwrap();
+        let bits = ctx.enqueue_create_buffer::<u32>(4).unwrap();
+        let pairs = ctx.enqueue_create_buffer::<[f32; 2]>(4).unwrap();
+        floats.enqueue_copy_from(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        bits.enqueue_copy_from(&[1.0f32.to_bits(); 4]).unwrap();
+        pairs.enqueue_fill([0.5, 1.5]).unwrap();
+        // A u32 buffer where the kernel reads floats: the same size, so
+        // only the type tells.
+        match ctx.enqueue_function(&kernel, 1, &[bits.arg(), pairs.arg()], &()) {
+            Err(Error::Argument {
+                index: 0, reason, ..
+            }) => {
+                assert!(
+                    reason.contains("`u32`") && reason.contains("`f32`"),
+                    "{reason}"
+                );
+                assert!(reason.contains("arg_reinterpret"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The pairs as u64: refused too (the size matches a vec2).
+        let wide = ctx.enqueue_create_buffer::<u64>(4).unwrap();
+        assert!(ctx
+            .enqueue_function(&kernel, 1, &[floats.arg(), wide.arg()], &())
+            .is_err());
+        // Matching types run; so do reinterpreted bytes.
+        ctx.enqueue_function(&kernel, 1, &[floats.arg(), pairs.arg()], &())
+            .unwrap();
+        ctx.enqueue_function(&kernel, 1, &[bits.arg_reinterpret(), pairs.arg()], &())
+            .unwrap();
+        assert_eq!(floats.to_vec().unwrap(), [2.0, 4.0, 6.0, 8.0]);
+        assert_eq!(bits.to_vec().unwrap(), [2.0f32.to_bits(); 4]);
+        assert_eq!(pairs.to_vec().unwrap(), [[2.5, 3.5]; 4]);
+        // A struct of the user's is not a number type: its size decides.
+        #[repr(C)]
+        #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+        struct Pair {
+            x: f32,
+            y: f32,
+        }
+        let mine = ctx.enqueue_create_buffer::<Pair>(4).unwrap();
+        mine.enqueue_fill(Pair { x: 0.0, y: 0.0 }).unwrap();
+        ctx.enqueue_function(&kernel, 1, &[floats.arg(), mine.arg()], &())
+            .unwrap();
+        let got = mine.to_vec().unwrap();
+        assert!(got.iter().all(|p| p.x == 1.0 && p.y == 1.0));
+    });
+}

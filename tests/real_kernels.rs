@@ -93,10 +93,19 @@ fn one_buffer_read_as_float_and_vec4_is_one_argument() {
             .unwrap();
             assert_eq!(out.to_vec().unwrap(), expected);
 
-            // Bytes whose length fits both aliases (a multiple of 16).
+            // Bytes whose length fits both aliases (a multiple of 16), bound
+            // as bytes (`u8` is not the kernel's element type: reinterpret).
             let bytes = input.create_sub_buffer::<u8>(0, 16 * quads).unwrap();
-            ctx.enqueue_function(&kernel, groups, &[bytes.arg(), out.arg()], &(quads as u32))
-                .unwrap();
+            assert!(ctx
+                .enqueue_function(&kernel, groups, &[bytes.arg(), out.arg()], &(quads as u32))
+                .is_err());
+            ctx.enqueue_function(
+                &kernel,
+                groups,
+                &[bytes.arg_reinterpret(), out.arg()],
+                &(quads as u32),
+            )
+            .unwrap();
             // Neither stride, and 3 bytes short of a whole vec4: refused.
             let odd = input.create_sub_buffer::<u8>(0, 16 * quads - 3).unwrap();
             match ctx.enqueue_function(&kernel, groups, &[odd.arg(), out.arg()], &(quads as u32)) {

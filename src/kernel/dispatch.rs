@@ -45,6 +45,35 @@ pub(crate) fn write_extent(device: &Device, view: &View) -> (u64, u64) {
     }
 }
 
+/// Refuses a buffer of numbers whose element type is not the one the
+/// binding declares (a `u32` buffer for a `float[]`), unless it was passed
+/// with `arg_reinterpret`.
+fn check_element_type(
+    arg: &KernelArg<'_>,
+    binding: &crate::reflect::BindingInfo,
+) -> Result<(), String> {
+    if arg.reinterpret {
+        return Ok(());
+    }
+    let Some(given) = crate::reflect::element_spelling((arg.element)()) else {
+        return Ok(());
+    };
+    let declared: Vec<&str> = binding
+        .aliases
+        .iter()
+        .filter_map(|a| a.element_type.as_deref())
+        .collect();
+    if declared.is_empty() || declared.contains(&given.as_str()) {
+        return Ok(());
+    }
+    Err(format!(
+        "{} has `{given}` elements but the kernel reads the binding as `{}`; pass a buffer of \
+         that type, or `arg_reinterpret()` to bind the bytes as they are",
+        (arg.type_name)(),
+        declared.join("` or `")
+    ))
+}
+
 /// Refuses two arguments whose byte ranges overlap in one buffer where the
 /// kernel writes at least one of their bindings.
 fn check_aliasing(k: &KernelPipeline, label: &str, args: &[KernelArg<'_>]) -> Result<()> {
@@ -282,6 +311,7 @@ impl DeviceContext {
                     arg.element_size
                 )));
             }
+            check_element_type(arg, binding).map_err(bad)?;
             let max_range = limits.max_storage_buffer_range as u64;
             if view.bytes > max_range {
                 return Err(bad(format!(

@@ -106,6 +106,10 @@ pub struct KernelArg<'a> {
     pub(crate) view: &'a View,
     pub(crate) element_size: usize,
     pub(crate) type_name: fn() -> String,
+    /// `std::any::type_name` of the element type.
+    pub(crate) element: fn() -> &'static str,
+    /// Made by `arg_reinterpret`: no element type check.
+    pub(crate) reinterpret: bool,
 }
 
 /// The pipeline and interface behind a [`Kernel`], shared by every kernel

@@ -62,6 +62,10 @@ pub struct BindingAlias {
     /// The array stride of its runtime array, where its block is one
     /// runtime array.
     pub element_stride: Option<u32>,
+    /// The element type of its runtime array as Rust spells it (`f32`,
+    /// `u32`, `[f32; 4]`, `f16` for `float16_t`), where the block is one
+    /// runtime array of numbers or vectors of numbers.
+    pub element_type: Option<String>,
 }
 
 impl BindingInfo {
@@ -170,6 +174,7 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                     name: name.clone(),
                     read_only: *access == AccessType::ReadOnly,
                     element_stride: runtime_array_stride(ty),
+                    element_type: runtime_array_element(ty),
                 };
                 match bindings
                     .iter_mut()
@@ -233,6 +238,53 @@ fn extent(ty: &Type) -> Option<u64> {
         }
         _ => ty.nbyte().and_then(|n| u64::try_from(n).ok()),
     }
+}
+
+/// The element type of a block that is one runtime array of numbers or
+/// vectors, as Rust spells it.
+fn runtime_array_element(ty: &Type) -> Option<String> {
+    let Type::Struct(block) = ty else { return None };
+    let [member] = block.members.as_slice() else {
+        return None;
+    };
+    let Type::Array(array) = &member.ty else {
+        return None;
+    };
+    if array.nelement.is_some() {
+        return None;
+    }
+    let scalar = |s: &spirq::ty::ScalarType| match s {
+        spirq::ty::ScalarType::Integer { bits, is_signed } => {
+            Some(format!("{}{bits}", if *is_signed { "i" } else { "u" }))
+        }
+        spirq::ty::ScalarType::Float { bits: 16 } => Some("f16".into()),
+        spirq::ty::ScalarType::Float { bits } => Some(format!("f{bits}")),
+        _ => None,
+    };
+    match &*array.element_ty {
+        Type::Scalar(s) => scalar(s),
+        Type::Vector(v) => Some(format!("[{}; {}]", scalar(&v.scalar_ty)?, v.nscalar)),
+        _ => None,
+    }
+}
+
+/// Rust's spelling of an element type in the form
+/// [`BindingAlias::element_type`] uses: `type_name`'s, with the `half`
+/// crate's paths shortened (`half::binary16::f16` is `f16`). Only numbers
+/// and arrays of numbers are checked against kernels: other types (a
+/// struct of the user's) give `None`.
+pub(crate) fn element_spelling(type_name: &str) -> Option<String> {
+    let short = type_name
+        .replace("half::binary16::", "")
+        .replace("half::bfloat::", "");
+    let numbers = [
+        "u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f16", "bf16", "f32", "f64",
+    ];
+    let inner = short
+        .strip_prefix('[')
+        .and_then(|s| s.split_once("; "))
+        .map_or(short.as_str(), |(element, _)| element);
+    numbers.contains(&inner).then_some(short)
 }
 
 /// The stride of a block that is one runtime array (`T data[];`).
