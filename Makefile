@@ -16,7 +16,7 @@ STRICT := VKCOMPUTE_VALIDATION=abort VKCOMPUTE_PIPELINE_CACHE=off
 # seen in tests/model.rs under load; not a rule vkcompute breaks).
 SERIAL := RUST_TEST_THREADS=1
 
-.PHONY: all setup demo test check lint unit bench bench-quick clean spirv downstream
+.PHONY: all setup demo test check lint unit bench bench-quick clean spirv downstream matmul
 
 all: test
 
@@ -27,11 +27,12 @@ demo: setup
 	$(CARGO) run --release --example quickstart
 
 lint: setup
-	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets --all-features -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
 unit: setup
 	$(STRICT) $(SERIAL) $(CARGO) test --all-features
+	$(CARGO) test -p vkcompute-build
 
 EXAMPLES := quickstart tour saxpy reduce embedding trace
 
@@ -45,6 +46,8 @@ test: lint unit downstream
 	  echo "== example $$e"; \
 	  $(STRICT) $(CARGO) run -q --example $$e || exit 1; \
 	done
+	@echo "== example matmul (own kernel, built by vkcompute-build)"
+	$(STRICT) $(CARGO) run -q -p matmul
 	@echo "== bench --quick (release), both memory paths"
 	$(CARGO) run -q --release --example bench -- --quick
 	$(CARGO) run -q --release --example bench -- --quick --staging
@@ -54,6 +57,10 @@ test: lint unit downstream
 spirv: setup
 	VKCOMPUTE_REFRESH_SPIRV=1 $(CARGO) test --lib --features shader-compiler -- --exact \
 	  shader_build::shipped_spirv::shipped_spirv_matches_the_sources --nocapture
+
+# Your own tiled GLSL kernel, compiled and typed by vkcompute-build.
+matmul: setup
+	$(CARGO) run --release -p matmul
 
 bench: setup
 	$(CARGO) run --release --example bench

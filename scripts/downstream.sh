@@ -30,3 +30,34 @@ env -u SHADERC_LIB_DIR -u VULKAN_SDK -u RUSTFLAGS -u CARGO_TARGET_DIR \
 end=$(date +%s)
 echo "downstream: clean build of the packaged crate (default features) took $((end - start)) s"
 env -u SHADERC_LIB_DIR -u VULKAN_SDK "$work/target/debug/vkcompute-downstream"
+
+# The build-time path: a crate whose build.rs compiles its own shaders with
+# the packaged vkcompute-build (which links shaderc into the build script
+# only: SHADERC_LIB_DIR from scripts/setup.sh), running them on the
+# packaged vkcompute with default features. Clean release build, timed.
+cd "$root"
+# shellcheck source=/dev/null
+source "$root/.setup/env.sh"
+build_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' vkcompute-build/Cargo.toml | head -n 1)
+cargo package -q --no-verify --allow-dirty -p vkcompute-build \
+  --target-dir "$work/package-target"
+tar -xzf "$work/package-target/package/vkcompute-build-$build_version.crate" -C "$work"
+mv "$work/vkcompute-build-$build_version" "$work/vkcompute-build"
+cp -r "$root/tests/downstream-build" "$work/downstream-build"
+cp "$root/Cargo.lock" "$work/downstream-build/Cargo.lock"
+cd "$work/downstream-build"
+if cargo tree -q -e normal | grep -q shaderc; then
+  echo "downstream-build: shaderc is among the normal dependencies:" >&2
+  cargo tree -e normal >&2
+  exit 1
+fi
+start=$(date +%s)
+env -u VULKAN_SDK -u RUSTFLAGS -u CARGO_TARGET_DIR \
+  CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" \
+  cargo build -q --release --target-dir "$work/target-build"
+end=$(date +%s)
+echo "downstream-build: clean release build with build-time shaders (vkcompute-build) took $((end - start)) s"
+"$work/target-build/release/downstream-build"
+# The compile-fail doctests: wrong element type, buffer count, push struct.
+env -u VULKAN_SDK -u RUSTFLAGS -u CARGO_TARGET_DIR \
+  cargo test -q --release --doc --target-dir "$work/target-build" 2>&1 | tail -n 3

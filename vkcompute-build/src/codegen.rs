@@ -1,0 +1,443 @@
+//! The Rust generated for one shader: its SPIR-V, `#[repr(C)]` `Pod`
+//! structs for the push constants and buffer elements at the shader's
+//! offsets (with size and offset assertions), and a kernel type whose
+//! `load` and `dispatch` take exactly the arguments the shader declares.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use spirq::ty::{ScalarType, Type};
+
+use crate::reflect::{extent, Reflected};
+
+/// What the generated module of one shader is made from.
+pub(crate) struct Shader<'a> {
+    pub(crate) module: &'a str,
+    /// The file, relative to the shader root (the kernel's label).
+    pub(crate) label: &'a str,
+    pub(crate) entry: &'a str,
+    pub(crate) words: &'a [u32],
+    pub(crate) reflected: &'a Reflected,
+    /// The Vulkan versions it was validated for.
+    pub(crate) validated_for: &'a [&'a str],
+}
+
+/// The structs a module needs, by name: (definition, layout).
+#[derive(Default)]
+struct Structs {
+    defs: BTreeMap<String, (String, String)>,
+}
+
+/// A Rust type for a SPIR-V type: its spelling, size and alignment.
+struct Rust {
+    spelling: String,
+    size: usize,
+    align: usize,
+}
+
+const RESERVED: &[&str] = &[
+    "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn", "for",
+    "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return",
+    "self", "Self", "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where",
+    "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final", "macro",
+    "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
+    // The generated functions' own parameter names.
+    "ctx", "grid", "push",
+];
+
+/// `name` as a snake-case Rust identifier (`fallback` where it has no
+/// letters or digits).
+pub(crate) fn snake(name: &str, fallback: &str) -> String {
+    let mut out = String::new();
+    let mut previous_lower = false;
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            if previous_lower {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+            previous_lower = false;
+        } else if c.is_ascii_alphanumeric() {
+            out.push(c);
+            previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        } else {
+            if !out.ends_with('_') {
+                out.push('_');
+            }
+            previous_lower = false;
+        }
+    }
+    let out = out.trim_matches('_').to_string();
+    let out = if out.is_empty() {
+        fallback.to_string()
+    } else if out.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("n{out}")
+    } else {
+        out
+    };
+    if RESERVED.contains(&out.as_str()) {
+        format!("{out}_")
+    } else {
+        out
+    }
+}
+
+fn camel(name: &str) -> String {
+    snake(name, "value")
+        .split('_')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let mut c = p.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+impl Structs {
+    /// The Rust type of `ty`; `hint` names a struct made for it.
+    fn rust(&mut self, ty: &Type, hint: &str) -> Result<Rust, String> {
+        Ok(match ty {
+            Type::Scalar(s) => scalar(s)?,
+            Type::Vector(v) => {
+                let s = scalar(&v.scalar_ty)?;
+                Rust {
+                    spelling: format!("[{}; {}]", s.spelling, v.nscalar),
+                    size: s.size * v.nscalar as usize,
+                    align: s.align,
+                }
+            }
+            Type::Matrix(m) => {
+                let column = self.rust(&Type::Vector(m.vector_ty.clone()), hint)?;
+                let stride = m.stride.ok_or("a matrix without a stride")?;
+                let column = self.padded(column, stride, &format!("{hint}Column"))?;
+                Rust {
+                    spelling: format!("[{}; {}]", column.spelling, m.nvector),
+                    size: column.size * m.nvector as usize,
+                    align: column.align,
+                }
+            }
+            Type::Array(a) => {
+                let n = a
+                    .nelement
+                    .ok_or("a runtime array where a fixed size is needed")?;
+                let stride = a.stride.ok_or("an array without a stride")?;
+                let element = self.rust(&a.element_ty, &format!("{hint}Element"))?;
+                let element = self.padded(element, stride, &format!("{hint}Element"))?;
+                Rust {
+                    spelling: format!("[{}; {n}]", element.spelling),
+                    size: element.size * n as usize,
+                    align: element.align,
+                }
+            }
+            Type::Struct(s) => {
+                let name = camel(s.name().unwrap_or(hint));
+                let mut fields = Vec::new();
+                let mut members: Vec<_> = s.members.iter().enumerate().collect();
+                members.sort_by_key(|(_, m)| m.offset);
+                let mut used = Vec::new();
+                for (i, m) in members {
+                    let offset = m.offset.ok_or("a struct member without an offset")?;
+                    let mut field = snake(m.name.as_deref().unwrap_or(""), &format!("member{i}"));
+                    while used.contains(&field) {
+                        field.push('_');
+                    }
+                    used.push(field.clone());
+                    let ty = self.rust(&m.ty, &format!("{name}{}", camel(&field)))?;
+                    fields.push((field, offset, ty));
+                }
+                let size = extent(ty).ok_or("a struct of no fixed size")?;
+                self.define(&name, &fields, size)?
+            }
+            other => return Err(format!("a {other} cannot be shared with the host")),
+        })
+    }
+
+    /// `inner` padded to `stride` bytes (itself where it is that size).
+    fn padded(&mut self, inner: Rust, stride: usize, name: &str) -> Result<Rust, String> {
+        if stride == inner.size {
+            return Ok(inner);
+        }
+        if stride < inner.size {
+            return Err(format!(
+                "a stride of {stride} bytes is less than its element's {}",
+                inner.size
+            ));
+        }
+        let fields = vec![("value".to_string(), 0, inner)];
+        self.define(&camel(name), &fields, stride)
+    }
+
+    /// Defines struct `name` of `fields` (name, offset, type) over `size`
+    /// bytes, with padding fields between; a name already taken by
+    /// another layout gets a number.
+    fn define(
+        &mut self,
+        name: &str,
+        fields: &[(String, usize, Rust)],
+        size: usize,
+    ) -> Result<Rust, String> {
+        let align = fields.iter().map(|(_, _, t)| t.align).max().unwrap_or(1);
+        // repr(C) places each field at its offset where every offset is a
+        // multiple of the field's alignment and the size of the whole;
+        // otherwise the struct is packed (its fields are still at the
+        // shader's offsets: the padding is explicit).
+        let natural = size % align == 0 && fields.iter().all(|(_, o, t)| o % t.align == 0);
+        let repr = if natural { "C" } else { "C, packed" };
+        let mut body = String::new();
+        let mut asserts = String::new();
+        let mut params = Vec::new();
+        let mut at = 0;
+        let mut pads = 0;
+        for (field, offset, ty) in fields {
+            if *offset < at {
+                return Err(format!("members of `{name}` overlap at byte {offset}"));
+            }
+            if *offset > at {
+                let _ = writeln!(
+                    body,
+                    "    #[doc(hidden)]\n    pub _pad{pads}: [u8; {}],",
+                    offset - at
+                );
+                pads += 1;
+            }
+            let _ = writeln!(
+                body,
+                "    /// Byte offset {offset} in the shader's layout.\n    pub {field}: {},",
+                ty.spelling
+            );
+            let _ = writeln!(
+                asserts,
+                "    assert!(::core::mem::offset_of!({name}, {field}) == {offset});"
+            );
+            params.push(format!("{field}: {}", ty.spelling));
+            at = offset + ty.size;
+        }
+        if size > at {
+            let _ = writeln!(
+                body,
+                "    #[doc(hidden)]\n    pub _pad{pads}: [u8; {}],",
+                size - at
+            );
+            pads += 1;
+        }
+        let _ = pads;
+        // The initializer: every member, then every padding field zeroed.
+        let mut inits: Vec<String> = fields.iter().map(|(f, _, _)| f.clone()).collect();
+        let mut at = 0;
+        for (_, offset, ty) in fields {
+            if *offset > at {
+                inits.push(format!(
+                    "_pad{}: [0; {}]",
+                    inits.len() - fields.len(),
+                    offset - at
+                ));
+            }
+            at = offset + ty.size;
+        }
+        if size > at {
+            inits.push(format!(
+                "_pad{}: [0; {}]",
+                inits.len() - fields.len(),
+                size - at
+            ));
+        }
+        let definition = format!(
+            "/// `{name}` as the shader lays it out ({size} bytes).\n\
+             #[repr({repr})]\n\
+             #[derive(Clone, Copy, Debug, vkcompute::bytemuck::Pod, vkcompute::bytemuck::Zeroable)]\n\
+             #[bytemuck(crate = \"vkcompute::bytemuck\")]\n\
+             pub struct {name} {{\n{body}}}\n\n\
+             impl {name} {{\n    /// Every member, the padding zeroed.\n    #[allow(clippy::too_many_arguments)]\n    pub fn new({}) -> Self {{\n        {name} {{ {} }}\n    }}\n}}\n\n\
+             const _: () = {{\n    assert!(::core::mem::size_of::<{name}>() == {size});\n{asserts}}};\n",
+            params.join(", "),
+            inits.join(", ")
+        );
+        let layout = definition.clone();
+        let mut chosen = name.to_string();
+        let mut n = 1;
+        loop {
+            match self.defs.get(&chosen) {
+                Some((_, l)) if *l == layout.replace(name, &chosen) => break,
+                Some(_) => {
+                    n += 1;
+                    chosen = format!("{name}{n}");
+                }
+                None => {
+                    let definition = definition.replace(name, &chosen);
+                    self.defs
+                        .insert(chosen.clone(), (definition, layout.replace(name, &chosen)));
+                    break;
+                }
+            }
+        }
+        Ok(Rust {
+            spelling: chosen,
+            size,
+            align: if natural { align } else { 1 },
+        })
+    }
+}
+
+fn scalar(s: &ScalarType) -> Result<Rust, String> {
+    let (spelling, size) = match s {
+        ScalarType::Integer { bits, is_signed } => match bits {
+            8 | 16 | 32 | 64 => (
+                format!("{}{bits}", if *is_signed { "i" } else { "u" }),
+                *bits as usize / 8,
+            ),
+            other => return Err(format!("a {other}-bit integer has no Rust type")),
+        },
+        ScalarType::Float { bits } => match bits {
+            16 => ("vkcompute::half::f16".to_string(), 2),
+            32 => ("f32".to_string(), 4),
+            64 => ("f64".to_string(), 8),
+            other => return Err(format!("a {other}-bit float has no Rust type")),
+        },
+        ScalarType::Boolean => return Err("a boolean cannot be shared with the host".into()),
+        other => return Err(format!("{other:?} has no Rust type")),
+    };
+    Ok(Rust {
+        spelling,
+        size,
+        align: size,
+    })
+}
+
+/// The generated module of `shader`.
+pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
+    let mut structs = Structs::default();
+    let r = shader.reflected;
+    let push = match &r.push {
+        Some((ty, size)) => {
+            let rust = structs.rust(ty, "Push")?;
+            if rust.size != *size {
+                return Err(format!(
+                    "the push constants span {size} bytes but their Rust type {}",
+                    rust.size
+                ));
+            }
+            Some(rust.spelling)
+        }
+        None => None,
+    };
+    let mut params = Vec::new();
+    let mut args = Vec::new();
+    let mut docs = String::new();
+    let mut names = Vec::new();
+    for b in &r.bindings {
+        let mut name = snake(
+            b.name.as_deref().unwrap_or(""),
+            &format!("binding{}", b.binding),
+        );
+        while names.contains(&name) {
+            name.push('_');
+        }
+        names.push(name.clone());
+        let access = if b.read_only { "read only" } else { "written" };
+        let ty = match &b.element {
+            Some((element, stride)) => {
+                let rust = structs.rust(element, &camel(&format!("{name}_element")))?;
+                let rust = structs.padded(rust, *stride, &format!("{}Element", camel(&name)))?;
+                let _ = writeln!(
+                    docs,
+                    "        /// - `{name}`: binding {}, elements of `{}`, {access};",
+                    b.binding, rust.spelling
+                );
+                params.push(format!(
+                    "{name}: &vkcompute::DeviceBuffer<{}>",
+                    rust.spelling
+                ));
+                format!("{name}.arg()")
+            }
+            None => {
+                let _ = writeln!(
+                    docs,
+                    "        /// - `{name}`: binding {} (a block that is not one runtime array: any \
+                     element type whose bytes fit it), {access};",
+                    b.binding
+                );
+                params.push(format!("{name}: vkcompute::KernelArg<'_>"));
+                name.clone()
+            }
+        };
+        args.push(ty);
+    }
+    if let Some(p) = &push {
+        params.push(format!("push: &{p}"));
+        let _ = writeln!(docs, "        /// - `push`: the push constants, a `{p}`.");
+    }
+    let push_arg = if push.is_some() { "push" } else { "&()" };
+    let mut out = String::new();
+    let versions = shader.validated_for.join(" and ");
+    let _ = writeln!(
+        out,
+        "/// `{label}`, compiled and validated by vkcompute-build (SPIRV-Tools, Vulkan \
+         {versions}).\n#[allow(dead_code, missing_docs)]\npub mod {module} {{",
+        label = shader.label,
+        module = shader.module
+    );
+    let _ = writeln!(
+        out,
+        "    /// The module's SPIR-V, as validated.\n    pub static SPIRV: &[u32] = &{:?};\n\
+         \x20   /// The entry point.\n    pub const ENTRY: &str = {:?};\n\
+         \x20   /// The kernel's label in errors and traces: the shader's file.\n    pub const LABEL: &str = {:?};",
+        shader.words, shader.entry, shader.label
+    );
+    if let Some([x, y, z]) = r.local_size {
+        let _ = writeln!(
+            out,
+            "    /// The workgroup size (invocations in x, y and z).\n    pub const LOCAL_SIZE: [u32; 3] = [{x}, {y}, {z}];"
+        );
+    }
+    for s in &r.spec {
+        let name = snake(s.name.as_deref().unwrap_or(""), &format!("n{}", s.id)).to_uppercase();
+        let _ = writeln!(
+            out,
+            "    /// The `constant_id` of specialization constant `{}`.\n    pub const SPEC_{name}: u32 = {};",
+            s.name.as_deref().unwrap_or("?"),
+            s.id
+        );
+    }
+    for (definition, _) in structs.defs.values() {
+        for line in definition.lines() {
+            let _ = writeln!(out, "    {line}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "    /// The kernel of `{label}`, loaded on one device.\n\
+         \x20   #[derive(Clone, Debug)]\n    pub struct Kernel(vkcompute::Kernel);\n\n\
+         \x20   impl Kernel {{\n\
+         \x20       /// Loads the kernel on `ctx`'s device (through the safe checks of every\n\
+         \x20       /// load: structure, capabilities, limits, index bounds).\n\
+         \x20       pub fn load(ctx: &vkcompute::DeviceContext) -> vkcompute::Result<Kernel> {{\n\
+         \x20           // SAFETY: SPIRV was validated by vkcompute-build with SPIRV-Tools for\n\
+         \x20           // Vulkan {versions} (the runtime refuses a SPIR-V version the device's\n\
+         \x20           // Vulkan version lacks), with the specialization constants it carries,\n\
+         \x20           // which this load does not change.\n\
+         \x20           let kernel = unsafe {{\n\
+         \x20               vkcompute::Kernel::builder(SPIRV)\n\
+         \x20                   .entry(ENTRY)\n\
+         \x20                   .label(LABEL)\n\
+         \x20                   .build_unvalidated(ctx)\n\
+         \x20           }}?;\n\
+         \x20           Ok(Kernel(kernel))\n\
+         \x20       }}\n\n\
+         \x20       /// The loaded `vkcompute::Kernel` (for graphs and timing).\n\
+         \x20       pub fn kernel(&self) -> &vkcompute::Kernel {{\n            &self.0\n        }}\n\n\
+         \x20       /// Enqueues the kernel on `ctx`'s stream over `grid` workgroups, with:\n{docs}\
+         \x20       pub fn dispatch(\n            &self,\n            ctx: &vkcompute::DeviceContext,\n\
+         \x20           grid: impl Into<vkcompute::Grid>,\n{}\n        ) -> vkcompute::Result<()> {{\n\
+         \x20           ctx.enqueue_function(&self.0, grid, &[{}], {push_arg})\n        }}\n    }}\n}}",
+        params
+            .iter()
+            .map(|p| format!("            {p},"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        args.join(", "),
+        label = shader.label,
+    );
+    Ok(out)
+}
