@@ -46,8 +46,12 @@ downstream: setup
 # runs itself under `mpirun --oversubscribe --timeout 300 -np N` for N = 2,
 # 3 and 4 (one validated lavapipe context per rank, both memory paths) and
 # fails if any rank fails. VKCOMPUTE_MPI_RANKS="2 3 4" picks the rank counts.
+# Then a smoke run of the benchmark (built by the tests, debug, under the
+# validation layer) on 2 ranks.
+MPIRUN := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --timeout 120
 mpi-test: setup
 	$(STRICT) $(CARGO) test -p vkcompute-mpi --all-features
+	$(STRICT) $(MPIRUN) -np 2 $${CARGO_TARGET_DIR:-target}/debug/examples/mpi_bench --quick
 
 # Recompiles vkcompute-mpi/shaders/*.comp into vkcompute-mpi/shaders/spv/;
 # commit the result. `make mpi-test` fails while they differ.
