@@ -9,6 +9,15 @@
 //! `2 (n - 1) / n` of the buffer. Chunks start at multiples of 256 bytes
 //! (and of the device's `minStorageBufferOffsetAlignment`), so that a
 //! kernel can bind any of them.
+//!
+//! Failures: everything that can fail on one rank for a reason of its own
+//! (a mapped buffer, a bad length or root, an allocation, loading a kernel)
+//! happens before the header exchange, so every rank learns of it. After
+//! the exchange a rank touches only its own working buffers until the last
+//! step; a device error there (a lost device, say) is returned by that rank
+//! once it has still done its MPI part, so no other rank hangs, but the
+//! others are not told and their results are then undefined. A rank that
+//! dies outright is not handled yet: the others wait in MPI.
 
 use std::mem::size_of;
 use std::ops::Range;
