@@ -16,7 +16,7 @@ STRICT := VKCOMPUTE_VALIDATION=abort VKCOMPUTE_PIPELINE_CACHE=off
 # seen in tests/model.rs under load; not a rule vkcompute breaks).
 SERIAL := RUST_TEST_THREADS=1
 
-.PHONY: all setup demo test check lint unit bench bench-quick clean spirv downstream matmul
+.PHONY: all setup demo test check lint unit bench bench-quick clean spirv downstream matmul mpi-test mpi-spirv
 
 all: test
 
@@ -41,7 +41,24 @@ EXAMPLES := quickstart tour saxpy reduce embedding trace
 downstream: setup
 	$(STRICT) ./scripts/downstream.sh
 
-test: lint unit downstream
+# vkcompute-mpi (the workspace's MPI crate): its unit tests, the check of
+# its checked-in SPIR-V (feature shader-compiler), and tests/ranks.rs, which
+# runs itself under `mpirun --oversubscribe --timeout 300 -np N` for N = 2,
+# 3 and 4 (one validated lavapipe context per rank, both memory paths) and
+# fails if any rank fails. VKCOMPUTE_MPI_RANKS="2 3 4" picks the rank counts.
+# Then a smoke run of the benchmark (built by the tests, debug, under the
+# validation layer) on 2 ranks.
+MPIRUN := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --timeout 120
+mpi-test: setup
+	$(STRICT) $(CARGO) test -p vkcompute-mpi --all-features
+	$(STRICT) $(MPIRUN) -np 2 $${CARGO_TARGET_DIR:-target}/debug/examples/mpi_bench --quick
+
+# Recompiles vkcompute-mpi/shaders/*.comp into vkcompute-mpi/shaders/spv/;
+# commit the result. `make mpi-test` fails while they differ.
+mpi-spirv: setup
+	VKCOMPUTE_REFRESH_SPIRV=1 $(CARGO) test -p vkcompute-mpi --all-features --test shipped_spirv
+
+test: lint unit downstream mpi-test
 	@for e in $(EXAMPLES); do \
 	  echo "== example $$e"; \
 	  $(STRICT) $(CARGO) run -q --example $$e || exit 1; \

@@ -3,6 +3,7 @@
 #
 #   - a Vulkan loader, a Vulkan driver (lavapipe, Mesa's CPU driver, where no
 #     other driver is present) and the Khronos validation layers;
+#   - Open MPI and libclang, for the vkcompute-mpi crate (rsmpi's bindgen);
 #   - a shaderc that links: the Vulkan SDK's or a working system one where it
 #     exists; on Debian/Ubuntu, whose libshaderc is linked without glslang, one
 #     static archive merged from the distribution's own static libraries.
@@ -48,6 +49,11 @@ if command -v apt-get >/dev/null 2>&1; then
   # lavapipe: always installed, so that there is a device (CI has no GPU) and
   # the tests can run on it even where a GPU driver exists too.
   need mesa-vulkan-drivers /usr/share/vulkan/icd.d/lvp_icd.*.json
+  # vkcompute-mpi: Open MPI (mpirun, the library and its headers) and
+  # libclang, which the `mpi` crate's build script (bindgen) loads.
+  need openmpi-bin /usr/bin/mpirun
+  need libopenmpi-dev "$libdir/openmpi/include/mpi.h" /usr/include/mpi.h "$libdir/libmpi.so"
+  need libclang-dev "/usr/lib/llvm-*/lib/libclang.so" "$libdir/libclang.so"
   if ! have_vulkan_sdk && [ -z "${SHADERC_LIB_DIR:-}" ]; then
     need libshaderc-dev "$libdir/libshaderc_combined.a"
     need glslang-dev "$libdir/libglslang.a"

@@ -1,0 +1,543 @@
+//! The collectives: barrier, broadcast, allreduce, reduce, allgather and
+//! reduce_scatter of device buffers.
+//!
+//! MPI moves bytes between pinned host buffers; the arithmetic of the
+//! reductions runs in this crate's kernels on the device. The reductions
+//! use the ring algorithm (a reduce-scatter in `size - 1` steps, each rank
+//! then owning one fully reduced chunk, and for allreduce an allgather of
+//! the chunks in `size - 1` more): bandwidth-optimal, every rank sending
+//! `2 (n - 1) / n` of the buffer. Chunks start at multiples of 256 bytes
+//! (and of the device's `minStorageBufferOffsetAlignment`), so that a
+//! kernel can bind any of them.
+//!
+//! Failures: everything that can fail on one rank for a reason of its own
+//! (a mapped buffer, a bad length or root, an allocation, loading a kernel)
+//! happens before the header exchange, so every rank learns of it. After
+//! the exchange a rank touches only its own working buffers until the last
+//! step; a device error there (a lost device, say) is returned by that rank
+//! once it has still done its MPI part, so no other rank hangs, but the
+//! others are not told and their results are then undefined. A rank that
+//! dies outright is not handled yet: the others wait in MPI.
+
+use std::mem::size_of;
+use std::ops::Range;
+
+use bytemuck::Pod;
+use vkcompute::{CopyDestination, CopySource, DeviceBuffer, HostBuffer, Kernel};
+
+use crate::communicator::{Communicator, COLLECTIVE_TAG};
+use crate::element::{Element, ReduceOp, Reducible};
+use crate::error::{Error, Result};
+use crate::header::{self, Failure, Header, Kind};
+use crate::kernels;
+use crate::raw;
+
+/// Where each rank's chunk lies in a collective's working buffer: chunk
+/// `k` is `starts[k]..starts[k] + lens[k]`.
+struct Chunks {
+    ranges: Vec<Range<usize>>,
+}
+
+impl Chunks {
+    /// `len` elements cut into `size` chunks of `stride` (the last ones
+    /// shorter or empty).
+    fn contiguous(len: usize, size: usize, stride: usize) -> Chunks {
+        Chunks {
+            ranges: (0..size)
+                .map(|k| {
+                    let start = (k * stride).min(len);
+                    start..(start + stride).min(len)
+                })
+                .collect(),
+        }
+    }
+
+    /// `size` chunks of `len` elements each, `stride` apart.
+    fn blocks(len: usize, size: usize, stride: usize) -> Chunks {
+        Chunks {
+            ranges: (0..size).map(|k| k * stride..k * stride + len).collect(),
+        }
+    }
+
+    fn longest(&self) -> usize {
+        self.ranges.iter().map(|r| r.len()).max().unwrap_or(0)
+    }
+}
+
+/// `a` for reading and `b` for writing, two disjoint ranges of `all`.
+fn disjoint<T>(all: &mut [T], a: Range<usize>, b: Range<usize>) -> (&[T], &mut [T]) {
+    if a.start <= b.start {
+        let (low, high) = all.split_at_mut(b.start);
+        (&low[a], &mut high[..b.len()])
+    } else {
+        let (low, high) = all.split_at_mut(a.start);
+        let a_len = a.len();
+        (&high[..a_len], &mut low[b])
+    }
+}
+
+/// A pinned host buffer of `len` elements of `T`, from the communicator's
+/// staging buffers.
+struct Staged<T> {
+    raw: HostBuffer<u8>,
+    typed: HostBuffer<T>,
+}
+
+impl<T: Pod> Staged<T> {
+    fn new(comm: &Communicator, op: &'static str, len: usize) -> Result<Self> {
+        let raw = comm.staging(op, len * size_of::<T>())?;
+        let typed = raw
+            .create_sub_buffer::<T>(0, len)
+            .map_err(Error::device(op))?;
+        Ok(Staged { raw, typed })
+    }
+
+    fn part(&self, op: &'static str, range: Range<usize>) -> Result<HostBuffer<T>> {
+        self.typed
+            .create_sub_buffer::<T>(range.start, range.len())
+            .map_err(Error::device(op))
+    }
+
+    fn keep(self, comm: &Communicator) {
+        drop(self.typed);
+        comm.keep_staging(self.raw);
+    }
+}
+
+/// Enqueues a copy of `src` into `dst` on `dst`'s stream and submits it.
+fn copy_into<T: Pod, S: CopySource<T> + ?Sized>(
+    op: &'static str,
+    dst: &DeviceBuffer<T>,
+    src: &S,
+) -> Result<()> {
+    dst.enqueue_copy_from(src)
+        .and_then(|()| dst.context().flush())
+        .map_err(Error::device(op))
+}
+
+/// Enqueues a copy of `src` into `dst` on `src`'s stream and submits it.
+fn copy_out<T: Pod, D: CopyDestination<T> + ?Sized>(
+    op: &'static str,
+    src: &DeviceBuffer<T>,
+    dst: &D,
+) -> Result<()> {
+    src.enqueue_copy_to(dst)
+        .and_then(|()| src.context().flush())
+        .map_err(Error::device(op))
+}
+
+/// What a reduction prepared before the ranks agreed: its kernel, its
+/// working buffer on the device (already holding this rank's input), its
+/// chunks and its host buffers.
+struct Ring<T> {
+    kernel: Kernel,
+    acc: DeviceBuffer<T>,
+    chunks: Chunks,
+    outbox: Staged<T>,
+    inbox: Staged<T>,
+}
+
+impl<T: Pod> Ring<T> {
+    /// The chunk `k` of the working buffer.
+    fn chunk(&self, op: &'static str, k: usize) -> Result<DeviceBuffer<T>> {
+        let range = &self.chunks.ranges[k];
+        self.acc
+            .create_sub_buffer::<T>(range.start, range.len())
+            .map_err(Error::device(op))
+    }
+
+    /// Gives the host buffers back for reuse.
+    fn keep(self, comm: &Communicator) {
+        self.outbox.keep(comm);
+        self.inbox.keep(comm);
+    }
+}
+
+impl Communicator {
+    /// Waits until every rank has called `barrier` (`MPI_Barrier`). Device
+    /// work is not involved: synchronize a stream first where the barrier
+    /// should also mean "my enqueued work is done".
+    pub fn barrier(&self) -> Result<()> {
+        raw::barrier("Communicator::barrier", self.raw())
+    }
+
+    /// Shares the failure of this rank's preparation and checks that every
+    /// rank asked for the same thing (see `header::agree`); this rank's own
+    /// error comes first.
+    fn agree<P>(&self, op: &'static str, header: Header, prepared: Result<P>) -> Result<P> {
+        let mine = match &prepared {
+            Ok(_) => header,
+            Err(e) => header.failed(Failure::of(e)),
+        };
+        let agreed = header::agree(op, self.raw(), self.rank(), self.size(), mine);
+        let prepared = prepared?;
+        agreed?;
+        Ok(prepared)
+    }
+
+    /// Copies `buf` of rank `root` into `buf` on every rank (`MPI_Bcast`
+    /// through pinned host memory). Every rank passes a buffer of the same
+    /// element type and length, and the same root.
+    pub fn broadcast<T: Element>(&self, buf: &DeviceBuffer<T>, root: i32) -> Result<()> {
+        let op = "Communicator::broadcast";
+        let header = Header::new(Kind::Broadcast, T::TYPE, buf.len()).root(root);
+        let prepared = self.check_rank(op, root).and_then(|()| {
+            let staged = Staged::<T>::new(self, op, buf.len())?;
+            if self.rank() == root {
+                copy_out(op, buf, &staged.typed)?;
+            }
+            Ok(staged)
+        });
+        let staged = self.agree(op, header, prepared)?;
+        if buf.is_empty() || self.size() == 1 {
+            staged.keep(self);
+            return Ok(());
+        }
+        {
+            let mut all = staged.typed.as_mut_slice().map_err(Error::device(op))?;
+            raw::broadcast(op, self.raw(), bytemuck::cast_slice_mut(&mut all), root)?;
+        }
+        if self.rank() != root {
+            copy_into(op, buf, &staged.typed)?;
+        }
+        staged.keep(self);
+        Ok(())
+    }
+
+    /// Prepares a ring reduction over `chunks` of a new working buffer of
+    /// `acc_len` elements, filled by `fill` (from this rank's input).
+    fn prepare_ring<T: Reducible>(
+        &self,
+        op: &'static str,
+        reduce: ReduceOp,
+        acc_len: usize,
+        chunks: Chunks,
+        fill: impl FnOnce(&DeviceBuffer<T>) -> vkcompute::Result<()>,
+    ) -> Result<Ring<T>> {
+        let kernel = self.reducer.kernel::<T>(op, self.context(), reduce)?;
+        let acc = self
+            .context()
+            .enqueue_create_buffer::<T>(acc_len)
+            .map_err(Error::device(op))?;
+        fill(&acc)
+            .and_then(|()| self.context().flush())
+            .map_err(Error::device(op))?;
+        let longest = chunks.longest();
+        Ok(Ring {
+            kernel,
+            acc,
+            outbox: Staged::new(self, op, longest)?,
+            inbox: Staged::new(self, op, longest)?,
+            chunks,
+        })
+    }
+
+    /// The ring's reduce-scatter: after `size - 1` steps, chunk `rank` of
+    /// this rank's working buffer holds the reduction of every rank's.
+    fn ring_reduce_scatter<T: Reducible>(&self, op: &'static str, ring: &Ring<T>) -> Result<()> {
+        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let right = ((rank + 1) % size) as i32;
+        let left = ((rank + size - 1) % size) as i32;
+        for step in 0..size - 1 {
+            let send = &ring.chunks.ranges[(rank + 2 * size - step - 1) % size];
+            let recv = &ring.chunks.ranges[(rank + 2 * size - step - 2) % size];
+            let outbox = ring.outbox.part(op, 0..send.len())?;
+            copy_out(
+                op,
+                &ring.chunk(op, (rank + 2 * size - step - 1) % size)?,
+                &outbox,
+            )?;
+            {
+                let out = outbox.as_slice().map_err(Error::device(op))?;
+                let mut into = ring.inbox.typed.as_mut_slice().map_err(Error::device(op))?;
+                raw::sendrecv(
+                    op,
+                    self.raw(),
+                    bytemuck::cast_slice(&out),
+                    right,
+                    bytemuck::cast_slice_mut(&mut into[..recv.len()]),
+                    left,
+                    COLLECTIVE_TAG,
+                )?;
+            }
+            let acc = ring
+                .acc
+                .create_sub_buffer::<T>(recv.start, recv.len())
+                .map_err(Error::device(op))?;
+            let incoming = ring.inbox.part(op, 0..recv.len())?;
+            kernels::enqueue_reduce(op, self.context(), &ring.kernel, &acc, &incoming)?;
+        }
+        Ok(())
+    }
+
+    /// The ring's allgather over host memory: chunk `rank` of `all` is this
+    /// rank's; afterwards every chunk is its owner's.
+    fn ring_allgather<T: Pod>(
+        &self,
+        op: &'static str,
+        all: &mut [T],
+        chunks: &Chunks,
+    ) -> Result<()> {
+        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let right = ((rank + 1) % size) as i32;
+        let left = ((rank + size - 1) % size) as i32;
+        for step in 0..size - 1 {
+            let send = chunks.ranges[(rank + size - step) % size].clone();
+            let recv = chunks.ranges[(rank + 2 * size - step - 1) % size].clone();
+            let (out, into) = disjoint(all, send, recv);
+            raw::sendrecv(
+                op,
+                self.raw(),
+                bytemuck::cast_slice(out),
+                right,
+                bytemuck::cast_slice_mut(into),
+                left,
+                COLLECTIVE_TAG,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The chunk stride of a reduction of `len` elements of `T` over the
+    /// ranks: a multiple of the binding alignment.
+    fn stride<T>(&self, len: usize) -> usize {
+        let align = (kernels::align_bytes(self.context()) / size_of::<T>()).max(1);
+        len.div_ceil(self.size() as usize)
+            .next_multiple_of(align)
+            .max(align)
+    }
+
+    /// Reduces `buf` element by element over every rank with `reduce`, and
+    /// leaves the result in `buf` on every rank (`MPI_Allreduce` in
+    /// place). Every rank passes a buffer of the same element type and
+    /// length, and the same reduction. Every rank gets the same bits.
+    pub fn allreduce<T: Reducible>(&self, buf: &DeviceBuffer<T>, reduce: ReduceOp) -> Result<()> {
+        let op = "Communicator::allreduce";
+        let (n, size) = (buf.len(), self.size() as usize);
+        let header = Header::new(Kind::Allreduce, T::TYPE, n).reduce(reduce);
+        let trivial = n == 0 || size == 1;
+        let prepared = if trivial {
+            Ok(None)
+        } else {
+            let chunks = Chunks::contiguous(n, size, self.stride::<T>(n));
+            self.prepare_ring(op, reduce, n, chunks, |acc| acc.enqueue_copy_from(buf))
+                .and_then(|ring| Ok(Some((ring, Staged::<T>::new(self, op, n)?))))
+        };
+        let Some((ring, result)) = self.agree(op, header, prepared)? else {
+            return Ok(());
+        };
+        self.ring_reduce_scatter(op, &ring)?;
+        let rank = self.rank() as usize;
+        let mine = ring.chunks.ranges[rank].clone();
+        copy_out(op, &ring.chunk(op, rank)?, &result.part(op, mine)?)?;
+        {
+            let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
+            self.ring_allgather(op, &mut all, &ring.chunks)?;
+        }
+        copy_into(op, buf, &result.typed)?;
+        result.keep(self);
+        ring.keep(self);
+        Ok(())
+    }
+
+    /// Reduces `buf` element by element over every rank with `reduce`, and
+    /// leaves the result in `buf` on rank `root` (`MPI_Reduce` in place at
+    /// the root); the other ranks' buffers are left as they were.
+    pub fn reduce<T: Reducible>(
+        &self,
+        buf: &DeviceBuffer<T>,
+        reduce: ReduceOp,
+        root: i32,
+    ) -> Result<()> {
+        let op = "Communicator::reduce";
+        let (n, size, rank) = (buf.len(), self.size() as usize, self.rank());
+        let header = Header::new(Kind::Reduce, T::TYPE, n)
+            .reduce(reduce)
+            .root(root);
+        let trivial = n == 0 || size == 1;
+        let prepared = self.check_rank(op, root).and_then(|()| {
+            if trivial {
+                return Ok(None);
+            }
+            let chunks = Chunks::contiguous(n, size, self.stride::<T>(n));
+            let ring =
+                self.prepare_ring(op, reduce, n, chunks, |acc| acc.enqueue_copy_from(buf))?;
+            let result = if rank == root {
+                Some(Staged::<T>::new(self, op, n)?)
+            } else {
+                None
+            };
+            Ok(Some((ring, result)))
+        });
+        let Some((ring, result)) = self.agree(op, header, prepared)? else {
+            return Ok(());
+        };
+        self.ring_reduce_scatter(op, &ring)?;
+        let mine = ring.chunks.ranges[rank as usize].clone();
+        let own_chunk = ring.chunk(op, rank as usize)?;
+        match result {
+            None => {
+                let outbox = ring.outbox.part(op, 0..mine.len())?;
+                copy_out(op, &own_chunk, &outbox)?;
+                let out = outbox.as_slice().map_err(Error::device(op))?;
+                raw::send(
+                    op,
+                    self.raw(),
+                    bytemuck::cast_slice(&out),
+                    root,
+                    COLLECTIVE_TAG,
+                )?;
+            }
+            Some(result) => {
+                copy_out(op, &own_chunk, &result.part(op, mine)?)?;
+                {
+                    let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
+                    for (peer, range) in ring.chunks.ranges.iter().enumerate() {
+                        if peer as i32 != rank {
+                            let into = bytemuck::cast_slice_mut(&mut all[range.clone()]);
+                            raw::recv(op, self.raw(), into, peer as i32, COLLECTIVE_TAG)?;
+                        }
+                    }
+                }
+                copy_into(op, buf, &result.typed)?;
+                result.keep(self);
+            }
+        }
+        ring.keep(self);
+        Ok(())
+    }
+
+    /// Gathers every rank's `send` (of the same length on every rank) into
+    /// `recv` on every rank, rank `k`'s at elements `k * send.len()`
+    /// onwards (`MPI_Allgather`). `recv` holds `size()` times `send.len()`
+    /// elements.
+    pub fn allgather<T: Element>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+    ) -> Result<()> {
+        let op = "Communicator::allgather";
+        let (m, size, rank) = (send.len(), self.size() as usize, self.rank() as usize);
+        let header = Header::new(Kind::Allgather, T::TYPE, m);
+        let prepared = check_blocks(op, "recv", recv.len(), "send", m, size).and_then(|()| {
+            let result = Staged::<T>::new(self, op, m * size)?;
+            copy_out(op, send, &result.part(op, rank * m..(rank + 1) * m)?)?;
+            Ok(result)
+        });
+        let result = self.agree(op, header, prepared)?;
+        if m > 0 {
+            let chunks = Chunks::blocks(m, size, m);
+            let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
+            self.ring_allgather(op, &mut all, &chunks)?;
+        }
+        copy_into(op, recv, &result.typed)?;
+        result.keep(self);
+        Ok(())
+    }
+
+    /// Reduces `send` (of `size()` times `recv.len()` elements on every
+    /// rank) element by element over every rank with `reduce`, and leaves
+    /// block `rank()` of the result (elements `rank() * recv.len()`
+    /// onwards) in `recv` (`MPI_Reduce_scatter_block`).
+    pub fn reduce_scatter<T: Reducible>(
+        &self,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        reduce: ReduceOp,
+    ) -> Result<()> {
+        let op = "Communicator::reduce_scatter";
+        let (m, size, rank) = (recv.len(), self.size() as usize, self.rank() as usize);
+        let header = Header::new(Kind::ReduceScatter, T::TYPE, m).reduce(reduce);
+        let prepared = check_blocks(op, "send", send.len(), "recv", m, size).and_then(|()| {
+            if m == 0 {
+                return Ok(None);
+            }
+            let stride = m.next_multiple_of(self.stride::<T>(1));
+            let ring = self.prepare_ring::<T>(
+                op,
+                reduce,
+                stride * size,
+                Chunks::blocks(m, size, stride),
+                |acc| {
+                    for k in 0..size {
+                        acc.create_sub_buffer::<T>(k * stride, m)?
+                            .enqueue_copy_from(&send.create_sub_buffer::<T>(k * m, m)?)?;
+                    }
+                    Ok(())
+                },
+            )?;
+            Ok(Some(ring))
+        });
+        let Some(ring) = self.agree(op, header, prepared)? else {
+            return Ok(());
+        };
+        if size > 1 {
+            self.ring_reduce_scatter(op, &ring)?;
+        }
+        copy_into(op, recv, &ring.chunk(op, rank)?)?;
+        ring.keep(self);
+        Ok(())
+    }
+}
+
+/// Refuses a buffer `big` that is not `size` times `small` long.
+fn check_blocks(
+    op: &'static str,
+    big_name: &str,
+    big: usize,
+    small_name: &str,
+    small: usize,
+    size: usize,
+) -> Result<()> {
+    if small.checked_mul(size) != Some(big) {
+        return Err(Error::InvalidLength {
+            op,
+            detail: format!(
+                "`{big_name}` holds {big} elements; it must hold {size} (the ranks) times \
+                 `{small_name}`'s {small}"
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_chunks_cover_the_buffer_in_order() {
+        let c = Chunks::contiguous(10, 3, 4);
+        assert_eq!(c.ranges, vec![0..4, 4..8, 8..10]);
+        let short = Chunks::contiguous(3, 4, 64);
+        assert_eq!(short.ranges, vec![0..3, 3..3, 3..3, 3..3]);
+        assert_eq!(short.longest(), 3);
+    }
+
+    #[test]
+    fn blocks_are_a_stride_apart() {
+        let c = Chunks::blocks(5, 3, 64);
+        assert_eq!(c.ranges, vec![0..5, 64..69, 128..133]);
+    }
+
+    #[test]
+    fn disjoint_ranges_read_and_write_the_right_elements() {
+        let mut all = [0, 1, 2, 3, 4, 5];
+        let (out, into) = disjoint(&mut all, 4..6, 0..2);
+        assert_eq!(out, &[4, 5]);
+        into.copy_from_slice(&[9, 9]);
+        let (out, into) = disjoint(&mut all, 0..2, 3..4);
+        assert_eq!(out, &[9, 9]);
+        into[0] = 7;
+        assert_eq!(all, [9, 9, 2, 7, 4, 5]);
+    }
+
+    #[test]
+    fn block_lengths_are_checked() {
+        assert!(check_blocks("t", "recv", 12, "send", 4, 3).is_ok());
+        assert!(matches!(
+            check_blocks("t", "recv", 11, "send", 4, 3),
+            Err(Error::InvalidLength { .. })
+        ));
+    }
+}

@@ -1,0 +1,659 @@
+//! The communicator: an MPI communicator bound to a vkcompute context, and
+//! point-to-point messages of device and host buffers.
+
+use std::mem::size_of;
+use std::sync::Mutex;
+
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::Communicator as _;
+use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer};
+
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::header::{Failure, Header, Kind, HEADER_BYTES};
+use crate::kernels::Reducer;
+use crate::raw::{self, Comm};
+
+/// The largest tag [`Communicator::send`] and [`Communicator::recv`] take.
+/// Higher tags carry this crate's own messages (answers, data pieces and
+/// the collectives' steps), on the communicator's private duplicate.
+pub const MAX_TAG: i32 = 8191;
+
+/// Tag offsets of a message's answer and data, above the user's tag.
+const ACK_TAGS: i32 = MAX_TAG + 1;
+const DATA_TAGS: i32 = 2 * (MAX_TAG + 1);
+/// The tag of the collectives' point-to-point steps (below 32767, the
+/// smallest `MPI_TAG_UB` the standard allows).
+pub(crate) const COLLECTIVE_TAG: i32 = 3 * (MAX_TAG + 1);
+
+/// The default size of the pieces a large message travels in (4 MiB).
+pub const DEFAULT_PIECE_BYTES: usize = 4 << 20;
+
+/// A trailer after the data of a message: 0, or the sender's `Failure`
+/// code where a piece could not be read after the header went out.
+const TRAILER_BYTES: usize = 8;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Where a message's elements are: a device buffer (or a view of one) or a
+/// host buffer.
+pub enum Place<'a, T> {
+    /// Device memory, staged through pinned host memory in pieces.
+    Device(&'a DeviceBuffer<T>),
+    /// Pinned host memory, which MPI reads and writes directly.
+    Host(&'a HostBuffer<T>),
+}
+
+/// A buffer that can be sent and received: [`DeviceBuffer`] and
+/// [`HostBuffer`] (and their views, which are buffers too). Sealed.
+pub trait Buffer<T>: sealed::Sealed {
+    /// Where the elements are.
+    fn place(&self) -> Place<'_, T>;
+
+    /// The number of elements.
+    fn elements(&self) -> usize;
+}
+
+impl<T> sealed::Sealed for DeviceBuffer<T> {}
+impl<T: bytemuck::Pod> Buffer<T> for DeviceBuffer<T> {
+    fn place(&self) -> Place<'_, T> {
+        Place::Device(self)
+    }
+    fn elements(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<T> sealed::Sealed for HostBuffer<T> {}
+impl<T: bytemuck::Pod> Buffer<T> for HostBuffer<T> {
+    fn place(&self) -> Place<'_, T> {
+        Place::Host(self)
+    }
+    fn elements(&self) -> usize {
+        self.len()
+    }
+}
+
+/// An MPI communicator bound to a vkcompute context: device buffers go
+/// from rank to rank with [`send`](Self::send) and [`recv`](Self::recv),
+/// and the collectives ([`allreduce`](Self::allreduce) and the others)
+/// run over every rank, with the arithmetic of reductions in kernels on
+/// the context's device.
+///
+/// The communicator works on a private duplicate (`MPI_Comm_dup`) of the
+/// one it is made from, so its messages never meet the application's, and
+/// that duplicate has `MPI_ERRORS_RETURN`: MPI errors come back as
+/// [`Error::Mpi`] instead of aborting the job.
+///
+/// **Stream order.** An operation reads a device buffer once the work
+/// enqueued on it before the call is done (as `to_vec` would), and writes
+/// it with an ordinary enqueued copy, so later work on the buffer sees the
+/// result. The calls block until this rank's part is done (the buffer's
+/// contents are in flight on its stream, ordered before any later work).
+/// No vkcompute lock is held while MPI waits.
+///
+/// **Headers.** Before any data, the ranks exchange a small header (the
+/// operation, element type, length, reduction, root): when they disagree,
+/// every rank that takes part gets [`Error::Mismatch`] and no data moves;
+/// when one rank fails its preparation (a mapped buffer, say), it returns
+/// its own error and the others [`Error::RemoteFailure`]. Never a hang or
+/// a truncated message.
+pub struct Communicator {
+    comm: SimpleCommunicator,
+    ctx: DeviceContext,
+    rank: i32,
+    size: i32,
+    pub(crate) reducer: Reducer,
+    piece_bytes: usize,
+    /// Pinned host buffers kept for reuse between calls.
+    staging: Mutex<Vec<HostBuffer<u8>>>,
+}
+
+impl Communicator {
+    /// A communicator over the ranks of `comm` (duplicated, a collective
+    /// call: every rank of `comm` makes it), bound to `ctx`, whose stream
+    /// and device run the copies and kernels.
+    pub fn new(comm: &impl mpi::traits::Communicator, ctx: &DeviceContext) -> Result<Communicator> {
+        let op = "Communicator::new";
+        let comm = comm.duplicate();
+        raw::set_errors_return(op, Comm(comm.as_raw()))?;
+        Ok(Communicator {
+            rank: comm.rank(),
+            size: comm.size(),
+            comm,
+            ctx: ctx.clone(),
+            reducer: Reducer::new(),
+            piece_bytes: DEFAULT_PIECE_BYTES,
+            staging: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// This rank's number in the communicator.
+    pub fn rank(&self) -> i32 {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> i32 {
+        self.size
+    }
+
+    /// The context the communicator is bound to.
+    pub fn context(&self) -> &DeviceContext {
+        &self.ctx
+    }
+
+    /// The raw handle of the communicator's private duplicate (an
+    /// `MPI_Comm`, with `MPI_ERRORS_RETURN`), for MPI calls of one's own.
+    /// Valid while the communicator lives.
+    pub fn as_raw(&self) -> mpi::ffi::MPI_Comm {
+        self.comm.as_raw()
+    }
+
+    /// The size of the pieces in which [`send`](Self::send) moves a large
+    /// device buffer, overlapping its copy to the host with MPI.
+    pub fn piece_bytes(&self) -> usize {
+        self.piece_bytes
+    }
+
+    /// Sets the piece size of [`piece_bytes`](Self::piece_bytes), rounded
+    /// up to a multiple of 256 bytes (at least 256). Ranks may differ: a
+    /// receiver follows its sender's pieces.
+    pub fn set_piece_bytes(&mut self, bytes: usize) {
+        self.piece_bytes = bytes.max(1).next_multiple_of(256);
+    }
+
+    pub(crate) fn raw(&self) -> Comm {
+        Comm(self.comm.as_raw())
+    }
+
+    /// Refuses a rank outside the communicator.
+    pub(crate) fn check_rank(&self, op: &'static str, rank: i32) -> Result<()> {
+        if rank < 0 || rank >= self.size {
+            return Err(Error::InvalidRank {
+                op,
+                given: rank,
+                last: self.size - 1,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_peer(&self, op: &'static str, peer: i32, tag: i32) -> Result<()> {
+        self.check_rank(op, peer)?;
+        if peer == self.rank {
+            return Err(Error::SelfMessage { op, rank: peer });
+        }
+        if !(0..=MAX_TAG).contains(&tag) {
+            return Err(Error::InvalidTag {
+                op,
+                given: tag,
+                max: MAX_TAG,
+            });
+        }
+        Ok(())
+    }
+
+    /// A pinned host buffer of at least `bytes` bytes, from those kept
+    /// between calls where one is large enough.
+    pub(crate) fn staging(&self, op: &'static str, bytes: usize) -> Result<HostBuffer<u8>> {
+        let mut kept = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let best = kept
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.len() >= bytes)
+            .min_by_key(|(_, b)| b.len())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            return Ok(kept.swap_remove(i));
+        }
+        drop(kept);
+        self.ctx
+            .enqueue_create_host_buffer::<u8>(bytes.max(1))
+            .map_err(Error::device(op))
+    }
+
+    /// Keeps `buffer` for a later call (at most a few, the largest).
+    pub(crate) fn keep_staging(&self, buffer: HostBuffer<u8>) {
+        let mut kept = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        kept.push(buffer);
+        if kept.len() > 4 {
+            kept.sort_by_key(|b| std::cmp::Reverse(b.len()));
+            kept.truncate(4);
+        }
+    }
+
+    /// Sends `buf` (a [`DeviceBuffer`], a view of one, or a
+    /// [`HostBuffer`]) to rank `dest` with `tag` (0 to [`MAX_TAG`]), for a
+    /// [`recv`](Self::recv) of the same element type and length there.
+    ///
+    /// Returns once the receiver has taken the data (like `MPI_Ssend`: the
+    /// two ranks first exchange a header and an answer). A device buffer is
+    /// read once the work enqueued on it is done, and travels through
+    /// pinned host memory in pieces of [`piece_bytes`](Self::piece_bytes),
+    /// the copy of each piece overlapping the transfer of the one before.
+    ///
+    /// Errors: a receiver that expects another type or length makes
+    /// [`Error::Mismatch`] on both ranks; a mapped buffer is vkcompute's
+    /// `BufferMapped` here and [`Error::RemoteFailure`] at the receiver.
+    pub fn send<T: Element, B: Buffer<T> + ?Sized>(
+        &self,
+        buf: &B,
+        dest: i32,
+        tag: i32,
+    ) -> Result<()> {
+        let op = "Communicator::send";
+        self.check_peer(op, dest, tag)?;
+        let comm = self.raw();
+        let len = buf.elements();
+        let header = Header::new(Kind::Send, T::TYPE, len)
+            .pieces(self.piece_elements::<T>() * size_of::<T>());
+        let prepared = Outgoing::prepare(self, op, buf.place(), self.piece_elements::<T>());
+        let outgoing = match prepared {
+            Ok(outgoing) => outgoing,
+            Err(e) => {
+                raw::send(op, comm, header.failed(Failure::of(&e)).bytes(), dest, tag)?;
+                return Err(e);
+            }
+        };
+        raw::send(op, comm, header.bytes(), dest, tag)?;
+        let mut answer = [0u8; HEADER_BYTES];
+        raw::recv(op, comm, &mut answer, dest, ACK_TAGS + tag)?;
+        let answer = Header::from_bytes(&answer);
+        answer.check_protocol(op, dest)?;
+        if let Some(reason) = answer.failure_reason() {
+            outgoing.finish(self);
+            return Err(if !answer.is_mismatch() {
+                Error::RemoteFailure {
+                    op,
+                    rank: self.rank,
+                    failed: dest,
+                    reason,
+                }
+            } else {
+                Error::Mismatch {
+                    op,
+                    rank: self.rank,
+                    detail: format!(
+                        "rank {} sent {} elements of {}, rank {dest} expects {}",
+                        self.rank,
+                        len,
+                        T::TYPE,
+                        answer.describe()
+                    ),
+                }
+            });
+        }
+        let sent = outgoing.send_all(op, comm, dest, DATA_TAGS + tag);
+        let status = match &sent {
+            Ok(None) => 0u64,
+            Ok(Some(e)) if e.is_mapped_buffer() => 1,
+            Ok(Some(_)) => 2,
+            Err(_) => 0,
+        };
+        outgoing.finish(self);
+        let local = sent?;
+        raw::send(op, comm, &status.to_le_bytes(), dest, DATA_TAGS + tag)?;
+        match local {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Receives into `buf` (a [`DeviceBuffer`], a view of one, or a
+    /// [`HostBuffer`]) a message of `buf`'s element type and length that
+    /// rank `source` sends with `tag`. A device buffer gets the data by
+    /// ordinary copies enqueued on its stream, in pieces as they arrive, so
+    /// later work on it sees the message.
+    ///
+    /// Errors: a message of another type or length is
+    /// [`Error::Mismatch`] here and at the sender (nothing is written); a
+    /// sender that failed before sending is [`Error::RemoteFailure`]; a
+    /// buffer mapped to the host is vkcompute's `BufferMapped` (the message
+    /// is still taken off the wire, so the sender does not hang).
+    pub fn recv<T: Element, B: Buffer<T> + ?Sized>(
+        &self,
+        buf: &B,
+        source: i32,
+        tag: i32,
+    ) -> Result<()> {
+        let op = "Communicator::recv";
+        self.check_peer(op, source, tag)?;
+        let comm = self.raw();
+        let len = buf.elements();
+        let mut wire = [0u8; HEADER_BYTES];
+        raw::recv(op, comm, &mut wire, source, tag)?;
+        let sent = Header::from_bytes(&wire);
+        sent.check_protocol(op, source)?;
+        let wanted = Header::new(Kind::Ack, T::TYPE, len);
+        if let Some(reason) = sent.failure_reason() {
+            // The sender gave up before the header: it waits for no answer.
+            return Err(Error::RemoteFailure {
+                op,
+                rank: self.rank,
+                failed: source,
+                reason,
+            });
+        }
+        let size = size_of::<T>() as u64;
+        let piece_ok = sent.piece_bytes() > 0 && sent.piece_bytes() % size == 0;
+        if !wanted.accepts(&sent) || !piece_ok {
+            raw::send(
+                op,
+                comm,
+                wanted.failed(Failure::Mismatch).bytes(),
+                source,
+                ACK_TAGS + tag,
+            )?;
+            return Err(Error::Mismatch {
+                op,
+                rank: self.rank,
+                detail: format!(
+                    "rank {source} sent {}, rank {} expects {len} elements of {}",
+                    sent.describe(),
+                    self.rank,
+                    T::TYPE
+                ),
+            });
+        }
+        let piece = (sent.piece_bytes() / size) as usize;
+        let mut incoming = match Incoming::prepare(self, op, buf.place(), piece) {
+            Ok(incoming) => incoming,
+            Err(e) => {
+                raw::send(
+                    op,
+                    comm,
+                    wanted.failed(Failure::of(&e)).bytes(),
+                    source,
+                    ACK_TAGS + tag,
+                )?;
+                return Err(e);
+            }
+        };
+        raw::send(op, comm, wanted.bytes(), source, ACK_TAGS + tag)?;
+        let received = incoming.recv_all(op, comm, source, DATA_TAGS + tag);
+        incoming.finish(self);
+        let local = received?;
+        let mut trailer = [0u8; TRAILER_BYTES];
+        raw::recv(op, comm, &mut trailer, source, DATA_TAGS + tag)?;
+        if let Some(e) = local {
+            return Err(e);
+        }
+        match u64::from_le_bytes(trailer) {
+            0 => Ok(()),
+            code => Err(Error::RemoteFailure {
+                op,
+                rank: self.rank,
+                failed: source,
+                reason: if code == 1 {
+                    "its buffer was mapped while the message was under way; the data here is incomplete"
+                } else {
+                    "it could not read its buffer while the message was under way; the data here is incomplete"
+                },
+            }),
+        }
+    }
+
+    /// The elements of `T` in one piece of a message.
+    fn piece_elements<T>(&self) -> usize {
+        (self.piece_bytes / size_of::<T>()).max(1)
+    }
+}
+
+/// The pieces of a range of `len` elements, `piece` at a time.
+fn pieces(len: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len.div_ceil(piece)).map(move |i| (i * piece, piece.min(len - i * piece)))
+}
+
+/// Two pinned host buffers that the pieces of a device buffer's message
+/// take turns in: one is copied while MPI moves the other.
+struct StagingPair {
+    buffers: [HostBuffer<u8>; 2],
+}
+
+impl StagingPair {
+    /// Two buffers for pieces of `piece` elements of `T` of a buffer of `len`.
+    fn new<T>(comm: &Communicator, op: &'static str, piece: usize, len: usize) -> Result<Self> {
+        let bytes = piece.min(len) * size_of::<T>();
+        Ok(StagingPair {
+            buffers: [comm.staging(op, bytes)?, comm.staging(op, bytes)?],
+        })
+    }
+
+    /// The buffer of piece `index`.
+    fn of(&self, index: usize) -> &HostBuffer<u8> {
+        &self.buffers[index % 2]
+    }
+
+    /// Gives the buffers back for reuse.
+    fn keep(self, comm: &Communicator) {
+        for b in self.buffers {
+            comm.keep_staging(b);
+        }
+    }
+}
+
+/// The sending side of a message, prepared before its header goes out: the
+/// first piece is already on its way to the host.
+enum Outgoing<'a, T: Element> {
+    Host {
+        slice: vkcompute::HostSlice<'a, T>,
+        piece: usize,
+    },
+    Device {
+        buf: &'a DeviceBuffer<T>,
+        staging: StagingPair,
+        piece: usize,
+    },
+}
+
+impl<'a, T: Element> Outgoing<'a, T> {
+    fn prepare(
+        comm: &Communicator,
+        op: &'static str,
+        place: Place<'a, T>,
+        piece: usize,
+    ) -> Result<Self> {
+        match place {
+            Place::Host(host) => Ok(Outgoing::Host {
+                slice: host.as_slice().map_err(Error::device(op))?,
+                piece,
+            }),
+            Place::Device(buf) => {
+                let staging = StagingPair::new::<T>(comm, op, piece, buf.len())?;
+                let outgoing = Outgoing::Device {
+                    buf,
+                    staging,
+                    piece,
+                };
+                if let Err(e) = outgoing.start_piece(op, 0) {
+                    outgoing.finish(comm);
+                    return Err(e);
+                }
+                Ok(outgoing)
+            }
+        }
+    }
+
+    /// Enqueues the copy of piece `index` of a device buffer to its staging
+    /// buffer, and submits it.
+    fn start_piece(&self, op: &'static str, index: usize) -> Result<()> {
+        let Outgoing::Device {
+            buf,
+            staging,
+            piece,
+        } = self
+        else {
+            return Ok(());
+        };
+        let Some((start, len)) = pieces(buf.len(), *piece).nth(index) else {
+            return Ok(());
+        };
+        let host = staging
+            .of(index)
+            .create_sub_buffer::<T>(0, len)
+            .map_err(Error::device(op))?;
+        buf.create_sub_buffer::<T>(start, len)
+            .and_then(|part| part.enqueue_copy_to(&host))
+            .and_then(|()| buf.context().flush())
+            .map_err(Error::device(op))
+    }
+
+    /// Sends every piece. `Ok(Some(e))`: a piece could not be read after
+    /// the header went out; zeros went in its place (so that the receiver
+    /// does not hang) and the trailer says so.
+    fn send_all(&self, op: &'static str, comm: Comm, dest: i32, tag: i32) -> Result<Option<Error>> {
+        match self {
+            Outgoing::Host { slice, piece } => {
+                for (start, len) in pieces(slice.len(), *piece) {
+                    raw::send(
+                        op,
+                        comm,
+                        bytemuck::cast_slice(&slice[start..start + len]),
+                        dest,
+                        tag,
+                    )?;
+                }
+                Ok(None)
+            }
+            Outgoing::Device {
+                buf,
+                staging,
+                piece,
+            } => {
+                let mut failed = None;
+                let all: Vec<(usize, usize)> = pieces(buf.len(), *piece).collect();
+                for (index, &(_, len)) in all.iter().enumerate() {
+                    if index + 1 < all.len() && failed.is_none() {
+                        if let Err(e) = self.start_piece(op, index + 1) {
+                            failed = Some(e);
+                        }
+                    }
+                    let bytes = len * size_of::<T>();
+                    let read = staging.of(index).as_slice().map_err(Error::device(op));
+                    match read {
+                        Ok(host) if failed.is_none() => {
+                            raw::send(op, comm, &host[..bytes], dest, tag)?
+                        }
+                        Ok(_) => raw::send(op, comm, &vec![0u8; bytes], dest, tag)?,
+                        Err(e) => {
+                            raw::send(op, comm, &vec![0u8; bytes], dest, tag)?;
+                            failed.get_or_insert(e);
+                        }
+                    }
+                }
+                Ok(failed)
+            }
+        }
+    }
+
+    /// Gives the staging buffers back for reuse.
+    fn finish(self, comm: &Communicator) {
+        if let Outgoing::Device { staging, .. } = self {
+            staging.keep(comm);
+        }
+    }
+}
+
+/// The receiving side of a message.
+enum Incoming<'a, T: Element> {
+    Host {
+        slice: vkcompute::HostSliceMut<'a, T>,
+        piece: usize,
+    },
+    Device {
+        buf: &'a DeviceBuffer<T>,
+        staging: StagingPair,
+        piece: usize,
+    },
+}
+
+impl<'a, T: Element> Incoming<'a, T> {
+    fn prepare(
+        comm: &Communicator,
+        op: &'static str,
+        place: Place<'a, T>,
+        piece: usize,
+    ) -> Result<Self> {
+        match place {
+            Place::Host(host) => Ok(Incoming::Host {
+                slice: host.as_mut_slice().map_err(Error::device(op))?,
+                piece,
+            }),
+            Place::Device(buf) => Ok(Incoming::Device {
+                buf,
+                staging: StagingPair::new::<T>(comm, op, piece, buf.len())?,
+                piece,
+            }),
+        }
+    }
+
+    /// Receives every piece. `Ok(Some(e))`: a piece could not be written
+    /// into a device buffer; the rest were still taken off the wire.
+    fn recv_all(
+        &mut self,
+        op: &'static str,
+        comm: Comm,
+        source: i32,
+        tag: i32,
+    ) -> Result<Option<Error>> {
+        match self {
+            Incoming::Host { slice, piece } => {
+                let piece = *piece;
+                for (start, len) in pieces(slice.len(), piece) {
+                    raw::recv(
+                        op,
+                        comm,
+                        bytemuck::cast_slice_mut(&mut slice[start..start + len]),
+                        source,
+                        tag,
+                    )?;
+                }
+                Ok(None)
+            }
+            Incoming::Device {
+                buf,
+                staging,
+                piece,
+            } => {
+                let mut failed = None;
+                for (index, (start, len)) in pieces(buf.len(), *piece).enumerate() {
+                    let bytes = len * size_of::<T>();
+                    let host = &staging.of(index);
+                    match host.as_mut_slice() {
+                        Ok(mut slice) => raw::recv(op, comm, &mut slice[..bytes], source, tag)?,
+                        Err(e) => {
+                            raw::recv(op, comm, &mut vec![0u8; bytes], source, tag)?;
+                            failed.get_or_insert(Error::device(op)(e));
+                            continue;
+                        }
+                    }
+                    if failed.is_some() {
+                        continue;
+                    }
+                    let stored = host
+                        .create_sub_buffer::<T>(0, len)
+                        .and_then(|h| {
+                            buf.create_sub_buffer::<T>(start, len)
+                                .and_then(|part| part.enqueue_copy_from(&h))
+                        })
+                        .and_then(|()| buf.context().flush());
+                    if let Err(e) = stored {
+                        failed = Some(Error::device(op)(e));
+                    }
+                }
+                Ok(failed)
+            }
+        }
+    }
+
+    /// Gives the staging buffers back for reuse.
+    fn finish(self, comm: &Communicator) {
+        if let Incoming::Device { staging, .. } = self {
+            staging.keep(comm);
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! The small header the ranks exchange before any data: what each rank
+//! asked for (operation, element type, length, reduction, root) and
+//! whether its own preparation failed. A collective gathers every rank's
+//! header and each rank checks them all, so that a mismatch or a failure
+//! anywhere is an error on every rank, before a byte of data moves.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::element::{ElementType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::raw::{self, Comm};
+
+/// "vkMP", little-endian: a header of this crate.
+const MAGIC: u32 = 0x504d_6b76;
+/// The protocol's version; ranks of other versions are refused.
+const VERSION: u32 = 1;
+
+/// The operation a header belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Send,
+    Ack,
+    Broadcast,
+    Allreduce,
+    Reduce,
+    Allgather,
+    ReduceScatter,
+}
+
+impl Kind {
+    const ALL: [Kind; 7] = [
+        Kind::Send,
+        Kind::Ack,
+        Kind::Broadcast,
+        Kind::Allreduce,
+        Kind::Reduce,
+        Kind::Allgather,
+        Kind::ReduceScatter,
+    ];
+
+    fn code(self) -> u32 {
+        match self {
+            Kind::Send => 1,
+            Kind::Ack => 2,
+            Kind::Broadcast => 3,
+            Kind::Allreduce => 4,
+            Kind::Reduce => 5,
+            Kind::Allgather => 6,
+            Kind::ReduceScatter => 7,
+        }
+    }
+
+    fn name(code: u32) -> &'static str {
+        match Kind::ALL.into_iter().find(|k| k.code() == code) {
+            Some(Kind::Send) => "send",
+            Some(Kind::Ack) => "recv",
+            Some(Kind::Broadcast) => "broadcast",
+            Some(Kind::Allreduce) => "allreduce",
+            Some(Kind::Reduce) => "reduce",
+            Some(Kind::Allgather) => "allgather",
+            Some(Kind::ReduceScatter) => "reduce_scatter",
+            None => "an unknown operation",
+        }
+    }
+}
+
+/// Why a rank failed its part, as a code in its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Its buffer is mapped to the host.
+    Mapped,
+    /// Another local error (a device error, an allocation, a bad argument).
+    Local,
+    /// It found the headers mismatched (a receiver's answer to a sender).
+    Mismatch,
+}
+
+impl Failure {
+    fn code(self) -> u32 {
+        match self {
+            Failure::Mapped => 1,
+            Failure::Local => 2,
+            Failure::Mismatch => 3,
+        }
+    }
+
+    fn reason(code: u32) -> &'static str {
+        match code {
+            1 => "its buffer is mapped to the host",
+            2 => "a local error on that rank; its own call returned it",
+            3 => "it found the ranks' requests mismatched",
+            _ => "an unknown failure code",
+        }
+    }
+
+    /// The code that tells other ranks about `error`.
+    pub(crate) fn of(error: &Error) -> Failure {
+        if error.is_mapped_buffer() {
+            Failure::Mapped
+        } else {
+            Failure::Local
+        }
+    }
+}
+
+/// One rank's header.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub(crate) struct Header {
+    magic: u32,
+    version: u32,
+    kind: u32,
+    /// 0, or a `Failure` code.
+    status: u32,
+    element: u32,
+    element_size: u32,
+    reduce: u32,
+    root: i32,
+    /// Elements in the rank's buffer (for allgather and reduce_scatter: in
+    /// its own block).
+    len: u64,
+    /// The size in bytes of the pieces the data travels in (point to point).
+    piece_bytes: u64,
+}
+
+/// The size of a header on the wire.
+pub(crate) const HEADER_BYTES: usize = std::mem::size_of::<Header>();
+
+impl Header {
+    /// The header of an operation of `len` elements of `element`.
+    pub(crate) fn new(kind: Kind, element: ElementType, len: usize) -> Header {
+        Header {
+            magic: MAGIC,
+            version: VERSION,
+            kind: kind.code(),
+            status: 0,
+            element: element.code(),
+            element_size: element.size() as u32,
+            reduce: u32::MAX,
+            root: -1,
+            len: len as u64,
+            piece_bytes: 0,
+        }
+    }
+
+    /// With reduction `op`.
+    pub(crate) fn reduce(mut self, op: ReduceOp) -> Header {
+        self.reduce = op.code();
+        self
+    }
+
+    /// With root `root`.
+    pub(crate) fn root(mut self, root: i32) -> Header {
+        self.root = root;
+        self
+    }
+
+    /// With data pieces of `bytes`.
+    pub(crate) fn pieces(mut self, bytes: usize) -> Header {
+        self.piece_bytes = bytes as u64;
+        self
+    }
+
+    /// Marked as failed.
+    pub(crate) fn failed(mut self, failure: Failure) -> Header {
+        self.status = failure.code();
+        self
+    }
+
+    pub(crate) fn piece_bytes(&self) -> u64 {
+        self.piece_bytes
+    }
+
+    pub(crate) fn failure_reason(&self) -> Option<&'static str> {
+        (self.status != 0).then(|| Failure::reason(self.status))
+    }
+
+    /// Whether the header is a receiver's answer that the request did not fit.
+    pub(crate) fn is_mismatch(&self) -> bool {
+        self.status == Failure::Mismatch.code()
+    }
+
+    pub(crate) fn is_kind(&self, kind: Kind) -> bool {
+        self.kind == kind.code()
+    }
+
+    /// Whether the header is one of this crate's, of this version.
+    pub(crate) fn check_protocol(&self, op: &'static str, peer: i32) -> Result<()> {
+        if self.magic != MAGIC {
+            return Err(Error::Protocol {
+                op,
+                peer,
+                detail: "the message is not a vkcompute-mpi header (another program's \
+                         message on this communicator?)"
+                    .into(),
+            });
+        }
+        if self.version != VERSION {
+            return Err(Error::Protocol {
+                op,
+                peer,
+                detail: format!(
+                    "the peer speaks vkcompute-mpi protocol {}, this rank {VERSION}",
+                    self.version
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// What the header asks for, in words: `allreduce (sum) of 5 f32`.
+    pub(crate) fn describe(&self) -> String {
+        let element = ElementType::from_code(self.element).map_or_else(
+            || format!("type #{}", self.element),
+            |t| t.name().to_string(),
+        );
+        let mut text = format!("{} of {} {element}", Kind::name(self.kind), self.len);
+        if let Some(op) = ReduceOp::from_code(self.reduce) {
+            text.push_str(&format!(" ({op:?})"));
+        }
+        if self.root >= 0 {
+            text.push_str(&format!(" with root {}", self.root));
+        }
+        text
+    }
+
+    /// Whether two ranks' requests describe the same operation: kind,
+    /// element type and size, length, reduction and root.
+    pub(crate) fn agrees_with(&self, other: &Header) -> bool {
+        self.kind == other.kind
+            && self.element == other.element
+            && self.element_size == other.element_size
+            && self.len == other.len
+            && self.reduce == other.reduce
+            && self.root == other.root
+    }
+
+    /// Whether a sender's header fits this receiver's request (element type
+    /// and length; `self` is the receiver's).
+    pub(crate) fn accepts(&self, sent: &Header) -> bool {
+        sent.is_kind(Kind::Send)
+            && self.element == sent.element
+            && self.element_size == sent.element_size
+            && self.len == sent.len
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        bytemuck::bytes_of(self)
+    }
+
+    pub(crate) fn from_bytes(bytes: &[u8; HEADER_BYTES]) -> Header {
+        bytemuck::pod_read_unaligned(bytes)
+    }
+}
+
+/// Gathers every rank's header (`mine` from this one) and checks them: a
+/// failed rank, a mismatch or a foreign message is an error here, and
+/// since every rank sees the same headers, on every rank. `op` names the
+/// operation; `rank` is this rank.
+pub(crate) fn agree(
+    op: &'static str,
+    comm: Comm,
+    rank: i32,
+    size: i32,
+    mine: Header,
+) -> Result<()> {
+    let mut all = vec![0u8; HEADER_BYTES * size as usize];
+    raw::allgather(op, comm, mine.bytes(), &mut all)?;
+    let headers: Vec<Header> = all
+        .chunks_exact(HEADER_BYTES)
+        .map(bytemuck::pod_read_unaligned)
+        .collect();
+    for (peer, h) in headers.iter().enumerate() {
+        h.check_protocol(op, peer as i32)?;
+    }
+    // A failed rank first: a failure explains any mismatch that follows it.
+    if let Some((failed, h)) = headers
+        .iter()
+        .enumerate()
+        .find(|(peer, h)| h.status != 0 && *peer as i32 != rank)
+    {
+        return Err(Error::RemoteFailure {
+            op,
+            rank,
+            failed: failed as i32,
+            reason: Failure::reason(h.status),
+        });
+    }
+    if headers.iter().any(|h| !h.agrees_with(&headers[0])) {
+        let detail = headers
+            .iter()
+            .enumerate()
+            .map(|(peer, h)| format!("rank {peer} asked for {}", h.describe()))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(Error::Mismatch { op, rank, detail });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_describes_its_request() {
+        let h = Header::new(Kind::Allreduce, ElementType::F32, 5).reduce(ReduceOp::Sum);
+        assert_eq!(h.describe(), "allreduce of 5 f32 (Sum)");
+        let b = Header::new(Kind::Broadcast, ElementType::U64, 0).root(2);
+        assert_eq!(b.describe(), "broadcast of 0 u64 with root 2");
+    }
+
+    #[test]
+    fn headers_agree_only_on_the_same_request() {
+        let h = Header::new(Kind::Allreduce, ElementType::F32, 5).reduce(ReduceOp::Sum);
+        assert!(h.agrees_with(&h));
+        assert!(!h
+            .agrees_with(&Header::new(Kind::Allreduce, ElementType::F32, 4).reduce(ReduceOp::Sum)));
+        assert!(!h
+            .agrees_with(&Header::new(Kind::Allreduce, ElementType::I32, 5).reduce(ReduceOp::Sum)));
+        assert!(!h
+            .agrees_with(&Header::new(Kind::Allreduce, ElementType::F32, 5).reduce(ReduceOp::Max)));
+        assert!(
+            !h.agrees_with(&Header::new(Kind::Reduce, ElementType::F32, 5).reduce(ReduceOp::Sum))
+        );
+        assert!(!h.agrees_with(&h.root(1)));
+    }
+
+    #[test]
+    fn a_receiver_accepts_only_a_send_of_its_type_and_length() {
+        let want = Header::new(Kind::Ack, ElementType::U32, 7);
+        assert!(want.accepts(&Header::new(Kind::Send, ElementType::U32, 7)));
+        assert!(!want.accepts(&Header::new(Kind::Send, ElementType::I32, 7)));
+        assert!(!want.accepts(&Header::new(Kind::Send, ElementType::U32, 8)));
+        assert!(!want.accepts(&Header::new(Kind::Broadcast, ElementType::U32, 7)));
+    }
+
+    #[test]
+    fn a_header_survives_the_wire_and_foreign_bytes_are_refused() {
+        let h = Header::new(Kind::Send, ElementType::F64, 9).pieces(4096);
+        let mut wire = [0u8; HEADER_BYTES];
+        wire.copy_from_slice(h.bytes());
+        let back = Header::from_bytes(&wire);
+        assert!(back.accepts(&h) && back.piece_bytes() == 4096);
+        assert!(back.check_protocol("test", 1).is_ok());
+        let foreign = Header::from_bytes(&[7u8; HEADER_BYTES]);
+        assert!(matches!(
+            foreign.check_protocol("test", 1),
+            Err(Error::Protocol { peer: 1, .. })
+        ));
+    }
+}

@@ -1,0 +1,165 @@
+//! The reduction kernels: `acc[i] = acc[i] OP incoming[i]` on the device,
+//! one SPIR-V module per element type (`shaders/reduce_*.comp`, compiled
+//! and checked in as `shaders/spv/reduce_*.spv`), the operation chosen by
+//! specialization constant 0.
+//!
+//! How they load, and why that is sound: vkcompute's safe `Kernel::new`
+//! accepts modules other than its own shipped ones only in builds with its
+//! feature `validate`, which links SPIRV-Tools through shaderc, a native
+//! build that users of this crate should not need. So these modules load
+//! with `KernelBuilder::build_unvalidated`, whose contract is that the
+//! module is valid SPIR-V. They are: the test `shipped_spirv` (feature
+//! `shader-compiler`, run by `make mpi-test`) recompiles every
+//! `shaders/*.comp` and fails unless the result is byte for byte the
+//! checked-in module, and loads every checked-in module through the
+//! validating `Kernel::new` (SPIRV-Tools' validator, as `spirv-val` does).
+//! The modules are compiled into this crate with `include_bytes!`, so what
+//! the test checked is what runs.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer, Kernel};
+
+use crate::element::{KernelType, ReduceOp, Reducible};
+use crate::error::{Error, Result};
+
+/// The checked-in modules, by the GLSL file they come from.
+pub(crate) const MODULES: [(KernelType, &str, &[u8]); 6] = [
+    (
+        KernelType::F32,
+        "reduce_f32",
+        include_bytes!("../shaders/spv/reduce_f32.spv"),
+    ),
+    (
+        KernelType::F64,
+        "reduce_f64",
+        include_bytes!("../shaders/spv/reduce_f64.spv"),
+    ),
+    (
+        KernelType::I32,
+        "reduce_i32",
+        include_bytes!("../shaders/spv/reduce_i32.spv"),
+    ),
+    (
+        KernelType::U32,
+        "reduce_u32",
+        include_bytes!("../shaders/spv/reduce_u32.spv"),
+    ),
+    (
+        KernelType::I64,
+        "reduce_i64",
+        include_bytes!("../shaders/spv/reduce_i64.spv"),
+    ),
+    (
+        KernelType::U64,
+        "reduce_u64",
+        include_bytes!("../shaders/spv/reduce_u64.spv"),
+    ),
+];
+
+/// The invocations of one workgroup (`local_size_x` of the shaders).
+const WORKGROUP: usize = 256;
+/// The most workgroups one dispatch uses (the kernels loop over the rest).
+const MAX_WORKGROUPS: usize = 4096;
+
+/// The words of a checked-in module.
+pub(crate) fn words(kind: KernelType) -> Vec<u32> {
+    let bytes = MODULES
+        .iter()
+        .find(|(k, _, _)| *k == kind)
+        .map_or(&[][..], |(_, _, bytes)| *bytes);
+    // The files are whole little-endian words (SPIR-V's byte order on every
+    // machine this runs on; the test `shipped_spirv` loads them the same
+    // way); reading them word by word makes their alignment irrelevant.
+    bytes
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        .collect()
+}
+
+/// The reduction kernels of one communicator's context, loaded on first use.
+pub(crate) struct Reducer {
+    loaded: Mutex<HashMap<(KernelType, ReduceOp), Kernel>>,
+}
+
+impl Reducer {
+    pub(crate) fn new() -> Self {
+        Reducer {
+            loaded: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The kernel that reduces `T` with `op` on `ctx`'s device.
+    pub(crate) fn kernel<T: Reducible>(
+        &self,
+        op_name: &'static str,
+        ctx: &DeviceContext,
+        op: ReduceOp,
+    ) -> Result<Kernel> {
+        let kind = T::KERNEL.0;
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = loaded.get(&(kind, op)) {
+            return Ok(k.clone());
+        }
+        let words = words(kind);
+        let builder = Kernel::builder(&words).specialize(0, op.code());
+        // SAFETY: the module is one of the checked-in reduction kernels,
+        // valid SPIR-V for Vulkan 1.2 and later: the test `shipped_spirv`
+        // runs SPIRV-Tools' validator over each and checks that each is
+        // what its GLSL source compiles to (see the module documentation).
+        // Specialization constant 0 is a `uint` that every value suits.
+        let kernel = unsafe { builder.build_unvalidated(ctx) }.map_err(Error::device(op_name))?;
+        loaded.insert((kind, op), kernel.clone());
+        Ok(kernel)
+    }
+}
+
+/// Enqueues `acc = acc OP incoming` element by element on `ctx`'s stream,
+/// where `incoming` (pinned host memory, which the kernel reads where it
+/// lies) has `acc`'s length.
+/// `acc` starts at a multiple of `align_bytes(ctx)` in its memory, as does
+/// `incoming`; the work is split into dispatches whose bindings fit the
+/// device's `maxStorageBufferRange`.
+pub(crate) fn enqueue_reduce<T: Reducible>(
+    op_name: &'static str,
+    ctx: &DeviceContext,
+    kernel: &Kernel,
+    acc: &DeviceBuffer<T>,
+    incoming: &HostBuffer<T>,
+) -> Result<()> {
+    let per_dispatch = dispatch_elements::<T>(ctx);
+    let mut start = 0;
+    while start < acc.len() {
+        let len = per_dispatch.min(acc.len() - start);
+        let a = acc
+            .create_sub_buffer::<T>(start, len)
+            .map_err(Error::device(op_name))?;
+        let b = incoming
+            .create_sub_buffer::<T>(start, len)
+            .map_err(Error::device(op_name))?;
+        let groups = len.div_ceil(WORKGROUP).min(MAX_WORKGROUPS) as u32;
+        ctx.enqueue_function(kernel, groups, &[a.arg(), b.arg()], &(len as u32))
+            .map_err(Error::device(op_name))?;
+        start += len;
+    }
+    Ok(())
+}
+
+/// The alignment, in bytes, at which this crate places the pieces a kernel
+/// binds: at least 256 and at least the device's
+/// `minStorageBufferOffsetAlignment`.
+pub(crate) fn align_bytes(ctx: &DeviceContext) -> usize {
+    (ctx.limits().min_storage_buffer_offset_alignment as usize)
+        .max(256)
+        .next_power_of_two()
+}
+
+/// The most elements of `T` one dispatch binds: a multiple of the
+/// alignment within `maxStorageBufferRange` (and the `u32` count).
+fn dispatch_elements<T>(ctx: &DeviceContext) -> usize {
+    let align = align_bytes(ctx);
+    let range = (ctx.limits().max_storage_buffer_range as usize).min(1 << 30);
+    let bytes = (range / align).max(1) * align;
+    (bytes / std::mem::size_of::<T>()).max(1)
+}

@@ -1,0 +1,248 @@
+//! Thin functions over the MPI calls this crate makes: each checks the
+//! return code (the communicator has `MPI_ERRORS_RETURN`) and turns it into
+//! an [`Error::Mpi`], and splits a byte range too large for one MPI count
+//! (a C `int`) into several messages. Everything moves as `MPI_BYTE`-sized
+//! `uint8_t` elements; the types are the callers' business.
+//!
+//! rsmpi's safe wrappers ignore MPI's return codes (they rely on the
+//! default `MPI_ERRORS_ARE_FATAL`), so the data calls go through its `ffi`
+//! module here instead.
+#![allow(
+    unsafe_code,
+    reason = "the raw MPI calls, each over a slice whose length is its count"
+)]
+
+use std::os::raw::{c_int, c_void};
+
+use mpi::ffi;
+
+use crate::error::{Error, Result};
+
+/// The most bytes one MPI message of this crate carries (1 GiB, well under
+/// `i32::MAX`); longer ranges travel as several messages in order.
+pub(crate) const MAX_MESSAGE: usize = 1 << 30;
+
+/// A raw communicator handle (`MPI_Comm`), valid while the
+/// [`Communicator`](crate::Communicator) that holds its owner lives.
+#[derive(Clone, Copy)]
+pub(crate) struct Comm(pub(crate) ffi::MPI_Comm);
+
+fn byte_type() -> ffi::MPI_Datatype {
+    // SAFETY: a constant handle that rsmpi's C shim initialises statically.
+    unsafe { ffi::RSMPI_UINT8_T }
+}
+
+/// `MPI_Error_string` of `code`.
+fn error_string(code: c_int) -> String {
+    let mut text = vec![0u8; ffi::MPI_MAX_ERROR_STRING as usize + 1];
+    let mut len: c_int = 0;
+    // SAFETY: `text` holds MPI_MAX_ERROR_STRING characters and more, as the
+    // call requires; `len` is a valid out-pointer.
+    let rc = unsafe { ffi::MPI_Error_string(code, text.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 {
+        return "(MPI_Error_string failed too)".into();
+    }
+    text.truncate(len.clamp(0, text.len() as c_int) as usize);
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// `Ok` for `MPI_SUCCESS`, else the error of `call` within `op`.
+pub(crate) fn check(op: &'static str, call: &'static str, rc: c_int) -> Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::Mpi {
+            op,
+            call,
+            code: rc,
+            message: error_string(rc),
+        })
+    }
+}
+
+/// The pieces of `len` bytes that travel as separate messages.
+fn pieces(len: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..len.div_ceil(MAX_MESSAGE).max(1))
+        .map(move |i| i * MAX_MESSAGE..((i + 1) * MAX_MESSAGE).min(len))
+}
+
+/// The received byte count of `status`.
+fn received(op: &'static str, status: &ffi::MPI_Status) -> Result<usize> {
+    let mut count: c_int = 0;
+    // SAFETY: `status` was filled in by a completed receive.
+    check(op, "MPI_Get_count", unsafe {
+        ffi::MPI_Get_count(status, byte_type(), &mut count)
+    })?;
+    Ok(count.max(0) as usize)
+}
+
+fn truncated(op: &'static str, peer: i32, got: usize, want: usize) -> Error {
+    Error::Protocol {
+        op,
+        peer,
+        detail: format!("a message of {got} bytes arrived where {want} were due"),
+    }
+}
+
+/// `MPI_Send` of `bytes` to `dest` with `tag`.
+pub(crate) fn send(op: &'static str, comm: Comm, bytes: &[u8], dest: i32, tag: i32) -> Result<()> {
+    for piece in pieces(bytes.len()) {
+        let part = &bytes[piece];
+        // SAFETY: `part` is readable for its length, which fits a c_int
+        // (at most MAX_MESSAGE); `comm` is live.
+        let rc = unsafe {
+            ffi::MPI_Send(
+                part.as_ptr().cast::<c_void>(),
+                part.len() as c_int,
+                byte_type(),
+                dest,
+                tag,
+                comm.0,
+            )
+        };
+        check(op, "MPI_Send", rc)?;
+    }
+    Ok(())
+}
+
+/// `MPI_Recv` of exactly `bytes.len()` bytes from `source` with `tag`.
+pub(crate) fn recv(
+    op: &'static str,
+    comm: Comm,
+    bytes: &mut [u8],
+    source: i32,
+    tag: i32,
+) -> Result<()> {
+    for piece in pieces(bytes.len()) {
+        let part = &mut bytes[piece];
+        // SAFETY: a zeroed status is a valid out-value for MPI to fill in.
+        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+        // SAFETY: `part` is writable for its length, which fits a c_int;
+        // `comm` is live; `status` is a valid out-pointer.
+        let rc = unsafe {
+            ffi::MPI_Recv(
+                part.as_mut_ptr().cast::<c_void>(),
+                part.len() as c_int,
+                byte_type(),
+                source,
+                tag,
+                comm.0,
+                &mut status,
+            )
+        };
+        check(op, "MPI_Recv", rc)?;
+        let got = received(op, &status)?;
+        if got != part.len() {
+            return Err(truncated(op, source, got, part.len()));
+        }
+    }
+    Ok(())
+}
+
+/// `MPI_Sendrecv`: `out` to `dest` while `into` (exactly its length) comes
+/// from `source`, both with `tag`. The two lengths may differ; each side
+/// splits its own range into the same pieces as its peer does.
+pub(crate) fn sendrecv(
+    op: &'static str,
+    comm: Comm,
+    out: &[u8],
+    dest: i32,
+    into: &mut [u8],
+    source: i32,
+    tag: i32,
+) -> Result<()> {
+    let count = out
+        .len()
+        .div_ceil(MAX_MESSAGE)
+        .max(into.len().div_ceil(MAX_MESSAGE))
+        .max(1);
+    for i in 0..count {
+        let range = |len: usize| (i * MAX_MESSAGE).min(len)..((i + 1) * MAX_MESSAGE).min(len);
+        let send = &out[range(out.len())];
+        let recv_range = range(into.len());
+        let recv = &mut into[recv_range];
+        // SAFETY: as in `send` and `recv`.
+        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+        // SAFETY: `send` is readable and `recv` writable for their lengths,
+        // which fit a c_int; they are distinct borrows, so they do not
+        // overlap; `comm` is live.
+        let rc = unsafe {
+            ffi::MPI_Sendrecv(
+                send.as_ptr().cast::<c_void>(),
+                send.len() as c_int,
+                byte_type(),
+                dest,
+                tag,
+                recv.as_mut_ptr().cast::<c_void>(),
+                recv.len() as c_int,
+                byte_type(),
+                source,
+                tag,
+                comm.0,
+                &mut status,
+            )
+        };
+        check(op, "MPI_Sendrecv", rc)?;
+        let got = received(op, &status)?;
+        if got != recv.len() {
+            return Err(truncated(op, source, got, recv.len()));
+        }
+    }
+    Ok(())
+}
+
+/// `MPI_Bcast` of `bytes` from `root` (every rank passes the same length).
+pub(crate) fn broadcast(op: &'static str, comm: Comm, bytes: &mut [u8], root: i32) -> Result<()> {
+    for piece in pieces(bytes.len()) {
+        let part = &mut bytes[piece];
+        // SAFETY: `part` is valid for reads and writes of its length, which
+        // fits a c_int; `comm` is live.
+        let rc = unsafe {
+            ffi::MPI_Bcast(
+                part.as_mut_ptr().cast::<c_void>(),
+                part.len() as c_int,
+                byte_type(),
+                root,
+                comm.0,
+            )
+        };
+        check(op, "MPI_Bcast", rc)?;
+    }
+    Ok(())
+}
+
+/// `MPI_Allgather` of one small fixed-size record per rank: `mine` from
+/// this rank, into `all` (`mine.len()` times the number of ranks).
+pub(crate) fn allgather(op: &'static str, comm: Comm, mine: &[u8], all: &mut [u8]) -> Result<()> {
+    debug_assert!(mine.len() <= MAX_MESSAGE);
+    debug_assert!(all.len() % mine.len().max(1) == 0);
+    // SAFETY: `mine` is readable for its length and `all` writable for the
+    // communicator's size times it (the caller sizes it so); both fit a
+    // c_int; they are distinct borrows; `comm` is live.
+    let rc = unsafe {
+        ffi::MPI_Allgather(
+            mine.as_ptr().cast::<c_void>(),
+            mine.len() as c_int,
+            byte_type(),
+            all.as_mut_ptr().cast::<c_void>(),
+            mine.len() as c_int,
+            byte_type(),
+            comm.0,
+        )
+    };
+    check(op, "MPI_Allgather", rc)
+}
+
+/// `MPI_Barrier`.
+pub(crate) fn barrier(op: &'static str, comm: Comm) -> Result<()> {
+    // SAFETY: `comm` is live.
+    check(op, "MPI_Barrier", unsafe { ffi::MPI_Barrier(comm.0) })
+}
+
+/// Makes MPI return error codes on `comm` instead of aborting the job.
+pub(crate) fn set_errors_return(op: &'static str, comm: Comm) -> Result<()> {
+    // SAFETY: `comm` is live; the handler is MPI's predefined constant.
+    check(op, "MPI_Comm_set_errhandler", unsafe {
+        ffi::MPI_Comm_set_errhandler(comm.0, ffi::RSMPI_ERRORS_RETURN)
+    })
+}
