@@ -188,7 +188,7 @@ fn build_fill_pipeline(device: &Device) -> Result<ComputePipeline> {
         device,
         crate::shaders::FILL,
         c"main",
-        vec![0],
+        vec![(0, vk::DescriptorType::STORAGE_BUFFER)],
         std::mem::size_of::<FillParams>() as u32,
         None,
     )

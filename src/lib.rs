@@ -113,7 +113,7 @@ pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use options::ContextOptions;
-pub use reflect::{BindingAlias, BindingInfo, SpecConstantInfo};
+pub use reflect::{BindingAlias, BindingInfo, BindingKind, SpecConstantInfo};
 pub use stream::LiveObjects;
 pub use view::{CopyDestination, CopySource, RawBufferRef};
 pub use vk::{

@@ -442,12 +442,12 @@ fn rows() -> Vec<Row> {
         ),
         row!(
             "Kernel::from_glsl",
-            "a uniform buffer binding",
+            "a storage image binding",
             |e| {
-                Kernel::from_glsl(&e.ctx, "#version 450\nlayout(local_size_x=1) in;\nlayout(binding=0) uniform U { uint v; } u;\nlayout(std430, binding=1) buffer B { uint b[]; };\nvoid main() { b[0] = u.v; }\n", "main").map(drop)
+                Kernel::from_glsl(&e.ctx, "#version 450\nlayout(local_size_x=1) in;\nlayout(binding=0, r32ui) uniform readonly uimage2D img;\nlayout(std430, binding=1) buffer B { uint b[]; };\nvoid main() { b[0] = imageLoad(img, ivec2(0)).x; }\n", "main").map(drop)
             },
             Error::UnsupportedKernel { .. },
-            "storage buffers only"
+            "storage and uniform buffers only"
         ),
         row!(
             "reassign_ownership_to",

@@ -58,10 +58,13 @@ fn unsupported_descriptor_types_are_rejected_at_load() {
         common::options(Path::Direct),
         "unsupported descriptors",
         |ctx| {
-            let uniform = "#version 450\nlayout(local_size_x = 1) in;\nlayout(binding = 0) uniform U { uint x; } u;\nlayout(std430, binding = 1) buffer D { uint d[]; };\nvoid main() { d[0] = u.x; }\n";
-            match Kernel::from_glsl(ctx, uniform, "main") {
+            let sampler = "#version 450\nlayout(local_size_x = 1) in;\nlayout(binding = 0) uniform sampler2D tex;\nlayout(std430, binding = 1) buffer D { float d[]; };\nvoid main() { d[0] = textureLod(tex, vec2(0.0), 0.0).x; }\n";
+            match Kernel::from_glsl(ctx, sampler, "main") {
                 Err(e @ Error::UnsupportedKernel { .. }) => {
-                    assert!(e.to_string().contains("storage buffers only"), "{e}")
+                    assert!(
+                        e.to_string().contains("storage and uniform buffers only"),
+                        "{e}"
+                    )
                 }
                 other => panic!("expected UnsupportedKernel, got {other:?}"),
             }

@@ -49,7 +49,10 @@ fn a_storage_image_is_refused_as_an_image_not_as_pointer_addressing() {
         match Kernel::from_glsl(ctx, source, "main") {
             Err(Error::UnsupportedKernel { reason, .. }) => {
                 assert!(reason.contains("`img`"), "{reason}");
-                assert!(reason.contains("storage buffers only"), "{reason}");
+                assert!(
+                    reason.contains("storage and uniform buffers only"),
+                    "{reason}"
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -265,4 +268,93 @@ fn a_buffer_of_another_number_type_is_refused_unless_reinterpreted() {
         let got = mine.to_vec().unwrap();
         assert!(got.iter().all(|p| p.x == 1.0 && p.y == 1.0));
     });
+}
+
+/// Parameters in a uniform block (std140: `offset` at 16).
+const UNIFORM: &str = "#version 450\nlayout(local_size_x = 4) in;\n\
+    layout(std430, binding = 0) buffer D { float d[]; };\n\
+    layout(std140, binding = 1) uniform Params { float scale; vec3 offset; uint n; } params;\n\
+    void main() { uint i = gl_GlobalInvocationID.x;\n\
+    if (i < params.n) d[i] = d[i] * params.scale + params.offset.y; }\n";
+
+/// `Params` as std140 lays it out.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    scale: f32,
+    _pad: [f32; 3],
+    offset: [f32; 3],
+    n: u32,
+}
+
+#[test]
+fn uniform_buffers_bind_as_arguments_with_their_size_and_alignment_checked() {
+    common::on_each_descriptor_path(|ctx| {
+        let kernel = Kernel::from_glsl(ctx, UNIFORM, "main").unwrap();
+        let b = &kernel.bindings()[1];
+        assert_eq!(b.kind, vkcompute::BindingKind::UniformBuffer);
+        assert_eq!(b.uniform_size, Some(32));
+        assert!(b.read_only);
+        let data = ctx.enqueue_create_buffer::<f32>(8).unwrap();
+        data.enqueue_copy_from(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+            .unwrap();
+        let params = ctx.enqueue_create_buffer::<Params>(1).unwrap();
+        params
+            .enqueue_copy_from(&[Params {
+                scale: 2.0,
+                _pad: [0.0; 3],
+                offset: [0.0, 0.5, 0.0],
+                n: 6,
+            }])
+            .unwrap();
+        ctx.enqueue_function(&kernel, 2, &[data.arg(), params.arg()], &())
+            .unwrap();
+        assert_eq!(
+            data.to_vec().unwrap(),
+            [2.5, 4.5, 6.5, 8.5, 10.5, 12.5, 7.0, 8.0]
+        );
+        // A later write of the parameters is ordered after the dispatch
+        // that reads them.
+        params.enqueue_fill(Params::zeroed_with_n(8)).unwrap();
+        ctx.enqueue_function(&kernel, 2, &[data.arg(), params.arg()], &())
+            .unwrap();
+        assert_eq!(data.to_vec().unwrap(), [0.0; 8]);
+        // Too small for the block: refused.
+        let short = ctx.enqueue_create_buffer::<u32>(4).unwrap();
+        match ctx.enqueue_function(&kernel, 2, &[data.arg(), short.arg()], &()) {
+            Err(Error::Argument {
+                index: 1, reason, ..
+            }) => {
+                assert!(reason.contains("spans 32"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // At an offset the device does not allow for uniform buffers.
+        let align = ctx.limits().min_uniform_buffer_offset_alignment as usize;
+        let words = ctx
+            .enqueue_create_buffer::<u32>(align / 4 * 2 + 16)
+            .unwrap();
+        if align > 4 {
+            let odd = words.create_sub_buffer::<u32>(1, 8).unwrap();
+            assert!(matches!(
+                ctx.enqueue_function(&kernel, 2, &[data.arg(), odd.arg()], &()),
+                Err(Error::Misaligned { .. })
+            ));
+        }
+        let aligned = words.create_sub_buffer::<u32>(align / 4, 8).unwrap();
+        aligned.enqueue_fill(0).unwrap();
+        ctx.enqueue_function(&kernel, 2, &[data.arg(), aligned.arg()], &())
+            .unwrap();
+    });
+}
+
+impl Params {
+    fn zeroed_with_n(n: u32) -> Params {
+        Params {
+            scale: 0.0,
+            _pad: [0.0; 3],
+            offset: [0.0; 3],
+            n,
+        }
+    }
 }

@@ -312,20 +312,46 @@ impl DeviceContext {
                 )));
             }
             check_element_type(arg, binding).map_err(bad)?;
-            let max_range = limits.max_storage_buffer_range as u64;
-            if view.bytes > max_range {
+            let uniform = binding.kind == crate::reflect::BindingKind::UniformBuffer;
+            let (max_range, range_name, align, rule) = if uniform {
+                (
+                    limits.max_uniform_buffer_range,
+                    "maxUniformBufferRange",
+                    limits.min_uniform_buffer_offset_alignment,
+                    "a uniform buffer bound to a kernel must start at a multiple of \
+                     minUniformBufferOffsetAlignment",
+                )
+            } else {
+                (
+                    limits.max_storage_buffer_range,
+                    "maxStorageBufferRange",
+                    limits.min_storage_buffer_offset_alignment,
+                    "a buffer bound to a kernel must start at a multiple of \
+                     minStorageBufferOffsetAlignment",
+                )
+            };
+            if let Some(needed) = binding.uniform_size.filter(|&n| view.bytes < n) {
                 return Err(bad(format!(
-                    "{} bytes exceed the device's maxStorageBufferRange of {max_range} bytes; split the work",
+                    "{} holds {} bytes but the kernel's uniform block spans {needed}; pass a buffer \
+                     of at least that size",
+                    (arg.type_name)(),
                     view.bytes
                 )));
             }
-            let align = limits.min_storage_buffer_offset_alignment.max(1);
+            let max_range = u64::from(max_range);
+            if view.bytes > max_range {
+                return Err(bad(format!(
+                    "{} bytes exceed the device's {range_name} of {max_range} bytes; split the work",
+                    view.bytes
+                )));
+            }
+            let align = align.max(1);
             if view.offset % align != 0 {
                 return Err(Error::Misaligned {
                     op,
                     offset: view.offset,
                     alignment: align,
-                    rule: "a buffer bound to a kernel must start at a multiple of minStorageBufferOffsetAlignment",
+                    rule,
                 });
             }
             let (offset, len) = if binding.read_only {

@@ -13,7 +13,7 @@ use crate::bounds;
 use crate::capabilities;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
-use crate::reflect;
+use crate::reflect::{self, BindingKind};
 use crate::spirv_check;
 use crate::spirv_rules;
 use crate::vk::pipeline::ComputePipeline;
@@ -237,7 +237,17 @@ fn build(
         device,
         &prepared.words,
         &entry_c,
-        reflected.bindings.iter().map(|b| b.binding).collect(),
+        reflected
+            .bindings
+            .iter()
+            .map(|b| {
+                let ty = match b.kind {
+                    BindingKind::StorageBuffer => vk::DescriptorType::STORAGE_BUFFER,
+                    BindingKind::UniformBuffer => vk::DescriptorType::UNIFORM_BUFFER,
+                };
+                (b.binding, ty)
+            })
+            .collect(),
         reflected.push_size.next_multiple_of(4),
         subgroup_size,
     )

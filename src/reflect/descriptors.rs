@@ -1,15 +1,13 @@
 //! The descriptors a module declares, read from the words alone (before
 //! any validator or reflection library sees a module that may be hostile):
-//! vkcompute binds storage buffers in descriptor set 0, and says so by
-//! name for anything else.
+//! vkcompute binds storage and uniform buffers in descriptor set 0, and
+//! says so by name for anything else.
 
 use std::collections::HashMap;
 
-use super::words::{instructions, literal_string, OP_DECORATE, OP_TYPE_POINTER, OP_VARIABLE};
+use super::words::{instructions, literal_string, OP_DECORATE, OP_VARIABLE};
 
 const OP_NAME: u32 = 5;
-const DECORATION_BLOCK: u32 = 2;
-const DECORATION_BUFFER_BLOCK: u32 = 3;
 const DECORATION_BINDING: u32 = 33;
 const DECORATION_DESCRIPTOR_SET: u32 = 34;
 const UNIFORM_CONSTANT: u32 = 0;
@@ -22,8 +20,6 @@ pub(crate) fn check_descriptors(words: &[u32]) -> Result<(), String> {
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut sets: HashMap<u32, u32> = HashMap::new();
     let mut bindings: HashMap<u32, u32> = HashMap::new();
-    let mut blocks: HashMap<u32, u32> = HashMap::new();
-    let mut pointees: HashMap<u32, u32> = HashMap::new();
     let mut variables = Vec::new();
     for (op, operands) in instructions(words) {
         match (op, operands) {
@@ -36,17 +32,11 @@ pub(crate) fn check_descriptors(words: &[u32]) -> Result<(), String> {
             (OP_DECORATE, [id, DECORATION_BINDING, binding, ..]) => {
                 bindings.insert(*id, *binding);
             }
-            (OP_DECORATE, [id, kind @ (DECORATION_BLOCK | DECORATION_BUFFER_BLOCK)]) => {
-                blocks.insert(*id, *kind);
-            }
-            (OP_TYPE_POINTER, [id, _, pointee]) => {
-                pointees.insert(*id, *pointee);
-            }
-            (OP_VARIABLE, [ty, id, class, ..]) => variables.push((*ty, *id, *class)),
+            (OP_VARIABLE, [_, id, class, ..]) => variables.push((*id, *class)),
             _ => {}
         }
     }
-    for (ty, id, class) in variables {
+    for (id, class) in variables {
         let described = || {
             let name = names.get(&id).filter(|n| !n.is_empty());
             let name = name.map_or_else(|| format!("%{id}"), |n| format!("`{n}`"));
@@ -55,15 +45,10 @@ pub(crate) fn check_descriptors(words: &[u32]) -> Result<(), String> {
                 None => name,
             }
         };
-        let block = pointees.get(&ty).and_then(|p| blocks.get(p)).copied();
-        let what = match (class, block) {
-            (UNIFORM_CONSTANT, _) => Some("an image, sampler or other opaque descriptor"),
-            (UNIFORM, Some(DECORATION_BLOCK)) => Some("a uniform buffer"),
-            _ => None,
-        };
-        if let Some(what) = what {
+        if class == UNIFORM_CONSTANT {
             return Err(format!(
-                "{} is {what}: vkcompute binds storage buffers only",
+                "{} is an image, sampler or other opaque descriptor: vkcompute binds storage and \
+                 uniform buffers only",
                 described()
             ));
         }

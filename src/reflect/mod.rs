@@ -28,7 +28,18 @@ pub(crate) use words::{check_structure, instructions, literal_string, MAGIC};
 /// near `u32::MAX`).
 const MAX_BINDING: u32 = 4095;
 
-/// One storage-buffer binding of a kernel: one argument of a dispatch.
+/// What a binding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindingKind {
+    /// A storage buffer (`buffer` in GLSL, std430): read and written.
+    StorageBuffer,
+    /// A uniform buffer (`uniform` in GLSL, std140): read only, of a fixed
+    /// size ([`BindingInfo::uniform_size`]), bound at a multiple of
+    /// `minUniformBufferOffsetAlignment`.
+    UniformBuffer,
+}
+
+/// One buffer binding of a kernel: one argument of a dispatch.
 ///
 /// Several variables may be declared on one binding (a buffer loaded at
 /// different widths, such as `float data[]` and `vec4 data4[]`); they are
@@ -37,6 +48,11 @@ const MAX_BINDING: u32 = 4095;
 pub struct BindingInfo {
     /// The binding number (in descriptor set 0).
     pub binding: u32,
+    /// A storage or a uniform buffer.
+    pub kind: BindingKind,
+    /// For a uniform buffer, the bytes its block spans: a buffer bound
+    /// there must hold at least these.
+    pub uniform_size: Option<u64>,
     /// The name of the binding's first variable, where the module keeps names.
     pub name: Option<String>,
     /// Whether the kernel only reads the buffer (`readonly` in GLSL): true
@@ -146,12 +162,25 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                 let what = name
                     .clone()
                     .unwrap_or_else(|| format!("binding {}", desc_bind.bind()));
-                let DescriptorType::StorageBuffer(access) = desc_ty else {
-                    return Err(format!(
-                        "`{what}` (set {}, binding {}) is a {desc_ty:?}: vkcompute binds storage buffers only",
-                        desc_bind.set(),
-                        desc_bind.bind()
-                    ));
+                let (kind, access, uniform_size) = match desc_ty {
+                    DescriptorType::StorageBuffer(access) => {
+                        (BindingKind::StorageBuffer, *access, None)
+                    }
+                    DescriptorType::UniformBuffer() => (
+                        BindingKind::UniformBuffer,
+                        AccessType::ReadOnly,
+                        Some(extent(ty).ok_or_else(|| {
+                            format!("the uniform block `{what}` has no fixed size")
+                        })?),
+                    ),
+                    other => {
+                        return Err(format!(
+                            "`{what}` (set {}, binding {}) is a {other:?}: vkcompute binds storage \
+                             and uniform buffers only",
+                            desc_bind.set(),
+                            desc_bind.bind()
+                        ))
+                    }
                 };
                 if desc_bind.set() != 0 {
                     return Err(format!(
@@ -172,7 +201,7 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                 }
                 let alias = BindingAlias {
                     name: name.clone(),
-                    read_only: *access == AccessType::ReadOnly,
+                    read_only: access == AccessType::ReadOnly,
                     element_stride: runtime_array_stride(ty),
                     element_type: runtime_array_element(ty),
                 };
@@ -180,9 +209,20 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                     .iter_mut()
                     .find(|b: &&mut BindingInfo| b.binding == desc_bind.bind())
                 {
-                    Some(b) => b.aliases.push(alias),
+                    Some(b) if b.kind != kind => {
+                        return Err(format!(
+                            "binding {} is declared both as a storage and as a uniform buffer",
+                            b.binding
+                        ))
+                    }
+                    Some(b) => {
+                        b.uniform_size = b.uniform_size.max(uniform_size);
+                        b.aliases.push(alias)
+                    }
                     None => bindings.push(BindingInfo {
                         binding: desc_bind.bind(),
+                        kind,
+                        uniform_size,
                         name: name.clone(),
                         read_only: true,
                         element_stride: None,

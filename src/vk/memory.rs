@@ -197,7 +197,8 @@ impl Backing {
 pub(crate) fn buffer_usage(device: &Device) -> vk::BufferUsageFlags {
     let mut usage_flags = vk::BufferUsageFlags::TRANSFER_SRC
         | vk::BufferUsageFlags::TRANSFER_DST
-        | vk::BufferUsageFlags::STORAGE_BUFFER;
+        | vk::BufferUsageFlags::STORAGE_BUFFER
+        | vk::BufferUsageFlags::UNIFORM_BUFFER;
     if device.buffer_device_address() {
         usage_flags |= vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS;
     }

@@ -1,6 +1,6 @@
 //! Compute pipelines and the descriptors that bind buffers to them.
 //!
-//! Buffers bind as storage buffers, through push descriptors where the
+//! Buffers bind as storage or uniform buffers, through push descriptors where the
 //! device has `VK_KHR_push_descriptor`, and through descriptor sets from
 //! per-batch pools otherwise.
 
@@ -13,13 +13,15 @@ use super::command::Cmd;
 use super::Device;
 use crate::error::{Result, VkResultExt};
 
-/// A compute pipeline whose bindings are all storage buffers in set 0.
+/// A compute pipeline whose bindings are all buffers (storage or uniform)
+/// in set 0.
 pub(crate) struct ComputePipeline {
     pub(crate) set_layout: vk::DescriptorSetLayout,
     pub(crate) layout: vk::PipelineLayout,
     pub(crate) pipeline: vk::Pipeline,
-    /// The binding numbers, in the order arguments are given.
-    pub(crate) bindings: Vec<u32>,
+    /// The binding numbers and descriptor types (storage or uniform
+    /// buffer), in the order arguments are given.
+    pub(crate) bindings: Vec<(u32, vk::DescriptorType)>,
     /// Bytes of push constants the shader declares.
     pub(crate) push_size: u32,
 }
@@ -31,7 +33,7 @@ impl ComputePipeline {
         device: &Device,
         spirv: &[u32],
         entry: &CStr,
-        bindings: Vec<u32>,
+        bindings: Vec<(u32, vk::DescriptorType)>,
         push_size: u32,
         required_subgroup_size: Option<u32>,
     ) -> Result<Self> {
@@ -70,10 +72,10 @@ impl ComputePipeline {
         let layout_bindings: Vec<_> = self
             .bindings
             .iter()
-            .map(|&b| {
+            .map(|&(b, ty)| {
                 vk::DescriptorSetLayoutBinding::default()
                     .binding(b)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_type(ty)
                     .descriptor_count(1)
                     .stage_flags(vk::ShaderStageFlags::COMPUTE)
             })
@@ -156,9 +158,14 @@ const DESCRIPTORS_PER_POOL: u32 = 2048;
 impl DescriptorPool {
     /// A new pool on `device`.
     pub(crate) fn new(device: &Arc<Device>) -> Result<Self> {
-        let sizes = [vk::DescriptorPoolSize::default()
-            .ty(vk::DescriptorType::STORAGE_BUFFER)
-            .descriptor_count(DESCRIPTORS_PER_POOL)];
+        let sizes = [
+            vk::DescriptorPoolSize::default()
+                .ty(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(DESCRIPTORS_PER_POOL),
+            vk::DescriptorPoolSize::default()
+                .ty(vk::DescriptorType::UNIFORM_BUFFER)
+                .descriptor_count(DESCRIPTORS_PER_POOL),
+        ];
         let info = vk::DescriptorPoolCreateInfo::default()
             .max_sets(SETS_PER_POOL)
             .pool_sizes(&sizes);
@@ -275,11 +282,11 @@ pub(crate) fn record_dispatch_into(
             .bindings
             .iter()
             .zip(&infos)
-            .map(|(&binding, info)| {
+            .map(|(&(binding, ty), info)| {
                 vk::WriteDescriptorSet::default()
                     .dst_set(set)
                     .dst_binding(binding)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_type(ty)
                     .buffer_info(info)
             })
             .collect()

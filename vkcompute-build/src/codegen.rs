@@ -336,8 +336,21 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
         }
         names.push(name.clone());
         let access = if b.read_only { "read only" } else { "written" };
-        let ty = match &b.element {
-            Some((element, stride)) => {
+        let ty = match (&b.uniform, &b.element) {
+            (Some(block), _) => {
+                let rust = structs.rust(block, &camel(&name))?;
+                let _ = writeln!(
+                    docs,
+                    "        /// - `{name}`: binding {}, a uniform buffer holding one `{}` (std140);",
+                    b.binding, rust.spelling
+                );
+                params.push(format!(
+                    "{name}: &vkcompute::DeviceBuffer<{}>",
+                    rust.spelling
+                ));
+                format!("{name}.arg()")
+            }
+            (None, Some((element, stride))) => {
                 let rust = structs.rust(element, &camel(&format!("{name}_element")))?;
                 let rust = structs.padded(rust, *stride, &format!("{}Element", camel(&name)))?;
                 let _ = writeln!(
@@ -351,7 +364,7 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
                 ));
                 format!("{name}.arg()")
             }
-            None => {
+            (None, None) => {
                 let _ = writeln!(
                     docs,
                     "        /// - `{name}`: binding {} (a block that is not one runtime array: any \

@@ -14,6 +14,8 @@ pub(crate) struct Binding {
     /// The element type and array stride, where the buffer block is one
     /// runtime array (`T data[];`) and every variable on the binding agrees.
     pub(crate) element: Option<(Type, usize)>,
+    /// A uniform buffer's block type (std140).
+    pub(crate) uniform: Option<Type>,
 }
 
 /// One specialization constant.
@@ -67,26 +69,30 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Reflected, String> {
                 let what = name
                     .clone()
                     .unwrap_or_else(|| format!("binding {}", desc_bind.bind()));
-                let DescriptorType::StorageBuffer(access) = desc_ty else {
-                    return Err(format!(
-                        "`{what}` (binding {}) is a {desc_ty:?}: vkcompute binds storage buffers \
-                         only",
-                        desc_bind.bind()
-                    ));
+                let (access, uniform) = match desc_ty {
+                    DescriptorType::StorageBuffer(access) => (*access, None),
+                    DescriptorType::UniformBuffer() => (AccessType::ReadOnly, Some(ty.clone())),
+                    other => {
+                        return Err(format!(
+                            "`{what}` (binding {}) is a {other:?}: vkcompute binds storage and \
+                             uniform buffers only",
+                            desc_bind.bind()
+                        ))
+                    }
                 };
                 if desc_bind.set() != 0 || *nbind != 1 {
                     return Err(format!(
                         "`{what}`: vkcompute binds one buffer per binding, in descriptor set 0"
                     ));
                 }
-                let element = runtime_element(ty);
+                let element = uniform.is_none().then(|| runtime_element(ty)).flatten();
                 // An anonymous block instance (`buffer A { float a[]; };`)
                 // is named after its block.
                 let name = name.clone().filter(|n| !n.is_empty()).or_else(|| match ty {
                     Type::Struct(s) => s.name.clone(),
                     _ => None,
                 });
-                let read_only = *access == AccessType::ReadOnly;
+                let read_only = access == AccessType::ReadOnly;
                 match bindings.iter_mut().find(|b| b.binding == desc_bind.bind()) {
                     Some(b) => {
                         b.read_only &= read_only;
@@ -102,6 +108,7 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Reflected, String> {
                         name,
                         read_only,
                         element,
+                        uniform,
                     }),
                 }
             }

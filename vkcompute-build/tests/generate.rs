@@ -221,3 +221,25 @@ fn generated_structs_follow_the_shaders_offsets() {
         "{code}"
     );
 }
+
+#[test]
+fn a_uniform_block_is_a_typed_std140_struct() {
+    let source = "#version 450\nlayout(local_size_x = 1) in;\n\
+        layout(std430, binding = 0) buffer Data { float data[]; };\n\
+        layout(std140, binding = 1) uniform Scale { float factor; vec3 shift; uint n; } scale;\n\
+        void main() { data[0] = scale.factor + scale.shift.x + float(scale.n); }\n";
+    let dir = tree("uniform", &[("u.comp", source)]);
+    let code = generated(&Kernels::new(&dir), &dir);
+    assert!(
+        code.contains("scale: &vkcompute::DeviceBuffer<Scale>"),
+        "{code}"
+    );
+    assert!(
+        code.contains("assert!(::core::mem::offset_of!(Scale, shift) == 16);"),
+        "{code}"
+    );
+    assert!(
+        code.contains("assert!(::core::mem::size_of::<Scale>() == 32);"),
+        "{code}"
+    );
+}

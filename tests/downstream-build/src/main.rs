@@ -1,7 +1,7 @@
 //! Runs the build-time kernels on the packaged vkcompute (default
 //! features) and checks them against the CPU.
 
-use downstream_build::{layout, saxpy_typed};
+use downstream_build::{layout, saxpy_typed, scaled};
 use vkcompute::DeviceContext;
 
 fn main() {
@@ -57,12 +57,25 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("layout: particle {i} is {p:?}, expected {want:?}, {}", 2 * i).into());
         }
     }
+    // scaled: parameters in a uniform buffer of the generated std140 struct.
+    let scaler = scaled::Kernel::load(&ctx)?;
+    let data = ctx.enqueue_create_buffer::<f32>(100)?;
+    data.enqueue_fill(3.0)?;
+    let params = ctx.enqueue_create_buffer::<scaled::Scale>(1)?;
+    params.enqueue_copy_from(&[scaled::Scale::new(2.0, [0.0, 0.0, 1.0], 90)])?;
+    scaler.dispatch(&ctx, 2, &data, &params)?;
+    let got = data.to_vec()?;
+    if got[..90] != [7.0; 90] || got[90..] != [3.0; 10] {
+        return Err(format!("scaled: {got:?}").into());
+    }
     println!(
-        "downstream-build check: build-time kernels `{}` and `{}` (constant {} set to 3 by build.rs) ran on {} \
-         with vkcompute's default features and match the CPU",
+        "downstream-build check: build-time kernels `{}`, `{}` (constant {} set to 3 by build.rs) and \
+         `{}` (a uniform block) ran on {} with vkcompute's default features and match \
+         the CPU",
         saxpy.kernel().label(),
         kernel.kernel().label(),
         layout::SPEC_SCALE,
+        scaler.kernel().label(),
         ctx.name()
     );
     Ok(())
