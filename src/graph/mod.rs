@@ -9,7 +9,8 @@
 //! command. The graph keeps its buffers and kernels alive. Replays may
 //! change push constants and put other buffers of the same type and length
 //! in place of captured ones; such a replay records a new command buffer
-//! from the captured operations (no checks repeat but the substitutes').
+//! from the captured operations (no checks repeat but the substitutes'),
+//! and plans each fill again for the offset of the view it fills then.
 
 use std::sync::{Arc, Mutex};
 
@@ -97,6 +98,12 @@ impl DeviceContext {
     /// Enqueues a replay of `graph` with `params`: other push constants for
     /// some dispatches, other buffers in place of captured ones. Records a
     /// new command buffer for the replay (its cost grows with the graph).
+    ///
+    /// A substitute may start at any offset its type allows: fills are
+    /// planned again for it (a `vkCmdFillBuffer` needs 4-byte boundaries,
+    /// elsewhere the fill kernel runs), copies take any offset, and a
+    /// substitute bound to a kernel must start at a multiple of
+    /// `minStorageBufferOffsetAlignment` ([`Error::Misaligned`]).
     pub fn enqueue_graph_with(&self, graph: &Graph, params: &GraphParams<'_>) -> Result<()> {
         let inner = &graph.inner;
         let mut subst = Substitutions::none();
@@ -217,7 +224,8 @@ fn check_substitutions(device: &Device, ops: &[Op], subst: &Substitutions<'_>) -
                     }
                 }
             }
-            Op::Fill { .. } | Op::FillKernel { .. } | Op::FillTiles { .. } | Op::Wait { .. } => {}
+            // A fill is planned for the substitute's offset when recorded.
+            Op::Fill { .. } | Op::FillTiles { .. } | Op::Wait { .. } => {}
         }
     }
     Ok(())
@@ -337,15 +345,10 @@ impl GraphBuilder<'_> {
         }
         let element = bytemuck::bytes_of(&value);
         match fill::plan(view.offset, view.bytes, element) {
-            FillPlan::Word(word) => {
+            // Planned again when recorded, for the offset of the view it
+            // fills then (a substitute's may differ).
+            FillPlan::Word(_) | FillPlan::Kernel => {
                 self.ops.push(Op::Fill {
-                    dst: view.clone(),
-                    word,
-                });
-                Ok(self)
-            }
-            FillPlan::Kernel => {
-                self.ops.push(Op::FillKernel {
                     dst: view.clone(),
                     element: element.to_vec(),
                 });

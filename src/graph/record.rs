@@ -9,7 +9,7 @@ use ash::vk;
 
 use crate::batch_pool::DescriptorPools;
 use crate::error::{Error, Result};
-use crate::fill;
+use crate::fill::{self, FillPlan};
 use crate::hazard::{Access, HazardTracker};
 use crate::kernel::{write_extent, KernelPipeline};
 use crate::record::BufferAccess;
@@ -26,22 +26,19 @@ pub(super) enum Op {
         src: View,
         dst: View,
     },
+    /// A fill with an element of 1, 2, 4, 8 or 16 bytes, planned when
+    /// recorded (the plan depends on the offset, which a substitute may
+    /// change): one `vkCmdFillBuffer` where the range is a 32-bit pattern
+    /// on 4-byte boundaries, else dispatches of the fill kernel.
     Fill {
         dst: View,
-        word: u32,
+        element: Vec<u8>,
     },
     /// A fill of other element widths: copies of a tile of whole elements
-    /// the graph keeps in its own host-visible buffer.
+    /// the graph keeps in its own host-visible buffer (at any offset).
     FillTiles {
         dst: View,
         tile: Arc<Tile>,
-    },
-    /// A fill through the fill kernel (elements of 1, 2, 4, 8 or 16 bytes
-    /// on ranges a 32-bit pattern cannot cover), in dispatches computed
-    /// when recorded (they depend on the view's offset).
-    FillKernel {
-        dst: View,
-        element: Vec<u8>,
     },
     Dispatch {
         kernel: Arc<KernelPipeline>,
@@ -62,9 +59,7 @@ impl Op {
     pub(super) fn uses(&self, view: &View) -> bool {
         match self {
             Op::Copy { src, dst } => same_view(src, view) || same_view(dst, view),
-            Op::Fill { dst, .. } | Op::FillKernel { dst, .. } | Op::FillTiles { dst, .. } => {
-                same_view(dst, view)
-            }
+            Op::Fill { dst, .. } | Op::FillTiles { dst, .. } => same_view(dst, view),
             Op::Dispatch { args, .. } => args.iter().any(|(v, _)| same_view(v, view)),
             Op::Wait { .. } => false,
         }
@@ -89,11 +84,11 @@ impl Op {
                 out.push(whole(subst.view(dst), true));
             }
             // (A tile is written once, at capture, before any submission.)
+            // A fill through the kernel orders each of its dispatches on its
+            // own, in `record_into`.
             Op::Fill { dst, .. } | Op::FillTiles { dst, .. } => {
                 out.push(whole(subst.view(dst), true))
             }
-            // Each of its dispatches is ordered on its own, in `record_into`.
-            Op::FillKernel { .. } => {}
             Op::Dispatch { args, .. } => {
                 for (view, write) in args {
                     let view = subst.view(view);
@@ -275,8 +270,23 @@ pub(super) fn record_into(
     // off) come from the recording's own pools.
     let mut allocate = |layout| descriptors.allocate(device, layout);
     for op in ops {
-        if let Op::FillKernel { dst, element } = op {
+        if let Op::Fill { dst, element } = op {
             let d = subst.view(dst);
+            if let FillPlan::Word(word) = fill::plan(d.offset, d.bytes, element) {
+                let access = BufferAccess {
+                    memory: &d.memory,
+                    offset: d.offset,
+                    len: d.bytes,
+                    write: true,
+                };
+                order(device, cmd, &mut hazards, &mut union, &[access]);
+                // Offset and size are multiples of 4 inside the buffer (the
+                // plan, made for this view, says so).
+                cmd.fill_buffer(device, d.memory.handle(), d.offset, d.bytes, word);
+                commands += 1;
+                continue;
+            }
+            // Not `Tiles`: the element's width divides 16 (checked at capture).
             let pipeline = fill::fill_pipeline(device)?;
             for chunk in fill::device_kernel_chunks(device, d.offset, d.bytes, element) {
                 // The whole binding counts as written, as `enqueue_fill` counts it.
@@ -331,12 +341,6 @@ pub(super) fn record_into(
                 // the captured length).
                 cmd.copy_buffer(device, tile.buffer(), d.memory.handle(), &regions);
             }
-            Op::Fill { dst, word } => {
-                let d = subst.view(dst);
-                // Offset and size are multiples of 4 inside the buffer (the
-                // fill plan said so at capture).
-                cmd.fill_buffer(device, d.memory.handle(), d.offset, d.bytes, *word);
-            }
             Op::Dispatch {
                 kernel,
                 args,
@@ -375,7 +379,7 @@ pub(super) fn record_into(
                     *grid,
                 )?;
             }
-            Op::Wait { .. } | Op::FillKernel { .. } => continue,
+            Op::Wait { .. } | Op::Fill { .. } => continue,
         }
         commands += 1;
     }
