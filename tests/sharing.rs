@@ -574,6 +574,41 @@ fn release_and_acquire_hand_shared_memory_between_contexts() {
 }
 
 #[test]
+fn empty_ranges_of_shared_memory_hand_over_nothing() {
+    // A view of length 0 (at the start, inside, at the buffer's end) owns
+    // no memory: its release and acquire record no barrier (one of size 0,
+    // or at offset = size, is invalid) and order nothing; memory that is
+    // not shared is still refused.
+    for path in PATHS {
+        let a = context_with(options(path));
+        let log = a.validation_log();
+        let n = 64;
+        let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+        x.enqueue_fill(3).unwrap();
+        for at in [0, 5, n] {
+            let empty = x.create_sub_buffer::<u32>(at, 0).unwrap();
+            empty.enqueue_release_to_external().unwrap();
+            empty.enqueue_acquire_from_external().unwrap();
+        }
+        let bytes = x.create_sub_buffer::<u8>(4 * n, 0).unwrap();
+        bytes.enqueue_release_to_external().unwrap();
+        bytes.enqueue_acquire_from_external().unwrap();
+        a.synchronize().unwrap();
+        assert_eq!(x.to_vec().unwrap(), [3; 64]);
+        let plain = a.enqueue_create_buffer::<u32>(4).unwrap();
+        let e = plain
+            .create_sub_buffer::<u32>(4, 0)
+            .unwrap()
+            .enqueue_release_to_external()
+            .unwrap_err();
+        assert!(matches!(e, Error::NotExportable { .. }), "{e}");
+        drop((x, bytes, plain));
+        drop(a);
+        assert_clean(&log, &format!("empty hand-overs, {path:?}"));
+    }
+}
+
+#[test]
 fn win32_handles_are_clear_errors_without_the_win32_extensions() {
     let (a, b) = two_contexts(Path::Direct);
     let (log_a, log_b) = (a.validation_log(), b.validation_log());
