@@ -267,6 +267,19 @@ impl Submitter {
         dst: (&Arc<BufferMemory>, u64),
         len: u64,
     ) -> Result<()> {
+        self.copy_held(op, src, dst, len, None)
+    }
+
+    /// [`copy`](Self::copy) for an operation that holds `held`'s operation
+    /// lock (one of the two ends).
+    pub(crate) fn copy_held(
+        &self,
+        op: &'static str,
+        src: (&Arc<BufferMemory>, u64),
+        dst: (&Arc<BufferMemory>, u64),
+        len: u64,
+        held: Option<&BufferMemory>,
+    ) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
@@ -294,7 +307,7 @@ impl Submitter {
             },
         ];
         // Both ranges lie in their buffers and do not overlap (checked above).
-        self.record_copy(op, &accesses, |stream, copy| {
+        let body = |stream: &mut Stream, copy| {
             let region = vk::BufferCopy {
                 src_offset,
                 dst_offset,
@@ -302,6 +315,10 @@ impl Submitter {
             };
             stream.push_copy(copy, src.handle(), dst.handle(), &[region]);
             Ok(())
-        })
+        };
+        match held {
+            Some(held) => self.record_copy_held(op, &accesses, held, body),
+            None => self.record_copy(op, &accesses, body),
+        }
     }
 }

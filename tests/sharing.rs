@@ -760,3 +760,69 @@ fn two_threads_copying_through_one_alias_at_once() {
     assert_clean(&log_a, "the exporting context");
     assert_clean(&log_b, "the importing context");
 }
+
+#[test]
+fn operations_on_an_exportable_buffer_wait_for_a_copy_to_another_context() {
+    // One thread copies between the exportable buffer and buffers of
+    // another context (both ways); another fills the exportable buffer
+    // and reads it back. No operation fails (the copy is an operation of
+    // the buffer, not a host borrow of it), and every read sees one
+    // operation's whole result.
+    for path in PATHS {
+        let (a, b) = two_contexts(path);
+        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let n = 4096;
+        let rounds = 150u32;
+        let shared = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+        shared.enqueue_fill(0).unwrap();
+        let from = b.enqueue_create_buffer::<u32>(n).unwrap();
+        from.enqueue_fill(7).unwrap();
+        let to = b.enqueue_create_buffer::<u32>(n).unwrap();
+        let uniform = |v: &[u32]| v.iter().all(|x| *x == v[0]);
+        std::thread::scope(|s| {
+            let (shared, from, to) = (&shared, &from, &to);
+            s.spawn(move || {
+                for i in 0..rounds {
+                    if i % 2 == 0 {
+                        shared.enqueue_copy_from(from).unwrap();
+                    } else {
+                        to.enqueue_copy_from(shared).unwrap();
+                        let got = to.to_vec().unwrap();
+                        assert!(uniform(&got), "{path:?}: a torn copy");
+                    }
+                }
+            });
+            s.spawn(move || {
+                for i in 0..rounds {
+                    let value = 100 + i;
+                    shared.enqueue_fill(value).unwrap();
+                    let got = shared.to_vec().unwrap();
+                    assert!(uniform(&got), "{path:?}: a torn read");
+                    assert!(got[0] == value || got[0] == 7, "{path:?}: read {}", got[0]);
+                }
+            });
+        });
+        // Two exportable buffers copied into each other from two threads:
+        // each copy holds both ends, and neither waits for the other forever.
+        let other = b.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+        other.enqueue_fill(9).unwrap();
+        std::thread::scope(|s| {
+            let (shared, other) = (&shared, &other);
+            s.spawn(move || {
+                for _ in 0..rounds / 3 {
+                    shared.enqueue_copy_from(other).unwrap();
+                }
+            });
+            s.spawn(move || {
+                for _ in 0..rounds / 3 {
+                    other.enqueue_copy_from(shared).unwrap();
+                }
+            });
+        });
+        assert_eq!(shared.to_vec().unwrap(), other.to_vec().unwrap());
+        drop((shared, from, to, other));
+        drop((a, b));
+        assert_clean(&log_a, &format!("the exporting context, {path:?}"));
+        assert_clean(&log_b, &format!("the other context, {path:?}"));
+    }
+}
