@@ -247,3 +247,48 @@ fn size_overflow_reports_the_length_asked_for() {
         }
     });
 }
+
+/// `take_raw` checks that no clone is alive before it waits for the
+/// buffer's work: a clone that enqueues a fill and drops while take_raw
+/// waits either makes it refuse (`Error::Shared`) or is waited for, so
+/// the raw buffer it returns is idle and freeing it is sound.
+#[test]
+fn take_raw_never_returns_a_buffer_a_dropped_clone_still_uses() {
+    on_each_path(|ctx, path| {
+        let n = 1 << 20;
+        let (mut taken, mut refused) = (0, 0);
+        for round in 0..60u32 {
+            let buf = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+            // Pending work for take_raw to wait for.
+            buf.enqueue_fill(round).unwrap();
+            let started = Arc::new(Barrier::new(2));
+            let clone = buf.clone();
+            let filler = {
+                let started = started.clone();
+                thread::spawn(move || {
+                    started.wait();
+                    clone.enqueue_fill(round + 1).unwrap();
+                    drop(clone);
+                })
+            };
+            started.wait();
+            match buf.take_raw() {
+                Ok(owned) => {
+                    taken += 1;
+                    filler.join().unwrap();
+                    // SAFETY: take_raw returned it, so no work uses it, and
+                    // nothing uses it afterwards.
+                    unsafe { owned.free() };
+                }
+                Err((back, e)) => {
+                    refused += 1;
+                    assert!(matches!(e, Error::Shared { .. }), "{path:?}: {e}");
+                    filler.join().unwrap();
+                    drop(back);
+                }
+            }
+            ctx.synchronize().unwrap();
+        }
+        assert_eq!(taken + refused, 60);
+    });
+}
