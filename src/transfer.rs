@@ -112,6 +112,18 @@ impl Submitter {
         // Read in pieces, the download holds the buffer's operations until
         // the last piece is recorded, so no write falls between two pieces.
         let _ops = src.lock_ops(out.len() as u64 > TRANSFER_CHUNK);
+        self.download_held(op, src, offset, out)
+    }
+
+    /// [`download`](Self::download) by a caller that holds `src`'s
+    /// operation lock (exclusively where `out` is more than one piece).
+    pub(crate) fn download_held(
+        &self,
+        op: &'static str,
+        src: &Arc<BufferMemory>,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
         if out.is_empty() {
             return src.check_kept_error();
         }

@@ -292,3 +292,51 @@ fn take_raw_never_returns_a_buffer_a_dropped_clone_still_uses() {
         assert_eq!(taken + refused, 60);
     });
 }
+
+/// A long buffer prints its first three and last three elements from one
+/// snapshot: with another thread filling it over and over, all six are
+/// the value of one fill.
+#[test]
+fn a_long_buffer_prints_one_snapshot_of_both_ends() {
+    on_each_path(|ctx, path| {
+        let n = 1 << 16;
+        let buf = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        buf.enqueue_fill(0).unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        thread::scope(|s| {
+            let (buf, done) = (&buf, &done);
+            s.spawn(move || {
+                let mut value = 1;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    buf.enqueue_fill(value).unwrap();
+                    // One fill in flight at a time, so that the reads that
+                    // wait for the buffer to be idle get their turn.
+                    ctx.synchronize().unwrap();
+                    value += 1;
+                }
+            });
+            // Stops the writer however the reads end (a failed assertion
+            // included, which would otherwise wait for it for ever).
+            struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            let _stop = Stop(done);
+            for _ in 0..300 {
+                let text = buf.to_string();
+                let inner = text
+                    .strip_prefix("DeviceBuffer([")
+                    .and_then(|t| t.strip_suffix("])"))
+                    .unwrap_or_else(|| panic!("{path:?}: {text}"));
+                let values: Vec<&str> = inner.split(", ").filter(|v| *v != "...").collect();
+                assert_eq!(values.len(), 6, "{path:?}: {text}");
+                assert!(
+                    values.iter().all(|v| *v == values[0]),
+                    "{path:?}: a torn print: {text}"
+                );
+            }
+        });
+    });
+}
