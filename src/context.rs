@@ -305,6 +305,16 @@ impl DeviceContext {
         self.shared.lock().live_objects()
     }
 
+    /// How many streams of this context's device are alive (this one
+    /// included): a stream goes when its last handle (a context, a buffer
+    /// it owns, a graph waiting for it) is dropped, for finding leaks.
+    pub fn live_streams(&self) -> usize {
+        self.shared
+            .device
+            .streams
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Bytes the device allocator has handed out in all.
     pub fn allocated_bytes(&self) -> u64 {
         self.shared

@@ -168,12 +168,15 @@ impl DeviceContext {
                 write: *write,
             })
             .collect();
-        let describe = || format!("graph of {} commands", recording.commands);
-        let keep = recording.clone();
+        let describe = || format!("graph of {} commands", recording.count);
+        // The batch keeps the commands, not the recording's buffers (see
+        // `record::Commands`).
+        let keep = recording.commands.clone();
         self.shared
             .record_described(op, &describe, &accesses, |stream, cmd| {
+                let secondary = keep.cmd;
                 stream.keep_alive(keep);
-                cmd.execute(stream.device(), recording.cmd);
+                cmd.execute(stream.device(), secondary);
                 // After a secondary command buffer the primary's bound state
                 // is undefined.
                 stream.forget_bindings();

@@ -192,24 +192,36 @@ impl Drop for Tile {
     }
 }
 
-/// One recording of a graph: a secondary command buffer, the descriptor
-/// sets it binds (where push descriptors are off), and the union of the
-/// byte ranges it reads and writes. Batches that execute it hold it.
+/// One recording of a graph: its commands (what a batch that executes it
+/// keeps), and the union of the byte ranges it reads and writes (the
+/// buffers, which only the replay that records it needs).
 pub(super) struct Recording {
+    pub(super) commands: Arc<Commands>,
+    pub(super) uses: Uses,
+    pub(super) count: usize,
+}
+
+/// A recording's secondary command buffer, the descriptor sets it binds
+/// (where push descriptors are off), the tiles its fills copy from and the
+/// kernels it dispatches. Batches that execute it hold it, and nothing in
+/// it holds a buffer (whose memory holds its owner's stream): a batch of
+/// the stream that owns a graph's buffers would keep the stream alive
+/// through it, and the stream the batch. The buffers need no holding:
+/// each replay notes its uses on them, so their memory is freed only once
+/// the replay is done.
+pub(super) struct Commands {
     device: Arc<Device>,
     pools: Pools,
     pub(super) cmd: Cmd,
     descriptors: DescriptorPools,
-    pub(super) uses: Uses,
-    pub(super) commands: usize,
-    /// The tiles its fills copy from.
     _tiles: Vec<Arc<Tile>>,
+    _kernels: Vec<Arc<KernelPipeline>>,
 }
 
-impl Drop for Recording {
+impl Drop for Commands {
     fn drop(&mut self) {
-        // No batch that executes the buffer is pending (they hold this
-        // recording until they complete).
+        // No batch that executes the buffer is pending (they hold these
+        // commands until they complete).
         let mut pool = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         pool.free(self.cmd);
         self.descriptors.destroy(&self.device);
@@ -232,13 +244,11 @@ pub(super) fn record(
         .and_then(|recorded| guard.end(cmd).map(|()| recorded));
     drop(guard);
     // From here the recording owns `cmd` and the descriptor sets.
-    let mut recording = Recording {
+    let commands = Arc::new(Commands {
         device: device.clone(),
         pools: pools.clone(),
         cmd,
         descriptors,
-        uses: Vec::new(),
-        commands: 0,
         _tiles: ops
             .iter()
             .filter_map(|op| match op {
@@ -246,9 +256,20 @@ pub(super) fn record(
                 _ => None,
             })
             .collect(),
-    };
-    (recording.uses, recording.commands) = recorded?;
-    Ok(recording)
+        _kernels: ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Dispatch { kernel, .. } => Some(kernel.clone()),
+                _ => None,
+            })
+            .collect(),
+    });
+    let (uses, count) = recorded?;
+    Ok(Recording {
+        commands,
+        uses,
+        count,
+    })
 }
 
 /// The body of [`record`]: returns the union of the uses and the number of

@@ -80,6 +80,8 @@ pub(crate) struct Device {
     /// batch's own (a use after free inside the driver, seen as a rare crash
     /// in the model test); they are destroyed once the device is idle.
     retired_semaphores: Mutex<Vec<vk::Semaphore>>,
+    /// Streams (`Submitter`s) of the device alive now.
+    pub(crate) streams: AtomicUsize,
     /// The crate's own pipelines (the fill kernel), made on first use.
     internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,
     /// Unique among the devices of this process.
@@ -253,6 +255,7 @@ impl Device {
             buffer_cache: Mutex::new(BufferCache::new(cache_limit(&adapter))),
             orphans: Mutex::new(Vec::new()),
             retired_semaphores: Mutex::new(Vec::new()),
+            streams: AtomicUsize::new(0),
             internal_pipelines: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             #[cfg(feature = "fault-injection")]
