@@ -97,6 +97,8 @@ impl Submitter {
             Some(t) => Some(StreamTrace::new(&device, t.clone(), MAX_IN_FLIGHT)?),
             None => None,
         };
+        // Dropped streams' semaphores stay bounded without `trim`.
+        device.bound_retired_semaphores()?;
         let semaphore = Timeline::create_semaphore(&device)?;
         // Owned from here: dropped on the error path below, it retires its
         // semaphore.
