@@ -93,7 +93,10 @@ fn child(socket: &str) -> Result<(), Box<dyn std::error::Error>> {
     let info = ExternalMemoryInfo::from_bytes(&info)?;
     let ctx = DeviceContext::new()?;
     let len = (info.size / 4) as usize;
-    let buf = ctx.import_buffer::<u32>(ExportedMemory { fd, info }, len)?;
+    // SAFETY: the parent exported the descriptor with `export_fd` and sent
+    // it with that export's own description; it keeps the memory alive
+    // until this process is done.
+    let buf = unsafe { ctx.import_buffer::<u32>(ExportedMemory { fd, info }, len) }?;
     let first = buf.create_sub_buffer::<u32>(0, 4)?.to_vec()?;
     println!("child: imported {len} elements into its own device, starting {first:?}");
     let kernel = Kernel::new(&ctx, vkcompute::shaders::ADD_ONE, "main")?;

@@ -10,6 +10,7 @@ use bytemuck::Pod;
 
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
+use crate::resource::BufferMemory;
 use crate::view::View;
 use crate::vk::MemoryUsage;
 
@@ -356,9 +357,11 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// Hands the buffer and its memory to the caller, once the work that
-    /// uses them has completed. Only a whole buffer with no other clone or
-    /// view can be taken ([`Error::Shared`] otherwise: the buffer is
-    /// returned inside the error's context unchanged). Free the result with
+    /// uses them has completed. Only a whole buffer with no other clone,
+    /// view or graph using it can be taken ([`Error::Shared`] otherwise:
+    /// the buffer is returned inside the error's context unchanged); that
+    /// is checked before the wait, so no work enqueued through a clone
+    /// dropped meanwhile is left behind. Free the result with
     /// [`OwnedRawBuffer::free`].
     pub fn take_raw(self) -> std::result::Result<OwnedRawBuffer, (Self, Error)> {
         let op = "DeviceBuffer::take_raw";
@@ -380,24 +383,25 @@ impl<T: Pod> DeviceBuffer<T> {
                 },
             ));
         }
-        if let Err(e) = self.view.memory.wait_for_host_access(true) {
-            return Err((self, e));
-        }
         let len = self.len;
+        let back = |memory: Arc<BufferMemory>| DeviceBuffer {
+            view: View {
+                memory,
+                offset: 0,
+                bytes: self.view.bytes,
+            },
+            len,
+            _element: PhantomData,
+        };
+        // Uniqueness first, then the wait: once this is the memory's only
+        // handle, nothing can enqueue work on it any more, so the work the
+        // wait sees is all the work there will be. (Waiting first would
+        // miss what a clone enqueued meanwhile before it dropped.)
         let memory = match Arc::try_unwrap(self.view.memory) {
             Ok(memory) => memory,
             Err(memory) => {
-                let back = DeviceBuffer {
-                    view: View {
-                        memory,
-                        offset: 0,
-                        bytes: self.view.bytes,
-                    },
-                    len,
-                    _element: PhantomData,
-                };
                 return Err((
-                    back,
+                    back(memory),
                     Error::Shared {
                         op,
                         reason: "other clones or views of it are alive",
@@ -405,6 +409,9 @@ impl<T: Pod> DeviceBuffer<T> {
                 ));
             }
         };
+        if let Err(e) = memory.wait_for_host_access(true) {
+            return Err((back(Arc::new(memory)), e));
+        }
         let size = memory.size;
         let device = memory.device.clone();
         let raw = memory.into_raw();

@@ -305,6 +305,24 @@ impl DeviceContext {
         self.shared.lock().live_objects()
     }
 
+    /// How many streams of this context's device are alive (this one
+    /// included): a stream goes when its last handle (a context, a buffer
+    /// it owns, a graph waiting for it) is dropped, for finding leaks.
+    pub fn live_streams(&self) -> usize {
+        self.shared
+            .device
+            .streams
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many timeline semaphores of dropped streams of this device wait
+    /// to be destroyed: once the device is idle, which `trim` waits for,
+    /// and which making a stream waits for where 64 of them wait (on a
+    /// device vkcompute created), so that their number stays bounded.
+    pub fn retired_timelines(&self) -> usize {
+        self.shared.device.retired_semaphore_count()
+    }
+
     /// Bytes the device allocator has handed out in all.
     pub fn allocated_bytes(&self) -> u64 {
         self.shared

@@ -3,7 +3,9 @@
 //! and the last three: `HostBuffer([0.0, 1.0, 2.0, ..., 998.0, 999.0, 1000.0])`.
 //! Elements print with `Debug` (integers plainly, floats in shortest
 //! round-trip form with `.0` on whole values). A read that fails prints its
-//! error inside the parentheses instead of panicking.
+//! error inside the parentheses instead of panicking. Both ends of a long
+//! buffer come from one snapshot: one operation on the buffer, which no
+//! other operation falls between.
 
 use std::fmt::{self, Debug, Display, Write as _};
 
@@ -20,8 +22,12 @@ const SUMMARY_FROM: usize = 1000;
 const EDGE: usize = 3;
 
 /// `[a, b, c]`, or `[a, b, c, ..., x, y, z]` for long buffers, with
-/// `read(start, len)` reading the elements needed.
-fn elements<T: Debug>(len: usize, read: impl Fn(usize, usize) -> Result<Vec<T>>) -> Result<String> {
+/// `read(ranges)` reading the elements of the (start, len) ranges needed,
+/// one after the other, in one snapshot.
+fn elements<T: Debug>(
+    len: usize,
+    read: impl FnOnce(&[(usize, usize)]) -> Result<Vec<T>>,
+) -> Result<String> {
     let mut out = String::from("[");
     let list = |out: &mut String, items: &[T]| {
         for (i, v) in items.iter().enumerate() {
@@ -33,11 +39,13 @@ fn elements<T: Debug>(len: usize, read: impl Fn(usize, usize) -> Result<Vec<T>>)
         }
     };
     if len < SUMMARY_FROM {
-        list(&mut out, &read(0, len)?);
+        list(&mut out, &read(&[(0, len)])?);
     } else {
-        list(&mut out, &read(0, EDGE)?);
+        let ends = read(&[(0, EDGE), (len - EDGE, EDGE)])?;
+        let (head, tail) = ends.split_at(EDGE.min(ends.len()));
+        list(&mut out, head);
         out.push_str(", ..., ");
-        list(&mut out, &read(len - EDGE, EDGE)?);
+        list(&mut out, tail);
     }
     out.push(']');
     Ok(out)
@@ -51,19 +59,33 @@ fn write_buffer(f: &mut fmt::Formatter<'_>, kind: &str, contents: Result<String>
 }
 
 impl View {
-    /// `len` elements of `T` starting at element `start`, read without
-    /// writing anything back.
-    fn read_elements<T: Pod>(&self, start: usize, len: usize) -> Result<Vec<T>> {
+    /// The elements of `T` of each (start, len) range, one range after the
+    /// other, read without writing anything back, as one operation (under
+    /// the memory's exclusive operation lock): no operation on the buffer
+    /// falls between the ranges' reads.
+    fn read_elements<T: Pod>(&self, ranges: &[(usize, usize)]) -> Result<Vec<T>> {
         let op = "Display::fmt";
-        self.sub_view::<T>(op, String::new, start, len)?.to_vec(op)
+        let views = ranges
+            .iter()
+            .map(|&(start, len)| self.sub_view::<T>(op, String::new, start, len))
+            .collect::<Result<Vec<View>>>()?;
+        let total = ranges.iter().map(|r| r.1).sum();
+        let mut out = vec![T::zeroed(); total];
+        let ctx = self.memory.owner();
+        let _ops = self.memory.lock_ops(true);
+        let mut rest: &mut [u8] = bytemuck::cast_slice_mut(&mut out);
+        for view in &views {
+            let (part, after) = std::mem::take(&mut rest).split_at_mut(view.bytes as usize);
+            ctx.download_held(op, &view.memory, view.offset, part)?;
+            rest = after;
+        }
+        Ok(out)
     }
 }
 
 impl<T: Pod + Debug> Display for DeviceBuffer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let contents = elements(self.len(), |start, len| {
-            self.view.read_elements::<T>(start, len)
-        });
+        let contents = elements(self.len(), |ranges| self.view.read_elements::<T>(ranges));
         write_buffer(f, "DeviceBuffer", contents)
     }
 }
@@ -71,8 +93,12 @@ impl<T: Pod + Debug> Display for DeviceBuffer<T> {
 impl<T: Pod + Debug> Display for HostBuffer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let contents = self.as_slice().and_then(|slice| {
-            elements(slice.len(), |start, len| {
-                Ok(slice[start..start + len].to_vec())
+            elements(slice.len(), |ranges| {
+                Ok(ranges
+                    .iter()
+                    .flat_map(|&(start, len)| &slice[start..start + len])
+                    .copied()
+                    .collect())
             })
         });
         write_buffer(f, "HostBuffer", contents)

@@ -87,7 +87,22 @@ pub mod shaders {
 #[cfg_attr(not(feature = "build"), allow(dead_code))]
 mod shader_build;
 
-/// Compiling a crate's own GLSL shaders in its `build.rs` (feature `build`).
+/// Compiling a crate's own GLSL shaders in its `build.rs` (feature `build`):
+/// a flat folder of `*.comp` into `$OUT_DIR/shaders.rs`.
+///
+/// For your own kernels, prefer the companion crate `vkcompute-build` (a
+/// build-dependency that does not compile this runtime a second time): it
+/// takes a tree of shaders with defines, includes, entry points, targets and
+/// specialization defaults, validates each module, and generates typed
+/// kernels that load on default features. This module stays for crates that
+/// want only the SPIR-V:
+///
+/// ```no_run
+/// // build.rs, with `vkcompute = { features = ["build"] }` as a build-dependency
+/// let out = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap());
+/// vkcompute::build::compile_shaders("shaders".as_ref(), &out).unwrap();
+/// // then, in the crate: include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
+/// ```
 #[cfg(feature = "build")]
 pub mod build {
     pub use crate::shader_build::{compile_glsl, compile_shaders};

@@ -137,7 +137,10 @@ pub(crate) struct BufferMemory {
     /// write-back) holds it exclusively from its first command to its last,
     /// so that no other operation on the memory falls between them. Taken
     /// before the stream lock; several memories are locked in address order
-    /// ([`lock_all`]); an exclusive holder locks no other memory.
+    /// ([`lock_all`], [`lock_two`]); an exclusive holder locks no other
+    /// memory, but for a copy between devices, which holds both ends
+    /// exclusively (taken together, in address order) and the copy's
+    /// alias, which nothing else can reach.
     ops: RwLock<()>,
 }
 
@@ -354,6 +357,29 @@ impl BufferMemory {
         }
     }
 
+    /// Readies the memory for an access that another device makes through
+    /// an alias of it (a copy between contexts), with the operation lock
+    /// `_held` taken exclusively, so that no command and no host borrow of
+    /// the memory starts until the access is done and the caller lets the
+    /// lock go. Fails as a command would where a host borrow forbids the
+    /// access (or with an error kept from a `Drop`); then waits on the
+    /// host for the work of the memory's own device that it must follow.
+    pub(crate) fn ready_for_foreign_access(
+        &self,
+        op: &'static str,
+        write: bool,
+        _held: &OpsGuard<'_>,
+    ) -> Result<()> {
+        {
+            let mut state = self.state();
+            if let Some(e) = state.kept.take() {
+                return Err(e);
+            }
+            state.check_device(op, write)?;
+        }
+        self.wait_for_host_access(write)
+    }
+
     /// Ends a borrow made by [`borrow_host`](Self::borrow_host).
     pub(crate) fn release_host(&self) {
         let mut state = self.state();
@@ -419,6 +445,19 @@ impl BufferMemory {
             }
             self.wait_for_host_access(write)?;
         }
+    }
+}
+
+/// Locks the operations of two different memories exclusively, in address
+/// order as [`lock_all`] takes them (for an operation of several commands
+/// on both, a copy between devices): returns `a`'s guard, then `b`'s.
+pub(crate) fn lock_two<'a>(a: &'a BufferMemory, b: &'a BufferMemory) -> [OpsGuard<'a>; 2] {
+    if (a as *const BufferMemory) < (b as *const BufferMemory) {
+        let first = a.lock_ops(true);
+        [first, b.lock_ops(true)]
+    } else {
+        let first = b.lock_ops(true);
+        [a.lock_ops(true), first]
     }
 }
 

@@ -3,6 +3,7 @@
 //! `DeviceContext`, its clones and the buffers it owns. It decides when to
 //! flush, wait and reclaim; nothing below it calls back up.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::error::Result;
@@ -96,11 +97,15 @@ impl Submitter {
             Some(t) => Some(StreamTrace::new(&device, t.clone(), MAX_IN_FLIGHT)?),
             None => None,
         };
+        // Dropped streams' semaphores stay bounded without `trim`.
+        device.bound_retired_semaphores()?;
         let semaphore = Timeline::create_semaphore(&device)?;
         // Owned from here: dropped on the error path below, it retires its
         // semaphore.
         let timeline = Arc::new(Timeline::new(device.clone(), semaphore));
         let stream = Stream::new(device.clone(), timeline.clone(), garbage.clone(), trace)?;
+        // Counted down in `drop`.
+        device.streams.fetch_add(1, Ordering::Relaxed);
         Ok(Arc::new_cyclic(|this| Submitter {
             stream: Mutex::new(stream),
             garbage,
@@ -220,5 +225,6 @@ impl Drop for Submitter {
         if let Err(e) = stream.flush() {
             log::error!("a context's final submission failed: {e}");
         }
+        self.device.streams.fetch_sub(1, Ordering::Relaxed);
     }
 }

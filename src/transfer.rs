@@ -112,6 +112,18 @@ impl Submitter {
         // Read in pieces, the download holds the buffer's operations until
         // the last piece is recorded, so no write falls between two pieces.
         let _ops = src.lock_ops(out.len() as u64 > TRANSFER_CHUNK);
+        self.download_held(op, src, offset, out)
+    }
+
+    /// [`download`](Self::download) by a caller that holds `src`'s
+    /// operation lock (exclusively where `out` is more than one piece).
+    pub(crate) fn download_held(
+        &self,
+        op: &'static str,
+        src: &Arc<BufferMemory>,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
         if out.is_empty() {
             return src.check_kept_error();
         }
@@ -267,6 +279,19 @@ impl Submitter {
         dst: (&Arc<BufferMemory>, u64),
         len: u64,
     ) -> Result<()> {
+        self.copy_held(op, src, dst, len, None)
+    }
+
+    /// [`copy`](Self::copy) for an operation that holds `held`'s operation
+    /// lock (one of the two ends).
+    pub(crate) fn copy_held(
+        &self,
+        op: &'static str,
+        src: (&Arc<BufferMemory>, u64),
+        dst: (&Arc<BufferMemory>, u64),
+        len: u64,
+        held: Option<&BufferMemory>,
+    ) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
@@ -294,7 +319,7 @@ impl Submitter {
             },
         ];
         // Both ranges lie in their buffers and do not overlap (checked above).
-        self.record_copy(op, &accesses, |stream, copy| {
+        let body = |stream: &mut Stream, copy| {
             let region = vk::BufferCopy {
                 src_offset,
                 dst_offset,
@@ -302,6 +327,10 @@ impl Submitter {
             };
             stream.push_copy(copy, src.handle(), dst.handle(), &[region]);
             Ok(())
-        })
+        };
+        match held {
+            Some(held) => self.record_copy_held(op, &accesses, held, body),
+            None => self.record_copy(op, &accesses, body),
+        }
     }
 }

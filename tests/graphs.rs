@@ -546,3 +546,53 @@ fn one_graph_replayed_from_two_threads_on_two_streams_beside_a_mapping() {
     drop((graph, add_one, buf, second, ctx));
     assert_clean(&log, "one graph replayed from two threads");
 }
+
+#[test]
+fn a_fill_replayed_on_a_substitute_at_another_offset_is_planned_for_that_offset() {
+    // A fill captured at byte 0 (one vkCmdFillBuffer) replayed on views at
+    // bytes 1, 2 and 3 (u8) and 2 (u16), where no 4-byte fill can start:
+    // every replay fills exactly the substitute's bytes.
+    for push in [true, false] {
+        let ctx = context_with(options(push));
+        let log = ctx.validation_log();
+        let len = 1000usize;
+        let whole = ctx.enqueue_create_buffer::<u8>(len + 16).unwrap();
+        let a = ctx.enqueue_create_buffer::<u8>(len).unwrap();
+        let mut g = ctx.capture_graph();
+        g.fill(&a, 0xab).unwrap();
+        let graph = g.finish().unwrap();
+        for at in [1usize, 2, 3, 4, 7] {
+            whole.enqueue_fill(0).unwrap();
+            let view = whole.create_sub_buffer::<u8>(at, len).unwrap();
+            ctx.enqueue_graph_with(&graph, &GraphParams::new().buffer(&a, &view).unwrap())
+                .unwrap();
+            let mut expected = vec![0u8; len + 16];
+            expected[at..at + len].fill(0xab);
+            assert_eq!(whole.to_vec().unwrap(), expected, "a u8 view at byte {at}");
+        }
+        let words = whole.create_sub_buffer::<u16>(0, (len + 16) / 2).unwrap();
+        let b = ctx.enqueue_create_buffer::<u16>(len / 2).unwrap();
+        let mut g = ctx.capture_graph();
+        g.fill(&b, 0x1234).unwrap();
+        let graph16 = g.finish().unwrap();
+        for at in [1usize, 3] {
+            words.enqueue_fill(0).unwrap();
+            let view = whole.create_sub_buffer::<u16>(at, len / 2).unwrap();
+            ctx.enqueue_graph_with(&graph16, &GraphParams::new().buffer(&b, &view).unwrap())
+                .unwrap();
+            let mut expected = vec![0u16; (len + 16) / 2];
+            expected[at..at + len / 2].fill(0x1234);
+            assert_eq!(
+                words.to_vec().unwrap(),
+                expected,
+                "a u16 view at element {at}"
+            );
+        }
+        // The captured recording still fills the captured buffer.
+        ctx.enqueue_graph(&graph).unwrap();
+        assert_eq!(a.to_vec().unwrap(), vec![0xab; len]);
+        ctx.synchronize().unwrap();
+        drop((graph, graph16, a, b, words, whole, ctx));
+        assert_clean(&log, &format!("substitute fills, push descriptors {push}"));
+    }
+}

@@ -102,3 +102,43 @@ fn a_context_dropped_with_work_in_flight_finishes_it() {
     drop(ctx); // must wait for the fills before freeing anything
     common::assert_clean(&log, "dropping a busy context");
 }
+
+#[test]
+fn a_graph_replayed_on_its_buffers_own_stream_frees_everything_once_dropped() {
+    // The stream's batch holds the replay, the replay's buffers name the
+    // stream as their owner: nothing the batch keeps may hold the stream,
+    // or stream, batch, buffer and device keep each other alive.
+    on_each_path(|ctx, _| {
+        ctx.trim().unwrap();
+        let baseline = ctx.allocated_bytes();
+        assert_eq!(ctx.live_streams(), 1);
+        for with_params in [false, true] {
+            let stream = ctx.new_stream().unwrap();
+            assert_eq!(ctx.live_streams(), 2);
+            let buf = stream.enqueue_create_buffer::<u8>(64 << 20).unwrap();
+            let other = stream.enqueue_create_buffer::<u8>(64 << 20).unwrap();
+            let mut g = stream.capture_graph();
+            g.fill(&buf, 0xab).unwrap();
+            let graph = g.finish().unwrap();
+            if with_params {
+                let params = vkcompute::GraphParams::new().buffer(&buf, &other).unwrap();
+                stream.enqueue_graph_with(&graph, &params).unwrap();
+            } else {
+                stream.enqueue_graph(&graph).unwrap();
+            }
+            drop((graph, buf, other, stream));
+            ctx.synchronize().unwrap();
+            ctx.trim().unwrap();
+            assert_eq!(
+                ctx.live_streams(),
+                1,
+                "params {with_params}: the stream is gone"
+            );
+            assert_eq!(
+                ctx.allocated_bytes(),
+                baseline,
+                "params {with_params}: the buffers are freed"
+            );
+        }
+    });
+}

@@ -248,3 +248,58 @@ fn a_device_closing_after_another_wrote_merges_its_pipelines_in() {
     let (loaded, _) = session(options(&dir.0), &[32, 64]);
     assert!(loaded);
 }
+
+/// [`session`] on another thread; fails the test if the device has not
+/// opened, run and closed within a minute (a read that never ends).
+fn session_within_a_minute(dir: &Path, what: &str) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let options = options(dir);
+    std::thread::spawn(move || {
+        let _ = tx.send(session(options, &[64]).0);
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(loaded) => loaded,
+        Err(e) => panic!("{what}: the device did not open and close within a minute ({e})"),
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn what_is_not_a_regular_file_is_never_read_as_a_cache() {
+    let dir = TempDir::new("not-regular");
+    let (_, file) = session(options(&dir.0), &[64]);
+    let file = file.unwrap();
+    let c_path = |p: &Path| {
+        std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str())).unwrap()
+    };
+    // A FIFO nobody writes (opening it to read would block for ever).
+    std::fs::remove_file(&file).unwrap();
+    let path = c_path(&file);
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    assert!(!session_within_a_minute(&dir.0, "a FIFO"), "a FIFO loaded");
+    // The device wrote its cache in the FIFO's place: it loads again.
+    payload(&file);
+    assert!(session_within_a_minute(&dir.0, "after the FIFO"));
+    // A symbolic link to an endless device, and a directory.
+    for (what, target) in [("/dev/zero", Some("/dev/zero")), ("a directory", None)] {
+        std::fs::remove_file(&file).unwrap();
+        match target {
+            Some(target) => std::os::unix::fs::symlink(target, &file).unwrap(),
+            None => std::fs::create_dir(&file).unwrap(),
+        }
+        assert!(!session_within_a_minute(&dir.0, what), "{what} loaded");
+        if target.is_none() {
+            std::fs::remove_dir(&file).unwrap();
+            std::fs::write(&file, b"").unwrap();
+        }
+    }
+    // A regular file over the size cap (a sparse one) is not read either.
+    let f = std::fs::File::create(&file).unwrap();
+    f.set_len(1 << 32).unwrap();
+    drop(f);
+    assert!(
+        !session_within_a_minute(&dir.0, "a huge file"),
+        "a huge file loaded"
+    );
+}

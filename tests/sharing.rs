@@ -56,7 +56,8 @@ fn writes_on_each_context_are_seen_on_the_other() {
         let exported = x.export_fd(MemoryHandleType::OpaqueFd).unwrap();
         assert_eq!(exported.info.device_uuid, Some(a.info().uuid));
         assert_eq!(exported.info.size, (n * 4) as u64);
-        let y = b.import_buffer::<u32>(exported, n).unwrap();
+        // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
+        let y = unsafe { b.import_buffer::<u32>(exported, n) }.unwrap();
         assert_eq!(y.to_vec().unwrap(), data, "{path:?}: B sees A's write");
         // B writes, A reads after B synchronized.
         y.enqueue_fill(7).unwrap();
@@ -74,7 +75,8 @@ fn writes_on_each_context_are_seen_on_the_other() {
         a.synchronize().unwrap();
         let e = view.export_fd(MemoryHandleType::OpaqueFd).unwrap();
         assert_eq!((e.info.offset, e.info.size), (400, 200));
-        let z = b.import_buffer::<u32>(e, 50).unwrap();
+        // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
+        let z = unsafe { b.import_buffer::<u32>(e, 50) }.unwrap();
         assert_eq!(z.to_vec().unwrap(), pattern(50, 9));
         // The exporter's buffer may go first: the imports hold the memory.
         drop(x);
@@ -127,12 +129,16 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     assert!(matches!(e, Error::NotExportable { .. }), "{e}");
     let mut dma = export();
     dma.info.handle_type = MemoryHandleType::DmaBuf;
-    let e = b.import_buffer::<u32>(dma, 64).unwrap_err();
+    // SAFETY: a change of a real export's description (or a handle) that the
+    // import's checks refuse before the driver sees it, as asserted.
+    let e = unsafe { b.import_buffer::<u32>(dma, 64) }.unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     assert!(e.to_string().contains("dma_buf"), "{e}");
 
     // More elements than exported; a range beyond the memory.
-    let e = b.import_buffer::<u32>(export(), 65).unwrap_err();
+    // SAFETY: a change of a real export's description (or a handle) that the
+    // import's checks refuse before the driver sees it, as asserted.
+    let e = unsafe { b.import_buffer::<u32>(export(), 65) }.unwrap_err();
     assert!(
         matches!(
             e,
@@ -146,14 +152,18 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     );
     let mut beyond = export();
     beyond.info.offset = beyond.info.allocation_size;
-    let e = b.import_buffer::<u32>(beyond, 64).unwrap_err();
+    // SAFETY: a change of a real export's description (or a handle) that the
+    // import's checks refuse before the driver sees it, as asserted.
+    let e = unsafe { b.import_buffer::<u32>(beyond, 64) }.unwrap_err();
     assert!(matches!(e, Error::ImportSize { .. }), "{e}");
 
     // A range that does not start aligned for the element type.
     let mut odd = export();
     odd.info.offset = 2;
     odd.info.size = 8;
-    let e = b.import_buffer::<u32>(odd, 2).unwrap_err();
+    // SAFETY: a change of a real export's description (or a handle) that the
+    // import's checks refuse before the driver sees it, as asserted.
+    let e = unsafe { b.import_buffer::<u32>(odd, 2) }.unwrap_err();
     assert!(
         matches!(
             e,
@@ -166,7 +176,8 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
         "{e}"
     );
     // Imported memory is exported again only by its exporter.
-    let imported = b.import_buffer::<u32>(export(), 64).unwrap();
+    // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
+    let imported = unsafe { b.import_buffer::<u32>(export(), 64) }.unwrap();
     let e = imported.export_fd(MemoryHandleType::OpaqueFd).unwrap_err();
     assert!(matches!(e, Error::NotExportable { .. }), "{e}");
     drop(imported);
@@ -174,13 +185,17 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     // Another device's UUID, another driver's.
     let mut foreign = export();
     foreign.info.device_uuid = Some([0xab; 16]);
-    let e = b.import_buffer::<u32>(foreign, 64).unwrap_err();
+    // SAFETY: a change of a real export's description (or a handle) that the
+    // import's checks refuse before the driver sees it, as asserted.
+    let e = unsafe { b.import_buffer::<u32>(foreign, 64) }.unwrap_err();
     assert!(matches!(e, Error::ForeignDevice { .. }), "{e}");
     assert!(e.to_string().contains("abababab"), "{e}");
     let mut other_driver = export();
     other_driver.info.driver_uuid = Some([1; 16]);
     assert!(matches!(
-        b.import_buffer::<u32>(other_driver, 64),
+        // SAFETY: a change of a real export's description (or a handle) that the
+        // import's checks refuse before the driver sees it, as asserted.
+        unsafe { b.import_buffer::<u32>(other_driver, 64) },
         Err(Error::ForeignDevice { .. })
     ));
 
@@ -190,7 +205,8 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
         fd: OwnedFd::from(reader),
         info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueFd, 4096),
     };
-    let e = b.import_buffer::<u32>(pipe, 16).unwrap_err();
+    // SAFETY: a pipe is refused before the driver sees it, as asserted.
+    let e = unsafe { b.import_buffer::<u32>(pipe, 16) }.unwrap_err();
     assert!(matches!(e, Error::InvalidHandle { .. }), "{e}");
     assert!(e.to_string().contains("pipe"), "{e}");
     let path = std::env::temp_dir().join(format!("vkcompute-sharing-{}", std::process::id()));
@@ -201,7 +217,9 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
         fd: OwnedFd::from(file),
         info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueFd, 4096),
     };
-    let e = b.import_buffer::<u32>(small, 16).unwrap_err();
+    // SAFETY: a regular file shorter than the allocation claimed is refused
+    // before the driver sees it, as asserted.
+    let e = unsafe { b.import_buffer::<u32>(small, 16) }.unwrap_err();
     assert!(
         matches!(
             e,
@@ -233,7 +251,8 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     assert_eq!(bad.len(), EXTERNAL_MEMORY_INFO_BYTES);
 
     // Both contexts still work, and the memory is still shared.
-    let y = b.import_buffer::<u32>(export(), 64).unwrap();
+    // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
+    let y = unsafe { b.import_buffer::<u32>(export(), 64) }.unwrap();
     assert_eq!(y.to_vec().unwrap(), [5; 64]);
     plain.enqueue_fill(1).unwrap();
     assert_eq!(plain.to_vec().unwrap(), [1; 4]);
@@ -450,9 +469,9 @@ fn child_process_side() {
     let n = (info.size / 4) as usize;
     let ctx = context_with(options(Path::Direct));
     let log = ctx.validation_log();
-    let buf = ctx
-        .import_buffer::<u32>(ExportedMemory { fd, info }, n)
-        .unwrap();
+    // SAFETY: the parent exported the descriptor with `export_fd` and sent
+    // it with that export's own description; it keeps the memory alive.
+    let buf = unsafe { ctx.import_buffer::<u32>(ExportedMemory { fd, info }, n) }.unwrap();
     let data = buf.to_vec().unwrap();
     assert_eq!(data, pattern(n, 5), "the child sees the parent's data");
     let mut doubled: Vec<u32> = data.iter().map(|v| v.wrapping_mul(2)).collect();
@@ -574,6 +593,41 @@ fn release_and_acquire_hand_shared_memory_between_contexts() {
 }
 
 #[test]
+fn empty_ranges_of_shared_memory_hand_over_nothing() {
+    // A view of length 0 (at the start, inside, at the buffer's end) owns
+    // no memory: its release and acquire record no barrier (one of size 0,
+    // or at offset = size, is invalid) and order nothing; memory that is
+    // not shared is still refused.
+    for path in PATHS {
+        let a = context_with(options(path));
+        let log = a.validation_log();
+        let n = 64;
+        let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+        x.enqueue_fill(3).unwrap();
+        for at in [0, 5, n] {
+            let empty = x.create_sub_buffer::<u32>(at, 0).unwrap();
+            empty.enqueue_release_to_external().unwrap();
+            empty.enqueue_acquire_from_external().unwrap();
+        }
+        let bytes = x.create_sub_buffer::<u8>(4 * n, 0).unwrap();
+        bytes.enqueue_release_to_external().unwrap();
+        bytes.enqueue_acquire_from_external().unwrap();
+        a.synchronize().unwrap();
+        assert_eq!(x.to_vec().unwrap(), [3; 64]);
+        let plain = a.enqueue_create_buffer::<u32>(4).unwrap();
+        let e = plain
+            .create_sub_buffer::<u32>(4, 0)
+            .unwrap()
+            .enqueue_release_to_external()
+            .unwrap_err();
+        assert!(matches!(e, Error::NotExportable { .. }), "{e}");
+        drop((x, bytes, plain));
+        drop(a);
+        assert_clean(&log, &format!("empty hand-overs, {path:?}"));
+    }
+}
+
+#[test]
 fn win32_handles_are_clear_errors_without_the_win32_extensions() {
     let (a, b) = two_contexts(Path::Direct);
     let (log_a, log_b) = (a.validation_log(), b.validation_log());
@@ -593,7 +647,9 @@ fn win32_handles_are_clear_errors_without_the_win32_extensions() {
         handle,
         info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueWin32, 4096),
     };
-    let e = b.import_win32_buffer::<u32>(memory, 16).unwrap_err();
+    // SAFETY: the device has no Win32 imports: refused before the driver
+    // sees the handle, as asserted.
+    let e = unsafe { b.import_win32_buffer::<u32>(memory, 16) }.unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     assert!(
         e.to_string().contains("VK_KHR_external_memory_win32"),
@@ -602,7 +658,9 @@ fn win32_handles_are_clear_errors_without_the_win32_extensions() {
     // An fd described as a Win32 handle is refused the same way.
     let mut described = x.export_fd(MemoryHandleType::OpaqueFd).unwrap();
     described.info.handle_type = MemoryHandleType::OpaqueWin32;
-    let e = b.import_buffer::<u32>(described, 16).unwrap_err();
+    // SAFETY: a change of a real export's description (or a handle) that the
+    // import's checks refuse before the driver sees it, as asserted.
+    let e = unsafe { b.import_buffer::<u32>(described, 16) }.unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     let e = a.export_semaphore_win32().unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
@@ -724,4 +782,70 @@ fn two_threads_copying_through_one_alias_at_once() {
     drop((a, b));
     assert_clean(&log_a, "the exporting context");
     assert_clean(&log_b, "the importing context");
+}
+
+#[test]
+fn operations_on_an_exportable_buffer_wait_for_a_copy_to_another_context() {
+    // One thread copies between the exportable buffer and buffers of
+    // another context (both ways); another fills the exportable buffer
+    // and reads it back. No operation fails (the copy is an operation of
+    // the buffer, not a host borrow of it), and every read sees one
+    // operation's whole result.
+    for path in PATHS {
+        let (a, b) = two_contexts(path);
+        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let n = 4096;
+        let rounds = 150u32;
+        let shared = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+        shared.enqueue_fill(0).unwrap();
+        let from = b.enqueue_create_buffer::<u32>(n).unwrap();
+        from.enqueue_fill(7).unwrap();
+        let to = b.enqueue_create_buffer::<u32>(n).unwrap();
+        let uniform = |v: &[u32]| v.iter().all(|x| *x == v[0]);
+        std::thread::scope(|s| {
+            let (shared, from, to) = (&shared, &from, &to);
+            s.spawn(move || {
+                for i in 0..rounds {
+                    if i % 2 == 0 {
+                        shared.enqueue_copy_from(from).unwrap();
+                    } else {
+                        to.enqueue_copy_from(shared).unwrap();
+                        let got = to.to_vec().unwrap();
+                        assert!(uniform(&got), "{path:?}: a torn copy");
+                    }
+                }
+            });
+            s.spawn(move || {
+                for i in 0..rounds {
+                    let value = 100 + i;
+                    shared.enqueue_fill(value).unwrap();
+                    let got = shared.to_vec().unwrap();
+                    assert!(uniform(&got), "{path:?}: a torn read");
+                    assert!(got[0] == value || got[0] == 7, "{path:?}: read {}", got[0]);
+                }
+            });
+        });
+        // Two exportable buffers copied into each other from two threads:
+        // each copy holds both ends, and neither waits for the other forever.
+        let other = b.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+        other.enqueue_fill(9).unwrap();
+        std::thread::scope(|s| {
+            let (shared, other) = (&shared, &other);
+            s.spawn(move || {
+                for _ in 0..rounds / 3 {
+                    shared.enqueue_copy_from(other).unwrap();
+                }
+            });
+            s.spawn(move || {
+                for _ in 0..rounds / 3 {
+                    other.enqueue_copy_from(shared).unwrap();
+                }
+            });
+        });
+        assert_eq!(shared.to_vec().unwrap(), other.to_vec().unwrap());
+        drop((shared, from, to, other));
+        drop((a, b));
+        assert_clean(&log_a, &format!("the exporting context, {path:?}"));
+        assert_clean(&log_b, &format!("the other context, {path:?}"));
+    }
 }

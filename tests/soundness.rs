@@ -247,3 +247,96 @@ fn size_overflow_reports_the_length_asked_for() {
         }
     });
 }
+
+/// `take_raw` checks that no clone is alive before it waits for the
+/// buffer's work: a clone that enqueues a fill and drops while take_raw
+/// waits either makes it refuse (`Error::Shared`) or is waited for, so
+/// the raw buffer it returns is idle and freeing it is sound.
+#[test]
+fn take_raw_never_returns_a_buffer_a_dropped_clone_still_uses() {
+    on_each_path(|ctx, path| {
+        let n = 1 << 20;
+        let (mut taken, mut refused) = (0, 0);
+        for round in 0..60u32 {
+            let buf = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+            // Pending work for take_raw to wait for.
+            buf.enqueue_fill(round).unwrap();
+            let started = Arc::new(Barrier::new(2));
+            let clone = buf.clone();
+            let filler = {
+                let started = started.clone();
+                thread::spawn(move || {
+                    started.wait();
+                    clone.enqueue_fill(round + 1).unwrap();
+                    drop(clone);
+                })
+            };
+            started.wait();
+            match buf.take_raw() {
+                Ok(owned) => {
+                    taken += 1;
+                    filler.join().unwrap();
+                    // SAFETY: take_raw returned it, so no work uses it, and
+                    // nothing uses it afterwards.
+                    unsafe { owned.free() };
+                }
+                Err((back, e)) => {
+                    refused += 1;
+                    assert!(matches!(e, Error::Shared { .. }), "{path:?}: {e}");
+                    filler.join().unwrap();
+                    drop(back);
+                }
+            }
+            ctx.synchronize().unwrap();
+        }
+        assert_eq!(taken + refused, 60);
+    });
+}
+
+/// A long buffer prints its first three and last three elements from one
+/// snapshot: with another thread filling it over and over, all six are
+/// the value of one fill.
+#[test]
+fn a_long_buffer_prints_one_snapshot_of_both_ends() {
+    on_each_path(|ctx, path| {
+        let n = 1 << 16;
+        let buf = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        buf.enqueue_fill(0).unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        thread::scope(|s| {
+            let (buf, done) = (&buf, &done);
+            s.spawn(move || {
+                let mut value = 1;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    buf.enqueue_fill(value).unwrap();
+                    // One fill in flight at a time, so that the reads that
+                    // wait for the buffer to be idle get their turn.
+                    ctx.synchronize().unwrap();
+                    value += 1;
+                }
+            });
+            // Stops the writer however the reads end (a failed assertion
+            // included, which would otherwise wait for it for ever).
+            struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            let _stop = Stop(done);
+            for _ in 0..300 {
+                let text = buf.to_string();
+                let inner = text
+                    .strip_prefix("DeviceBuffer([")
+                    .and_then(|t| t.strip_suffix("])"))
+                    .unwrap_or_else(|| panic!("{path:?}: {text}"));
+                let values: Vec<&str> = inner.split(", ").filter(|v| *v != "...").collect();
+                assert_eq!(values.len(), 6, "{path:?}: {text}");
+                assert!(
+                    values.iter().all(|v| *v == values[0]),
+                    "{path:?}: a torn print: {text}"
+                );
+            }
+        });
+    });
+}

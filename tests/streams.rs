@@ -144,3 +144,34 @@ fn threads_sharing_a_stream_keep_batches_in_flight_bounded() {
     drop(ctx);
     assert_clean(&log, "threads flushing one stream");
 }
+
+#[test]
+fn dropped_streams_timelines_stay_bounded_without_trim() {
+    // Each dropped stream leaves its timeline semaphore to be destroyed
+    // once that is safe (lavapipe's submit thread may still hold it right
+    // after its last batch signals); without `trim`, their number stays
+    // bounded however many streams come and go.
+    common::on_each_path(|ctx, path| {
+        let buf = ctx.enqueue_create_buffer::<u32>(256).unwrap();
+        let mut most = 0;
+        for i in 0..400u32 {
+            let stream = ctx.new_stream().unwrap();
+            let mine = stream.enqueue_create_buffer::<u32>(256).unwrap();
+            mine.enqueue_fill(i).unwrap();
+            // Another stream's work waits for this one's timeline.
+            buf.enqueue_copy_from(&mine).unwrap();
+            drop((mine, stream));
+            ctx.synchronize().unwrap();
+            most = most.max(ctx.retired_timelines());
+            assert!(
+                ctx.retired_timelines() <= 64,
+                "{path:?}: {} timelines of dropped streams kept after {i} streams",
+                ctx.retired_timelines()
+            );
+        }
+        assert_eq!(buf.to_vec().unwrap(), vec![399; 256]);
+        assert!(most > 0, "{path:?}: no stream's timeline was ever retired");
+        ctx.trim().unwrap();
+        assert_eq!(ctx.retired_timelines(), 0);
+    });
+}

@@ -68,7 +68,42 @@ impl DeviceContext {
     /// one and work on the other; order such work with `synchronize()`.
     /// Use clones and views ([`DeviceBuffer::create_sub_buffer`]) to share
     /// memory within one device.
-    pub fn import_buffer<T: Pod>(
+    ///
+    /// The import is `unsafe` because vkcompute cannot tell where a file
+    /// descriptor came from, as with vulkano's `DeviceMemory::import` and
+    /// wgpu's `create_buffer_from_hal`: safe code cannot import one.
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(ctx: &vkcompute::DeviceContext, memory: vkcompute::ExportedMemory) {
+    /// let _ = ctx.import_buffer::<u32>(memory, 16); // needs `unsafe`
+    /// # }
+    /// ```
+    ///
+    /// Within one process, [`DeviceBuffer::share_with`] and copies
+    /// between contexts share exportable memory safely, without a handle
+    /// in the caller's hands.
+    ///
+    /// # Safety
+    ///
+    /// `memory.fd` must be memory exported by Vulkan (by
+    /// [`DeviceBuffer::export_fd`] in this or another process, or by
+    /// another Vulkan or interop API exporting device memory as
+    /// `memory.info.handle_type`), and `memory.info` must describe that
+    /// export truly: its allocation size, the offset and size of the range,
+    /// and the dedicated buffer size and memory type where the export had
+    /// them. The memory must not shrink while the buffer (or work on it)
+    /// lives. vkcompute checks the UUIDs, the handle type and the sizes
+    /// that `info` states, and refuses pipes, sockets, directories and
+    /// regular files shorter than the allocation ([`Error::InvalidHandle`],
+    /// [`Error::ImportSize`]), which is sound to pass; what it cannot
+    /// check is that any other descriptor (an ordinary file, a device
+    /// node) is device memory as described, and importing one that is not
+    /// is undefined behaviour in the driver.
+    #[allow(
+        unsafe_code,
+        reason = "a public raw entry point: the caller answers for the handle's origin"
+    )]
+    pub unsafe fn import_buffer<T: Pod>(
         &self,
         memory: ExportedMemory,
         len: usize,

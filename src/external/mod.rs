@@ -15,6 +15,11 @@
 //! is the user's: `synchronize()` (or [`DeviceContext::wait_on_host_for`])
 //! on the writer before the reader's work, or semaphores where the device
 //! exports them.
+//!
+//! Importing a handle is `unsafe` (`import_buffer`, `import_win32_buffer`):
+//! vkcompute checks what a handle's description says, but not that a file
+//! descriptor is device memory at all. The paths where vkcompute made the
+//! handle itself stay safe: `share_with` and copies between contexts.
 
 mod aliases;
 #[cfg(unix)]

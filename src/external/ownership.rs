@@ -24,6 +24,11 @@ impl<T: Pod> DeviceBuffer<T> {
     /// [`enqueue_acquire_from_external`](Self::enqueue_acquire_from_external)
     /// takes it back.
     ///
+    /// An empty buffer or view (length 0, wherever it starts) owns no
+    /// memory: its release records nothing and orders nothing (Vulkan has
+    /// no barrier over zero bytes), though memory that is not shared is
+    /// refused all the same.
+    ///
     /// Errors: [`Error::NotExportable`] for a buffer whose memory is not
     /// shared (made neither by
     /// [`enqueue_create_exportable_buffer`](crate::DeviceContext::enqueue_create_exportable_buffer)
@@ -38,7 +43,8 @@ impl<T: Pod> DeviceBuffer<T> {
     /// release completed before this runs: wait for them first, with
     /// `synchronize()` on their context, a semaphore
     /// ([`enqueue_wait_semaphore`](crate::DeviceContext::enqueue_wait_semaphore))
-    /// or the end of their process). Errors as
+    /// or the end of their process). An empty range records nothing, and
+    /// errors are those of
     /// [`enqueue_release_to_external`](Self::enqueue_release_to_external).
     pub fn enqueue_acquire_from_external(&self) -> Result<()> {
         self.transfer_ownership("DeviceBuffer::enqueue_acquire_from_external", false)
@@ -63,6 +69,10 @@ impl<T: Pod> DeviceBuffer<T> {
                          import it"
                     .into(),
             });
+        }
+        if view.bytes == 0 {
+            // No bytes, no owner to hand them to (and no valid barrier).
+            return Ok(());
         }
         let ctx = view.memory.owner();
         let range = (view.offset, view.bytes);

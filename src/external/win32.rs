@@ -58,7 +58,19 @@ impl DeviceContext {
     /// over: Vulkan holds the memory itself, and `memory.handle` closes
     /// when `memory` drops. Errors: [`Error::Unsupported`](crate::Error::Unsupported) where the device
     /// has no `VK_KHR_external_memory_win32` (every device outside Windows).
-    pub fn import_win32_buffer<T: Pod>(
+    ///
+    /// # Safety
+    ///
+    /// As for [`import_buffer`](Self::import_buffer): `memory.handle` must
+    /// be memory exported by Vulkan (or an interop API) as
+    /// `memory.info.handle_type`, truly described by `memory.info`, and
+    /// not shrink while the buffer lives; vkcompute cannot check what a
+    /// handle refers to.
+    #[allow(
+        unsafe_code,
+        reason = "a public raw entry point: the caller answers for the handle's origin"
+    )]
+    pub unsafe fn import_win32_buffer<T: Pod>(
         &self,
         memory: ExportedWin32Memory,
         len: usize,

@@ -9,7 +9,8 @@
 //! command. The graph keeps its buffers and kernels alive. Replays may
 //! change push constants and put other buffers of the same type and length
 //! in place of captured ones; such a replay records a new command buffer
-//! from the captured operations (no checks repeat but the substitutes').
+//! from the captured operations (no checks repeat but the substitutes'),
+//! and plans each fill again for the offset of the view it fills then.
 
 use std::sync::{Arc, Mutex};
 
@@ -97,6 +98,12 @@ impl DeviceContext {
     /// Enqueues a replay of `graph` with `params`: other push constants for
     /// some dispatches, other buffers in place of captured ones. Records a
     /// new command buffer for the replay (its cost grows with the graph).
+    ///
+    /// A substitute may start at any offset its type allows: fills are
+    /// planned again for it (a `vkCmdFillBuffer` needs 4-byte boundaries,
+    /// elsewhere the fill kernel runs), copies take any offset, and a
+    /// substitute bound to a kernel must start at a multiple of
+    /// `minStorageBufferOffsetAlignment` ([`Error::Misaligned`]).
     pub fn enqueue_graph_with(&self, graph: &Graph, params: &GraphParams<'_>) -> Result<()> {
         let inner = &graph.inner;
         let mut subst = Substitutions::none();
@@ -118,14 +125,14 @@ impl DeviceContext {
         }
         for (id, bytes) in &params.push {
             let Some(Op::Dispatch {
-                push_size, kernel, ..
+                push_size, label, ..
             }) = dispatch_op(&inner.ops, id.0)
             else {
                 return Err(bad(format!("the graph has no dispatch {}", id.0)));
             };
             if bytes.len() != *push_size {
                 return Err(Error::PushConstantSize {
-                    kernel: kernel.entry().to_string(),
+                    kernel: label.to_string(),
                     expected: *push_size as u32,
                     given: bytes.len(),
                 });
@@ -161,12 +168,15 @@ impl DeviceContext {
                 write: *write,
             })
             .collect();
-        let describe = || format!("graph of {} commands", recording.commands);
-        let keep = recording.clone();
+        let describe = || format!("graph of {} commands", recording.count);
+        // The batch keeps the commands, not the recording's buffers (see
+        // `record::Commands`).
+        let keep = recording.commands.clone();
         self.shared
             .record_described(op, &describe, &accesses, |stream, cmd| {
+                let secondary = keep.cmd;
                 stream.keep_alive(keep);
-                cmd.execute(stream.device(), recording.cmd);
+                cmd.execute(stream.device(), secondary);
                 // After a secondary command buffer the primary's bound state
                 // is undefined.
                 stream.forget_bindings();
@@ -217,7 +227,8 @@ fn check_substitutions(device: &Device, ops: &[Op], subst: &Substitutions<'_>) -
                     }
                 }
             }
-            Op::Fill { .. } | Op::FillKernel { .. } | Op::FillTiles { .. } | Op::Wait { .. } => {}
+            // A fill is planned for the substitute's offset when recorded.
+            Op::Fill { .. } | Op::FillTiles { .. } | Op::Wait { .. } => {}
         }
     }
     Ok(())
@@ -337,15 +348,10 @@ impl GraphBuilder<'_> {
         }
         let element = bytemuck::bytes_of(&value);
         match fill::plan(view.offset, view.bytes, element) {
-            FillPlan::Word(word) => {
+            // Planned again when recorded, for the offset of the view it
+            // fills then (a substitute's may differ).
+            FillPlan::Word(_) | FillPlan::Kernel => {
                 self.ops.push(Op::Fill {
-                    dst: view.clone(),
-                    word,
-                });
-                Ok(self)
-            }
-            FillPlan::Kernel => {
-                self.ops.push(Op::FillKernel {
                     dst: view.clone(),
                     element: element.to_vec(),
                 });
@@ -389,6 +395,7 @@ impl GraphBuilder<'_> {
             .collect();
         self.ops.push(Op::Dispatch {
             kernel: checked.kernel.clone(),
+            label: kernel.label().into(),
             args,
             push_size: std::mem::size_of::<P>(),
             push: checked.push.to_vec(),

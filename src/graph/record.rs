@@ -9,7 +9,7 @@ use ash::vk;
 
 use crate::batch_pool::DescriptorPools;
 use crate::error::{Error, Result};
-use crate::fill;
+use crate::fill::{self, FillPlan};
 use crate::hazard::{Access, HazardTracker};
 use crate::kernel::{write_extent, KernelPipeline};
 use crate::record::BufferAccess;
@@ -26,25 +26,24 @@ pub(super) enum Op {
         src: View,
         dst: View,
     },
+    /// A fill with an element of 1, 2, 4, 8 or 16 bytes, planned when
+    /// recorded (the plan depends on the offset, which a substitute may
+    /// change): one `vkCmdFillBuffer` where the range is a 32-bit pattern
+    /// on 4-byte boundaries, else dispatches of the fill kernel.
     Fill {
         dst: View,
-        word: u32,
+        element: Vec<u8>,
     },
     /// A fill of other element widths: copies of a tile of whole elements
-    /// the graph keeps in its own host-visible buffer.
+    /// the graph keeps in its own host-visible buffer (at any offset).
     FillTiles {
         dst: View,
         tile: Arc<Tile>,
     },
-    /// A fill through the fill kernel (elements of 1, 2, 4, 8 or 16 bytes
-    /// on ranges a 32-bit pattern cannot cover), in dispatches computed
-    /// when recorded (they depend on the view's offset).
-    FillKernel {
-        dst: View,
-        element: Vec<u8>,
-    },
     Dispatch {
         kernel: Arc<KernelPipeline>,
+        /// The kernel's label, for errors.
+        label: Arc<str>,
         /// Bound arguments: the view, and whether the kernel writes it.
         args: Vec<(View, bool)>,
         /// Padded to whole words; `push_size` bytes are the kernel's.
@@ -62,9 +61,7 @@ impl Op {
     pub(super) fn uses(&self, view: &View) -> bool {
         match self {
             Op::Copy { src, dst } => same_view(src, view) || same_view(dst, view),
-            Op::Fill { dst, .. } | Op::FillKernel { dst, .. } | Op::FillTiles { dst, .. } => {
-                same_view(dst, view)
-            }
+            Op::Fill { dst, .. } | Op::FillTiles { dst, .. } => same_view(dst, view),
             Op::Dispatch { args, .. } => args.iter().any(|(v, _)| same_view(v, view)),
             Op::Wait { .. } => false,
         }
@@ -89,11 +86,11 @@ impl Op {
                 out.push(whole(subst.view(dst), true));
             }
             // (A tile is written once, at capture, before any submission.)
+            // A fill through the kernel orders each of its dispatches on its
+            // own, in `record_into`.
             Op::Fill { dst, .. } | Op::FillTiles { dst, .. } => {
                 out.push(whole(subst.view(dst), true))
             }
-            // Each of its dispatches is ordered on its own, in `record_into`.
-            Op::FillKernel { .. } => {}
             Op::Dispatch { args, .. } => {
                 for (view, write) in args {
                     let view = subst.view(view);
@@ -197,24 +194,36 @@ impl Drop for Tile {
     }
 }
 
-/// One recording of a graph: a secondary command buffer, the descriptor
-/// sets it binds (where push descriptors are off), and the union of the
-/// byte ranges it reads and writes. Batches that execute it hold it.
+/// One recording of a graph: its commands (what a batch that executes it
+/// keeps), and the union of the byte ranges it reads and writes (the
+/// buffers, which only the replay that records it needs).
 pub(super) struct Recording {
+    pub(super) commands: Arc<Commands>,
+    pub(super) uses: Uses,
+    pub(super) count: usize,
+}
+
+/// A recording's secondary command buffer, the descriptor sets it binds
+/// (where push descriptors are off), the tiles its fills copy from and the
+/// kernels it dispatches. Batches that execute it hold it, and nothing in
+/// it holds a buffer (whose memory holds its owner's stream): a batch of
+/// the stream that owns a graph's buffers would keep the stream alive
+/// through it, and the stream the batch. The buffers need no holding:
+/// each replay notes its uses on them, so their memory is freed only once
+/// the replay is done.
+pub(super) struct Commands {
     device: Arc<Device>,
     pools: Pools,
     pub(super) cmd: Cmd,
     descriptors: DescriptorPools,
-    pub(super) uses: Uses,
-    pub(super) commands: usize,
-    /// The tiles its fills copy from.
     _tiles: Vec<Arc<Tile>>,
+    _kernels: Vec<Arc<KernelPipeline>>,
 }
 
-impl Drop for Recording {
+impl Drop for Commands {
     fn drop(&mut self) {
-        // No batch that executes the buffer is pending (they hold this
-        // recording until they complete).
+        // No batch that executes the buffer is pending (they hold these
+        // commands until they complete).
         let mut pool = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         pool.free(self.cmd);
         self.descriptors.destroy(&self.device);
@@ -237,13 +246,11 @@ pub(super) fn record(
         .and_then(|recorded| guard.end(cmd).map(|()| recorded));
     drop(guard);
     // From here the recording owns `cmd` and the descriptor sets.
-    let mut recording = Recording {
+    let commands = Arc::new(Commands {
         device: device.clone(),
         pools: pools.clone(),
         cmd,
         descriptors,
-        uses: Vec::new(),
-        commands: 0,
         _tiles: ops
             .iter()
             .filter_map(|op| match op {
@@ -251,9 +258,20 @@ pub(super) fn record(
                 _ => None,
             })
             .collect(),
-    };
-    (recording.uses, recording.commands) = recorded?;
-    Ok(recording)
+        _kernels: ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Dispatch { kernel, .. } => Some(kernel.clone()),
+                _ => None,
+            })
+            .collect(),
+    });
+    let (uses, count) = recorded?;
+    Ok(Recording {
+        commands,
+        uses,
+        count,
+    })
 }
 
 /// The body of [`record`]: returns the union of the uses and the number of
@@ -275,8 +293,23 @@ pub(super) fn record_into(
     // off) come from the recording's own pools.
     let mut allocate = |layout| descriptors.allocate(device, layout);
     for op in ops {
-        if let Op::FillKernel { dst, element } = op {
+        if let Op::Fill { dst, element } = op {
             let d = subst.view(dst);
+            if let FillPlan::Word(word) = fill::plan(d.offset, d.bytes, element) {
+                let access = BufferAccess {
+                    memory: &d.memory,
+                    offset: d.offset,
+                    len: d.bytes,
+                    write: true,
+                };
+                order(device, cmd, &mut hazards, &mut union, &[access]);
+                // Offset and size are multiples of 4 inside the buffer (the
+                // plan, made for this view, says so).
+                cmd.fill_buffer(device, d.memory.handle(), d.offset, d.bytes, word);
+                commands += 1;
+                continue;
+            }
+            // Not `Tiles`: the element's width divides 16 (checked at capture).
             let pipeline = fill::fill_pipeline(device)?;
             for chunk in fill::device_kernel_chunks(device, d.offset, d.bytes, element) {
                 // The whole binding counts as written, as `enqueue_fill` counts it.
@@ -331,12 +364,6 @@ pub(super) fn record_into(
                 // the captured length).
                 cmd.copy_buffer(device, tile.buffer(), d.memory.handle(), &regions);
             }
-            Op::Fill { dst, word } => {
-                let d = subst.view(dst);
-                // Offset and size are multiples of 4 inside the buffer (the
-                // fill plan said so at capture).
-                cmd.fill_buffer(device, d.memory.handle(), d.offset, d.bytes, *word);
-            }
             Op::Dispatch {
                 kernel,
                 args,
@@ -375,7 +402,7 @@ pub(super) fn record_into(
                     *grid,
                 )?;
             }
-            Op::Wait { .. } | Op::FillKernel { .. } => continue,
+            Op::Wait { .. } | Op::Fill { .. } => continue,
         }
         commands += 1;
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::memory::{common_opaque_type, export, import_alias};
 use super::MemoryHandleType;
 use crate::error::{Error, Result};
-use crate::resource::{BufferMemory, HostAccess};
+use crate::resource::{lock_two, BufferMemory};
 use crate::vk::memory::DedicatedKind;
 use crate::vk::AliasLinks;
 
@@ -73,47 +73,42 @@ fn copy_through_alias(
         op,
         reason: "the shared end is not exportable".into(),
     })?;
-    // Hold the shared end as a host borrow would: its own device's
-    // conflicting work is done first, and none can start until the copy
-    // on the other device is done. It cannot be freed meanwhile either, so
-    // its links cannot drop the alias while the copy uses it.
-    let access = if write {
-        HostAccess::Write
-    } else {
-        HostAccess::Read
-    };
-    shared.0.borrow_host(op, access)?;
-    let result = (|| {
-        let raw = match device.external.aliases.take(links.id()) {
-            Some(raw) => raw,
-            None => {
-                let (payload, info) = export(op, shared, handle_type)?;
-                let raw = import_alias(op, device, info, payload)?;
-                device.external.aliases.note_import();
-                raw
-            }
-        };
-        // The alias is a buffer of the exporter's whole buffer, at the
-        // same offsets.
-        let alias = BufferMemory::from_raw(&ctx, Some(raw), shared.0.size);
-        let ((s, so), (d, dof)) = if write {
-            ((src.0, src.1), (&alias, dst.1))
-        } else {
-            ((&alias, src.1), (dst.0, dst.1))
-        };
-        ctx.copy(op, (s, so), (d, dof), src.2)?;
-        // The alias's uses are the copy: wait for it on the host.
-        alias.wait_for_host_access(true)?;
-        // Idle again: keep it for the next copy (else it is freed as any
-        // buffer is, once its work is done).
-        if let Ok(alias) = Arc::try_unwrap(alias) {
-            if let Some(raw) = alias.into_raw() {
-                device.external.aliases.put(device, links.id(), raw);
-                links.link(device);
-            }
+    // Hold both ends' operation locks (in address order, as every holder
+    // of several takes them): on the shared end, its own device's
+    // conflicting work is done first, and no operation or host borrow of
+    // it starts until the copy on the other device is done (they wait for
+    // it, as for any operation of several commands); the runner's copy is
+    // recorded under its lock. The caller's reference keeps the shared end
+    // alive, so its links cannot drop the alias while the copy uses it.
+    let [held, _runner_held] = lock_two(shared.0, runner.0);
+    shared.0.ready_for_foreign_access(op, write, &held)?;
+    let raw = match device.external.aliases.take(links.id()) {
+        Some(raw) => raw,
+        None => {
+            let (payload, info) = export(op, shared, handle_type)?;
+            let raw = import_alias(op, device, info, payload)?;
+            device.external.aliases.note_import();
+            raw
         }
-        Ok(())
-    })();
-    shared.0.release_host();
-    result
+    };
+    // The alias is a buffer of the exporter's whole buffer, at the
+    // same offsets.
+    let alias = BufferMemory::from_raw(&ctx, Some(raw), shared.0.size);
+    let ((s, so), (d, dof)) = if write {
+        ((src.0, src.1), (&alias, dst.1))
+    } else {
+        ((&alias, src.1), (dst.0, dst.1))
+    };
+    ctx.copy_held(op, (s, so), (d, dof), src.2, Some(runner.0))?;
+    // The alias's uses are the copy: wait for it on the host.
+    alias.wait_for_host_access(true)?;
+    // Idle again: keep it for the next copy (else it is freed as any
+    // buffer is, once its work is done).
+    if let Ok(alias) = Arc::try_unwrap(alias) {
+        if let Some(raw) = alias.into_raw() {
+            device.external.aliases.put(device, links.id(), raw);
+            links.link(device);
+        }
+    }
+    Ok(())
 }

@@ -94,7 +94,9 @@ pub const EXTERNAL_MEMORY_INFO_BYTES: usize = 88;
 impl ExternalMemoryInfo {
     /// The description of memory from another API or process that says
     /// only its handle type and size: data from offset 0, not dedicated,
-    /// device unchecked.
+    /// device unchecked. Importing what it describes is `unsafe`
+    /// ([`DeviceContext::import_buffer`](crate::DeviceContext::import_buffer)):
+    /// the caller answers for the handle being such memory.
     pub fn foreign(handle_type: MemoryHandleType, allocation_size: u64) -> Self {
         ExternalMemoryInfo {
             handle_type,

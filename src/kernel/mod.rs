@@ -137,10 +137,6 @@ impl KernelPipeline {
     pub(crate) fn pipeline(&self) -> &ComputePipeline {
         &self.pipeline
     }
-
-    pub(crate) fn entry(&self) -> &str {
-        &self.entry
-    }
 }
 
 impl Drop for KernelPipeline {

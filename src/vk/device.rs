@@ -78,8 +78,13 @@ pub(crate) struct Device {
     /// last waiter's batch is seen complete raced with lavapipe's submit
     /// thread, which releases its wait on the semaphore after signalling the
     /// batch's own (a use after free inside the driver, seen as a rare crash
-    /// in the model test); they are destroyed once the device is idle.
+    /// in the model test); they are destroyed once the device is idle: on
+    /// `trim`, when the device goes, and when a stream is made while
+    /// `MAX_RETIRED_SEMAPHORES` wait (on a device vkcompute owns; a borrowed
+    /// device keeps them until `trim` or its end).
     retired_semaphores: Mutex<Vec<vk::Semaphore>>,
+    /// Streams (`Submitter`s) of the device alive now.
+    pub(crate) streams: AtomicUsize,
     /// The crate's own pipelines (the fill kernel), made on first use.
     internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,
     /// Unique among the devices of this process.
@@ -92,6 +97,11 @@ pub(crate) struct Device {
 }
 
 static NEXT_DEVICE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The most timeline semaphores of dropped streams a device keeps before a
+/// new stream waits for the device to be idle and destroys them (see
+/// `Device::bound_retired_semaphores`).
+pub(crate) const MAX_RETIRED_SEMAPHORES: usize = 64;
 
 impl Device {
     /// Opens `adapter` with every optional feature vkcompute can use, and
@@ -253,6 +263,7 @@ impl Device {
             buffer_cache: Mutex::new(BufferCache::new(cache_limit(&adapter))),
             orphans: Mutex::new(Vec::new()),
             retired_semaphores: Mutex::new(Vec::new()),
+            streams: AtomicUsize::new(0),
             internal_pipelines: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             #[cfg(feature = "fault-injection")]
@@ -347,6 +358,29 @@ impl Device {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(semaphore);
+    }
+
+    /// How many retired semaphores wait to be destroyed.
+    pub(crate) fn retired_semaphore_count(&self) -> usize {
+        self.retired_semaphores
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Keeps the retired semaphores bounded without `trim`: where
+    /// [`MAX_RETIRED_SEMAPHORES`] or more wait, waits for the device to be
+    /// idle and destroys them (as `destroy_retired_semaphores`). Called
+    /// where a stream is made, with no lock held: so the cost of a dropped
+    /// stream is bounded by that many semaphores, and one idle wait per that
+    /// many streams made. Destroying each as soon as its last batch is
+    /// seen complete is not safe on lavapipe (see `retired_semaphores`); an
+    /// idle device is.
+    pub(crate) fn bound_retired_semaphores(&self) -> crate::Result<()> {
+        if self.retired_semaphore_count() < MAX_RETIRED_SEMAPHORES {
+            return Ok(());
+        }
+        self.destroy_retired_semaphores()
     }
 
     /// Waits until the device is idle and destroys the retired semaphores,

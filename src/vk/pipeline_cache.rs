@@ -17,8 +17,16 @@
 //! devices closing one after another accumulate their pipelines. Writing
 //! goes to a temporary file in the same directory that is then renamed
 //! over the old one, so concurrent processes never leave a torn file.
+//!
+//! Only a regular file of at most [`MAX_FILE_LEN`] bytes is read: the file
+//! is opened without blocking (a FIFO in its place would block for ever)
+//! and what it is, and its length, come from the opened handle (no stat
+//! before the open that another process could race); the read stops past
+//! the cap. Anything else (a FIFO, a device, a directory, a symbolic link
+//! to one, a file too large) is ignored with a log line, as a corrupt or
+//! foreign file is, and the device starts with an empty cache.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,6 +40,9 @@ use crate::error::{Result, VkResultExt};
 const MAGIC: &[u8; 8] = b"VKCPIPE1";
 /// Magic, payload length (u64), payload hash (u64).
 const HEADER_LEN: usize = 24;
+/// The longest cache file read (header included): a compute pipeline
+/// cache is far smaller, so anything longer is not one of ours.
+pub(crate) const MAX_FILE_LEN: u64 = 256 << 20;
 /// `VkPipelineCacheHeaderVersionOne`: header size, version, vendor ID,
 /// device ID, UUID.
 const DRIVER_HEADER_LEN: usize = 16 + vk::UUID_SIZE;
@@ -79,9 +90,17 @@ impl DiskCache {
             "pipelines-{:08x}-{:08x}-{uuid}.bin",
             adapter.vendor_id, adapter.device_id
         ));
-        let data = std::fs::read(&file)
-            .ok()
-            .and_then(|bytes| payload(&bytes, adapter).map(<[u8]>::to_vec));
+        let data = read_cache_file(&file).and_then(|bytes| {
+            let data = payload(&bytes, adapter).map(<[u8]>::to_vec);
+            if data.is_none() {
+                log::info!(
+                    "ignoring the pipeline cache {}: corrupt, truncated or made for another \
+                     device or driver",
+                    file.display()
+                );
+            }
+            data
+        });
         let cache = DiskCache {
             file,
             loaded_hash: data.as_deref().map_or(0, hash),
@@ -93,7 +112,7 @@ impl DiskCache {
     /// `adapter`, and not what this device loaded: another device (or
     /// process) wrote it since, and its pipelines are worth merging in.
     pub(crate) fn written_since(&self, adapter: &Adapter) -> Option<Vec<u8>> {
-        let bytes = std::fs::read(&self.file).ok()?;
+        let bytes = read_cache_file(&self.file)?;
         let data = payload(&bytes, adapter)?;
         (hash(data) != self.loaded_hash).then(|| data.to_vec())
     }
@@ -134,6 +153,50 @@ impl DiskCache {
             let _ = std::fs::remove_file(&tmp);
         }
     }
+}
+
+/// The bytes of the cache file at `path`, where it is a regular file of at
+/// most [`MAX_FILE_LEN`] bytes; `None` (with a log line, but for a missing
+/// file) otherwise. Never blocks on what is not a regular file.
+fn read_cache_file(path: &Path) -> Option<Vec<u8>> {
+    let ignore = |why: &dyn std::fmt::Display| {
+        log::info!("ignoring the pipeline cache {}: {why}", path.display());
+        None
+    };
+    let mut open = std::fs::OpenOptions::new();
+    open.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // A FIFO opens at once for reading without a writer; on a regular
+        // file the flag changes nothing.
+        open.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = match open.open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return ignore(&e),
+    };
+    // What was opened, not what the path names now.
+    let metadata = match file.metadata() {
+        Ok(metadata) => metadata,
+        Err(e) => return ignore(&e),
+    };
+    if !metadata.is_file() {
+        return ignore(&"not a regular file");
+    }
+    if metadata.len() > MAX_FILE_LEN {
+        return ignore(&format!("{} bytes, over {MAX_FILE_LEN}", metadata.len()));
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    // It may grow while read: at most one byte past the cap is read.
+    if let Err(e) = file.take(MAX_FILE_LEN + 1).read_to_end(&mut bytes) {
+        return ignore(&e);
+    }
+    if bytes.len() as u64 > MAX_FILE_LEN {
+        return ignore(&format!("grew over {MAX_FILE_LEN} bytes while read"));
+    }
+    Some(bytes)
 }
 
 /// The driver data of a cache file, where the file is intact and its
