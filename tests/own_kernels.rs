@@ -358,3 +358,56 @@ impl Params {
         }
     }
 }
+
+#[test]
+fn a_graph_replays_a_uniform_buffer_and_checks_substitutes_at_the_uniform_alignment() {
+    run_with(common::options(Path::Direct), "uniform graph", |ctx| {
+        let kernel = Kernel::from_glsl(ctx, UNIFORM, "main").unwrap();
+        let data = ctx.enqueue_create_buffer::<f32>(8).unwrap();
+        data.enqueue_fill(1.0).unwrap();
+        let limits = ctx.limits();
+        let (uniform, storage) = (
+            limits.min_uniform_buffer_offset_alignment as usize,
+            limits.min_storage_buffer_offset_alignment as usize,
+        );
+        // Parameters at offset 0 and at the uniform alignment, in one buffer.
+        let slot = uniform.max(std::mem::size_of::<Params>()) / 4;
+        let words = ctx.enqueue_create_buffer::<u32>(slot * 3).unwrap();
+        let first = words.create_sub_buffer::<Params>(0, 1).unwrap();
+        let second = words.create_sub_buffer::<Params>(slot * 4 / std::mem::size_of::<Params>(), 1);
+        first.enqueue_fill(Params::zeroed_with_n(8)).unwrap();
+        let mut g = ctx.capture_graph();
+        g.dispatch(&kernel, 2, &[data.arg(), first.arg()], &())
+            .unwrap();
+        let graph = g.finish().unwrap();
+        ctx.enqueue_graph(&graph).unwrap();
+        assert_eq!(data.to_vec().unwrap(), [0.0; 8]);
+        if let Ok(second) = second {
+            let mut doubled = Params::zeroed_with_n(8);
+            doubled.offset = [0.0, 3.0, 0.0];
+            second.enqueue_fill(doubled).unwrap();
+            let params = vkcompute::GraphParams::new()
+                .buffer(&first, &second)
+                .unwrap();
+            ctx.enqueue_graph_with(&graph, &params).unwrap();
+            assert_eq!(data.to_vec().unwrap(), [3.0; 8]);
+        }
+        // A substitute aligned for storage buffers but not for uniform ones.
+        if uniform > storage && storage % std::mem::size_of::<f32>() == 0 {
+            let whole = ctx.enqueue_create_buffer::<u8>(uniform * 2 + 64).unwrap();
+            let base = whole.create_sub_buffer::<Params>(0, 1);
+            let off = whole.create_sub_buffer::<Params>(storage / std::mem::size_of::<Params>(), 1);
+            if let (Ok(base), Ok(off)) = (base, off) {
+                let mut g = ctx.capture_graph();
+                g.dispatch(&kernel, 2, &[data.arg(), base.arg()], &())
+                    .unwrap();
+                let graph = g.finish().unwrap();
+                let params = vkcompute::GraphParams::new().buffer(&base, &off).unwrap();
+                assert!(matches!(
+                    ctx.enqueue_graph_with(&graph, &params),
+                    Err(Error::Misaligned { .. })
+                ));
+            }
+        }
+    });
+}

@@ -195,7 +195,9 @@ fn check_substitutions(device: &Device, ops: &[Op], subst: &Substitutions<'_>) -
             && a.offset < b.offset + b.bytes
             && b.offset < a.offset + a.bytes
     };
-    let align = device.limits().min_storage_buffer_offset_alignment.max(1);
+    let limits = device.limits();
+    let storage_align = limits.min_storage_buffer_offset_alignment.max(1);
+    let uniform_align = limits.min_uniform_buffer_offset_alignment.max(1);
     for (index, op) in ops.iter().enumerate() {
         match op {
             Op::Copy { src, dst } => {
@@ -205,16 +207,28 @@ fn check_substitutions(device: &Device, ops: &[Op], subst: &Substitutions<'_>) -
                     )));
                 }
             }
-            Op::Dispatch { args, .. } => {
+            Op::Dispatch { args, kernel, .. } => {
                 for (i, (a, a_writes)) in args.iter().enumerate() {
                     let a = subst.view(a);
+                    let (align, rule) = if kernel.binds_uniform(i) {
+                        (
+                            uniform_align,
+                            "a uniform buffer bound to a kernel must start at a multiple of \
+                             minUniformBufferOffsetAlignment",
+                        )
+                    } else {
+                        (
+                            storage_align,
+                            "a buffer bound to a kernel must start at a multiple of \
+                             minStorageBufferOffsetAlignment",
+                        )
+                    };
                     if a.offset % align != 0 {
                         return Err(Error::Misaligned {
                             op: "DeviceContext::enqueue_graph_with",
                             offset: a.offset,
                             alignment: align,
-                            rule: "a buffer bound to a kernel must start at a multiple of \
-                                   minStorageBufferOffsetAlignment",
+                            rule,
                         });
                     }
                     for (b, b_writes) in &args[i + 1..] {

@@ -137,6 +137,15 @@ impl KernelPipeline {
     pub(crate) fn pipeline(&self) -> &ComputePipeline {
         &self.pipeline
     }
+
+    /// Whether argument `index` binds a uniform buffer (which must start
+    /// at a multiple of `minUniformBufferOffsetAlignment`).
+    pub(crate) fn binds_uniform(&self, index: usize) -> bool {
+        self.interface
+            .bindings
+            .get(index)
+            .is_some_and(|b| b.kind == crate::reflect::BindingKind::UniformBuffer)
+    }
 }
 
 impl Drop for KernelPipeline {
