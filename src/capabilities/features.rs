@@ -99,6 +99,7 @@ const ZERO: &CStr = ash::khr::zero_initialize_workgroup_memory::NAME;
 const SIZES: &CStr = ash::ext::subgroup_size_control::NAME;
 const NON_SEMANTIC: &CStr = ash::khr::shader_non_semantic_info::NAME;
 const ROBUSTNESS2: &CStr = ash::ext::robustness2::NAME;
+const ATOMIC_FLOAT: &CStr = ash::ext::shader_atomic_float::NAME;
 
 features! {
     /// A kernel's out-of-range access of a storage buffer stays inside it.
@@ -187,6 +188,41 @@ features! {
         &mut s.sizes.compute_full_subgroups
     })
     .extension(SIZES, true);
+    /// Float atomics (`VK_EXT_shader_atomic_float`): loads, stores and
+    /// exchanges, and adds, of 32- and 64-bit floats in buffers and in
+    /// shared memory.
+    ShaderBufferFloat32Atomics = field("shaderBufferFloat32Atomics (VK_EXT_shader_atomic_float)", |s| {
+        &mut s.atomic_float.shader_buffer_float32_atomics
+    })
+    .extension(ATOMIC_FLOAT, false);
+    ShaderBufferFloat32AtomicAdd = field("shaderBufferFloat32AtomicAdd (VK_EXT_shader_atomic_float)", |s| {
+        &mut s.atomic_float.shader_buffer_float32_atomic_add
+    })
+    .extension(ATOMIC_FLOAT, false);
+    ShaderBufferFloat64Atomics = field("shaderBufferFloat64Atomics (VK_EXT_shader_atomic_float)", |s| {
+        &mut s.atomic_float.shader_buffer_float64_atomics
+    })
+    .extension(ATOMIC_FLOAT, false);
+    ShaderBufferFloat64AtomicAdd = field("shaderBufferFloat64AtomicAdd (VK_EXT_shader_atomic_float)", |s| {
+        &mut s.atomic_float.shader_buffer_float64_atomic_add
+    })
+    .extension(ATOMIC_FLOAT, false);
+    ShaderSharedFloat32Atomics = field("shaderSharedFloat32Atomics (VK_EXT_shader_atomic_float)", |s| {
+        &mut s.atomic_float.shader_shared_float32_atomics
+    })
+    .extension(ATOMIC_FLOAT, false);
+    ShaderSharedFloat32AtomicAdd = field("shaderSharedFloat32AtomicAdd (VK_EXT_shader_atomic_float)", |s| {
+        &mut s.atomic_float.shader_shared_float32_atomic_add
+    })
+    .extension(ATOMIC_FLOAT, false);
+    ShaderSharedFloat64Atomics = field("shaderSharedFloat64Atomics (VK_EXT_shader_atomic_float)", |s| {
+        &mut s.atomic_float.shader_shared_float64_atomics
+    })
+    .extension(ATOMIC_FLOAT, false);
+    ShaderSharedFloat64AtomicAdd = field("shaderSharedFloat64AtomicAdd (VK_EXT_shader_atomic_float)", |s| {
+        &mut s.atomic_float.shader_shared_float64_atomic_add
+    })
+    .extension(ATOMIC_FLOAT, false);
     /// `VK_KHR_shader_non_semantic_info` (core in Vulkan 1.3).
     NonSemanticInfo = Entry {
         name: "VK_KHR_shader_non_semantic_info",
@@ -388,6 +424,7 @@ pub(crate) struct FeatureStructs {
     dot: vk::PhysicalDeviceShaderIntegerDotProductFeatures<'static>,
     zero: vk::PhysicalDeviceZeroInitializeWorkgroupMemoryFeatures<'static>,
     sizes: vk::PhysicalDeviceSubgroupSizeControlFeatures<'static>,
+    atomic_float: vk::PhysicalDeviceShaderAtomicFloatFeaturesEXT<'static>,
 }
 
 impl FeatureStructs {
@@ -461,8 +498,13 @@ impl FeatureStructs {
     pub(crate) fn chain(&mut self) -> vk::PhysicalDeviceFeatures2<'_> {
         let core13 = self.core13;
         let uses = |name: &CStr| self.extensions.contains(&name);
-        let (robustness2, dot, zero, sizes) =
-            (uses(ROBUSTNESS2), uses(DOT), uses(ZERO), uses(SIZES));
+        let (robustness2, dot, zero, sizes, atomic_float) = (
+            uses(ROBUSTNESS2),
+            uses(DOT),
+            uses(ZERO),
+            uses(SIZES),
+            uses(ATOMIC_FLOAT),
+        );
         // Each struct is chained once: clear the links a previous chain left.
         for p_next in [
             &mut self.v11.p_next,
@@ -472,6 +514,7 @@ impl FeatureStructs {
             &mut self.dot.p_next,
             &mut self.zero.p_next,
             &mut self.sizes.p_next,
+            &mut self.atomic_float.p_next,
         ] {
             *p_next = std::ptr::null_mut();
         }
@@ -493,6 +536,9 @@ impl FeatureStructs {
         }
         if sizes {
             f2 = f2.push_next(&mut self.sizes);
+        }
+        if atomic_float {
+            f2 = f2.push_next(&mut self.atomic_float);
         }
         f2
     }

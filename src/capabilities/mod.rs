@@ -23,8 +23,8 @@ use ash::vk;
 pub(crate) use features::{Capabilities, Feature, FeatureStructs, FloatControls};
 
 pub(crate) use spirv::{
-    CAPABILITIES, EXTENSIONS, FLOAT_MODES, INT64_ATOMICS_BUFFER, INT64_ATOMICS_SHARED,
-    LOCAL_SIZE_ID, ZERO_INITIALIZED_WORKGROUP,
+    float_atomic, CAPABILITIES, EXTENSIONS, FLOAT_MODES, INT64_ATOMICS_BUFFER,
+    INT64_ATOMICS_SHARED, LOCAL_SIZE_ID, ZERO_INITIALIZED_WORKGROUP,
 };
 
 /// What one capability, extension or construct needs of the device.
@@ -50,6 +50,8 @@ pub(crate) struct Declared<'a> {
     pub(crate) local_size_id: bool,
     pub(crate) int64_atomics_buffer: bool,
     pub(crate) int64_atomics_shared: bool,
+    /// Float atomics: (width, whether it adds, whether on shared memory).
+    pub(crate) float_atomics: &'a [(u32, bool, bool)],
     /// Float-controls execution modes: (mode, float width). The
     /// capabilities that come with them need nothing; each mode needs its
     /// property for its width.
@@ -95,6 +97,21 @@ pub(crate) fn check(
     ] {
         if declares {
             needs.push((what.to_string(), need));
+        }
+    }
+    for &(width, add, shared) in declared.float_atomics {
+        let what = format!(
+            "a {width}-bit float atomic {} on {}",
+            if add {
+                "add"
+            } else {
+                "load, store or exchange"
+            },
+            if shared { "shared memory" } else { "a buffer" }
+        );
+        match float_atomic(width, add, shared) {
+            Some(f) => needs.push((what, Need::Feature(f))),
+            None => return Err(format!("{what} is not something Vulkan offers")),
         }
     }
     for &(mode, width) in declared.float_modes {

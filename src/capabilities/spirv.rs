@@ -114,9 +114,12 @@ pub(crate) const CAPABILITIES: &[(u32, &str, Need)] = &[
     (6018, "DotProductInput4x8BitPacked", Needs(F::ShaderIntegerDotProduct)),
     (6019, "DotProduct", Needs(F::ShaderIntegerDotProduct)),
     (6022, "CooperativeMatrixKHR", Never("VK_KHR_cooperative_matrix")),
-    (6033, "AtomicFloat32AddEXT", Never("VK_EXT_shader_atomic_float")),
-    (6034, "AtomicFloat64AddEXT", Never("VK_EXT_shader_atomic_float")),
+    (6033, "AtomicFloat32AddEXT", AnyOf(&[F::ShaderBufferFloat32AtomicAdd, F::ShaderSharedFloat32AtomicAdd])),
+    (6034, "AtomicFloat64AddEXT", AnyOf(&[F::ShaderBufferFloat64AtomicAdd, F::ShaderSharedFloat64AtomicAdd])),
     (6095, "AtomicFloat16AddEXT", Never("VK_EXT_shader_atomic_float2")),
+    (5612, "AtomicFloat32MinMaxEXT", Never("VK_EXT_shader_atomic_float2")),
+    (5613, "AtomicFloat64MinMaxEXT", Never("VK_EXT_shader_atomic_float2")),
+    (5616, "AtomicFloat16MinMaxEXT", Never("VK_EXT_shader_atomic_float2")),
 ];
 
 /// Every SPIR-V extension (`OpExtension`) a compute kernel may declare,
@@ -138,7 +141,15 @@ pub(crate) const EXTENSIONS: &[(&str, Need)] = &[
     ("SPV_KHR_non_semantic_info", Needs(F::NonSemanticInfo)),
     ("SPV_KHR_shader_ballot", Never("VK_EXT_shader_subgroup_ballot")),
     ("SPV_KHR_subgroup_vote", Never("VK_EXT_shader_subgroup_vote")),
-    ("SPV_EXT_shader_atomic_float_add", Never("VK_EXT_shader_atomic_float")),
+    (
+        "SPV_EXT_shader_atomic_float_add",
+        AnyOf(&[
+            F::ShaderBufferFloat32AtomicAdd,
+            F::ShaderSharedFloat32AtomicAdd,
+            F::ShaderBufferFloat64AtomicAdd,
+            F::ShaderSharedFloat64AtomicAdd,
+        ]),
+    ),
     ("SPV_EXT_shader_atomic_float16_add", Never("VK_EXT_shader_atomic_float2")),
     ("SPV_EXT_shader_atomic_float_min_max", Never("VK_EXT_shader_atomic_float2")),
     ("SPV_KHR_cooperative_matrix", Never("VK_KHR_cooperative_matrix")),
@@ -157,6 +168,23 @@ pub(crate) const LOCAL_SIZE_ID: (&str, Need) = (
     "the LocalSizeId execution mode",
     Need::Feature(Feature::Maintenance4),
 );
+
+/// The feature a float atomic needs, by its width (32 or 64), whether it
+/// adds (else it loads, stores or exchanges) and whether it operates on
+/// shared memory (else on a buffer); `None` for another width.
+pub(crate) fn float_atomic(width: u32, add: bool, shared: bool) -> Option<Feature> {
+    Some(match (width, add, shared) {
+        (32, false, false) => F::ShaderBufferFloat32Atomics,
+        (32, true, false) => F::ShaderBufferFloat32AtomicAdd,
+        (32, false, true) => F::ShaderSharedFloat32Atomics,
+        (32, true, true) => F::ShaderSharedFloat32AtomicAdd,
+        (64, false, false) => F::ShaderBufferFloat64Atomics,
+        (64, true, false) => F::ShaderBufferFloat64AtomicAdd,
+        (64, false, true) => F::ShaderSharedFloat64Atomics,
+        (64, true, true) => F::ShaderSharedFloat64AtomicAdd,
+        _ => return None,
+    })
+}
 
 /// The needs of 64-bit integer atomics by where they operate (the
 /// `Int64Atomics` capability alone needs either feature).

@@ -127,6 +127,7 @@ fn build(
         local_size_id: module.local_size_id,
         int64_atomics_buffer: module.int64_atomics_buffer,
         int64_atomics_shared: module.int64_atomics_shared,
+        float_atomics: &module.float_atomics,
         float_modes: &module.float_modes,
     };
     capabilities::check(&declared, &device.capabilities, device.name()).map_err(unsupported)?;

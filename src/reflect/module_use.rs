@@ -49,6 +49,9 @@ pub(crate) struct ModuleUse {
     /// Workgroup (buffers), and on Workgroup memory.
     pub(crate) int64_atomics_buffer: bool,
     pub(crate) int64_atomics_shared: bool,
+    /// Its float atomics: (width, whether it adds, whether on Workgroup
+    /// memory), each once.
+    pub(crate) float_atomics: Vec<(u32, bool, bool)>,
     /// Its execution modes with one literal operand (mode, operand): the
     /// float-controls modes name a float width.
     pub(crate) float_modes: Vec<(u32, u32)>,
@@ -70,6 +73,7 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
     // For 64-bit atomics: the 64-bit integer types, each pointer type's
     // (storage class, pointee), and each pointer value's type.
     let mut int64_types: HashSet<u32> = HashSet::new();
+    let mut float_types: HashMap<u32, u32> = HashMap::new();
     let mut pointee: HashMap<u32, (u32, u32)> = HashMap::new();
     let mut pointer_value_types: HashMap<u32, u32> = HashMap::new();
     let note = |found: &mut ModuleUse, what: String| {
@@ -84,6 +88,21 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
             pointer_value_types.insert(operands[1], operands[0]);
         }
         if let Some(pointer) = atomic_pointer(op, operands) {
+            let target = pointer_value_types
+                .get(&pointer)
+                .and_then(|t| pointee.get(t));
+            if let Some((class, ty)) = target {
+                if let Some(&width) = float_types.get(ty) {
+                    let atomic = (
+                        width,
+                        op == OP_ATOMIC_FADD,
+                        *class == STORAGE_CLASS_WORKGROUP,
+                    );
+                    if !found.float_atomics.contains(&atomic) {
+                        found.float_atomics.push(atomic);
+                    }
+                }
+            }
             let class = pointer_value_types
                 .get(&pointer)
                 .and_then(|t| pointee.get(t))
@@ -98,6 +117,9 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
         match op {
             OP_TYPE_INT if operands.len() >= 2 && operands[1] == 64 => {
                 int64_types.insert(operands[0]);
+            }
+            OP_TYPE_FLOAT if operands.len() >= 2 => {
+                float_types.insert(operands[0], operands[1]);
             }
             OP_CAPABILITY if !operands.is_empty() => {
                 let capability = operands[0];
@@ -196,10 +218,16 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
 fn atomic_pointer(op: u32, operands: &[u32]) -> Option<u32> {
     match op {
         228 => operands.first().copied(),
-        227..=242 => operands.get(2).copied(),
+        227..=242 | OP_ATOMIC_FADD | OP_ATOMIC_FMIN | OP_ATOMIC_FMAX => operands.get(2).copied(),
         _ => None,
     }
 }
+
+/// `OpAtomicFAddEXT`, `OpAtomicFMinEXT`, `OpAtomicFMaxEXT`.
+const OP_ATOMIC_FADD: u32 = 6035;
+const OP_ATOMIC_FMIN: u32 = 5614;
+const OP_ATOMIC_FMAX: u32 = 5615;
+const OP_TYPE_FLOAT: u32 = 22;
 #[cfg(test)]
 mod tests {
     use super::*;
