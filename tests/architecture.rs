@@ -1,4 +1,4 @@
-//! The structure the README's "Code layout" section states, checked on the
+//! The structure ARCHITECTURE.md's "Code layout" section states, checked on the
 //! sources: modules import one way through the layers (no cycle), no
 //! source file is over 600 lines, unsafe code stays in `src/vk/` but for at
 //! most ten blocks, and every unsafe block and impl says why it holds.

@@ -577,7 +577,7 @@ fn every_wrong_argument_is_a_clear_error_that_changes_nothing() {
     }
 }
 
-/// Prints the matrix as the README shows it (`cargo test --test bad_input -- --nocapture matrix`).
+/// Prints the matrix as CONTRIBUTING.md shows it (`cargo test --test bad_input -- --nocapture matrix`).
 #[test]
 fn matrix_lists_every_row_once() {
     let rows = rows();
