@@ -23,8 +23,12 @@
 //! ```
 //!
 //! and in the crate, `include!(concat!(env!("OUT_DIR"), "/shaders.rs"));`
-//! defines one `pub static NAME: &[u32]` per `shaders/name.comp`, ready for
-//! `Kernel::new(&ctx, NAME, "main")`.
+//! defines one `pub static NAME: &[u32]` per `shaders/name.comp`. Those
+//! load with `Kernel::new` where the application has feature `validate`;
+//! on default features the safe loaders take only vkcompute's shipped
+//! kernels, so a crate's own shaders are better built with the companion
+//! crate `vkcompute-build`, whose generated kernels load on default
+//! features (its module documentation has the walkthrough).
 
 use std::path::{Path, PathBuf};
 
