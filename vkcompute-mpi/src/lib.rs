@@ -40,10 +40,12 @@ mod error;
 mod header;
 mod kernels;
 mod raw;
+mod request;
 
 pub use communicator::{Buffer, Communicator, Place, DEFAULT_PIECE_BYTES, MAX_TAG};
 pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};
 pub use error::{Error, Result};
+pub use request::Request;
 
 /// The checked-in SPIR-V of the reduction kernels, by the name of the GLSL
 /// file (`shaders/<name>.comp`) each comes from, for the test that checks
