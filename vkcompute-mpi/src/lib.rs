@@ -1,4 +1,4 @@
-//! MPI for [vkcompute](vkcompute): device buffers sent, received,
+//! MPI for [vkcompute]: device buffers sent, received,
 //! broadcast, gathered and reduced across the ranks of an MPI job.
 //!
 //! No MPI implementation knows Vulkan memory, so this crate brings the
@@ -27,6 +27,11 @@
 //! directly yet. Point-to-point messages travel in pieces
 //! ([`Communicator::piece_bytes`]) whose device-to-host (or host-to-device)
 //! copies overlap the MPI transfer of the piece before.
+//!
+//! Non-blocking messages: [`Communicator::isend`] and
+//! [`Communicator::irecv`] return a [`Request`] (`wait`, `test`) over the
+//! same protocol as `send` and `recv`; see [`Request`] for progress and for
+//! what dropping an unfinished one does.
 //!
 //! Threads: MPI is the application's to initialise (`mpi::initialize` or
 //! `initialize_with_threading`). A [`Communicator`] is used from the thread
