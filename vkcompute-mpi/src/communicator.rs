@@ -1,6 +1,7 @@
 //! The communicator: an MPI communicator bound to a vkcompute context, and
 //! point-to-point messages of device and host buffers.
 
+use std::cell::RefCell;
 use std::mem::size_of;
 use std::sync::Mutex;
 
@@ -21,8 +22,8 @@ use crate::raw::{self, Comm};
 pub const MAX_TAG: i32 = 8191;
 
 /// Tag offsets of a message's answer and data, above the user's tag.
-const ACK_TAGS: i32 = MAX_TAG + 1;
-const DATA_TAGS: i32 = 2 * (MAX_TAG + 1);
+pub(crate) const ACK_TAGS: i32 = MAX_TAG + 1;
+pub(crate) const DATA_TAGS: i32 = 2 * (MAX_TAG + 1);
 /// The tag of the collectives' point-to-point steps (below 32767, the
 /// smallest `MPI_TAG_UB` the standard allows).
 pub(crate) const COLLECTIVE_TAG: i32 = 3 * (MAX_TAG + 1);
@@ -32,7 +33,7 @@ pub const DEFAULT_PIECE_BYTES: usize = 4 << 20;
 
 /// A trailer after the data of a message: 0, or the sender's `Failure`
 /// code where a piece could not be read after the header went out.
-const TRAILER_BYTES: usize = 8;
+pub(crate) const TRAILER_BYTES: usize = 8;
 
 mod sealed {
     pub trait Sealed {}
@@ -110,6 +111,9 @@ pub struct Communicator {
     piece_bytes: usize,
     /// Pinned host buffers kept for reuse between calls.
     staging: Mutex<Vec<HostBuffer<u8>>>,
+    /// The non-blocking operations under way, which every `test` and
+    /// `wait` moves on (see [`Request`](crate::Request)).
+    pub(crate) pending: RefCell<crate::request::Pending>,
 }
 
 impl Communicator {
@@ -128,6 +132,7 @@ impl Communicator {
             reducer: Reducer::new(),
             piece_bytes: DEFAULT_PIECE_BYTES,
             staging: Mutex::new(Vec::new()),
+            pending: RefCell::new(Default::default()),
         })
     }
 
@@ -182,7 +187,7 @@ impl Communicator {
         Ok(())
     }
 
-    fn check_peer(&self, op: &'static str, peer: i32, tag: i32) -> Result<()> {
+    pub(crate) fn check_peer(&self, op: &'static str, peer: i32, tag: i32) -> Result<()> {
         self.check_rank(op, peer)?;
         if peer == self.rank {
             return Err(Error::SelfMessage { op, rank: peer });
@@ -398,7 +403,7 @@ impl Communicator {
     }
 
     /// The elements of `T` in one piece of a message.
-    fn piece_elements<T>(&self) -> usize {
+    pub(crate) fn piece_elements<T>(&self) -> usize {
         (self.piece_bytes / size_of::<T>()).max(1)
     }
 }

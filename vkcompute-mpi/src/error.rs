@@ -71,8 +71,9 @@ pub enum Error {
         last: i32,
     },
 
-    /// A blocking message from a rank to itself, which could never complete.
-    #[error("{op}: rank {rank} is this rank: a blocking message to itself could never complete")]
+    /// A message from a rank to itself, which this crate does not support
+    /// (a blocking one could never complete).
+    #[error("{op}: rank {rank} is this rank: messages to oneself are not supported (a blocking one could never complete)")]
     SelfMessage {
         /// The communicator operation.
         op: &'static str,

@@ -1,4 +1,4 @@
-//! MPI for [vkcompute](vkcompute): device buffers sent, received,
+//! MPI for [vkcompute]: device buffers sent, received,
 //! broadcast, gathered and reduced across the ranks of an MPI job.
 //!
 //! No MPI implementation knows Vulkan memory, so this crate brings the
@@ -28,6 +28,11 @@
 //! ([`Communicator::piece_bytes`]) whose device-to-host (or host-to-device)
 //! copies overlap the MPI transfer of the piece before.
 //!
+//! Non-blocking messages: [`Communicator::isend`] and
+//! [`Communicator::irecv`] return a [`Request`] (`wait`, `test`) over the
+//! same protocol as `send` and `recv`; see [`Request`] for progress and for
+//! what dropping an unfinished one does.
+//!
 //! Threads: MPI is the application's to initialise (`mpi::initialize` or
 //! `initialize_with_threading`). A [`Communicator`] is used from the thread
 //! that made it (it holds an rsmpi communicator, which is neither `Send`
@@ -40,10 +45,12 @@ mod error;
 mod header;
 mod kernels;
 mod raw;
+mod request;
 
 pub use communicator::{Buffer, Communicator, Place, DEFAULT_PIECE_BYTES, MAX_TAG};
 pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};
 pub use error::{Error, Result};
+pub use request::Request;
 
 /// The checked-in SPIR-V of the reduction kernels, by the name of the GLSL
 /// file (`shaders/<name>.comp`) each comes from, for the test that checks
