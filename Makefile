@@ -29,6 +29,7 @@ demo: setup
 lint: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -q --workspace --all-features --no-deps
 
 unit: setup
 	$(STRICT) $(SERIAL) $(CARGO) test --all-features

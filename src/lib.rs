@@ -26,6 +26,8 @@
 // SPIRV-Tools validator) and in the few public raw entry points, each
 // allowed where it stands.
 #![deny(unsafe_code)]
+// Feature badges on docs.rs (`--cfg docsrs`, nightly rustdoc).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod batch_pool;
 mod bounds;
@@ -104,6 +106,7 @@ mod shader_build;
 /// // then, in the crate: include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
 /// ```
 #[cfg(feature = "build")]
+#[cfg_attr(docsrs, doc(cfg(feature = "build")))]
 pub mod build {
     pub use crate::shader_build::{compile_glsl, compile_shaders};
 }
@@ -123,6 +126,7 @@ pub use external::{
 #[cfg(unix)]
 pub use external::{ExportedMemory, ExportedSemaphore};
 #[cfg(feature = "glsl")]
+#[cfg_attr(docsrs, doc(cfg(feature = "glsl")))]
 pub use glsl::{GlslBuilder, GlslOptimization, GlslTarget};
 pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};

@@ -398,6 +398,7 @@ impl Kernel {
     /// `#include`s, specialization constants, the target environment and
     /// the optimization level, use [`Kernel::glsl`].
     #[cfg(feature = "glsl")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "glsl")))]
     pub fn from_glsl(ctx: &DeviceContext, source: &str, entry: &str) -> Result<Kernel> {
         Kernel::glsl(source)
             .entry(entry)
