@@ -328,33 +328,55 @@ impl BufferMemory {
     /// for a write). Fails if a conflicting host borrow is alive. Release
     /// with [`release_host`](Self::release_host).
     pub(crate) fn borrow_host(&self, op: &'static str, access: HostAccess) -> Result<()> {
-        let waits_for_reads = access == HostAccess::Write;
-        loop {
-            {
-                // No borrow starts inside an operation of several commands.
-                let _ops = self.lock_ops(false);
-                let mut state = self.state();
-                if let Some(e) = state.kept.take() {
-                    return Err(e);
-                }
-                if !state.host_allows(access) {
-                    return Err(Error::BufferMapped {
-                        op,
-                        buffer: describe_borrow(state.borrow),
-                    });
-                }
-                if state.pending(waits_for_reads).is_empty() {
-                    state.borrow = match (state.borrow, access) {
-                        (HostBorrow::Shared(n), HostAccess::Read) => HostBorrow::Shared(n + 1),
-                        (_, HostAccess::Read) => HostBorrow::Shared(1),
-                        (_, HostAccess::Write) => HostBorrow::Exclusive,
-                        (_, HostAccess::Copy) => HostBorrow::Staged,
-                    };
-                    return Ok(());
-                }
+        // At once where no pending work conflicts, under the shared lock (no
+        // borrow starts inside an operation of several commands); else the
+        // borrow waits for the device holding the lock exclusively, so that
+        // no new command on the memory starts meanwhile and the wait ends
+        // however busy other threads keep the buffer.
+        {
+            let _ops = self.lock_ops(false);
+            if self.try_borrow_host(op, access)? {
+                return Ok(());
             }
-            self.wait_for_host_access(waits_for_reads)?;
         }
+        let _ops = self.lock_ops(true);
+        loop {
+            if self.try_borrow_host(op, access)? {
+                return Ok(());
+            }
+            self.wait_for_host_access(access == HostAccess::Write)?;
+        }
+    }
+
+    /// Whether the memory is mapped on the host (direct access possible).
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.raw.as_ref().is_some_and(|r| r.mapped.is_some())
+    }
+
+    /// Borrows the memory if no device work it conflicts with is pending;
+    /// `Ok(false)` where some is. The caller holds the operation lock.
+    fn try_borrow_host(&self, op: &'static str, access: HostAccess) -> Result<bool> {
+        let waits_for_reads = access == HostAccess::Write;
+        let mut state = self.state();
+        if let Some(e) = state.kept.take() {
+            return Err(e);
+        }
+        if !state.host_allows(access) {
+            return Err(Error::BufferMapped {
+                op,
+                buffer: describe_borrow(state.borrow),
+            });
+        }
+        if !state.pending(waits_for_reads).is_empty() {
+            return Ok(false);
+        }
+        state.borrow = match (state.borrow, access) {
+            (HostBorrow::Shared(n), HostAccess::Read) => HostBorrow::Shared(n + 1),
+            (_, HostAccess::Read) => HostBorrow::Shared(1),
+            (_, HostAccess::Write) => HostBorrow::Exclusive,
+            (_, HostAccess::Copy) => HostBorrow::Staged,
+        };
+        Ok(true)
     }
 
     /// Readies the memory for an access that another device makes through

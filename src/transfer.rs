@@ -111,7 +111,24 @@ impl Submitter {
     ) -> Result<()> {
         // Read in pieces, the download holds the buffer's operations until
         // the last piece is recorded, so no write falls between two pieces.
-        let _ops = src.lock_ops(out.len() as u64 > TRANSFER_CHUNK);
+        let many = out.len() as u64 > TRANSFER_CHUNK;
+        let direct = !self.force_staging && src.is_mapped() && !out.is_empty();
+        if direct && !many {
+            // At once where no pending work conflicts, under the shared lock.
+            let _ops = src.lock_ops(false);
+            let len = out.len() as u64;
+            if src
+                .access_now(op, offset, len, false, |mapped| mapped.read(out))?
+                .is_some()
+            {
+                return Ok(());
+            }
+        }
+        // Else the read waits for the device holding the lock exclusively:
+        // no new command on the memory starts meanwhile, so the wait ends
+        // however busy other threads keep the buffer (under the shared lock
+        // a writer that never paused kept a direct read waiting for ever).
+        let _ops = src.lock_ops(many || direct);
         self.download_held(op, src, offset, out)
     }
 

@@ -340,3 +340,56 @@ fn a_long_buffer_prints_one_snapshot_of_both_ends() {
         });
     });
 }
+
+/// A writer that never pauses does not keep a reader or a mapping waiting
+/// for ever: on the direct path a read or borrow that must wait for the
+/// device takes the buffer's operation lock exclusively, so that the work it
+/// waits for stops growing. (Before, `to_vec` waited, found the writer's
+/// newer fill pending, and waited again, without end.)
+#[test]
+fn reads_and_mappings_finish_beside_a_writer_that_never_pauses() {
+    common::on_each_path(|ctx, path| {
+        let buffer = ctx.enqueue_create_buffer::<u32>(1 << 18).unwrap();
+        buffer.enqueue_fill(0).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let (buffer, stop) = (buffer.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut v = 0u32;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        v += 1;
+                        match buffer.enqueue_fill(v) {
+                            Ok(()) | Err(vkcompute::Error::BufferMapped { .. }) => {}
+                            Err(e) => panic!("fill: {e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let (done, finished) = std::sync::mpsc::channel();
+        let reader = {
+            let buffer = buffer.clone();
+            std::thread::spawn(move || {
+                for _ in 0..5 {
+                    let seen = buffer.to_vec().unwrap();
+                    assert!(seen.iter().all(|&x| x == seen[0]), "a torn read");
+                }
+                for _ in 0..5 {
+                    let mapped = buffer.map_to_host().unwrap();
+                    assert!(mapped.iter().all(|&x| x == mapped[0]), "a torn mapping");
+                    drop(mapped);
+                }
+                let _ = done.send(());
+            })
+        };
+        let result = finished.recv_timeout(std::time::Duration::from_secs(120));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            result.is_ok(),
+            "{path:?}: reads beside a busy writer did not finish in 120 s"
+        );
+        reader.join().unwrap();
+        writers.into_iter().for_each(|w| w.join().unwrap());
+    });
+}
