@@ -76,6 +76,18 @@ const OP_SPEC_CONSTANT_FALSE: u32 = 49;
 const OP_SPEC_CONSTANT: u32 = 50;
 const DECORATION_SPEC_ID: u32 = 1;
 
+/// The literal word of a constant of a `width`-bit integer type (at most
+/// 32) whose value is the low bits of `value`: narrow literals are zero-
+/// or sign-extended to a whole word, as SPIR-V requires.
+pub(crate) fn literal_word(value: u32, width: u32, signed: bool) -> u32 {
+    let unused = 32 - width.clamp(1, 32);
+    if signed {
+        (((value << unused) as i32) >> unused) as u32
+    } else {
+        (value << unused) >> unused
+    }
+}
+
 /// `words` with its specialization constants frozen into constants: those
 /// `specialization` sets (id, value bytes) to its values, the others to
 /// their defaults, and their `SpecId` decorations removed. This is what the
@@ -128,13 +140,7 @@ pub(crate) fn freeze(words: &[u32], specialization: &[(u32, Vec<u8>)]) -> Vec<u3
                 let mut literal = value(*id).unwrap_or_else(|| default.to_vec());
                 literal.resize(default.len(), 0);
                 if let (Some(&(width, signed)), [w]) = (narrow.get(ty), literal.as_mut_slice()) {
-                    // Narrow literals are zero- or sign-extended to a word.
-                    let unused = 32 - width;
-                    *w = if signed {
-                        (((*w << unused) as i32) >> unused) as u32
-                    } else {
-                        (*w << unused) >> unused
-                    };
+                    *w = literal_word(*w, width, signed);
                 }
                 let mut operands = vec![*ty, *id];
                 operands.extend(literal);

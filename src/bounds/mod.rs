@@ -68,7 +68,7 @@ pub(crate) fn prepare(words: &[u32], entry: &str, clamp: bool) -> Result<Prepare
     let (stripped, changed) = strip_non_semantic(words);
     // rspirv's loader does not place OpExecutionModeId: set aside, and put
     // back after the execution modes once assembled.
-    let (stripped, modes_by_id) = take_out(&stripped, OP_EXECUTION_MODE_ID);
+    let (stripped, modes_by_id) = take_out(&stripped, |op, _| op == OP_EXECUTION_MODE_ID);
     let loaded = std::panic::catch_unwind(|| rspirv::dr::load_words(&stripped));
     let mut module = match loaded {
         Ok(Ok(module)) => module,
@@ -126,16 +126,9 @@ fn fold(module: &mut Module, values: &HashMap<u32, constants::Value>) -> usize {
             Some(constants::Value::Int { bits, .. }) => {
                 let literal = match ints.get(&ty) {
                     Some((width, _)) if *width > 32 => Operand::LiteralBit64(*bits),
-                    Some((width, signed)) => {
-                        // Narrow literals are sign- or zero-extended to a word.
-                        let unused = 32 - width;
-                        let word = *bits as u32;
-                        Operand::LiteralBit32(if *signed {
-                            (((word << unused) as i32) >> unused) as u32
-                        } else {
-                            word
-                        })
-                    }
+                    Some((width, signed)) => Operand::LiteralBit32(
+                        crate::spirv_rules::literal_word(*bits as u32, *width, *signed),
+                    ),
                     None => continue,
                 };
                 Instruction::new(Op::Constant, Some(ty), Some(id), vec![literal])
@@ -155,15 +148,15 @@ pub(crate) const OP_EXECUTION_MODE_ID: u32 = 331;
 /// capabilities, extensions, imports, memory model, entry points, modes.
 const PREAMBLE: [u32; 7] = [17, 10, 11, 14, 15, 16, OP_EXECUTION_MODE_ID];
 
-/// `words` without its instructions of opcode `op`, and those
-/// instructions' words.
-fn take_out(words: &[u32], op: u32) -> (Vec<u32>, Vec<u32>) {
+/// `words` without the instructions `take` picks (by opcode and
+/// operands), and those instructions' words.
+fn take_out(words: &[u32], take: impl Fn(u32, &[u32]) -> bool) -> (Vec<u32>, Vec<u32>) {
     let mut kept = words[..5.min(words.len())].to_vec();
     let mut taken = Vec::new();
     let mut at = 5;
     for (opcode, operands) in crate::reflect::instructions(words) {
         let inst = &words[at..at + operands.len() + 1];
-        if opcode == op {
+        if take(opcode, operands) {
             taken.extend_from_slice(inst);
         } else {
             kept.extend_from_slice(inst);
@@ -204,19 +197,10 @@ pub(crate) fn strip_non_semantic(words: &[u32]) -> (Vec<u32>, bool) {
     if sets.is_empty() {
         return (words.to_vec(), false);
     }
-    let mut out = words[..5].to_vec();
-    let mut at = 5;
-    for (op, operands) in crate::reflect::instructions(words) {
-        let inst = &words[at..at + operands.len() + 1];
-        let drop = match (op, operands) {
-            (OP_EXT_INST_IMPORT, [id, ..]) => sets.contains(id),
-            (OP_EXT_INST, [_, _, set, ..]) => sets.contains(set),
-            _ => false,
-        };
-        if !drop {
-            out.extend_from_slice(inst);
-        }
-        at += inst.len();
-    }
-    (out, true)
+    let (kept, _) = take_out(words, |op, operands| match (op, operands) {
+        (OP_EXT_INST_IMPORT, [id, ..]) => sets.contains(id),
+        (OP_EXT_INST, [_, _, set, ..]) => sets.contains(set),
+        _ => false,
+    });
+    (kept, true)
 }

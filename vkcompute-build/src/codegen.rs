@@ -188,19 +188,21 @@ impl Structs {
         let mut body = String::new();
         let mut asserts = String::new();
         let mut params = Vec::new();
+        // The initializer of `new`: every member, then every padding
+        // field zeroed.
+        let mut inits: Vec<String> = fields.iter().map(|(f, _, _)| f.clone()).collect();
+        let pad = |body: &mut String, inits: &mut Vec<String>, bytes: usize| {
+            let n = inits.len() - fields.len();
+            let _ = writeln!(body, "    #[doc(hidden)]\n    pub _pad{n}: [u8; {bytes}],");
+            inits.push(format!("_pad{n}: [0; {bytes}]"));
+        };
         let mut at = 0;
-        let mut pads = 0;
         for (field, offset, ty) in fields {
             if *offset < at {
                 return Err(format!("members of `{name}` overlap at byte {offset}"));
             }
             if *offset > at {
-                let _ = writeln!(
-                    body,
-                    "    #[doc(hidden)]\n    pub _pad{pads}: [u8; {}],",
-                    offset - at
-                );
-                pads += 1;
+                pad(&mut body, &mut inits, offset - at);
             }
             let _ = writeln!(
                 body,
@@ -215,33 +217,7 @@ impl Structs {
             at = offset + ty.size;
         }
         if size > at {
-            let _ = writeln!(
-                body,
-                "    #[doc(hidden)]\n    pub _pad{pads}: [u8; {}],",
-                size - at
-            );
-            pads += 1;
-        }
-        let _ = pads;
-        // The initializer: every member, then every padding field zeroed.
-        let mut inits: Vec<String> = fields.iter().map(|(f, _, _)| f.clone()).collect();
-        let mut at = 0;
-        for (_, offset, ty) in fields {
-            if *offset > at {
-                inits.push(format!(
-                    "_pad{}: [0; {}]",
-                    inits.len() - fields.len(),
-                    offset - at
-                ));
-            }
-            at = offset + ty.size;
-        }
-        if size > at {
-            inits.push(format!(
-                "_pad{}: [0; {}]",
-                inits.len() - fields.len(),
-                size - at
-            ));
+            pad(&mut body, &mut inits, size - at);
         }
         let definition = format!(
             "/// `{name}` as the shader lays it out ({size} bytes).\n\
