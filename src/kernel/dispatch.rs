@@ -55,17 +55,24 @@ fn check_element_type(
     if arg.reinterpret {
         return Ok(());
     }
-    let Some(given) = crate::reflect::element_spelling((arg.element)()) else {
+    let given = (arg.element)();
+    if !crate::reflect::is_number_type(given) {
         return Ok(());
-    };
+    }
+    let mut declared = binding
+        .aliases
+        .iter()
+        .filter_map(|a| a.element_type.as_deref())
+        .peekable();
+    if declared.peek().is_none() || declared.any(|d| crate::reflect::spells_element(given, d)) {
+        return Ok(());
+    }
     let declared: Vec<&str> = binding
         .aliases
         .iter()
         .filter_map(|a| a.element_type.as_deref())
         .collect();
-    if declared.is_empty() || declared.contains(&given.as_str()) {
-        return Ok(());
-    }
+    let given = crate::reflect::element_spelling(given);
     Err(format!(
         "{} has `{given}` elements but the kernel reads the binding as `{}`; pass a buffer of \
          that type, or `arg_reinterpret()` to bind the bytes as they are",

@@ -308,23 +308,50 @@ fn runtime_array_element(ty: &Type) -> Option<String> {
     }
 }
 
-/// Rust's spelling of an element type in the form
-/// [`BindingAlias::element_type`] uses: `type_name`'s, with the `half`
-/// crate's paths shortened (`half::binary16::f16` is `f16`). Only numbers
-/// and arrays of numbers are checked against kernels: other types (a
-/// struct of the user's) give `None`.
-pub(crate) fn element_spelling(type_name: &str) -> Option<String> {
-    let short = type_name
-        .replace("half::binary16::", "")
-        .replace("half::bfloat::", "");
-    let numbers = [
-        "u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f16", "bf16", "f32", "f64",
-    ];
-    let inner = short
+/// The `half` crate's paths in `type_name`s, which
+/// [`BindingAlias::element_type`] leaves out (`half::binary16::f16` is `f16`).
+const HALF_PATHS: [&str; 2] = ["half::binary16::", "half::bfloat::"];
+
+/// Whether `type_name` (of `std::any::type_name`) is a number or an array
+/// of numbers: the element types checked against kernels (a struct of the
+/// user's is checked by its size only). Allocates nothing: it runs for
+/// every argument of every dispatch.
+pub(crate) fn is_number_type(type_name: &str) -> bool {
+    let inner = type_name
         .strip_prefix('[')
         .and_then(|s| s.split_once("; "))
-        .map_or(short.as_str(), |(element, _)| element);
-    numbers.contains(&inner).then_some(short)
+        .map_or(type_name, |(element, _)| element);
+    let inner = HALF_PATHS
+        .iter()
+        .find_map(|p| inner.strip_prefix(p))
+        .unwrap_or(inner);
+    [
+        "u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "f16", "bf16", "f32", "f64",
+    ]
+    .contains(&inner)
+}
+
+/// Whether `type_name` spells `declared` (an [`BindingAlias::element_type`])
+/// once the `half` crate's paths are left out. Allocates nothing.
+pub(crate) fn spells_element(type_name: &str, declared: &str) -> bool {
+    let mut rest = declared;
+    for piece in type_name
+        .split(HALF_PATHS[0])
+        .flat_map(|p| p.split(HALF_PATHS[1]))
+    {
+        match rest.strip_prefix(piece) {
+            Some(r) => rest = r,
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+/// `type_name` without the `half` crate's paths, for messages.
+pub(crate) fn element_spelling(type_name: &str) -> String {
+    HALF_PATHS
+        .iter()
+        .fold(type_name.to_string(), |name, p| name.replace(p, ""))
 }
 
 /// The stride of a block that is one runtime array (`T data[];`).
@@ -338,5 +365,24 @@ fn runtime_array_stride(ty: &Type) -> Option<u32> {
             array.stride.and_then(|s| u32::try_from(s).ok())
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod element_tests {
+    use super::*;
+
+    #[test]
+    fn number_types_and_their_spellings() {
+        let f16 = std::any::type_name::<half::f16>();
+        let f16x2 = std::any::type_name::<[half::f16; 2]>();
+        assert!(is_number_type("u32") && is_number_type("[f32; 4]"));
+        assert!(is_number_type(f16) && is_number_type(f16x2));
+        assert!(!is_number_type("my_crate::Particle") && !is_number_type("[my::P; 2]"));
+        assert!(spells_element(f16, "f16") && spells_element(f16x2, "[f16; 2]"));
+        assert!(spells_element("[f32; 4]", "[f32; 4]"));
+        assert!(!spells_element("u32", "f32") && !spells_element("[f32; 2]", "[f32; 4]"));
+        assert!(!spells_element(std::any::type_name::<half::bf16>(), "f16"));
+        assert_eq!(element_spelling(f16x2), "[f16; 2]");
     }
 }
