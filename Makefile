@@ -31,9 +31,16 @@ lint: setup
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -q --workspace --all-features --no-deps
 
+# The second driver (Mesa 25's lavapipe, unpacked by setup into
+# .setup/mesa25): the integration tests, the examples and the quick
+# benchmark run on it too. `$(DRIVER2) command` runs a command on it.
+DRIVER2 := ./scripts/driver2.sh
+
 unit: setup
 	$(STRICT) $(SERIAL) $(CARGO) test --all-features
 	$(CARGO) test -p vkcompute-build
+	@echo "== the library's and integration tests on the second driver"
+	$(STRICT) $(SERIAL) $(DRIVER2) $(CARGO) test --all-features --tests
 
 EXAMPLES := quickstart tour saxpy reduce embedding trace
 
@@ -59,16 +66,19 @@ mpi-test: setup
 mpi-spirv: setup
 	VKCOMPUTE_REFRESH_SPIRV=1 $(CARGO) test -p vkcompute-mpi --all-features --test shipped_spirv
 
+# The examples and the quick benchmark (both memory paths), on each driver.
 test: lint unit downstream mpi-test
-	@for e in $(EXAMPLES); do \
-	  echo "== example $$e"; \
-	  $(STRICT) $(CARGO) run -q --example $$e || exit 1; \
+	@for d in "" "$(DRIVER2)"; do \
+	  for e in $(EXAMPLES); do \
+	    echo "== example $$e $${d:+(second driver)}"; \
+	    $(STRICT) $$d $(CARGO) run -q --example $$e || exit 1; \
+	  done; \
+	  echo "== example matmul (own kernel, built by vkcompute-build) $${d:+(second driver)}"; \
+	  $(STRICT) $$d $(CARGO) run -q -p matmul || exit 1; \
+	  echo "== bench --quick (release), both memory paths $${d:+(second driver)}"; \
+	  $$d $(CARGO) run -q --release --example bench -- --quick || exit 1; \
+	  $$d $(CARGO) run -q --release --example bench -- --quick --staging || exit 1; \
 	done
-	@echo "== example matmul (own kernel, built by vkcompute-build)"
-	$(STRICT) $(CARGO) run -q -p matmul
-	@echo "== bench --quick (release), both memory paths"
-	$(CARGO) run -q --release --example bench -- --quick
-	$(CARGO) run -q --release --example bench -- --quick --staging
 
 # Recompiles shaders/*.comp into the shipped SPIR-V (shaders/spv/*.spv),
 # validating it; commit the result. `make test` fails while they differ.

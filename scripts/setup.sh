@@ -48,7 +48,7 @@ if command -v apt-get >/dev/null 2>&1; then
   need vulkan-validationlayers /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json
   # lavapipe: always installed, so that there is a device (CI has no GPU) and
   # the tests can run on it even where a GPU driver exists too.
-  need mesa-vulkan-drivers /usr/share/vulkan/icd.d/lvp_icd.*.json
+  need mesa-vulkan-drivers /usr/share/vulkan/icd.d/lvp_icd*.json
   # vkcompute-mpi: Open MPI (mpirun, the library and its headers) and
   # libclang, which the `mpi` crate's build script (bindgen) loads.
   need openmpi-bin /usr/bin/mpirun
@@ -110,6 +110,51 @@ else
 fi
 if [ ! -f "$env_file" ] || [ "$(cat "$env_file")" != "$new_env" ]; then
   printf '%s\n' "$new_env" >"$env_file"
+fi
+
+# The second driver: Mesa 25's lavapipe from Debian's bookworm-backports,
+# unpacked into .setup/mesa25 beside the system's driver (which it does not
+# replace). `make test` runs the integration tests, the examples and the
+# quick benchmark on both drivers; scripts/driver2.sh runs a command on this
+# one. Only where the system is Debian 12 (bookworm): elsewhere the
+# distribution's own Mesa is the only driver, and setup says so.
+driver2_dir="$setup_dir/mesa25"
+driver2_env="$setup_dir/driver2.env"
+if [ -f "$driver2_env" ] && grep -qs "\"$driver2_dir/root/" "$driver2_dir/icd.json"; then
+  :   # installed
+elif command -v apt-get >/dev/null 2>&1 && grep -qs 'VERSION_CODENAME=bookworm' /etc/os-release; then
+  say "installing the second driver (Mesa 25 lavapipe from bookworm-backports) into $driver2_dir"
+  rm -rf "$driver2_dir.tmp"
+  apt_dir="$driver2_dir.tmp/apt"
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$driver2_dir.tmp/debs" "$driver2_dir.tmp/root"
+  # The mirror the system already uses, and Debian's own archive key.
+  mirror=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\)[[:space:]]*$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1)
+  if [ -z "$mirror" ]; then
+    mirror=$(sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]*\/debian\)[[:space:]]\+bookworm[[:space:]].*/\2/p' /etc/apt/sources.list 2>/dev/null | head -n 1)
+  fi
+  mirror=${mirror:-http://deb.debian.org/debian}
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm-backports main" \
+    >"$apt_dir/sources.list"
+  apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o "Dir::Etc::sourceparts=-"
+            -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -qq)
+  # As root, apt's download user cannot write into this folder: download as root.
+  if [ "$(id -u)" -eq 0 ]; then apt_opts+=(-o "APT::Sandbox::User=root"); fi
+  apt-get "${apt_opts[@]}" update
+  (cd "$driver2_dir.tmp/debs" &&
+     apt-get "${apt_opts[@]}" download mesa-vulkan-drivers/bookworm-backports \
+       libdrm2/bookworm-backports libdrm-amdgpu1/bookworm-backports)
+  for deb in "$driver2_dir.tmp/debs"/*.deb; do dpkg-deb -x "$deb" "$driver2_dir.tmp/root"; done
+  rm -rf "$apt_dir" "$driver2_dir.tmp/debs" "$driver2_dir"
+  mv "$driver2_dir.tmp" "$driver2_dir"
+  lvp=$(ls "$driver2_dir"/root/usr/lib/*/libvulkan_lvp.so | head -n 1)
+  manifest=$(ls "$driver2_dir"/root/usr/share/vulkan/icd.d/lvp_icd*.json | head -n 1)
+  # The manifest names the library by an absolute path, so the loader takes
+  # this copy and not the system's.
+  sed "s|\"library_path\":[^,]*|\"library_path\": \"$lvp\"|" "$manifest" >"$driver2_dir/icd.json"
+  printf "export VK_DRIVER_FILES='%s'\nexport LD_LIBRARY_PATH='%s'\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\n" \
+    "$driver2_dir/icd.json" "$(dirname "$lvp")" >"$driver2_env"
+else
+  say "no second driver: Mesa 25 from bookworm-backports installs only on Debian 12"
 fi
 
 # The result the tests depend on: a device and the validation layer.

@@ -15,7 +15,9 @@ use crate::options::ContextOptions;
 use crate::stream::LiveObjects;
 use crate::submitter::Submitter;
 use crate::trace::Tracer;
-use crate::vk::{Adapter, Device, DeviceInfo, Enabled, Instance, ValidationLog, ValidationMessage};
+use crate::vk::{
+    Adapter, Device, DeviceInfo, Enabled, Instance, MemoryInfo, ValidationLog, ValidationMessage,
+};
 
 /// An application's Vulkan objects, lent to [`DeviceContext::from_raw`].
 pub struct RawContext {
@@ -253,9 +255,10 @@ impl DeviceContext {
         self.shared.synchronize()
     }
 
-    /// `(free, total)` bytes of device-local memory.
-    pub fn memory_info(&self) -> (u64, u64) {
-        self.shared.device.memory_info()
+    /// The device's memory: bytes of device-local memory free and in all,
+    /// and what this device's allocator holds.
+    pub fn memory_info(&self) -> MemoryInfo {
+        MemoryInfo::of(&self.shared.device)
     }
 
     /// Whether host transfers always go through staging buffers on this

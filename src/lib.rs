@@ -136,8 +136,8 @@ pub use reflect::{BindingAlias, BindingInfo, BindingKind, SpecConstantInfo};
 pub use stream::LiveObjects;
 pub use view::{CopyDestination, CopySource, RawBufferRef};
 pub use vk::{
-    ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, Severity, SubgroupInfo,
-    ValidationLog, ValidationMessage, Win32Handle,
+    ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures,
+    MemoryInfo, Severity, SubgroupInfo, ValidationLog, ValidationMessage, Win32Handle,
 };
 
 /// Half-precision floats (`f16`, `bf16`) from the `half` crate, usable as

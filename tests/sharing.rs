@@ -7,6 +7,11 @@
 //! the refusals (Win32 handles and sync fds, which lavapipe lacks,
 //! included). Everything under validation.
 #![cfg(unix)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
 
 mod common;
 #[path = "common/fdpass.rs"]
@@ -102,6 +107,84 @@ fn writes_on_each_context_are_seen_on_the_other() {
     }
 }
 
+/// Every handle type the device exports, asked for on its own: the export
+/// and an import on another context see each other's writes, `share_with`
+/// and copies between the contexts go through it; all of them asked for
+/// together either work or are refused as a combination. Both memory paths.
+#[test]
+fn each_exportable_handle_type_shares_between_contexts() {
+    for path in PATHS {
+        let (a, b) = two_contexts(path);
+        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let types = a.exportable_handle_types();
+        assert!(!types.is_empty(), "the device exports no memory");
+        for t in [MemoryHandleType::OpaqueFd, MemoryHandleType::DmaBuf] {
+            if !types.contains(&t) {
+                println!("skipped: {t:?} on {path:?} (the device cannot export it)");
+                continue;
+            }
+            let n = 1001;
+            let x = a
+                .enqueue_create_exportable_buffer_as::<u32>(n, &[t])
+                .unwrap();
+            assert_eq!(x.export_handle_types(), [t]);
+            x.enqueue_copy_from(&pattern(n, 3)).unwrap();
+            a.synchronize().unwrap();
+            let exported = x.export_fd(t).unwrap();
+            assert_eq!(exported.info.handle_type, t);
+            if !b.importable_handle_types().contains(&t) {
+                // SAFETY: an export of `x`'s memory by vkcompute, with its own
+                // description.
+                let e = unsafe { b.import_buffer::<u32>(exported, n) }.unwrap_err();
+                assert!(matches!(e, Error::Unsupported { .. }), "{t:?}: {e}");
+                println!("skipped: {t:?} import on {path:?} (the device cannot import it)");
+                continue;
+            }
+            // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
+            let y = unsafe { b.import_buffer::<u32>(exported, n) }.unwrap();
+            assert_eq!(y.to_vec().unwrap(), pattern(n, 3), "{t:?} {path:?}");
+            y.create_sub_buffer::<u32>(7, 3)
+                .unwrap()
+                .enqueue_copy_from(&[9, 8, 7])
+                .unwrap();
+            b.synchronize().unwrap();
+            let mut expected = pattern(n, 3);
+            expected[7..10].copy_from_slice(&[9, 8, 7]);
+            assert_eq!(x.to_vec().unwrap(), expected, "{t:?} {path:?}");
+            // share_with picks the buffer's own type.
+            let s = x.share_with(&b).unwrap();
+            assert_eq!(s.to_vec().unwrap(), expected);
+            // A copy between the contexts, through an alias of `x`.
+            let other = b.enqueue_create_buffer::<u32>(n).unwrap();
+            other.enqueue_fill(11).unwrap();
+            b.synchronize().unwrap();
+            let before = b.live_objects().commands_recorded;
+            other.enqueue_copy_to(&x).unwrap();
+            assert_eq!(
+                b.live_objects().commands_recorded,
+                before + 1,
+                "{t:?} {path:?}: one device copy, no host round trip"
+            );
+            b.synchronize().unwrap();
+            assert_eq!(x.to_vec().unwrap(), vec![11; n], "{t:?} {path:?}");
+            drop((x, y, s, other));
+            a.synchronize().unwrap();
+            b.synchronize().unwrap();
+        }
+        match a.enqueue_create_exportable_buffer_as::<u32>(16, &types) {
+            Ok(all) => assert_eq!(all.export_handle_types(), types),
+            Err(e) => {
+                assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+                assert!(e.to_string().contains("together"), "{e}");
+                println!("the device cannot export {types:?} in one allocation: {e}");
+            }
+        }
+        drop((a, b));
+        assert_clean(&log_a, "the exporting context");
+        assert_clean(&log_b, "the importing context");
+    }
+}
+
 #[test]
 fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     let (a, b) = two_contexts(Path::Direct);
@@ -124,16 +207,43 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
         empty.export_fd(MemoryHandleType::OpaqueFd),
         Err(Error::NotExportable { .. })
     ));
-    // lavapipe has no VK_EXT_external_memory_dma_buf: neither export nor import.
-    let e = x.export_fd(MemoryHandleType::DmaBuf).unwrap_err();
+    // A handle type the buffer was not created exportable as.
+    for t in [MemoryHandleType::DmaBuf, MemoryHandleType::OpaqueWin32] {
+        if !x.export_handle_types().contains(&t) {
+            let e = x.export_fd(t).unwrap_err();
+            assert!(matches!(e, Error::NotExportable { .. }), "{e}");
+        }
+    }
+    // A dma-buf import where the device has none (where it has, the
+    // driver may take an opaque fd's memory as a dma-buf: nothing to refuse).
+    if b.importable_handle_types()
+        .contains(&MemoryHandleType::DmaBuf)
+    {
+        println!("skipped: the dma-buf import refusal (this device imports dma-bufs)");
+    } else {
+        let mut dma = export();
+        dma.info.handle_type = MemoryHandleType::DmaBuf;
+        // SAFETY: a change of a real export's description (or a handle) that the
+        // import's checks refuse before the driver sees it, as asserted.
+        let e = unsafe { b.import_buffer::<u32>(dma, 64) }.unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        assert!(e.to_string().contains("dma_buf"), "{e}");
+    }
+    // Handle types asked for: none; one the device cannot export.
+    let e = a
+        .enqueue_create_exportable_buffer_as::<u32>(4, &[])
+        .unwrap_err();
     assert!(matches!(e, Error::NotExportable { .. }), "{e}");
-    let mut dma = export();
-    dma.info.handle_type = MemoryHandleType::DmaBuf;
-    // SAFETY: a change of a real export's description (or a handle) that the
-    // import's checks refuse before the driver sees it, as asserted.
-    let e = unsafe { b.import_buffer::<u32>(dma, 64) }.unwrap_err();
-    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
-    assert!(e.to_string().contains("dma_buf"), "{e}");
+    for t in [MemoryHandleType::DmaBuf, MemoryHandleType::OpaqueWin32] {
+        if !a.exportable_handle_types().contains(&t) {
+            for len in [0, 4] {
+                let e = a
+                    .enqueue_create_exportable_buffer_as::<u32>(len, &[t])
+                    .unwrap_err();
+                assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+            }
+        }
+    }
 
     // More elements than exported; a range beyond the memory.
     // SAFETY: a change of a real export's description (or a handle) that the
@@ -416,16 +526,40 @@ fn copies_between_contexts_use_shared_memory_where_an_end_is_exportable() {
 }
 
 const SOCKET_VAR: &str = "VKCOMPUTE_SHARE_SOCKET";
+const PATH_VAR: &str = "VKCOMPUTE_SHARE_PATH";
 
+/// Each fd handle type the device exports, on both memory paths, into a
+/// child process that imports it (where its device can: the child reports
+/// a clear refusal otherwise) and changes the data.
 #[test]
 fn a_child_process_reads_and_writes_the_shared_buffer() {
-    let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    for path in PATHS {
+        let ctx = context_with(options(path));
+        let log = ctx.validation_log();
+        for t in [MemoryHandleType::OpaqueFd, MemoryHandleType::DmaBuf] {
+            if !ctx.exportable_handle_types().contains(&t) {
+                println!("skipped: {t:?} on {path:?} (the device cannot export it)");
+                continue;
+            }
+            if !ctx.importable_handle_types().contains(&t) {
+                println!("skipped: {t:?} on {path:?} (the device cannot import it)");
+                continue;
+            }
+            share_with_a_child(&ctx, path, t);
+        }
+        drop(ctx);
+        assert_clean(&log, "the parent process");
+    }
+}
+
+fn share_with_a_child(ctx: &DeviceContext, path: Path, t: MemoryHandleType) {
     let n = 4096;
-    let buf = ctx.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+    let buf = ctx
+        .enqueue_create_exportable_buffer_as::<u32>(n, &[t])
+        .unwrap();
     buf.enqueue_copy_from(&pattern(n, 5)).unwrap();
     ctx.synchronize().unwrap();
-    let exported = buf.export_fd(MemoryHandleType::OpaqueFd).unwrap();
+    let exported = buf.export_fd(t).unwrap();
 
     let socket = std::env::temp_dir().join(format!("vkcompute-share-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&socket);
@@ -439,6 +573,7 @@ fn a_child_process_reads_and_writes_the_shared_buffer() {
             "--test-threads=1",
         ])
         .env(SOCKET_VAR, &socket)
+        .env(PATH_VAR, format!("{path:?}"))
         .spawn()
         .unwrap();
     let (stream, _) = listener.accept().unwrap();
@@ -446,14 +581,14 @@ fn a_child_process_reads_and_writes_the_shared_buffer() {
     fdpass::send_fd(&stream, exported.fd.as_fd(), &exported.info.to_bytes()).unwrap();
     drop(exported);
     let status = child.wait().unwrap();
-    assert!(status.success(), "the child failed: {status}");
+    assert!(
+        status.success(),
+        "the child failed ({t:?}, {path:?}): {status}"
+    );
     // The child doubled every element and wrote a marker at the end.
     let mut expected: Vec<u32> = pattern(n, 5).iter().map(|v| v.wrapping_mul(2)).collect();
     expected[n - 1] = 0xC0FFEE;
-    assert_eq!(buf.to_vec().unwrap(), expected);
-    drop(buf);
-    drop(ctx);
-    assert_clean(&log, "the parent process");
+    assert_eq!(buf.to_vec().unwrap(), expected, "{t:?} {path:?}");
 }
 
 /// The child of `a_child_process_reads_and_writes_the_shared_buffer`:
@@ -462,12 +597,16 @@ fn a_child_process_reads_and_writes_the_shared_buffer() {
 #[ignore = "run by a_child_process_reads_and_writes_the_shared_buffer in a child process"]
 fn child_process_side() {
     let socket = std::env::var_os(SOCKET_VAR).expect("started by the parent test");
+    let path = match std::env::var(PATH_VAR).as_deref() {
+        Ok("Staging") => Path::Staging,
+        _ => Path::Direct,
+    };
     let stream = UnixStream::connect(socket).unwrap();
     let mut info = [0u8; EXTERNAL_MEMORY_INFO_BYTES];
     let fd = fdpass::recv_fd(&stream, &mut info).unwrap();
     let info = ExternalMemoryInfo::from_bytes(&info).unwrap();
     let n = (info.size / 4) as usize;
-    let ctx = context_with(options(Path::Direct));
+    let ctx = context_with(options(path));
     let log = ctx.validation_log();
     // SAFETY: the parent exported the descriptor with `export_fd` and sent
     // it with that export's own description; it keeps the memory alive.

@@ -7,20 +7,66 @@ use super::byte_size;
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
-use crate::interop::{common_opaque_type, create_exportable, export};
+use crate::interop::{
+    create_exportable, export, export_types, exported_types, handle_types, shared_type,
+    MemoryHandleType,
+};
 use crate::resource::BufferMemory;
 use crate::view::{dtype_name, View};
 
 impl DeviceContext {
     /// A buffer of `len` elements of `T` in device memory of its own that
     /// can be exported ([`DeviceBuffer::export_fd`]) to other contexts,
-    /// processes and APIs, as an opaque fd and, where the device has
-    /// `VK_EXT_external_memory_dma_buf`, a dma-buf fd. Contents are
-    /// undefined until written. Host transfers of it always go through
-    /// staging (the memory is never mapped: another device may write it at
-    /// any time), and its memory is never reused for another buffer.
+    /// processes and APIs: as the first handle type of
+    /// [`exportable_handle_types`](Self::exportable_handle_types) (an
+    /// opaque fd, or an opaque Win32 handle on Windows) and every other that
+    /// the driver can combine with it in one allocation (a dma-buf fd on
+    /// drivers that can); [`enqueue_create_exportable_buffer_as`](Self::enqueue_create_exportable_buffer_as)
+    /// chooses. Contents are undefined until written. Host transfers of it
+    /// always go through staging (the memory is never mapped: another
+    /// device may write it at any time), and its memory is never reused for
+    /// another buffer.
     /// Errors: [`Error::Unsupported`] where the device cannot export memory.
     pub fn enqueue_create_exportable_buffer<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        self.create_exportable::<T>(len, None)
+    }
+
+    /// As [`enqueue_create_exportable_buffer`](Self::enqueue_create_exportable_buffer),
+    /// exportable as exactly `handle_types`: for a dma-buf alone, say,
+    /// where the driver cannot combine dma-bufs with opaque fds in one
+    /// allocation ([`exportable_handle_types`](Self::exportable_handle_types)
+    /// lists what it can export).
+    /// Errors: [`Error::Unsupported`] naming the type where the device
+    /// cannot export one of them, or cannot export them together;
+    /// [`Error::NotExportable`] where `handle_types` is empty. Checked for
+    /// `len == 0` too.
+    pub fn enqueue_create_exportable_buffer_as<T: Pod>(
+        &self,
+        len: usize,
+        handle_types: &[MemoryHandleType],
+    ) -> Result<DeviceBuffer<T>> {
+        self.create_exportable::<T>(len, Some(handle_types))
+    }
+
+    /// The handle types this device can export an exportable buffer's
+    /// memory as, each on its own: its extension is enabled and the driver
+    /// reports buffers of vkcompute's usage exportable as it.
+    pub fn exportable_handle_types(&self) -> Vec<MemoryHandleType> {
+        handle_types(&self.shared.device, true)
+    }
+
+    /// The handle types this device can import buffer memory from
+    /// ([`import_buffer`](Self::import_buffer)), as
+    /// [`exportable_handle_types`](Self::exportable_handle_types) decides.
+    pub fn importable_handle_types(&self) -> Vec<MemoryHandleType> {
+        handle_types(&self.shared.device, false)
+    }
+
+    fn create_exportable<T: Pod>(
+        &self,
+        len: usize,
+        asked: Option<&[MemoryHandleType]>,
+    ) -> Result<DeviceBuffer<T>> {
         let what = format!(
             "exportable DeviceBuffer[{}] of {len} elements",
             dtype_name::<T>()
@@ -29,9 +75,17 @@ impl DeviceContext {
         let device = &self.shared.device;
         self.shared.lock().reclaim_garbage()?;
         let raw = if bytes == 0 {
+            if asked.is_some() {
+                export_types(device, asked)?;
+            }
             None
         } else {
-            Some(create_exportable(device, bytes.next_multiple_of(4), &what)?)
+            Some(create_exportable(
+                device,
+                bytes.next_multiple_of(4),
+                &what,
+                asked,
+            )?)
         };
         let memory = BufferMemory::from_raw(&self.shared, raw, bytes);
         Ok(DeviceBuffer::from_view(
@@ -46,18 +100,32 @@ impl DeviceContext {
 }
 
 impl<T: Pod> DeviceBuffer<T> {
+    /// The handle types this buffer's memory can be exported as: those it
+    /// was created exportable as, in the order
+    /// [`share_with`](Self::share_with) prefers them (empty for a buffer
+    /// that is not exportable, or empty).
+    pub fn export_handle_types(&self) -> Vec<MemoryHandleType> {
+        exported_types(&self.view.memory)
+    }
+
     /// The same memory as a buffer of `ctx`, a context of another
-    /// `VkDevice` on the same physical device, through an opaque fd (or
-    /// Win32 handle): export and import in one. The buffer must be
-    /// exportable ([`Error::NotExportable`]); where the two devices share
-    /// no handle type, [`Error::Unsupported`].
+    /// `VkDevice` on the same physical device, through the first of
+    /// [`export_handle_types`](Self::export_handle_types) that `ctx`'s
+    /// device can import: export and import in one. The buffer must be
+    /// exportable ([`Error::NotExportable`]); where `ctx` can import none
+    /// of its handle types, [`Error::Unsupported`].
     pub fn share_with(&self, ctx: &DeviceContext) -> Result<DeviceBuffer<T>> {
         let op = "DeviceBuffer::share_with";
-        let Some(handle_type) = common_opaque_type(&self.view.memory.device, &ctx.shared.device)
-        else {
+        if self.view.memory.raw().is_none() || self.export_handle_types().is_empty() {
+            // export() gives the reason.
+            export(op, self.view.range(), MemoryHandleType::OpaqueFd)?;
+        }
+        let Some(handle_type) = shared_type(&self.view.memory, &ctx.shared.device) else {
             return Err(Error::Unsupported {
-                what: "sharing memory between these devices (no opaque handle type both have)"
-                    .into(),
+                what: format!(
+                    "importing this buffer's memory (exportable as {:?})",
+                    self.export_handle_types()
+                ),
                 device: ctx.shared.device.name().to_string(),
             });
         };

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::memory::{common_opaque_type, export, import_alias};
+use super::memory::{export, import_alias, shared_type};
 use super::MemoryHandleType;
 use crate::error::{Error, Result};
 use crate::resource::{lock_two, BufferMemory};
@@ -43,13 +43,12 @@ pub(crate) fn copy_between_devices(
     {
         return None;
     }
-    let handle_type = common_opaque_type(a, b)?;
     // The device of the end that is not exportable runs the copy, on an
-    // alias of the exportable end.
-    let (shared, runner, write) = if exporter_links(dst.0, handle_type).is_some() {
-        (dst, src, true)
-    } else if exporter_links(src.0, handle_type).is_some() {
-        (src, dst, false)
+    // alias of the exportable end, through a handle type it can import.
+    let (shared, runner, write, handle_type) = if let Some(t) = shared_type(dst.0, a) {
+        (dst, src, true, t)
+    } else if let Some(t) = shared_type(src.0, b) {
+        (src, dst, false, t)
     } else {
         return None;
     };

@@ -28,6 +28,13 @@ pub enum MemoryHandleType {
 }
 
 impl MemoryHandleType {
+    /// Every handle type, in the order a choice among them prefers.
+    pub(crate) const ALL: [MemoryHandleType; 3] = [
+        MemoryHandleType::OpaqueFd,
+        MemoryHandleType::OpaqueWin32,
+        MemoryHandleType::DmaBuf,
+    ];
+
     pub(crate) fn flag(self) -> vk::ExternalMemoryHandleTypeFlags {
         match self {
             MemoryHandleType::OpaqueFd => vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD,
@@ -45,7 +52,7 @@ impl MemoryHandleType {
         }
     }
 
-    pub(super) fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             MemoryHandleType::OpaqueFd => "opaque fd",
             MemoryHandleType::DmaBuf => "dma-buf",

@@ -55,43 +55,119 @@ fn export_support(
         .then_some(support.compatible_handle_types)
 }
 
-/// A new buffer of `size` bytes whose memory is its own and exportable as
-/// every handle type the device can export it as together: an opaque fd
-/// (and a dma-buf fd where the device can), or an opaque Win32 handle.
-pub(crate) fn create_exportable(device: &Device, size: u64, what: &str) -> Result<RawBuffer> {
-    let unsupported = |what: &str| Error::Unsupported {
-        what: what.to_string(),
+/// Whether `device` has the extension of `handle_type` enabled.
+fn extension_enabled(device: &Device, handle_type: MemoryHandleType) -> bool {
+    let enabled = device.external.enabled;
+    match handle_type {
+        MemoryHandleType::OpaqueFd => cfg!(unix) && enabled.memory_fd,
+        MemoryHandleType::DmaBuf => cfg!(unix) && enabled.dma_buf,
+        MemoryHandleType::OpaqueWin32 => enabled.memory_win32,
+    }
+}
+
+/// The handle types `device` can export buffer memory as, each on its own
+/// (`export`), or import buffer memory from (`!export`): the extension is
+/// enabled and the driver says so for the buffers vkcompute creates.
+pub(crate) fn handle_types(device: &Device, export: bool) -> Vec<MemoryHandleType> {
+    MemoryHandleType::ALL
+        .into_iter()
+        .filter(|&t| {
+            if !extension_enabled(device, t) {
+                return false;
+            }
+            if export {
+                return export_support(device, t.flag()).is_some();
+            }
+            let support = buffer_support(
+                &device.instance,
+                device.adapter.raw,
+                buffer_usage(device),
+                t.flag(),
+            );
+            support
+                .external_memory_features
+                .contains(vk::ExternalMemoryFeatureFlags::IMPORTABLE)
+        })
+        .collect()
+}
+
+/// The handle types of a new exportable buffer: `asked` where given (each
+/// exportable, and all compatible with each other in one allocation), else
+/// every type the device can export together with its opaque type.
+pub(crate) fn export_types(
+    device: &Device,
+    asked: Option<&[MemoryHandleType]>,
+) -> Result<vk::ExternalMemoryHandleTypeFlags> {
+    let unsupported = |what: String| Error::Unsupported {
+        what,
         device: device.name().to_string(),
     };
-    let enabled = device.external.enabled;
-    if !enabled.memory_fd && !enabled.memory_win32 {
-        return Err(unsupported(
-            "exporting memory (VK_KHR_external_memory_fd or VK_KHR_external_memory_win32)",
-        ));
+    let exportable = handle_types(device, true);
+    let Some(asked) = asked else {
+        let Some(&first) = exportable.first() else {
+            return Err(unsupported(
+                "exporting buffer memory (VK_KHR_external_memory_fd or \
+                 VK_KHR_external_memory_win32, with a driver that exports buffers)"
+                    .into(),
+            ));
+        };
+        // The preferred type, and the others it is compatible with.
+        let compatible = export_support(device, first.flag()).unwrap_or_default();
+        return Ok(exportable
+            .iter()
+            .filter(|t| compatible.contains(t.flag()))
+            .fold(first.flag(), |all, t| all | t.flag()));
+    };
+    if asked.is_empty() {
+        return Err(Error::NotExportable {
+            op: "DeviceContext::enqueue_create_exportable_buffer_as",
+            reason: "no handle type was asked for".into(),
+        });
     }
-    check_size(device, size, MemoryUsage::Device, what)?;
-    let (opaque, extra) = if enabled.memory_fd {
-        let dma = (enabled.dma_buf).then_some(vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT);
-        (vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD, dma)
-    } else {
-        (vk::ExternalMemoryHandleTypeFlags::OPAQUE_WIN32, None)
-    };
-    let Some(compatible) = export_support(device, opaque) else {
-        return Err(unsupported(&format!(
-            "exporting buffer memory as {opaque:?} handles"
-        )));
-    };
-    let mut handle_types = opaque;
-    if let Some(extra) = extra {
-        if compatible.contains(extra) && export_support(device, extra).is_some() {
-            handle_types |= extra;
+    let mut flags = vk::ExternalMemoryHandleTypeFlags::empty();
+    for &t in asked {
+        if !exportable.contains(&t) {
+            return Err(unsupported(format!(
+                "exporting buffer memory as {} handles ({})",
+                t.name(),
+                t.extension()
+            )));
+        }
+        flags |= t.flag();
+    }
+    for &t in asked {
+        let compatible = export_support(device, t.flag()).unwrap_or_default();
+        if !compatible.contains(flags) {
+            let names: Vec<&str> = asked.iter().map(|t| t.name()).collect();
+            return Err(unsupported(format!(
+                "exporting one buffer's memory as {} handles together (the driver's \
+                 compatible types for {} are {compatible:?}); ask for fewer",
+                names.join(" and "),
+                t.name()
+            )));
         }
     }
+    Ok(flags)
+}
+
+/// A new buffer of `size` bytes whose memory is its own and exportable as
+/// the handle types `asked` (see `export_types` where `None`).
+pub(crate) fn create_exportable(
+    device: &Device,
+    size: u64,
+    what: &str,
+    asked: Option<&[MemoryHandleType]>,
+) -> Result<RawBuffer> {
+    let handle_types = export_types(device, asked)?;
+    check_size(device, size, MemoryUsage::Device, what)?;
     let buffer = ExternalBuffer::new(device, size, buffer_usage(device), handle_types)?;
     let requirements = buffer.requirements;
     let Some(type_index) = device.memory_type(requirements.memory_type_bits, MemoryUsage::Device)
     else {
-        return Err(unsupported("a memory type for exportable buffers"));
+        return Err(Error::Unsupported {
+            what: "a memory type for exportable buffers".into(),
+            device: device.name().to_string(),
+        });
     };
     let (buffer, memory) = buffer.bind(
         MemorySource::Export(handle_types),
@@ -113,6 +189,22 @@ pub(crate) fn create_exportable(device: &Device, size: u64, what: &str) -> Resul
         None,
         is_coherent(device, type_index),
     ))
+}
+
+/// The handle types the buffer memory `memory` can be exported as: those
+/// it was created exportable as (none for other memory).
+pub(crate) fn exported_types(memory: &BufferMemory) -> Vec<MemoryHandleType> {
+    let types = match memory.raw().and_then(|raw| raw.dedicated_memory()) {
+        Some(Dedicated {
+            kind: DedicatedKind::Exportable(types, _),
+            ..
+        }) => *types,
+        _ => return Vec::new(),
+    };
+    MemoryHandleType::ALL
+        .into_iter()
+        .filter(|t| types.contains(t.flag()))
+        .collect()
 }
 
 /// A new handle of `bytes` bytes of `memory` at `offset` as
@@ -176,17 +268,13 @@ pub(crate) fn export(
     ))
 }
 
-/// The opaque handle type both `a` and `b` can share memory through, where
-/// there is one: an fd on Unix, else a Win32 handle.
-pub(crate) fn common_opaque_type(a: &Device, b: &Device) -> Option<MemoryHandleType> {
-    let (x, y) = (a.external.enabled, b.external.enabled);
-    if cfg!(unix) && x.memory_fd && y.memory_fd {
-        Some(MemoryHandleType::OpaqueFd)
-    } else if x.memory_win32 && y.memory_win32 {
-        Some(MemoryHandleType::OpaqueWin32)
-    } else {
-        None
-    }
+/// The handle type through which `importer` can import `memory` (of
+/// another device): the first, in `MemoryHandleType::ALL`'s order, that
+/// the memory is exportable as and `importer` has the extension of.
+pub(crate) fn shared_type(memory: &BufferMemory, importer: &Device) -> Option<MemoryHandleType> {
+    exported_types(memory)
+        .into_iter()
+        .find(|&t| extension_enabled(importer, t))
 }
 
 /// Imports the memory `payload` carries into a new buffer on `device`

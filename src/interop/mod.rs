@@ -14,7 +14,8 @@ pub use handle::{
     ExportedWin32Memory, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
 };
 pub(crate) use memory::{
-    common_opaque_type, create_exportable, export, import_raw, is_coherent, Payload,
+    create_exportable, export, export_types, exported_types, handle_types, import_raw, is_coherent,
+    shared_type, Payload,
 };
 
 /// A UUID in hex, for error messages.

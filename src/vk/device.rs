@@ -60,7 +60,8 @@ pub(crate) struct Device {
     /// offers, intersected with what was asked (for a borrowed device,
     /// what the application is taken to have enabled: see `borrowed`).
     pub(crate) capabilities: Capabilities,
-    memory_budget: bool,
+    /// `VK_EXT_memory_budget`, when it is enabled.
+    pub(crate) memory_budget: bool,
     /// The sharing extensions enabled, and their functions.
     pub(crate) external: ExternalFns,
     pub(crate) pipeline_cache: vk::PipelineCache,
@@ -443,34 +444,6 @@ impl Device {
     /// The queue at `index`, locked for a submission.
     pub(crate) fn queue(&self, index: usize) -> MutexGuard<'_, vk::Queue> {
         self.queues[index].lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Free and total bytes of device-local memory.
-    pub(crate) fn memory_info(&self) -> (u64, u64) {
-        let props = &self.adapter.memory;
-        let heaps = &props.memory_heaps[..props.memory_heap_count as usize];
-        let local = |i: usize| heaps[i].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL);
-        let total: u64 = (0..heaps.len())
-            .filter(|&i| local(i))
-            .map(|i| heaps[i].size)
-            .sum();
-        if self.memory_budget {
-            let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
-            let mut props2 = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
-            // SAFETY: the extension is enabled on this device.
-            unsafe {
-                self.instance
-                    .raw
-                    .get_physical_device_memory_properties2(self.adapter.raw, &mut props2)
-            };
-            let free = (0..heaps.len())
-                .filter(|&i| local(i))
-                .map(|i| budget.heap_budget[i].saturating_sub(budget.heap_usage[i]))
-                .sum();
-            return (free, total);
-        }
-        let used = self.allocator().capacity();
-        (total.saturating_sub(used), total)
     }
 
     /// The index of the best memory type among `type_bits` for `usage`.

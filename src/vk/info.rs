@@ -8,6 +8,7 @@ use std::str::FromStr;
 use ash::vk;
 
 use super::conv;
+use super::device::Device;
 use crate::capabilities::{Capabilities, Feature};
 
 /// What kind of processor a device is.
@@ -140,6 +141,80 @@ impl ComputeLimits {
             min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
         }
     }
+}
+
+/// A device's memory, as [`DeviceContext::memory_info`](crate::DeviceContext::memory_info)
+/// reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryInfo {
+    /// Bytes of device-local memory that are about free: the driver's
+    /// budget less its usage where it reports one (`source` says), else
+    /// `total` less what this device's allocator holds.
+    pub free: u64,
+    /// Bytes of device-local memory in all (the device-local heaps' sizes).
+    pub total: u64,
+    /// Bytes this device's memory allocator holds now, for every context
+    /// on the device: its memory blocks, which may be larger than the
+    /// buffers in them.
+    pub allocated: u64,
+    /// Where `free` comes from.
+    pub source: FreeMemorySource,
+}
+
+impl MemoryInfo {
+    /// What `device` has now.
+    pub(crate) fn of(device: &Device) -> MemoryInfo {
+        let props = &device.adapter.memory;
+        let heaps = &props.memory_heaps[..props.memory_heap_count as usize];
+        let local = |i: usize| heaps[i].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL);
+        let total: u64 = (0..heaps.len())
+            .filter(|&i| local(i))
+            .map(|i| heaps[i].size)
+            .sum();
+        let allocated = device.allocator().capacity();
+        if !device.memory_budget {
+            return MemoryInfo {
+                free: total.saturating_sub(allocated),
+                total,
+                allocated,
+                source: FreeMemorySource::OwnAllocations,
+            };
+        }
+        let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+        let mut props2 = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
+        // SAFETY: the extension is enabled on this device; the structs are
+        // valid and chained as the extension defines.
+        unsafe {
+            device
+                .instance
+                .raw
+                .get_physical_device_memory_properties2(device.adapter.raw, &mut props2)
+        };
+        let free = (0..heaps.len())
+            .filter(|&i| local(i))
+            .map(|i| budget.heap_budget[i].saturating_sub(budget.heap_usage[i]))
+            .sum();
+        MemoryInfo {
+            free,
+            total,
+            allocated,
+            source: FreeMemorySource::DriverBudget,
+        }
+    }
+}
+
+/// Where [`MemoryInfo::free`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FreeMemorySource {
+    /// The driver's budget and usage (`VK_EXT_memory_budget`), which count
+    /// other processes' memory too, as the driver estimates it: on a CPU
+    /// driver such as lavapipe, the system's free memory.
+    DriverBudget,
+    /// The heaps' sizes less this device's allocations: the driver reports
+    /// no budget, and other processes' use is not seen.
+    OwnAllocations,
 }
 
 /// Device features that decide what a kernel's memory accesses can do, as

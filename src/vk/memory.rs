@@ -10,7 +10,7 @@ use gpu_allocator::{AllocationError, MemoryLocation};
 
 use crate::error::{Error, Result, VkResultExt};
 pub(crate) use crate::vk::HostAllocation;
-use crate::vk::{Device, MemoryUsage};
+use crate::vk::{Device, MemoryInfo, MemoryUsage};
 
 /// The host address of mapped memory.
 #[derive(Clone, Copy, Debug)]
@@ -515,7 +515,7 @@ pub(crate) fn check_size(device: &Device, size: u64, usage: MemoryUsage, what: &
             limit: adapter.max_allocation_size,
         });
     }
-    let (_, total) = device.memory_info();
+    let total = MemoryInfo::of(device).total;
     if usage == MemoryUsage::Device && size > total {
         return Err(Error::OutOfMemory {
             what: what.to_string(),
@@ -542,7 +542,7 @@ fn buffer_call_error(what: &str, size: u64, call: &'static str, result: vk::Resu
 fn allocation_error(device: &Device, what: &str, size: u64, e: AllocationError) -> Error {
     match e {
         AllocationError::OutOfMemory => {
-            let (free, total) = device.memory_info();
+            let MemoryInfo { free, total, .. } = MemoryInfo::of(device);
             Error::OutOfMemory {
                 what: what.to_string(),
                 bytes: size,

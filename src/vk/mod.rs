@@ -24,7 +24,8 @@ mod win32;
 
 pub use debug::{Severity, ValidationLog, ValidationMessage};
 pub use info::{
-    ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, KernelFeatures, SubgroupInfo,
+    ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures,
+    MemoryInfo, SubgroupInfo,
 };
 pub use win32::Win32Handle;
 
