@@ -591,82 +591,153 @@ void main() {
 }
 "#;
 
-/// What the physical device offers of VK_EXT_shader_atomic_float, asked of
-/// the driver directly: (buffer add, shared add), both false without the
-/// extension.
-fn device_offers_float_atomic_add(ctx: &DeviceContext) -> (bool, bool) {
+/// 32-bit float min and max on a buffer: the largest of gid / 4 into
+/// `data[0]`, the smallest of -gid into `data[1]` (4 workgroups of 64).
+const FLOAT_MINMAX_BUFFER: &str = r#"#version 450
+#extension GL_EXT_shader_atomic_float2 : require
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer Data { float data[]; };
+void main() {
+    float g = float(gl_GlobalInvocationID.x);
+    atomicMax(data[0], g * 0.25);
+    atomicMin(data[1], -g);
+}
+"#;
+
+/// 32-bit float max on shared memory: each workgroup's largest
+/// local index + 100 * workgroup index.
+const FLOAT_MINMAX_SHARED: &str = r#"#version 450
+#extension GL_EXT_shader_atomic_float2 : require
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer Data { float data[]; };
+shared float top;
+void main() {
+    if (gl_LocalInvocationIndex == 0u) top = -1.0e30;
+    barrier();
+    atomicMax(top, float(gl_LocalInvocationIndex) + 100.0 * float(gl_WorkGroupID.x));
+    barrier();
+    if (gl_LocalInvocationIndex == 0u) data[gl_WorkGroupID.x] = top;
+}
+"#;
+
+/// 64-bit float adds on a buffer: 4 workgroups of 64 add 0.5 each into
+/// the first double (the first two floats of the buffer).
+const FLOAT64_ADD_BUFFER: &str = r#"#version 450
+#extension GL_EXT_shader_atomic_float : require
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer Data { double data[]; };
+void main() {
+    atomicAdd(data[0], 0.5lf);
+}
+"#;
+
+/// What the physical device offers of float atomics, asked of the driver
+/// directly (`VK_EXT_shader_atomic_float` and `_float2`): each feature by
+/// its Vulkan name, false without its extension.
+fn device_float_atomics(ctx: &DeviceContext) -> Vec<(&'static str, bool)> {
     let instance = ctx.raw_instance();
     // SAFETY: the physical device belongs to the context's live instance.
     let extensions =
         unsafe { instance.enumerate_device_extension_properties(ctx.raw_physical_device()) }
             .expect("device extensions");
-    let has = extensions
-        .iter()
-        .any(|e| e.extension_name_as_c_str() == Ok(vk::EXT_SHADER_ATOMIC_FLOAT_NAME));
-    if !has {
-        return (false, false);
-    }
+    let has = |name: &std::ffi::CStr| {
+        extensions
+            .iter()
+            .any(|e| e.extension_name_as_c_str() == Ok(name))
+    };
     let mut atomic = vk::PhysicalDeviceShaderAtomicFloatFeaturesEXT::default();
-    let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut atomic);
-    // SAFETY: a valid chain on the context's physical device.
+    let mut atomic2 = vk::PhysicalDeviceShaderAtomicFloat2FeaturesEXT::default();
+    let mut features = vk::PhysicalDeviceFeatures2::default();
+    if has(vk::EXT_SHADER_ATOMIC_FLOAT_NAME) {
+        features = features.push_next(&mut atomic);
+    }
+    if has(vk::EXT_SHADER_ATOMIC_FLOAT2_NAME) {
+        features = features.push_next(&mut atomic2);
+    }
+    // SAFETY: a valid chain (of the device's own extensions) on the
+    // context's physical device.
     unsafe { instance.get_physical_device_features2(ctx.raw_physical_device(), &mut features) };
-    (
-        atomic.shader_buffer_float32_atomic_add == vk::TRUE,
-        atomic.shader_shared_float32_atomic_add == vk::TRUE,
-    )
+    let on = |b: vk::Bool32| b == vk::TRUE;
+    let f64_offered = ctx.info().enabled.is_some_and(|f| f.shader_float64);
+    vec![
+        (
+            "shaderBufferFloat32AtomicAdd",
+            on(atomic.shader_buffer_float32_atomic_add),
+        ),
+        (
+            "shaderSharedFloat32AtomicAdd",
+            on(atomic.shader_shared_float32_atomic_add),
+        ),
+        (
+            "shaderBufferFloat32AtomicMinMax",
+            on(atomic2.shader_buffer_float32_atomic_min_max),
+        ),
+        (
+            "shaderSharedFloat32AtomicMinMax",
+            on(atomic2.shader_shared_float32_atomic_min_max),
+        ),
+        (
+            "shaderBufferFloat64AtomicAdd",
+            f64_offered && on(atomic.shader_buffer_float64_atomic_add),
+        ),
+    ]
 }
 
 #[test]
 fn float_atomics_run_where_the_device_offers_them_and_are_refused_by_name_elsewhere() {
     run_with(common::options(Path::Direct), "float atomics", |ctx| {
-        let (buffer, shared) = device_offers_float_atomic_add(ctx);
+        let offered = device_float_atomics(ctx);
         let data = ctx.enqueue_create_buffer::<f32>(4).unwrap();
         let cases = [
             (
                 FLOAT_ADD_BUFFER,
-                buffer,
                 "shaderBufferFloat32AtomicAdd",
                 [128.0, 0.0, 0.0, 0.0],
             ),
+            (FLOAT_ADD_SHARED, "shaderSharedFloat32AtomicAdd", [64.0; 4]),
             (
-                FLOAT_ADD_SHARED,
-                shared,
-                "shaderSharedFloat32AtomicAdd",
-                [64.0; 4],
+                FLOAT_MINMAX_BUFFER,
+                "shaderBufferFloat32AtomicMinMax",
+                [63.75, -255.0, 0.0, 0.0],
+            ),
+            (
+                FLOAT_MINMAX_SHARED,
+                "shaderSharedFloat32AtomicMinMax",
+                [63.0, 163.0, 263.0, 363.0],
             ),
         ];
-        for (source, offered, feature, expected) in cases {
+        // The kernel where the device offers its feature, else the refusal
+        // that names the feature.
+        let load = |source: &str, feature: &str| {
+            let is_offered = offered.iter().any(|&(f, on)| f == feature && on);
             let loaded = Kernel::from_glsl(ctx, source, "main");
-            if !offered {
-                match loaded {
-                    Err(Error::UnsupportedKernel { reason, .. }) => {
-                        assert!(reason.contains(feature), "{reason}")
-                    }
-                    other => panic!("{feature} is not offered, yet: {other:?}"),
-                }
-                eprintln!("float atomics: {feature} not offered by this device: refusal checked");
-                continue;
+            if is_offered {
+                return Some(loaded.unwrap());
             }
-            let kernel = loaded.unwrap();
+            match loaded {
+                Err(Error::UnsupportedKernel { reason, .. }) => {
+                    assert!(reason.contains(feature), "{reason}")
+                }
+                other => panic!("{feature} is not offered, yet: {other:?}"),
+            }
+            println!("skipped: {feature} (not offered by this device): refusal checked");
+            None
+        };
+        for (source, feature, expected) in cases {
+            let Some(kernel) = load(source, feature) else {
+                continue;
+            };
             data.enqueue_fill(0.0).unwrap();
             ctx.enqueue_function(&kernel, 4, &[data.arg()], &())
                 .unwrap();
             assert_eq!(data.to_vec().unwrap(), expected, "{feature}");
         }
-        // Float min/max atomics (VK_EXT_shader_atomic_float2) are refused,
-        // naming what they declare.
-        let min = "#version 450\n#extension GL_EXT_shader_atomic_float2 : require\n\
-            layout(local_size_x = 1) in;\n\
-            layout(std430, binding = 0) buffer Data { float data[]; };\n\
-            void main() { atomicMin(data[0], 1.0); }\n";
-        match Kernel::from_glsl(ctx, min, "main") {
-            Err(Error::UnsupportedKernel { reason, .. }) => {
-                assert!(
-                    reason.contains("MinMax") || reason.contains("min_max"),
-                    "{reason}"
-                )
-            }
-            other => panic!("float min/max: {other:?}"),
+        if let Some(kernel) = load(FLOAT64_ADD_BUFFER, "shaderBufferFloat64AtomicAdd") {
+            let doubles = ctx.enqueue_create_buffer::<f64>(2).unwrap();
+            doubles.enqueue_fill(0.0).unwrap();
+            ctx.enqueue_function(&kernel, 4, &[doubles.arg()], &())
+                .unwrap();
+            assert_eq!(doubles.to_vec().unwrap(), [128.0, 0.0]);
         }
         still_works(ctx);
     });

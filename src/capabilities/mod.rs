@@ -15,15 +15,17 @@
 
 mod features;
 mod spirv;
+mod structs;
 #[cfg(test)]
 mod tests;
 
 use ash::vk;
 
-pub(crate) use features::{Capabilities, Feature, FeatureStructs, FloatControls};
+pub(crate) use features::Feature;
+pub(crate) use structs::{Capabilities, FeatureStructs, FloatControls};
 
 pub(crate) use spirv::{
-    float_atomic, CAPABILITIES, EXTENSIONS, FLOAT_MODES, INT64_ATOMICS_BUFFER,
+    float_atomic, FloatAtomicOp, CAPABILITIES, EXTENSIONS, FLOAT_MODES, INT64_ATOMICS_BUFFER,
     INT64_ATOMICS_SHARED, LOCAL_SIZE_ID, ZERO_INITIALIZED_WORKGROUP,
 };
 
@@ -50,8 +52,8 @@ pub(crate) struct Declared<'a> {
     pub(crate) local_size_id: bool,
     pub(crate) int64_atomics_buffer: bool,
     pub(crate) int64_atomics_shared: bool,
-    /// Float atomics: (width, whether it adds, whether on shared memory).
-    pub(crate) float_atomics: &'a [(u32, bool, bool)],
+    /// Float atomics: (width, what it does, whether on shared memory).
+    pub(crate) float_atomics: &'a [(u32, FloatAtomicOp, bool)],
     /// Float-controls execution modes: (mode, float width). The
     /// capabilities that come with them need nothing; each mode needs its
     /// property for its width.
@@ -99,17 +101,17 @@ pub(crate) fn check(
             needs.push((what.to_string(), need));
         }
     }
-    for &(width, add, shared) in declared.float_atomics {
+    for &(width, op, shared) in declared.float_atomics {
         let what = format!(
             "a {width}-bit float atomic {} on {}",
-            if add {
-                "add"
-            } else {
-                "load, store or exchange"
+            match op {
+                FloatAtomicOp::Add => "add",
+                FloatAtomicOp::MinMax => "min or max",
+                FloatAtomicOp::Exchange => "load, store or exchange",
             },
             if shared { "shared memory" } else { "a buffer" }
         );
-        match float_atomic(width, add, shared) {
+        match float_atomic(width, op, shared) {
             Some(f) => needs.push((what, Need::Feature(f))),
             None => return Err(format!("{what} is not something Vulkan offers")),
         }

@@ -116,10 +116,10 @@ pub(crate) const CAPABILITIES: &[(u32, &str, Need)] = &[
     (6022, "CooperativeMatrixKHR", Never("VK_KHR_cooperative_matrix")),
     (6033, "AtomicFloat32AddEXT", AnyOf(&[F::ShaderBufferFloat32AtomicAdd, F::ShaderSharedFloat32AtomicAdd])),
     (6034, "AtomicFloat64AddEXT", AnyOf(&[F::ShaderBufferFloat64AtomicAdd, F::ShaderSharedFloat64AtomicAdd])),
-    (6095, "AtomicFloat16AddEXT", Never("VK_EXT_shader_atomic_float2")),
-    (5612, "AtomicFloat32MinMaxEXT", Never("VK_EXT_shader_atomic_float2")),
-    (5613, "AtomicFloat64MinMaxEXT", Never("VK_EXT_shader_atomic_float2")),
-    (5616, "AtomicFloat16MinMaxEXT", Never("VK_EXT_shader_atomic_float2")),
+    (6095, "AtomicFloat16AddEXT", AnyOf(&[F::ShaderBufferFloat16AtomicAdd, F::ShaderSharedFloat16AtomicAdd])),
+    (5612, "AtomicFloat32MinMaxEXT", AnyOf(&[F::ShaderBufferFloat32AtomicMinMax, F::ShaderSharedFloat32AtomicMinMax])),
+    (5613, "AtomicFloat64MinMaxEXT", AnyOf(&[F::ShaderBufferFloat64AtomicMinMax, F::ShaderSharedFloat64AtomicMinMax])),
+    (5616, "AtomicFloat16MinMaxEXT", AnyOf(&[F::ShaderBufferFloat16AtomicMinMax, F::ShaderSharedFloat16AtomicMinMax])),
 ];
 
 /// Every SPIR-V extension (`OpExtension`) a compute kernel may declare,
@@ -150,8 +150,21 @@ pub(crate) const EXTENSIONS: &[(&str, Need)] = &[
             F::ShaderSharedFloat64AtomicAdd,
         ]),
     ),
-    ("SPV_EXT_shader_atomic_float16_add", Never("VK_EXT_shader_atomic_float2")),
-    ("SPV_EXT_shader_atomic_float_min_max", Never("VK_EXT_shader_atomic_float2")),
+    (
+        "SPV_EXT_shader_atomic_float16_add",
+        AnyOf(&[F::ShaderBufferFloat16AtomicAdd, F::ShaderSharedFloat16AtomicAdd]),
+    ),
+    (
+        "SPV_EXT_shader_atomic_float_min_max",
+        AnyOf(&[
+            F::ShaderBufferFloat16AtomicMinMax,
+            F::ShaderSharedFloat16AtomicMinMax,
+            F::ShaderBufferFloat32AtomicMinMax,
+            F::ShaderSharedFloat32AtomicMinMax,
+            F::ShaderBufferFloat64AtomicMinMax,
+            F::ShaderSharedFloat64AtomicMinMax,
+        ]),
+    ),
     ("SPV_KHR_cooperative_matrix", Never("VK_KHR_cooperative_matrix")),
 ];
 
@@ -169,19 +182,41 @@ pub(crate) const LOCAL_SIZE_ID: (&str, Need) = (
     Need::Feature(Feature::Maintenance4),
 );
 
-/// The feature a float atomic needs, by its width (32 or 64), whether it
-/// adds (else it loads, stores or exchanges) and whether it operates on
-/// shared memory (else on a buffer); `None` for another width.
-pub(crate) fn float_atomic(width: u32, add: bool, shared: bool) -> Option<Feature> {
-    Some(match (width, add, shared) {
-        (32, false, false) => F::ShaderBufferFloat32Atomics,
-        (32, true, false) => F::ShaderBufferFloat32AtomicAdd,
-        (32, false, true) => F::ShaderSharedFloat32Atomics,
-        (32, true, true) => F::ShaderSharedFloat32AtomicAdd,
-        (64, false, false) => F::ShaderBufferFloat64Atomics,
-        (64, true, false) => F::ShaderBufferFloat64AtomicAdd,
-        (64, false, true) => F::ShaderSharedFloat64Atomics,
-        (64, true, true) => F::ShaderSharedFloat64AtomicAdd,
+/// What a float atomic does, for the feature it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FloatAtomicOp {
+    /// A load, store or exchange.
+    Exchange,
+    /// `OpAtomicFAddEXT`.
+    Add,
+    /// `OpAtomicFMinEXT` or `OpAtomicFMaxEXT`.
+    MinMax,
+}
+
+/// The feature a float atomic needs, by its width (16, 32 or 64), what it
+/// does, and whether it operates on shared memory (else on a buffer);
+/// `None` for another width.
+pub(crate) fn float_atomic(width: u32, op: FloatAtomicOp, shared: bool) -> Option<Feature> {
+    use FloatAtomicOp::{Add, Exchange, MinMax};
+    Some(match (width, op, shared) {
+        (16, Exchange, false) => F::ShaderBufferFloat16Atomics,
+        (16, Add, false) => F::ShaderBufferFloat16AtomicAdd,
+        (16, MinMax, false) => F::ShaderBufferFloat16AtomicMinMax,
+        (16, Exchange, true) => F::ShaderSharedFloat16Atomics,
+        (16, Add, true) => F::ShaderSharedFloat16AtomicAdd,
+        (16, MinMax, true) => F::ShaderSharedFloat16AtomicMinMax,
+        (32, Exchange, false) => F::ShaderBufferFloat32Atomics,
+        (32, Add, false) => F::ShaderBufferFloat32AtomicAdd,
+        (32, MinMax, false) => F::ShaderBufferFloat32AtomicMinMax,
+        (32, Exchange, true) => F::ShaderSharedFloat32Atomics,
+        (32, Add, true) => F::ShaderSharedFloat32AtomicAdd,
+        (32, MinMax, true) => F::ShaderSharedFloat32AtomicMinMax,
+        (64, Exchange, false) => F::ShaderBufferFloat64Atomics,
+        (64, Add, false) => F::ShaderBufferFloat64AtomicAdd,
+        (64, MinMax, false) => F::ShaderBufferFloat64AtomicMinMax,
+        (64, Exchange, true) => F::ShaderSharedFloat64Atomics,
+        (64, Add, true) => F::ShaderSharedFloat64AtomicAdd,
+        (64, MinMax, true) => F::ShaderSharedFloat64AtomicMinMax,
         _ => return None,
     })
 }

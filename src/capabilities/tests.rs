@@ -1,8 +1,8 @@
 //! Every entry of the capabilities table, loaded with its feature and
 //! refused without it.
 
-use super::features::FeatureSet;
 use super::spirv::FloatControl;
+use super::structs::FeatureSet;
 use super::*;
 
 /// Capabilities with every feature, float-controls mode and subgroup
@@ -237,13 +237,18 @@ fn features_enable_their_extensions_where_not_core() {
     };
     assert_eq!(
         names(true),
-        ["VK_EXT_robustness2", "VK_EXT_shader_atomic_float"]
+        [
+            "VK_EXT_robustness2",
+            "VK_EXT_shader_atomic_float",
+            "VK_EXT_shader_atomic_float2"
+        ]
     );
     assert_eq!(
         names(false),
         [
             "VK_EXT_robustness2",
             "VK_EXT_shader_atomic_float",
+            "VK_EXT_shader_atomic_float2",
             "VK_EXT_subgroup_size_control",
             "VK_KHR_shader_integer_dot_product",
             "VK_KHR_shader_non_semantic_info",

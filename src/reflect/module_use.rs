@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::words::*;
+use crate::capabilities::FloatAtomicOp;
 
 /// Instructions whose result (type operand 0, id operand 1) may be a
 /// pointer: OpUndef, OpConstantNull, OpFunctionParameter, OpFunctionCall,
@@ -49,9 +50,9 @@ pub(crate) struct ModuleUse {
     /// Workgroup (buffers), and on Workgroup memory.
     pub(crate) int64_atomics_buffer: bool,
     pub(crate) int64_atomics_shared: bool,
-    /// Its float atomics: (width, whether it adds, whether on Workgroup
+    /// Its float atomics: (width, what it does, whether on Workgroup
     /// memory), each once.
-    pub(crate) float_atomics: Vec<(u32, bool, bool)>,
+    pub(crate) float_atomics: Vec<(u32, FloatAtomicOp, bool)>,
     /// Its execution modes with one literal operand (mode, operand): the
     /// float-controls modes name a float width.
     pub(crate) float_modes: Vec<(u32, u32)>,
@@ -93,11 +94,12 @@ pub(crate) fn module_use(words: &[u32]) -> ModuleUse {
                 .and_then(|t| pointee.get(t));
             if let Some((class, ty)) = target {
                 if let Some(&width) = float_types.get(ty) {
-                    let atomic = (
-                        width,
-                        op == OP_ATOMIC_FADD,
-                        *class == STORAGE_CLASS_WORKGROUP,
-                    );
+                    let what = match op {
+                        OP_ATOMIC_FADD => FloatAtomicOp::Add,
+                        OP_ATOMIC_FMIN | OP_ATOMIC_FMAX => FloatAtomicOp::MinMax,
+                        _ => FloatAtomicOp::Exchange,
+                    };
+                    let atomic = (width, what, *class == STORAGE_CLASS_WORKGROUP);
                     if !found.float_atomics.contains(&atomic) {
                         found.float_atomics.push(atomic);
                     }
