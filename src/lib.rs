@@ -114,7 +114,7 @@ pub mod build {
 /// Test hooks (feature `fault-injection`); not part of the supported API.
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
-pub use vk::fault::testing;
+pub mod testing;
 
 pub use buffer::{DeviceBuffer, OwnedRawBuffer};
 pub use context::{DeviceContext, RawContext};
