@@ -55,6 +55,7 @@ mod spirv_rules;
 #[cfg(any(feature = "build", feature = "glsl"))]
 #[cfg_attr(not(feature = "build"), allow(dead_code))]
 mod spirv_source;
+mod spirv_words;
 // Linked for its native library (SPIRV-Tools inside shaderc), which
 // `vk::spirv_val` calls; no Rust item of the crate is used.
 #[cfg(feature = "validate")]

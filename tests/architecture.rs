@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "capabilities",
             "reflect",
             "spirv_rules",
+            "spirv_words",
             "spirv_source",
             "shaders",
         ],
