@@ -32,7 +32,9 @@
 //! report of a checked result, with an empty cache directory
 //! (`first_dispatch_cold`) and with one a previous run filled
 //! (`first_dispatch_warm`).
-//! cases are additions to BENCH.md's list. `d2d_cross` reports a second
+//! cases are additions to BENCH.md's list, and so are `record_raw`,
+//! `scale_buffers` and `scale_inflight` (issue 22's host-cost cases,
+//! `bench_cases/host_cost.rs`). `d2d_cross` reports a second
 //! row, `d2d_cross_host`: the same copy between plain buffers, which goes
 //! through host memory (the fallback), against the copy into an exportable
 //! buffer through shared memory.
@@ -44,6 +46,8 @@ use std::time::Instant;
 
 #[path = "bench_cases/bounds.rs"]
 mod bounds;
+#[path = "bench_cases/host_cost.rs"]
+mod host_cost;
 
 use vkcompute::ash::{self, vk};
 use vkcompute::{ContextOptions, DeviceBuffer, DeviceContext, Kernel, RawBufferRef};
@@ -70,6 +74,9 @@ const CASES: &[&str] = &[
     "launches_raw",
     "graph",
     "enqueue_cost",
+    "record_raw",
+    "scale_buffers",
+    "scale_inflight",
     "replay_cost",
     "first_dispatch",
     "d2d_cross",
@@ -249,6 +256,43 @@ struct Timing {
     max: f64,
 }
 
+impl Timing {
+    /// A ratio row: `ratio` given as the median (and min and max).
+    fn ratio(ratio: f64, reps: usize) -> Timing {
+        Timing {
+            reps,
+            median: ratio,
+            min: ratio,
+            max: ratio,
+        }
+    }
+
+    /// The times of one of the `count` things each repetition did.
+    fn per(&self, count: u32) -> Timing {
+        let n = f64::from(count);
+        Timing {
+            reps: self.reps,
+            median: self.median / n,
+            min: self.min / n,
+            max: self.max / n,
+        }
+    }
+}
+
+/// `count` dispatches of the launch cases' kernel on `buf`, enqueued one by
+/// one (no wait).
+fn enqueue_launches(
+    ctx: &DeviceContext,
+    kernel: &Kernel,
+    buf: &DeviceBuffer<u32>,
+    count: u32,
+) -> BenchResult<()> {
+    for _ in 0..count {
+        ctx.enqueue_function(kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
+    }
+    Ok(())
+}
+
 struct Bench<'a> {
     ctx: &'a DeviceContext,
     quick: bool,
@@ -279,6 +323,9 @@ impl Bench<'_> {
             "launches_raw" => self.launches_raw(),
             "graph" => self.graph(),
             "enqueue_cost" => self.enqueue_cost(),
+            "record_raw" => self.record_raw(),
+            "scale_buffers" => self.scale_buffers(),
+            "scale_inflight" => self.scale_inflight(),
             "replay_cost" => self.replay_cost(),
             "first_dispatch" => self.first_dispatch(),
             "d2d_cross" => self.d2d_cross(),
@@ -385,6 +432,19 @@ impl Bench<'_> {
 
     /// Prints one result (after its check passed).
     fn report(&self, case: &str, bytes: usize, t: &Timing, figure: Figure) {
+        self.report_with(case, bytes, t, figure, &[]);
+    }
+
+    /// Prints one result with `extra` fields after the standard ones (in
+    /// JSON, each value as written: a number or `true`/`false`).
+    fn report_with(
+        &self,
+        case: &str,
+        bytes: usize,
+        t: &Timing,
+        figure: Figure,
+        extra: &[(&str, String)],
+    ) {
         let (value, unit) = figure.value(t.median);
         // A ratio row has no times of its own.
         let ratio = matches!(figure, Figure::Ratio);
@@ -404,7 +464,7 @@ impl Bench<'_> {
         let _ = if self.json {
             writeln!(
                 out,
-                "{{\"case\":{},\"bytes\":{},\"reps\":{},\"median_s\":{},\"min_s\":{},\"max_s\":{},\"value\":{},\"unit\":{},\"device\":{}}}",
+                "{{\"case\":{},\"bytes\":{},\"reps\":{},\"median_s\":{},\"min_s\":{},\"max_s\":{},\"value\":{},\"unit\":{},\"device\":{}{}}}",
                 json_string(case),
                 bytes,
                 t.reps,
@@ -414,11 +474,15 @@ impl Bench<'_> {
                 json_number(value),
                 json_string(unit),
                 json_string(&self.device),
+                extra
+                    .iter()
+                    .map(|(k, v)| format!(",{}:{v}", json_string(k)))
+                    .collect::<String>(),
             )
         } else {
             writeln!(
                 out,
-                "{:<13} {:>8} {:>5} {:>11} {:>11} {:>11} {:>12}  {}",
+                "{:<13} {:>8} {:>5} {:>11} {:>11} {:>11} {:>12}  {}{}",
                 case,
                 human_size(bytes as u64),
                 t.reps,
@@ -426,7 +490,11 @@ impl Bench<'_> {
                 time(t.min),
                 time(t.max),
                 human_value(value),
-                unit
+                unit,
+                extra
+                    .iter()
+                    .map(|(k, v)| format!("  {k}={v}"))
+                    .collect::<String>(),
             )
         };
         let _ = out.flush();
@@ -698,6 +766,7 @@ impl Bench<'_> {
                 bytemuck::bytes_of(&push),
                 [grid.0, grid.1, 1],
                 1,
+                false,
             )?)
         } else {
             None
@@ -797,6 +866,7 @@ impl Bench<'_> {
             bytemuck::bytes_of(&push),
             [1, 1, 1],
             1,
+            false,
         )?;
         let reps = self.reps(500);
         let t = self.time("dispatch_raw", 0, self.warmups(reps), reps, || {
@@ -927,7 +997,18 @@ impl Bench<'_> {
         start: &[u32],
         runs: usize,
     ) -> BenchResult<()> {
-        let added = (runs as u64 * LAUNCHES as u64) as u32;
+        self.launches_check(case, buf, start, runs as u64 * u64::from(LAUNCHES))
+    }
+
+    /// Checks that every element of `buf` grew by `launches` dispatches.
+    fn launches_check(
+        &self,
+        case: &str,
+        buf: &DeviceBuffer<u32>,
+        start: &[u32],
+        launches: u64,
+    ) -> BenchResult<()> {
+        let added = launches as u32;
         let expected: Vec<u32> = start.iter().map(|&v| v.wrapping_add(added)).collect();
         check_words(case, &buf.to_vec()?, &expected)
     }
@@ -939,9 +1020,7 @@ impl Bench<'_> {
         let reps = self.reps(10);
         let warmups = self.warmups(reps);
         let t = self.time("launches", 0, warmups, reps, || {
-            for _ in 0..LAUNCHES {
-                ctx.enqueue_function(&kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
-            }
+            enqueue_launches(ctx, &kernel, &buf, LAUNCHES)?;
             ctx.synchronize()?;
             Ok(())
         })?;
@@ -966,6 +1045,7 @@ impl Bench<'_> {
             bytemuck::bytes_of(&LAUNCH_LEN),
             [1, 1, 1],
             LAUNCHES,
+            false,
         )?;
         let reps = self.reps(10);
         let warmups = self.warmups(reps);
@@ -1044,30 +1124,32 @@ impl Bench<'_> {
         summarize(times)
     }
 
-    /// Host time of one `enqueue_function` call (10,000 per repetition).
-    fn enqueue_cost(&self) -> BenchResult<()> {
+    /// Host time of one `enqueue_function` call (10,000 per repetition,
+    /// a wait after each, untimed), and the repetitions run (warm-ups
+    /// included).
+    fn time_enqueue_cost(
+        &self,
+        case: &str,
+        kernel: &Kernel,
+        buf: &DeviceBuffer<u32>,
+    ) -> BenchResult<(Timing, usize)> {
         let ctx = self.ctx;
-        let (kernel, buf, start) = self.launch_setup()?;
         let reps = self.reps(10);
         let t = self.time_host(
-            "enqueue_cost",
+            case,
             reps,
-            || {
-                for _ in 0..LAUNCHES {
-                    ctx.enqueue_function(&kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
-                }
-                Ok(())
-            },
+            || enqueue_launches(ctx, kernel, buf, LAUNCHES),
             || Ok(ctx.synchronize()?),
         )?;
-        self.launch_check("enqueue_cost", &buf, &start, self.warmups(reps) + reps)?;
-        let per_call = Timing {
-            reps: t.reps,
-            median: t.median / LAUNCHES as f64,
-            min: t.min / LAUNCHES as f64,
-            max: t.max / LAUNCHES as f64,
-        };
-        self.report("enqueue_cost", 0, &per_call, Figure::Nanoseconds);
+        Ok((t.per(LAUNCHES), self.warmups(reps) + reps))
+    }
+
+    /// Host time of one `enqueue_function` call (10,000 per repetition).
+    fn enqueue_cost(&self) -> BenchResult<()> {
+        let (kernel, buf, start) = self.launch_setup()?;
+        let (t, runs) = self.time_enqueue_cost("enqueue_cost", &kernel, &buf)?;
+        self.launch_check("enqueue_cost", &buf, &start, runs)?;
+        self.report("enqueue_cost", 0, &t, Figure::Nanoseconds);
         Ok(())
     }
 
@@ -1241,6 +1323,11 @@ struct RawDispatch {
     fence: vk::Fence,
     /// A submission may still be running (a wait failed).
     in_flight: std::cell::Cell<bool>,
+    /// The buffers, bound through `set`, or pushed with `push_descriptor`.
+    buffers: Vec<vk::DescriptorBufferInfo>,
+    set: vk::DescriptorSet,
+    /// `VK_KHR_push_descriptor`, where the set layout is a push layout.
+    push_descriptor: Option<ash::khr::push_descriptor::Device>,
 }
 
 fn vk_err(call: &'static str) -> impl Fn(vk::Result) -> Box<dyn std::error::Error> {
@@ -1255,6 +1342,7 @@ impl RawDispatch {
         push: &[u8],
         grid: [u32; 3],
         repeat: u32,
+        push_descriptors: bool,
     ) -> BenchResult<Self> {
         let device = ctx.raw_device().clone();
         let family = ctx.queue_family_index();
@@ -1275,6 +1363,18 @@ impl RawDispatch {
             command_buffer: vk::CommandBuffer::null(),
             fence: vk::Fence::null(),
             in_flight: std::cell::Cell::new(false),
+            buffers: buffers
+                .iter()
+                .map(|b| vk::DescriptorBufferInfo {
+                    buffer: b.buffer,
+                    offset: b.offset,
+                    range: b.size,
+                })
+                .collect(),
+            set: vk::DescriptorSet::null(),
+            push_descriptor: push_descriptors.then(|| {
+                ash::khr::push_descriptor::Device::new(ctx.raw_instance(), ctx.raw_device())
+            }),
         };
         let d = raw.device.clone();
 
@@ -1292,7 +1392,14 @@ impl RawDispatch {
                     .stage_flags(vk::ShaderStageFlags::COMPUTE)
             })
             .collect();
-        let info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+        let flags = if push_descriptors {
+            vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR
+        } else {
+            vk::DescriptorSetLayoutCreateFlags::empty()
+        };
+        let info = vk::DescriptorSetLayoutCreateInfo::default()
+            .flags(flags)
+            .bindings(&bindings);
         // SAFETY: a valid create info.
         raw.set_layout = unsafe { d.create_descriptor_set_layout(&info, None) }
             .map_err(vk_err("vkCreateDescriptorSetLayout"))?;
@@ -1322,44 +1429,9 @@ impl RawDispatch {
             unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &[info], None) }
                 .map_err(|(_, e)| vk_err("vkCreateComputePipelines")(e))?[0];
 
-        let sizes = [vk::DescriptorPoolSize {
-            ty: vk::DescriptorType::STORAGE_BUFFER,
-            descriptor_count: buffers.len() as u32,
-        }];
-        let info = vk::DescriptorPoolCreateInfo::default()
-            .max_sets(1)
-            .pool_sizes(&sizes);
-        // SAFETY: a valid create info.
-        raw.descriptor_pool = unsafe { d.create_descriptor_pool(&info, None) }
-            .map_err(vk_err("vkCreateDescriptorPool"))?;
-        let info = vk::DescriptorSetAllocateInfo::default()
-            .descriptor_pool(raw.descriptor_pool)
-            .set_layouts(&set_layouts);
-        // SAFETY: the pool has room for one set of this layout.
-        let set = unsafe { d.allocate_descriptor_sets(&info) }
-            .map_err(vk_err("vkAllocateDescriptorSets"))?[0];
-        let infos: Vec<_> = buffers
-            .iter()
-            .map(|b| vk::DescriptorBufferInfo {
-                buffer: b.buffer,
-                offset: b.offset,
-                range: b.size,
-            })
-            .collect();
-        let writes: Vec<_> = infos
-            .iter()
-            .enumerate()
-            .map(|(i, info)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_set(set)
-                    .dst_binding(i as u32)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(std::slice::from_ref(info))
-            })
-            .collect();
-        // SAFETY: the set is not in use; the buffers are live vkcompute
-        // buffers that outlive this dispatch object.
-        unsafe { d.update_descriptor_sets(&writes, &[]) };
+        if !push_descriptors {
+            raw.write_set()?;
+        }
 
         let info = vk::CommandPoolCreateInfo::default().queue_family_index(family);
         // SAFETY: a valid create info for the context's queue family.
@@ -1374,22 +1446,7 @@ impl RawDispatch {
             .map_err(vk_err("vkAllocateCommandBuffers"))?[0];
 
         let cb = raw.command_buffer;
-        // Order the dispatch after earlier work on the queue (the runtime's
-        // uploads, the previous repetition), and make its writes available to
-        // later work and to the host.
-        let before = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
-            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
-        let between = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
-        let after = [vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-            .dst_access_mask(
-                vk::AccessFlags::MEMORY_READ
-                    | vk::AccessFlags::MEMORY_WRITE
-                    | vk::AccessFlags::HOST_READ,
-            )];
+        let (before, between) = (barrier_before(), barrier_between());
         // SAFETY: `cb` is a new command buffer of this thread's pool; every
         // object recorded is live and matches the pipeline layout; the
         // push-constant range covers `push`.
@@ -1405,22 +1462,7 @@ impl RawDispatch {
                 &[],
                 &[],
             );
-            d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, raw.pipeline);
-            d.cmd_bind_descriptor_sets(
-                cb,
-                vk::PipelineBindPoint::COMPUTE,
-                raw.pipeline_layout,
-                0,
-                &[set],
-                &[],
-            );
-            d.cmd_push_constants(
-                cb,
-                raw.pipeline_layout,
-                vk::ShaderStageFlags::COMPUTE,
-                0,
-                push,
-            );
+            raw.record_binds(cb, push);
             for i in 0..repeat {
                 if i > 0 {
                     // Each dispatch depends on the one before.
@@ -1436,23 +1478,121 @@ impl RawDispatch {
                 }
                 d.cmd_dispatch(cb, grid[0], grid[1], grid[2]);
             }
-            d.cmd_pipeline_barrier(
-                cb,
-                vk::PipelineStageFlags::COMPUTE_SHADER,
-                vk::PipelineStageFlags::ALL_COMMANDS | vk::PipelineStageFlags::HOST,
-                vk::DependencyFlags::empty(),
-                &after,
-                &[],
-                &[],
-            );
-            d.end_command_buffer(cb)
-                .map_err(vk_err("vkEndCommandBuffer"))?;
+            raw.record_end(cb)?;
         }
 
         // SAFETY: a valid create info.
         raw.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }
             .map_err(vk_err("vkCreateFence"))?;
         Ok(raw)
+    }
+
+    /// A descriptor set of its own pool, written with the buffers.
+    fn write_set(&mut self) -> BenchResult<()> {
+        let d = self.device.clone();
+        let sizes = [vk::DescriptorPoolSize {
+            ty: vk::DescriptorType::STORAGE_BUFFER,
+            descriptor_count: self.buffers.len() as u32,
+        }];
+        let info = vk::DescriptorPoolCreateInfo::default()
+            .max_sets(1)
+            .pool_sizes(&sizes);
+        // SAFETY: a valid create info.
+        self.descriptor_pool = unsafe { d.create_descriptor_pool(&info, None) }
+            .map_err(vk_err("vkCreateDescriptorPool"))?;
+        let set_layouts = [self.set_layout];
+        let info = vk::DescriptorSetAllocateInfo::default()
+            .descriptor_pool(self.descriptor_pool)
+            .set_layouts(&set_layouts);
+        // SAFETY: the pool has room for one set of this layout.
+        self.set = unsafe { d.allocate_descriptor_sets(&info) }
+            .map_err(vk_err("vkAllocateDescriptorSets"))?[0];
+        let writes: Vec<_> = self
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, info)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(self.set)
+                    .dst_binding(i as u32)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(std::slice::from_ref(info))
+            })
+            .collect();
+        // SAFETY: the set is not in use; the buffers are live vkcompute
+        // buffers that outlive this dispatch object.
+        unsafe { d.update_descriptor_sets(&writes, &[]) };
+        Ok(())
+    }
+
+    /// Records what one dispatch binds: the pipeline, the buffers (pushed,
+    /// or the descriptor set) and the push constants `push`.
+    ///
+    /// # Safety
+    ///
+    /// `cb` is a command buffer of this object's device, recording.
+    unsafe fn record_binds(&self, cb: vk::CommandBuffer, push: &[u8]) {
+        let d = &self.device;
+        let bind = vk::PipelineBindPoint::COMPUTE;
+        // SAFETY: `cb` is recording (the caller's contract); the pipeline,
+        // its layout, the set and the buffers are live, match the shader's
+        // interface, and the push-constant range covers `push`.
+        unsafe {
+            d.cmd_bind_pipeline(cb, bind, self.pipeline);
+            match &self.push_descriptor {
+                Some(push_descriptor) => {
+                    for (i, info) in self.buffers.iter().enumerate() {
+                        let write = vk::WriteDescriptorSet::default()
+                            .dst_binding(i as u32)
+                            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                            .buffer_info(std::slice::from_ref(info));
+                        push_descriptor.cmd_push_descriptor_set(
+                            cb,
+                            bind,
+                            self.pipeline_layout,
+                            0,
+                            std::slice::from_ref(&write),
+                        );
+                    }
+                }
+                None => {
+                    d.cmd_bind_descriptor_sets(cb, bind, self.pipeline_layout, 0, &[self.set], &[])
+                }
+            }
+            d.cmd_push_constants(
+                cb,
+                self.pipeline_layout,
+                vk::ShaderStageFlags::COMPUTE,
+                0,
+                push,
+            );
+        }
+    }
+
+    /// Records the barrier that makes the dispatches' writes available to
+    /// later work and to the host, and ends `cb`.
+    ///
+    /// # Safety
+    ///
+    /// `cb` is a command buffer of this object's device, recording.
+    unsafe fn record_end(&self, cb: vk::CommandBuffer) -> BenchResult<()> {
+        let d = &self.device;
+        // SAFETY: `cb` is recording (the caller's contract); the barrier is
+        // well formed.
+        unsafe {
+            d.cmd_pipeline_barrier(
+                cb,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::PipelineStageFlags::ALL_COMMANDS | vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &barrier_after(),
+                &[],
+                &[],
+            );
+            d.end_command_buffer(cb)
+        }
+        .map_err(vk_err("vkEndCommandBuffer"))?;
+        Ok(())
     }
 
     /// One submission of the recorded command buffer, waited for.
@@ -1496,6 +1636,32 @@ impl Drop for RawDispatch {
             d.destroy_shader_module(self.module, None);
         }
     }
+}
+
+/// Orders a dispatch after earlier work on the queue (the runtime's
+/// uploads, the previous repetition).
+fn barrier_before() -> [vk::MemoryBarrier<'static>; 1] {
+    [vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
+        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)]
+}
+
+/// Orders a dispatch after the one before.
+fn barrier_between() -> [vk::MemoryBarrier<'static>; 1] {
+    [vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)]
+}
+
+/// Makes the dispatches' writes available to later work and to the host.
+fn barrier_after() -> [vk::MemoryBarrier<'static>; 1] {
+    [vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+        .dst_access_mask(
+            vk::AccessFlags::MEMORY_READ
+                | vk::AccessFlags::MEMORY_WRITE
+                | vk::AccessFlags::HOST_READ,
+        )]
 }
 
 /// Non-zero, non-constant bytes.

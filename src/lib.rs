@@ -55,6 +55,7 @@ mod spirv_rules;
 #[cfg(any(feature = "build", feature = "glsl"))]
 #[cfg_attr(not(feature = "build"), allow(dead_code))]
 mod spirv_source;
+mod spirv_words;
 // Linked for its native library (SPIRV-Tools inside shaderc), which
 // `vk::spirv_val` calls; no Rust item of the crate is used.
 #[cfg(feature = "validate")]
@@ -114,7 +115,7 @@ pub mod build {
 /// Test hooks (feature `fault-injection`); not part of the supported API.
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
-pub use vk::fault::testing;
+pub mod testing;
 
 pub use buffer::{DeviceBuffer, OwnedRawBuffer};
 pub use context::{DeviceContext, RawContext};

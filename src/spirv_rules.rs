@@ -6,13 +6,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::reflect::instructions;
+use crate::spirv_words::*;
 
-const OP_TYPE_MATRIX: u32 = 24;
-const OP_TYPE_ARRAY: u32 = 28;
-const OP_TYPE_RUNTIME_ARRAY: u32 = 29;
-const OP_TYPE_STRUCT: u32 = 30;
-const OP_MEMBER_DECORATE: u32 = 72;
 /// `RowMajor`, `ColMajor` and `MatrixStride`.
 const MATRIX_LAYOUT: [(u32, &str); 3] = [(4, "RowMajor"), (5, "ColMajor"), (7, "MatrixStride")];
 
@@ -65,16 +60,6 @@ pub(crate) fn check(words: &[u32]) -> Result<(), String> {
     }
     Ok(())
 }
-
-const OP_DECORATE: u32 = 71;
-const OP_TYPE_INT: u32 = 21;
-const OP_CONSTANT_TRUE: u32 = 41;
-const OP_CONSTANT_FALSE: u32 = 42;
-const OP_CONSTANT: u32 = 43;
-const OP_SPEC_CONSTANT_TRUE: u32 = 48;
-const OP_SPEC_CONSTANT_FALSE: u32 = 49;
-const OP_SPEC_CONSTANT: u32 = 50;
-const DECORATION_SPEC_ID: u32 = 1;
 
 /// The literal word of a constant of a `width`-bit integer type (at most
 /// 32) whose value is the low bits of `value`: narrow literals are zero-
@@ -153,13 +138,6 @@ pub(crate) fn freeze(words: &[u32], specialization: &[(u32, Vec<u8>)]) -> Vec<u3
     }
     frozen
 }
-
-const OP_TYPE_VECTOR: u32 = 23;
-const OP_TYPE_POINTER: u32 = 32;
-const OP_FUNCTION_PARAMETER: u32 = 55;
-const OP_VARIABLE: u32 = 59;
-const OP_ACCESS_CHAIN: u32 = 65;
-const OP_IN_BOUNDS_ACCESS_CHAIN: u32 = 66;
 
 /// A type an access chain can index.
 enum Indexed<'a> {
@@ -240,7 +218,6 @@ pub(crate) fn check_constant_indices(words: &[u32]) -> Result<(), String> {
     Ok(())
 }
 
-const OP_TYPE_FUNCTION: u32 = 33;
 /// The most members a type may have once nested types are written out.
 const MAX_EXPANDED_TYPE: u64 = 1 << 16;
 

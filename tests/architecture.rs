@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "capabilities",
             "reflect",
             "spirv_rules",
+            "spirv_words",
             "spirv_source",
             "shaders",
         ],
@@ -43,7 +44,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "public",
         &[
             "options", "context", "view", "buffer", "host", "display", "kernel", "glsl", "graph",
-            "external",
+            "external", "testing",
         ],
     ),
 ];
@@ -92,42 +93,27 @@ fn code(text: &str) -> String {
         .join("\n")
 }
 
-/// The top-level modules `code` names through `crate::` and `$crate::`
-/// paths, including those inside `use crate::{...}` groups.
-fn imports(code: &str) -> BTreeSet<String> {
+/// The first segments of the paths `code` names through `crate::` and
+/// `$crate::`, including those inside `use crate::{...}` groups: module
+/// names, or names the crate root re-exports.
+fn crate_paths(code: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let bytes = code.as_bytes();
     let mut at = 0;
     while let Some(i) = code[at..].find("crate::") {
         let start = at + i + "crate::".len();
         at = start;
+        // `crate::` inside a longer name (`my_crate::x`) is no crate path.
+        let before = code[..start - "crate::".len()].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
         if bytes.get(start) == Some(&b'{') {
-            // A group: its top-level items, up to the matching brace.
-            let mut depth = 0;
-            let mut item = String::new();
-            for &c in &bytes[start..] {
-                match c {
-                    b'{' => {
-                        depth += 1;
-                        if depth > 1 {
-                            item.push('{');
-                        }
-                    }
-                    b'}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                        item.push('}');
-                    }
-                    b',' if depth == 1 => {
-                        out.extend(first_segment(&item));
-                        item.clear();
-                    }
-                    _ => item.push(c as char),
-                }
-            }
-            out.extend(first_segment(&item));
+            out.extend(
+                group_items(&code[start..])
+                    .iter()
+                    .filter_map(|i| first_segment(i)),
+            );
         } else {
             out.extend(first_segment(&code[start..]));
         }
@@ -135,15 +121,122 @@ fn imports(code: &str) -> BTreeSet<String> {
     out
 }
 
-/// The module a path starts with, where it starts with a lower-case name.
+/// The top-level items of the group `text` starts with (`{a::B, c}`), up
+/// to its matching brace.
+fn group_items(text: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    let mut depth = 0;
+    let mut item = String::new();
+    for c in text.chars() {
+        match c {
+            '{' => {
+                depth += 1;
+                if depth > 1 {
+                    item.push('{');
+                }
+            }
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+                item.push('}');
+            }
+            ',' if depth == 1 => items.push(std::mem::take(&mut item)),
+            _ => item.push(c),
+        }
+    }
+    items.push(item);
+    items.retain(|i| !i.trim().is_empty());
+    items
+}
+
+/// The name a path starts with.
 fn first_segment(path: &str) -> Option<String> {
     let name: String = path
         .trim_start()
         .chars()
         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
         .collect();
-    name.starts_with(|c: char| c.is_ascii_lowercase())
-        .then_some(name)
+    (!name.is_empty()).then_some(name)
+}
+
+/// What a name at the crate root is: one of its modules, or a name that
+/// lib.rs re-exports from one (`Some(module)`) or from another crate
+/// (`None`), read from lib.rs's `mod` items and its top-level `use` and
+/// `pub use` items, groups included.
+fn root_names(lib: &str) -> BTreeMap<String, Option<String>> {
+    let lib = code(lib);
+    let mut modules = BTreeSet::new();
+    for line in lib.lines() {
+        let line = line.trim_start_matches("pub ");
+        if let Some(rest) = line.strip_prefix("mod ") {
+            modules.extend(first_segment(rest));
+        }
+    }
+    let mut names: BTreeMap<String, Option<String>> = modules
+        .iter()
+        .map(|m| (m.clone(), Some(m.clone())))
+        .collect();
+    // Top-level items only: a `use` inside a module block is indented.
+    let mut at = 0;
+    while at < lib.len() {
+        let rest = &lib[at..];
+        let line_end = rest.find('\n').map_or(lib.len(), |i| at + i + 1);
+        let item = rest
+            .strip_prefix("pub use ")
+            .or_else(|| rest.strip_prefix("use "));
+        let (Some(item), Some(end)) = (item, rest.find(';')) else {
+            at = line_end;
+            continue;
+        };
+        let path = &item[..end - (rest.len() - item.len())];
+        at += end + 1;
+        let path = path
+            .trim()
+            .trim_start_matches("crate::")
+            .trim_start_matches("self::");
+        let module = first_segment(path).unwrap();
+        let from = modules.contains(&module).then(|| module.clone());
+        for leaf in leaves(path) {
+            names.insert(leaf, from.clone());
+        }
+    }
+    names
+}
+
+/// The names a `use` path brings into scope: the last segment of each of
+/// its leaves, or the name after `as`.
+fn leaves(path: &str) -> Vec<String> {
+    match path.find('{') {
+        Some(open) => group_items(&path[open..])
+            .iter()
+            .flat_map(|item| leaves(item.trim()))
+            .collect(),
+        None => {
+            let path = path.trim();
+            let name = match path.split_once(" as ") {
+                Some((_, alias)) => alias.trim(),
+                None => path.rsplit("::").next().unwrap().trim(),
+            };
+            vec![name.to_string()]
+        }
+    }
+}
+
+/// The top-level modules `code` imports: the modules its `crate::` paths
+/// name, directly or through a re-export of the crate root (`roots`, from
+/// [`root_names`]). Names re-exported from other crates import no module.
+fn imports(code: &str, roots: &BTreeMap<String, Option<String>>) -> BTreeSet<String> {
+    crate_paths(code)
+        .into_iter()
+        .filter_map(|name| match roots.get(&name) {
+            Some(module) => module.clone(),
+            None => {
+                panic!("`crate::{name}` is neither a module of lib.rs nor one of its re-exports")
+            }
+        })
+        .collect()
 }
 
 fn layer_of(module: &str) -> usize {
@@ -153,23 +246,24 @@ fn layer_of(module: &str) -> usize {
         .unwrap_or_else(|| panic!("module `{module}` is in no layer of tests/architecture.rs"))
 }
 
-#[test]
-fn modules_import_one_way_through_the_layers() {
+/// The module graph of `files` (each a top-level module and the code of
+/// one of its files): each module and the other modules it imports.
+fn module_graph(
+    files: &[(String, String)],
+    roots: &BTreeMap<String, Option<String>>,
+) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for path in sources() {
-        let Some(module) = top_module(&path) else {
-            continue;
-        };
-        let text = std::fs::read_to_string(&path).unwrap();
+    for (module, code) in files {
         let deps = graph.entry(module.clone()).or_default();
-        for dep in imports(&code(&text)) {
-            if dep != module {
-                deps.insert(dep);
-            }
-        }
+        deps.extend(imports(code, roots).into_iter().filter(|dep| dep != module));
     }
+    graph
+}
+
+/// The imports of `graph` that go up the layers, as sentences.
+fn upward_imports(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
     let mut upward = Vec::new();
-    for (module, deps) in &graph {
+    for (module, deps) in graph {
         for dep in deps {
             if layer_of(dep) > layer_of(module) {
                 upward.push(format!(
@@ -180,6 +274,24 @@ fn modules_import_one_way_through_the_layers() {
             }
         }
     }
+    upward
+}
+
+fn lib_rs() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap()
+}
+
+#[test]
+fn modules_import_one_way_through_the_layers() {
+    let files: Vec<(String, String)> = sources()
+        .iter()
+        .filter_map(|path| {
+            let module = top_module(path)?;
+            Some((module, code(&std::fs::read_to_string(path).unwrap())))
+        })
+        .collect();
+    let graph = module_graph(&files, &root_names(&lib_rs()));
+    let upward = upward_imports(&graph);
     assert!(upward.is_empty(), "imports up the layers: {upward:#?}");
     // No cycle, within a layer either: a depth-first search finds no edge
     // back to a module still on its path.
@@ -264,7 +376,63 @@ fn unsafe_code_stays_in_the_vulkan_layer_and_says_why() {
         outside.len()
     );
     // The crate denies unsafe code but where it allows it.
-    let lib =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
-    assert!(lib.contains("#![deny(unsafe_code)]"));
+    assert!(lib_rs().contains("#![deny(unsafe_code)]"));
+}
+
+/// One synthetic file of module `module`, for the tests of the checker.
+fn planted(module: &str, code: &str) -> Vec<(String, String)> {
+    vec![(module.to_string(), code.to_string())]
+}
+
+#[test]
+fn root_names_map_re_exports_to_their_modules() {
+    let roots = root_names(&lib_rs());
+    let defined_in = |name: &str| roots.get(name).cloned().flatten();
+    assert_eq!(defined_in("DeviceContext").as_deref(), Some("context"));
+    // From a group spread over several lines.
+    assert_eq!(defined_in("ComputeLimits").as_deref(), Some("vk"));
+    assert_eq!(defined_in("ExternalSemaphore").as_deref(), Some("external"));
+    // A module is itself; another crate's re-export is no module.
+    assert_eq!(defined_in("vk").as_deref(), Some("vk"));
+    assert!(roots.contains_key("ash") && defined_in("ash").is_none());
+    // The names of a module block (`build`) are not at the root.
+    assert!(!roots.contains_key("compile_glsl"));
+}
+
+#[test]
+fn an_import_of_a_public_type_through_the_crate_root_in_the_vulkan_layer_is_reported() {
+    let roots = root_names(&lib_rs());
+    for code in [
+        "use crate::DeviceContext;\nfn f(_: &DeviceContext) {}",
+        "use crate::{vk::Device, DeviceContext};",
+        "fn f(_: &crate::DeviceContext) {}",
+    ] {
+        let upward = upward_imports(&module_graph(&planted("vk", code), &roots));
+        assert_eq!(
+            upward,
+            ["vk (vulkan) imports context (public)"],
+            "planted in vk: {code}"
+        );
+    }
+}
+
+#[test]
+fn an_import_of_a_lower_layer_through_the_crate_root_passes() {
+    let roots = root_names(&lib_rs());
+    let files = [
+        planted("vk", "use crate::{Error, Result};\nuse crate::ash::vk;"),
+        planted(
+            "buffer",
+            "use crate::{DeviceContext, ComputeLimits, Error};",
+        ),
+    ]
+    .concat();
+    let graph = module_graph(&files, &roots);
+    assert_eq!(graph["vk"], BTreeSet::from(["error".to_string()]));
+    assert_eq!(
+        graph["buffer"],
+        BTreeSet::from(["context", "vk", "error"].map(String::from))
+    );
+    // buffer imports context, which is of its own layer: allowed.
+    assert!(upward_imports(&graph).is_empty());
 }

@@ -34,12 +34,7 @@ impl Bench<'_> {
         self.report(case, bytes, &checked, figure);
         self.report(&format!("{case}_unchecked"), bytes, &unchecked, figure);
         let ratio = unchecked.median / checked.median.max(1e-12);
-        let row = Timing {
-            reps: checked.reps,
-            median: ratio,
-            min: ratio,
-            max: ratio,
-        };
+        let row = Timing::ratio(ratio, checked.reps);
         self.report(&format!("{case}_ratio"), bytes, &row, Figure::Ratio);
     }
 

@@ -8,9 +8,7 @@ use rspirv::dr::{Instruction, Module, Operand};
 use rspirv::spirv::Op;
 
 use super::constants::Value;
-
-/// GLSL.std.450's `UMin`.
-const GLSL_UMIN: u32 = 38;
+use crate::spirv_words::GLSL_UMIN;
 
 /// A type an index can step into.
 #[derive(Clone)]

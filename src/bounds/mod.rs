@@ -48,6 +48,11 @@ use rspirv::binary::Assemble;
 use rspirv::dr::{Instruction, Module, Operand};
 use rspirv::spirv::Op;
 
+use crate::spirv_words::{
+    instructions, literal_string, OP_CAPABILITY, OP_ENTRY_POINT, OP_EXECUTION_MODE,
+    OP_EXECUTION_MODE_ID, OP_EXTENSION, OP_EXT_INST, OP_EXT_INST_IMPORT, OP_MEMORY_MODEL,
+};
+
 pub(crate) use workgroup::WorkgroupVariable;
 
 /// A module made ready for the driver.
@@ -141,12 +146,17 @@ fn fold(module: &mut Module, values: &HashMap<u32, constants::Value>) -> usize {
     folded
 }
 
-pub(crate) const OP_EXT_INST_IMPORT: u32 = 11;
-const OP_EXT_INST: u32 = 12;
-pub(crate) const OP_EXECUTION_MODE_ID: u32 = 331;
 /// The opcodes of the sections before and including the execution modes:
 /// capabilities, extensions, imports, memory model, entry points, modes.
-const PREAMBLE: [u32; 7] = [17, 10, 11, 14, 15, 16, OP_EXECUTION_MODE_ID];
+const PREAMBLE: [u32; 7] = [
+    OP_CAPABILITY,
+    OP_EXTENSION,
+    OP_EXT_INST_IMPORT,
+    OP_MEMORY_MODEL,
+    OP_ENTRY_POINT,
+    OP_EXECUTION_MODE,
+    OP_EXECUTION_MODE_ID,
+];
 
 /// `words` without the instructions `take` picks (by opcode and
 /// operands), and those instructions' words.
@@ -154,7 +164,7 @@ fn take_out(words: &[u32], take: impl Fn(u32, &[u32]) -> bool) -> (Vec<u32>, Vec
     let mut kept = words[..5.min(words.len())].to_vec();
     let mut taken = Vec::new();
     let mut at = 5;
-    for (opcode, operands) in crate::reflect::instructions(words) {
+    for (opcode, operands) in instructions(words) {
         let inst = &words[at..at + operands.len() + 1];
         if take(opcode, operands) {
             taken.extend_from_slice(inst);
@@ -173,7 +183,7 @@ fn put_back(mut words: Vec<u32>, taken: &[u32]) -> Vec<u32> {
         return words;
     }
     let mut at = 5;
-    for (op, operands) in crate::reflect::instructions(&words) {
+    for (op, operands) in instructions(&words) {
         if !PREAMBLE.contains(&op) {
             break;
         }
@@ -187,9 +197,9 @@ fn put_back(mut words: Vec<u32>, taken: &[u32]) -> Vec<u32> {
 /// instructions, and whether there were any.
 pub(crate) fn strip_non_semantic(words: &[u32]) -> (Vec<u32>, bool) {
     let mut sets = Vec::new();
-    for (op, operands) in crate::reflect::instructions(words) {
+    for (op, operands) in instructions(words) {
         if let (OP_EXT_INST_IMPORT, [id, name @ ..]) = (op, operands) {
-            if crate::reflect::literal_string(name).starts_with("NonSemantic.") {
+            if literal_string(name).starts_with("NonSemantic.") {
                 sets.push(*id);
             }
         }

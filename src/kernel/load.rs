@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::reflect::{self, BindingKind};
 use crate::spirv_check;
 use crate::spirv_rules;
+use crate::spirv_words;
 use crate::vk::pipeline::ComputePipeline;
 use crate::vk::Device;
 
@@ -320,11 +321,11 @@ pub(super) fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>> {
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    if words[0] == reflect::MAGIC.swap_bytes() {
+    if words[0] == spirv_words::MAGIC.swap_bytes() {
         words.iter_mut().for_each(|w| *w = w.swap_bytes());
     }
     Ok(words)
 }
 fn check_header(words: &[u32]) -> Result<()> {
-    reflect::check_structure(words).map_err(|reason| Error::InvalidSpirv { reason })
+    spirv_words::check_structure(words).map_err(|reason| Error::InvalidSpirv { reason })
 }

@@ -5,14 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::words::{instructions, literal_string, OP_DECORATE, OP_VARIABLE};
-
-const OP_NAME: u32 = 5;
-const DECORATION_BINDING: u32 = 33;
-const DECORATION_DESCRIPTOR_SET: u32 = 34;
-const UNIFORM_CONSTANT: u32 = 0;
-const UNIFORM: u32 = 2;
-const STORAGE_BUFFER: u32 = 12;
+use crate::spirv_words::*;
 
 /// Checks that every descriptor of `words` is a storage buffer in set 0;
 /// the error names the variable and what it is.
@@ -45,14 +38,14 @@ pub(crate) fn check_descriptors(words: &[u32]) -> Result<(), String> {
                 None => name,
             }
         };
-        if class == UNIFORM_CONSTANT {
+        if class == STORAGE_CLASS_UNIFORM_CONSTANT {
             return Err(format!(
                 "{} is an image, sampler or other opaque descriptor: vkcompute binds storage and \
                  uniform buffers only",
                 described()
             ));
         }
-        let descriptor = class == STORAGE_BUFFER || class == UNIFORM;
+        let descriptor = class == STORAGE_CLASS_STORAGE_BUFFER || class == STORAGE_CLASS_UNIFORM;
         if let (true, Some(&set)) = (descriptor, sets.get(&id)) {
             if set != 0 {
                 return Err(format!(
@@ -65,9 +58,6 @@ pub(crate) fn check_descriptors(words: &[u32]) -> Result<(), String> {
     Ok(())
 }
 
-const OP_ENTRY_POINT: u32 = 15;
-const GL_COMPUTE: u32 = 5;
-
 /// Checks that `words` has a compute entry point named `entry`.
 pub(crate) fn check_entry_point(words: &[u32], entry: &str) -> Result<(), String> {
     let mut names = Vec::new();
@@ -76,7 +66,7 @@ pub(crate) fn check_entry_point(words: &[u32], entry: &str) -> Result<(), String
             let name = literal_string(name);
             if name == entry {
                 return match *model {
-                    GL_COMPUTE => Ok(()),
+                    EXECUTION_MODEL_GL_COMPUTE => Ok(()),
                     other => Err(format!(
                         "entry point `{entry}` is not a compute shader (execution model {other})"
                     )),

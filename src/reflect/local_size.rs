@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::words::*;
+use crate::spirv_words::*;
 
 /// The workgroup size of entry point `entry`, with the specialization
 /// values `spec` (id -> value) applied where the size depends on them.

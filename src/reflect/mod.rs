@@ -7,12 +7,11 @@
 //! `local_size_x_id`), whose parts may be specialization constants. What
 //! a module uses that loading checks against the device (capabilities,
 //! pointers) is in `module_use.rs`; the instruction stream itself in
-//! `words.rs`.
+//! `crate::spirv_words`.
 
 mod descriptors;
 mod local_size;
 mod module_use;
-mod words;
 
 use spirq::ty::{AccessType, DescriptorType, Type};
 use spirq::var::Variable;
@@ -21,7 +20,6 @@ use spirq::ReflectConfig;
 pub(crate) use descriptors::{check_descriptors, check_entry_point};
 pub(crate) use local_size::local_size;
 pub(crate) use module_use::module_use;
-pub(crate) use words::{check_structure, instructions, literal_string, MAGIC};
 
 /// The largest binding number a kernel may use: drivers size descriptor
 /// set layouts by the largest binding (lavapipe runs out of memory on one

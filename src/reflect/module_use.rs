@@ -4,8 +4,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::words::*;
 use crate::capabilities::FloatAtomicOp;
+use crate::spirv_words::*;
 
 /// Instructions whose result (type operand 0, id operand 1) may be a
 /// pointer: OpUndef, OpConstantNull, OpFunctionParameter, OpFunctionCall,
@@ -13,7 +13,6 @@ use crate::capabilities::FloatAtomicOp;
 /// OpPtrAccessChain, OpInBoundsPtrAccessChain, OpCompositeExtract,
 /// OpCopyObject, OpSelect, OpPhi.
 const POINTER_RESULTS: &[u32] = &[1, 46, 55, 57, 59, 61, 65, 66, 67, 70, 81, 83, 169, 245];
-const ADDRESSING_LOGICAL: u32 = 0;
 
 /// The storage classes that are not pointer addressing: UniformConstant (0,
 /// images and samplers) and Image (11, texel pointers) are descriptors,
@@ -225,11 +224,6 @@ fn atomic_pointer(op: u32, operands: &[u32]) -> Option<u32> {
     }
 }
 
-/// `OpAtomicFAddEXT`, `OpAtomicFMinEXT`, `OpAtomicFMaxEXT`.
-const OP_ATOMIC_FADD: u32 = 6035;
-const OP_ATOMIC_FMIN: u32 = 5614;
-const OP_ATOMIC_FMAX: u32 = 5615;
-const OP_TYPE_FLOAT: u32 = 22;
 #[cfg(test)]
 mod tests {
     use super::*;

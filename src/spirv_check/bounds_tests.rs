@@ -1,6 +1,7 @@
 //! The bounds instrumentation (src/bounds) checked by the validator.
 
 use crate::bounds::*;
+use crate::spirv_words::{OP_EXECUTION_MODE_ID, OP_EXT_INST_IMPORT};
 
 /// Validates `words` for both Vulkan versions the runtime supports.
 #[cfg(feature = "validate")]
@@ -172,7 +173,7 @@ mod glsl {
             shaderc::EnvVersion::Vulkan1_3,
         );
         let modes = |w: &[u32]| {
-            crate::reflect::instructions(w)
+            crate::spirv_words::instructions(w)
                 .filter(|(op, _)| *op == OP_EXECUTION_MODE_ID)
                 .count()
         };
