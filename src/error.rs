@@ -434,6 +434,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// Two [`Event`](crate::Event)s that cannot be timed against each
+    /// other: recorded on different queues, or the earlier one reached
+    /// after the later.
+    #[error("{op}: {reason}")]
+    EventMismatch {
+        /// The call.
+        op: &'static str,
+        /// Why not.
+        reason: String,
+    },
+
     /// An error that happened in `Drop` (a deferred write-back or free),
     /// returned by the next call on the same context.
     #[error("an earlier operation that ran in Drop failed: {0}")]

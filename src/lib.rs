@@ -36,6 +36,7 @@ mod capabilities;
 mod context;
 mod display;
 mod error;
+mod event;
 mod external;
 mod fill;
 mod garbage;
@@ -120,6 +121,7 @@ pub mod testing;
 pub use buffer::{DeviceBuffer, OwnedRawBuffer};
 pub use context::{DeviceContext, RawContext};
 pub use error::{Error, Result};
+pub use event::Event;
 pub use external::{
     AlignedHostMemory, ExportedWin32Memory, ExportedWin32Semaphore, ExternalMemoryInfo,
     ExternalSemaphore, MemoryHandleType, SharedAliases, EXTERNAL_MEMORY_INFO_BYTES,

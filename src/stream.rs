@@ -144,6 +144,11 @@ impl Stream {
         &self.device
     }
 
+    /// The index of the device queue the stream submits to.
+    pub(crate) fn queue_index(&self) -> usize {
+        self.queue
+    }
+
     /// The timeline value the open batch (the next command) will signal.
     pub(crate) fn pending_value(&self) -> u64 {
         self.timeline.submitted() + 1

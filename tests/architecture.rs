@@ -44,7 +44,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "public",
         &[
             "options", "context", "view", "buffer", "host", "display", "kernel", "glsl", "graph",
-            "external", "testing",
+            "external", "event", "testing",
         ],
     ),
 ];

@@ -1,0 +1,207 @@
+//! Events: points on a stream, as CUDA has them. Recorded with
+//! [`DeviceContext::record_event`]; another stream of the device waits for
+//! one on the device ([`DeviceContext::enqueue_wait_event`]), the host
+//! waits for one or asks whether it is reached, and two of one queue give
+//! the device time between them.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::context::DeviceContext;
+use crate::error::{Error, Result};
+use crate::submitter::Point;
+use crate::vk::command::TimestampPool;
+
+/// A point on a stream: everything enqueued on the stream before
+/// [`DeviceContext::record_event`] made it. Cheap to clone (clones are the
+/// same point); `Send` and `Sync`.
+///
+/// ```
+/// # fn main() -> vkcompute::Result<()> {
+/// use vkcompute::DeviceContext;
+/// let ctx = DeviceContext::new()?;
+/// let other = ctx.new_stream()?;
+/// let data = ctx.enqueue_create_buffer::<u32>(1 << 20)?;
+/// let start = ctx.record_event()?;
+/// data.enqueue_fill(7)?;
+/// let filled = ctx.record_event()?;
+/// // `other` waits on the device for the fill, without blocking the host.
+/// other.enqueue_wait_event(&filled)?;
+/// let copy = other.enqueue_create_buffer::<u32>(1 << 20)?;
+/// copy.enqueue_copy_from(&data)?;
+/// filled.wait()?;
+/// assert!(filled.is_complete()?);
+/// if let Ok(t) = filled.elapsed_since(&start) {
+///     println!("the fill took {t:?} on the device");
+/// }
+/// assert_eq!(copy.to_vec()?[0], 7);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Event {
+    point: Arc<Point>,
+    device_id: u64,
+    queue: usize,
+    /// The event's timestamp (slot 0's end query), where the queue writes
+    /// timestamps.
+    timestamp: Option<Arc<TimestampPool>>,
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event")
+            .field("value", &self.point.value)
+            .field("queue", &self.queue)
+            .field("timed", &self.timestamp.is_some())
+            .finish()
+    }
+}
+
+impl DeviceContext {
+    /// An [`Event`] at this point of the stream: it is reached once
+    /// everything enqueued on this context so far has completed. Where the
+    /// compute queue writes timestamps it records one (a
+    /// `BOTTOM_OF_PIPE` timestamp query of its own), for
+    /// [`Event::elapsed_since`]. Submits nothing by itself: waiting for the
+    /// event, or for the stream, does.
+    pub fn record_event(&self) -> Result<Event> {
+        let device = &self.shared.device;
+        let timed = device
+            .adapter
+            .queue_family
+            .is_some_and(|f| f.timestamp_valid_bits > 0);
+        let timestamp = if timed {
+            Some(Arc::new(TimestampPool::new(device, 1)?))
+        } else {
+            None
+        };
+        let (value, queue) =
+            self.shared
+                .record("DeviceContext::record_event", &[], |stream, cmd| {
+                    if let Some(pool) = &timestamp {
+                        // The batch keeps the pool alive until it completed.
+                        stream.keep_alive(pool.clone());
+                        pool.start(cmd, 0);
+                        // BOTTOM_OF_PIPE: written once every earlier command of
+                        // the queue is done.
+                        pool.end(cmd, 0);
+                    }
+                    Ok((stream.pending_value(), stream.queue_index()))
+                })?;
+        Ok(Event {
+            point: Arc::new(self.shared.point(value)),
+            device_id: device.id,
+            queue,
+            timestamp,
+        })
+    }
+
+    /// Makes the work enqueued on this context from now on wait (on the
+    /// device, no host block) until `event` is reached. The event must
+    /// come from a stream of the same device ([`Error::DifferentDevice`]);
+    /// one of this stream is reached already in stream order.
+    pub fn enqueue_wait_event(&self, event: &Event) -> Result<()> {
+        let op = "DeviceContext::enqueue_wait_event";
+        if event.device_id != self.shared.device.id {
+            return Err(Error::DifferentDevice {
+                op,
+                detail: format!(
+                    "the event was recorded on another device than this context's `{}`; wait \
+                     for it on the host (Event::wait) instead",
+                    self.name()
+                ),
+            });
+        }
+        let timeline = &event.point.stream.timeline;
+        if Arc::ptr_eq(timeline, &self.shared.timeline) || event.is_reached() {
+            return Ok(());
+        }
+        event.point.ensure_submitted()?;
+        self.shared
+            .lock()
+            .command(&[], vec![(timeline.clone(), event.point.value)])
+            .map(drop)
+    }
+}
+
+impl Event {
+    /// Waits on the host until the event is reached, submitting its
+    /// stream's work first where it is not yet submitted.
+    pub fn wait(&self) -> Result<()> {
+        self.point.wait()
+    }
+
+    /// Whether the event is reached, without blocking. Submits its
+    /// stream's work where it is not yet submitted (so that polling
+    /// terminates); the error is that submission's.
+    pub fn is_complete(&self) -> Result<bool> {
+        if self.is_reached() {
+            return Ok(true);
+        }
+        self.point.ensure_submitted()?;
+        Ok(self.is_reached())
+    }
+
+    /// Whether the event carries a timestamp (where the compute queue
+    /// writes timestamps), for [`elapsed_since`](Self::elapsed_since).
+    pub fn is_timed(&self) -> bool {
+        self.timestamp.is_some()
+    }
+
+    fn is_reached(&self) -> bool {
+        self.point.stream.timeline.is_complete(self.point.value)
+    }
+
+    /// The device time from `earlier` to this event, waiting for both.
+    /// Both come from one device ([`Error::DifferentDevice`]) and one
+    /// queue (timestamps of different queues are not comparable: streams
+    /// on different queues of a device give [`Error::EventMismatch`]), and
+    /// `earlier` was reached first ([`Error::EventMismatch`] otherwise).
+    /// [`Error::Unsupported`] where the queue writes no timestamps.
+    pub fn elapsed_since(&self, earlier: &Event) -> Result<Duration> {
+        let op = "Event::elapsed_since";
+        let device = self.point.stream.timeline.device();
+        if earlier.device_id != self.device_id {
+            return Err(Error::DifferentDevice {
+                op,
+                detail: "the two events were recorded on different devices".into(),
+            });
+        }
+        if earlier.queue != self.queue {
+            return Err(Error::EventMismatch {
+                op,
+                reason: "the two events were recorded on streams of different queues, whose \
+                         timestamps cannot be compared"
+                    .into(),
+            });
+        }
+        let (Some(later), Some(first)) = (&self.timestamp, &earlier.timestamp) else {
+            return Err(Error::Unsupported {
+                what: "timestamp queries on the compute queue".into(),
+                device: device.name().to_string(),
+            });
+        };
+        earlier.wait()?;
+        self.wait()?;
+        let valid_bits = device
+            .adapter
+            .queue_family
+            .map_or(64, |f| f.timestamp_valid_bits);
+        let mask = if valid_bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << valid_bits) - 1
+        };
+        let (end, start) = (later.read(0)?[1] & mask, first.read(0)?[1] & mask);
+        if end < start {
+            return Err(Error::EventMismatch {
+                op,
+                reason: "the earlier event was reached after this one".into(),
+            });
+        }
+        let nanos = (end - start) as f64 * device.limits().timestamp_period as f64;
+        Ok(Duration::from_nanos(nanos.round() as u64))
+    }
+}

@@ -1,0 +1,219 @@
+//! Events (issue 21): points on a stream that another stream waits for on
+//! the device, the host waits for or polls, and that time the device work
+//! between two of them; misuse gives clear errors. Under validation, on
+//! both memory paths.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{assert_clean, context_with, on_each_path, options, Path};
+use vkcompute::{DeviceContext, Error, Event};
+
+const N: usize = 1 << 22;
+
+#[test]
+fn another_stream_waits_for_an_event_on_the_device() {
+    on_each_path(|ctx, path| {
+        let other = ctx.new_stream().unwrap();
+        let src = ctx.enqueue_create_buffer::<u32>(N).unwrap();
+        let dst = other.enqueue_create_buffer::<u32>(N).unwrap();
+        dst.enqueue_fill(0).unwrap();
+        other.synchronize().unwrap();
+        for round in 1..=3u32 {
+            src.enqueue_fill(round).unwrap();
+            let filled = ctx.record_event().unwrap();
+            // Recorded after the event: not waited for by `other`.
+            other.enqueue_wait_event(&filled).unwrap();
+            dst.enqueue_copy_from(&src).unwrap();
+            let copied = other.record_event().unwrap();
+            copied.wait().unwrap();
+            assert!(copied.is_complete().unwrap());
+            assert!(filled.is_complete().unwrap(), "{path:?}");
+            let back = dst.to_vec().unwrap();
+            assert!(back.iter().all(|&v| v == round), "{path:?} round {round}");
+        }
+        // Work on an unrelated buffer waits too: the event, not a buffer
+        // hazard, orders it. The fill it waits for is large (64 MiB), so
+        // without the wait the small fill would be done long before.
+        let big = ctx.enqueue_create_buffer::<u32>(N * 4).unwrap();
+        let unrelated = other.enqueue_create_buffer::<u32>(4).unwrap();
+        other.synchronize().unwrap();
+        big.enqueue_fill(1).unwrap();
+        let filled = ctx.record_event().unwrap();
+        other.enqueue_wait_event(&filled).unwrap();
+        unrelated.enqueue_fill(2).unwrap();
+        let after = other.record_event().unwrap();
+        after.wait().unwrap();
+        assert!(filled.is_complete().unwrap(), "{path:?}: reached in order");
+        // An event of the stream itself is reached in stream order.
+        let own = ctx.record_event().unwrap();
+        ctx.enqueue_wait_event(&own).unwrap();
+        ctx.synchronize().unwrap();
+        assert!(own.is_complete().unwrap());
+    });
+}
+
+#[test]
+fn polling_an_event_terminates_without_a_flush() {
+    on_each_path(|ctx, _| {
+        let data = ctx.enqueue_create_buffer::<u32>(N).unwrap();
+        data.enqueue_fill(1).unwrap();
+        let event = ctx.record_event().unwrap();
+        // Nothing flushed the stream: is_complete submits it.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !event.is_complete().unwrap() {
+            assert!(Instant::now() < deadline, "the event was never reached");
+            std::thread::yield_now();
+        }
+        // A clone is the same point.
+        assert!(event.clone().is_complete().unwrap());
+        assert!(format!("{event:?}").contains("Event"));
+    });
+}
+
+#[test]
+fn elapsed_device_time_between_two_events() {
+    on_each_path(|ctx, path| {
+        let data = ctx.enqueue_create_buffer::<u32>(N * 4).unwrap();
+        let start = ctx.record_event().unwrap();
+        data.enqueue_fill(3).unwrap();
+        let end = ctx.record_event().unwrap();
+        if !end.is_timed() {
+            let e = end.elapsed_since(&start).unwrap_err();
+            assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+            println!("skipped: event timing (the queue writes no timestamps)");
+            return;
+        }
+        let t = end.elapsed_since(&start).unwrap();
+        assert!(
+            t > Duration::ZERO,
+            "{path:?}: a 64 MiB fill takes time: {t:?}"
+        );
+        // The total stream time bounds it (the host saw the whole span).
+        let before = Instant::now();
+        let again_start = ctx.record_event().unwrap();
+        data.enqueue_fill(4).unwrap();
+        let again_end = ctx.record_event().unwrap();
+        again_end.wait().unwrap();
+        let host = before.elapsed();
+        let device = again_end.elapsed_since(&again_start).unwrap();
+        assert!(
+            device <= host,
+            "{path:?}: device {device:?} within host {host:?}"
+        );
+        // The other way round is refused; the events stay usable.
+        let e = start.elapsed_since(&end).unwrap_err();
+        assert!(matches!(e, Error::EventMismatch { .. }), "{e}");
+        assert_eq!(end.elapsed_since(&start).unwrap(), t);
+        assert_eq!(end.elapsed_since(&end).unwrap(), Duration::ZERO);
+    });
+}
+
+#[test]
+fn events_of_another_device_are_refused_and_leave_both_usable() {
+    let a = context_with(options(Path::Direct));
+    let b = context_with(options(Path::Direct));
+    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let x = a.enqueue_create_buffer::<u32>(16).unwrap();
+    x.enqueue_fill(9).unwrap();
+    let ea = a.record_event().unwrap();
+    let eb = b.record_event().unwrap();
+    let e = b.enqueue_wait_event(&ea).unwrap_err();
+    assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
+    let e = eb.elapsed_since(&ea).unwrap_err();
+    assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
+    // The host may wait for either.
+    ea.wait().unwrap();
+    eb.wait().unwrap();
+    assert_eq!(x.to_vec().unwrap(), vec![9; 16]);
+    let y = b.enqueue_create_buffer::<u32>(4).unwrap();
+    y.enqueue_fill(2).unwrap();
+    assert_eq!(y.to_vec().unwrap(), [2; 4]);
+    drop((x, y));
+    drop((a, b));
+    assert_clean(&log_a, "context a");
+    assert_clean(&log_b, "context b");
+}
+
+#[test]
+fn an_event_outlives_its_context() {
+    let ctx = context_with(options(Path::Direct));
+    let log = ctx.validation_log();
+    let data = ctx.enqueue_create_buffer::<u32>(N).unwrap();
+    data.enqueue_fill(5).unwrap();
+    let event = ctx.record_event().unwrap();
+    drop(data);
+    drop(ctx);
+    event.wait().unwrap();
+    assert!(event.is_complete().unwrap());
+    drop(event);
+    assert_clean(&log, "the context");
+}
+
+/// Two threads, each with its own stream, hand events to each other and
+/// wait for them on the device, round after round: no hang, every copy
+/// sees the fill it waited for.
+#[test]
+fn two_threads_wait_for_each_others_events() {
+    let ctx = context_with(options(Path::Direct));
+    let log = ctx.validation_log();
+    let rounds = 40u32;
+    let (to_b, from_a) = std::sync::mpsc::channel::<(Event, u32)>();
+    let (to_a, from_b) = std::sync::mpsc::channel::<Event>();
+    let src = ctx.enqueue_create_buffer::<u32>(1 << 16).unwrap();
+    let dst = ctx.enqueue_create_buffer::<u32>(1 << 16).unwrap();
+    ctx.synchronize().unwrap();
+    std::thread::scope(|s| {
+        let a = ctx.new_stream().unwrap();
+        let b = ctx.new_stream().unwrap();
+        let (src_a, src_b, dst_b) = (&src, &src, &dst);
+        s.spawn(move || {
+            for round in 0..rounds {
+                if round > 0 {
+                    // The other thread's copy of the previous round is
+                    // done before this fill overwrites the source.
+                    let copied = from_b.recv().unwrap();
+                    a.enqueue_wait_event(&copied).unwrap();
+                }
+                src_a.enqueue_fill(round).unwrap();
+                to_b.send((a.record_event().unwrap(), round)).unwrap();
+            }
+            a.synchronize().unwrap();
+        });
+        s.spawn(move || {
+            let check = |dst: &vkcompute::DeviceBuffer<u32>, round: u32| {
+                let v = dst.to_vec().unwrap();
+                assert!(v.iter().all(|&x| x == round), "round {round}");
+            };
+            for _ in 0..rounds {
+                let (filled, round) = from_a.recv().unwrap();
+                b.enqueue_wait_event(&filled).unwrap();
+                dst_b.enqueue_copy_from(src_b).unwrap();
+                let copied = b.record_event().unwrap();
+                copied.wait().unwrap();
+                check(dst_b, round);
+                // The channel closes once the other thread is done.
+                let _ = to_a.send(copied);
+            }
+            b.synchronize().unwrap();
+        });
+    });
+    drop((src, dst));
+    drop(ctx);
+    assert_clean(&log, "the context");
+}
+
+/// An event where no work was enqueued is reached at once.
+#[test]
+fn an_event_of_an_idle_stream_is_reached() {
+    let ctx: DeviceContext = context_with(options(Path::Staging));
+    let event = ctx.record_event().unwrap();
+    event.wait().unwrap();
+    assert!(event.is_complete().unwrap());
+}
