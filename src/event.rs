@@ -5,17 +5,30 @@
 //! the device time between them.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::submitter::Point;
 use crate::vk::command::TimestampPool;
+use crate::vk::Waiters;
 
 /// A point on a stream: everything enqueued on the stream before
 /// [`DeviceContext::record_event`] made it. Cheap to clone (clones are the
 /// same point); `Send` and `Sync`.
+///
+/// An `Event` is a [`Future`] too (`event.await`, or `event.clone().await`
+/// to keep it), for any executor: it submits the event's work and
+/// registers with its stream's waiter, a thread that runs while futures
+/// wait for the stream, sleeps in `vkWaitSemaphores` for the stream's next
+/// timeline value and wakes each future once its value is reached (the
+/// values of a stream complete in order). Nothing polls in a loop. It
+/// resolves to the error of the submission, or of the wait on a lost
+/// device.
 ///
 /// ```
 /// # fn main() -> vkcompute::Result<()> {
@@ -203,5 +216,29 @@ impl Event {
         }
         let nanos = (end - start) as f64 * device.limits().timestamp_period as f64;
         Ok(Duration::from_nanos(nanos.round() as u64))
+    }
+}
+
+impl Future for Event {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        if self.is_reached() {
+            return Poll::Ready(Ok(()));
+        }
+        if let Err(e) = self.point.ensure_submitted() {
+            return Poll::Ready(Err(e));
+        }
+        let timeline = &self.point.stream.timeline;
+        if let Err(e) = Waiters::register(timeline, self.point.value, cx.waker()) {
+            return Poll::Ready(Err(e));
+        }
+        // Reached between the first look and the registration: the
+        // waiter wakes this task too, but there is no need to wait for it.
+        if self.is_reached() {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
     }
 }

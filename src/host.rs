@@ -12,6 +12,7 @@ use bytemuck::Pod;
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
+use crate::event::Event;
 use crate::resource::HostAccess;
 use crate::view::{Source, View};
 use crate::vk::memory::{MappedRange, RawDestination};
@@ -281,6 +282,52 @@ pub struct MappedBuffer<'a, T: Pod> {
 }
 
 impl<T: Pod> DeviceBuffer<T> {
+    /// The buffer's contents, as a future that waits without blocking a
+    /// thread (see [`Event`](Event)'s `Future`): enqueues a copy into
+    /// a new [`HostBuffer`](HostBuffer) on the buffer's context now
+    /// (after the work enqueued so far that writes the buffer), and
+    /// resolves once it is done. The future owns what it needs: the buffer
+    /// may be dropped, or written again, meanwhile. Errors (a mapped
+    /// buffer, memory) come from the future.
+    ///
+    /// ```
+    /// # fn main() -> vkcompute::Result<()> {
+    /// # use std::task::{Context, Poll, Waker};
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     // Any executor does; this one is the shortest (it spins, which
+    /// #     // a real one does not: the waiter thread wakes the task).
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     let mut cx = Context::from_waker(Waker::noop());
+    /// #     loop { if let Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+    /// # }
+    /// let ctx = vkcompute::DeviceContext::new()?;
+    /// let data = ctx.enqueue_create_buffer::<u32>(1024)?;
+    /// data.enqueue_fill(3)?;
+    /// let read = data.to_vec_async();
+    /// data.enqueue_fill(4)?; // later work: not in `read`
+    /// assert_eq!(block_on(read)?, vec![3; 1024]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn to_vec_async(&self) -> impl std::future::Future<Output = Result<Vec<T>>> + Send + 'static
+    where
+        T: Send + Sync,
+    {
+        let staged = self.stage_readback();
+        async move {
+            let (host, done) = staged?;
+            done.await?;
+            host.to_vec()
+        }
+    }
+
+    fn stage_readback(&self) -> Result<(HostBuffer<T>, Event)> {
+        let ctx = self.context();
+        let host = ctx.enqueue_create_host_buffer::<T>(self.len())?;
+        self.enqueue_copy_to(&host)?;
+        Ok((host, ctx.record_event()?))
+    }
+
     /// Maps the buffer's contents to the host, once this buffer's pending
     /// work is done (not the whole stream's). Where the memory is host
     /// visible (lavapipe, integrated GPUs, ReBAR) the mapping is the memory

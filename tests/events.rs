@@ -10,6 +10,7 @@
 
 mod common;
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use common::{assert_clean, context_with, on_each_path, options, Path};
@@ -216,4 +217,133 @@ fn an_event_of_an_idle_stream_is_reached() {
     let event = ctx.record_event().unwrap();
     event.wait().unwrap();
     assert!(event.is_complete().unwrap());
+}
+
+/// A minimal executor: parks the thread until the waker is called, and
+/// counts the polls (a future that busy-polls would need thousands).
+fn block_on<F: Future>(f: F) -> (F::Output, usize) {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let mut polls = 0;
+    loop {
+        polls += 1;
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return (v, polls);
+        }
+        std::thread::park();
+    }
+}
+
+#[test]
+fn an_event_is_a_future_woken_by_the_device_not_by_polling() {
+    on_each_path(|ctx, path| {
+        let data = ctx.enqueue_create_buffer::<u32>(N * 4).unwrap();
+        for round in 0..3u32 {
+            data.enqueue_fill(round).unwrap();
+            let event = ctx.record_event().unwrap();
+            let (done, polls) = block_on(event.clone());
+            done.unwrap();
+            assert!(event.is_complete().unwrap(), "{path:?}");
+            // First poll, then the waiter's wake (spurious unparks aside).
+            assert!(polls <= 4, "{path:?}: {polls} polls");
+        }
+        // Many futures at once, on several streams, joined by one task.
+        let streams: Vec<DeviceContext> = (0..3).map(|_| ctx.new_stream().unwrap()).collect();
+        let buffers: Vec<_> = streams
+            .iter()
+            .map(|s| s.enqueue_create_buffer::<u32>(N).unwrap())
+            .collect();
+        let mut events = Vec::new();
+        for (i, (s, b)) in streams.iter().zip(&buffers).enumerate() {
+            for k in 0..10u32 {
+                b.enqueue_fill(i as u32 * 100 + k).unwrap();
+                events.push(s.record_event().unwrap());
+            }
+        }
+        let all = async {
+            for e in events {
+                e.await?;
+            }
+            Ok::<(), Error>(())
+        };
+        let (done, polls) = block_on(all);
+        done.unwrap();
+        assert!(polls <= 3 * 30 + 1, "{path:?}: {polls} polls for 30 events");
+        for (i, b) in buffers.iter().enumerate() {
+            assert_eq!(b.to_vec().unwrap()[0], i as u32 * 100 + 9);
+        }
+    });
+}
+
+#[test]
+fn futures_on_other_threads_and_dropped_futures() {
+    let ctx = context_with(options(Path::Direct));
+    let log = ctx.validation_log();
+    let data = ctx.enqueue_create_buffer::<u32>(N).unwrap();
+    data.enqueue_fill(1).unwrap();
+    // A future dropped before it resolved leaves nothing waiting wrongly.
+    {
+        let event = ctx.record_event().unwrap();
+        let mut f = std::pin::pin!(event);
+        let waker = std::task::Waker::noop();
+        let _ = f.as_mut().poll(&mut std::task::Context::from_waker(waker));
+    }
+    std::thread::scope(|s| {
+        for t in 0..4u32 {
+            let stream = ctx.new_stream().unwrap();
+            s.spawn(move || {
+                let b = stream.enqueue_create_buffer::<u32>(1 << 16).unwrap();
+                for k in 0..20 {
+                    b.enqueue_fill(t * 1000 + k).unwrap();
+                    let (v, _) = block_on(b.to_vec_async());
+                    assert!(v.unwrap().iter().all(|&x| x == t * 1000 + k));
+                }
+            });
+        }
+    });
+    drop(data);
+    drop(ctx);
+    assert_clean(&log, "the context");
+}
+
+#[test]
+fn reads_as_futures_see_what_was_enqueued_before_them() {
+    on_each_path(|ctx, path| {
+        let data = ctx.enqueue_create_buffer::<u32>(N).unwrap();
+        data.enqueue_fill(3).unwrap();
+        let read = data.to_vec_async();
+        // Later work, and the buffer's drop, do not change the read.
+        data.enqueue_fill(4).unwrap();
+        let view = data.create_sub_buffer::<u32>(10, 5).unwrap();
+        let read_view = view.to_vec_async();
+        drop(data);
+        let (v, _) = block_on(read);
+        assert_eq!(v.unwrap(), vec![3; N], "{path:?}");
+        let (v, _) = block_on(read_view);
+        assert_eq!(v.unwrap(), vec![4; 5], "{path:?}");
+        // A mapped buffer: what the blocking read does, from the future.
+        let other = ctx.enqueue_create_buffer::<u32>(8).unwrap();
+        other.enqueue_fill(6).unwrap();
+        let mapped = other.map_to_host().unwrap();
+        let (v, _) = block_on(other.to_vec_async());
+        match other.to_vec() {
+            Ok(blocking) => assert_eq!(v.unwrap(), blocking),
+            Err(e) => assert_eq!(
+                std::mem::discriminant(&v.unwrap_err()),
+                std::mem::discriminant(&e)
+            ),
+        }
+        drop(mapped);
+        let empty = ctx.enqueue_create_buffer::<u32>(0).unwrap();
+        assert_eq!(block_on(empty.to_vec_async()).0.unwrap(), Vec::<u32>::new());
+    });
 }

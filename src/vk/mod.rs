@@ -20,6 +20,7 @@ mod pipeline_cache;
 #[cfg(feature = "validate")]
 pub(crate) mod spirv_val;
 mod timeline;
+mod waiter;
 mod win32;
 
 pub use debug::{Severity, ValidationLog, ValidationMessage};
@@ -47,3 +48,4 @@ pub(crate) use external_semaphore::{
 pub(crate) use instance::Instance;
 pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;
 pub(crate) use timeline::Timeline;
+pub(crate) use waiter::Waiters;

@@ -19,6 +19,8 @@ pub(crate) struct Timeline {
     pub(crate) semaphore: vk::Semaphore,
     submitted: AtomicU64,
     completed: AtomicU64,
+    /// The futures waiting for values of it.
+    pub(crate) waiters: super::waiter::Waiters,
 }
 
 impl Timeline {
@@ -46,6 +48,7 @@ impl Timeline {
             semaphore,
             submitted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
+            waiters: Default::default(),
         }
     }
 
