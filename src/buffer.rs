@@ -244,6 +244,26 @@ macro_rules! typed_buffer {
             pub fn raw(&self) -> $crate::RawBufferRef {
                 self.view.raw()
             }
+
+            #[doc = concat!("The buffer's label: the one given with [`with_label`](Self::with_label), \
+                else its type and length (`", $label, "[float32] of 1024 elements`). \
+                Views and clones share their memory's label.")]
+            pub fn label(&self) -> String {
+                match self.view.memory.label() {
+                    Some(label) => label.to_string(),
+                    None => format!("{} of {} elements", Self::type_name(), self.len),
+                }
+            }
+
+            /// Labels the buffer's memory (every clone and view of it):
+            /// `Debug` shows the label, and where validation is on it is
+            /// the `VkBuffer`'s debug-utils object name, so that validation
+            /// messages name it. A buffer is named its type and length
+            /// until labelled.
+            pub fn with_label(self, label: impl AsRef<str>) -> Self {
+                self.view.memory.set_label(label.as_ref());
+                self
+            }
         }
     };
 }
@@ -427,6 +447,7 @@ impl<T: Pod> DeviceBuffer<T> {
 impl<T: Pod> std::fmt::Debug for DeviceBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct(&Self::type_name())
+            .field("label", &self.label())
             .field("len", &self.len)
             .field("raw", &self.raw())
             .finish()

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::garbage::Garbage;
 use crate::submitter::{Point, StreamRef, Submitter};
 use crate::vk::memory::{MappedRange, RawBuffer};
-use crate::vk::{Device, MemoryUsage, Timeline};
+use crate::vk::{name_object, Device, MemoryUsage, Timeline};
 
 /// The last read and write of a buffer on one stream's timeline.
 struct BufferUse {
@@ -142,6 +142,8 @@ pub(crate) struct BufferMemory {
     /// exclusively (taken together, in address order) and the copy's
     /// alias, which nothing else can reach.
     ops: RwLock<()>,
+    /// The user's label (`with_label`), where one was given.
+    label: Mutex<Option<Arc<str>>>,
 }
 
 /// A lock on a memory's operations (see `BufferMemory::ops`).
@@ -173,7 +175,9 @@ impl BufferMemory {
                     len: usize::try_from(size).unwrap_or(usize::MAX),
                     elem_size: 1,
                 })?;
-            Some(RawBuffer::new(&device, padded, usage, what)?)
+            let raw = RawBuffer::new(&device, padded, usage, what)?;
+            name_object(&device, raw.buffer, what);
+            Some(raw)
         };
         Ok(Self::from_raw(owner, raw, size))
     }
@@ -192,7 +196,22 @@ impl BufferMemory {
                 kept: None,
             }),
             ops: RwLock::new(()),
+            label: Mutex::new(None),
         })
+    }
+
+    /// The user's label, where one was given.
+    pub(crate) fn label(&self) -> Option<Arc<str>> {
+        self.label.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Labels the memory: for `Debug`, errors, the trace, and as its
+    /// `VkBuffer`'s debug name where validation is on.
+    pub(crate) fn set_label(&self, label: &str) {
+        if let Some(raw) = &self.raw {
+            name_object(&self.device, raw.buffer, label);
+        }
+        *self.label.lock().unwrap_or_else(|e| e.into_inner()) = Some(label.into());
     }
 
     /// The `VkBuffer`, or a null handle for zero bytes.

@@ -261,6 +261,9 @@ fn build(
         }
         e => e,
     })?;
+    // Validation messages name the kernel (the first label of the module,
+    // entry point and specialization: the pipeline is shared).
+    crate::vk::name_object(device, pipeline.pipeline, label);
     Ok(KernelPipeline {
         device: device.clone(),
         pipeline,

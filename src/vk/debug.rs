@@ -8,6 +8,29 @@ use std::sync::Mutex;
 
 use ash::vk;
 
+use super::Device;
+
+/// Names `handle` (an object of `device`) `name` for the validation layers'
+/// messages and external tools, where debug utils are enabled (with
+/// validation); nothing otherwise. A NUL in `name` becomes a space.
+pub(crate) fn name_object<H: vk::Handle + Copy>(device: &Device, handle: H, name: &str) {
+    if !device.instance.has_debug_utils() || handle.as_raw() == 0 {
+        return;
+    }
+    let loader = device
+        .debug_names
+        .get_or_init(|| ash::ext::debug_utils::Device::new(&device.instance.raw, &device.raw));
+    let Ok(name) = std::ffi::CString::new(name.replace('\0', " ")) else {
+        return;
+    };
+    let info = vk::DebugUtilsObjectNameInfoEXT::default()
+        .object_handle(handle)
+        .object_name(&name);
+    // SAFETY: the extension is enabled on the instance; `handle` is a live
+    // object of `device` (its callers name what they just made or hold).
+    let _ = unsafe { loader.set_debug_utils_object_name(&info) };
+}
+
 /// How serious a [`ValidationMessage`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Severity {

@@ -90,6 +90,8 @@ pub(crate) struct Device {
     internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,
     /// Unique among the devices of this process.
     pub(crate) id: u64,
+    /// `VK_EXT_debug_utils`' device functions, loaded on the first name.
+    pub(crate) debug_names: std::sync::OnceLock<ash::ext::debug_utils::Device>,
     #[cfg(feature = "fault-injection")]
     pub(crate) faults: super::fault::Faults,
     owned: bool,
@@ -267,6 +269,7 @@ impl Device {
             streams: AtomicUsize::new(0),
             internal_pipelines: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
+            debug_names: Default::default(),
             #[cfg(feature = "fault-injection")]
             faults: Default::default(),
             owned,

@@ -157,6 +157,12 @@ impl Instance {
     }
 
     /// The physical devices, or [`Error::NoDevice`] when there are none.
+    /// Whether `VK_EXT_debug_utils` is enabled (with validation), so that
+    /// objects can be named.
+    pub(crate) fn has_debug_utils(&self) -> bool {
+        self.debug.is_some()
+    }
+
     pub(crate) fn physical_devices(&self) -> Result<Vec<vk::PhysicalDevice>> {
         // SAFETY: `raw` is a live instance.
         match unsafe { self.raw.enumerate_physical_devices() } {

@@ -31,6 +31,7 @@ pub use info::{
 pub use win32::Win32Handle;
 
 pub(crate) use adapter::Adapter;
+pub(crate) use debug::name_object;
 pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
 pub(crate) use external::{buffer_support, ownership_barrier, semaphore_support, AliasLinks};
 #[cfg(unix)]
