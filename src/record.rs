@@ -197,12 +197,20 @@ fn trace_command(
     use std::fmt::Write as _;
     let mut args = String::from(r#""ranges":["#);
     for (i, a) in accesses.iter().enumerate() {
+        // The buffer's label, else its handle and size.
+        let name = match a.memory.label() {
+            Some(label) => crate::trace::escape(&label),
+            None => format!(
+                "buffer {:#x} of {} bytes",
+                vk::Handle::as_raw(a.memory.handle()),
+                a.memory.size
+            ),
+        };
         let _ = write!(
             args,
-            r#"{}"{} {:#x} +{}..+{}""#,
+            r#"{}"{} {name} +{}..+{}""#,
             if i > 0 { "," } else { "" },
             if a.write { "write" } else { "read" },
-            vk::Handle::as_raw(a.memory.handle()),
             a.offset,
             a.offset + a.len
         );

@@ -24,7 +24,10 @@ fn a_trace_holds_every_command_in_order_and_the_device_batches() {
         let log = ctx.validation_log();
         let saxpy = Kernel::new(&ctx, shaders::SAXPY, "main").unwrap();
         let n = 4096u32;
-        let x = ctx.enqueue_create_buffer::<f32>(n as usize).unwrap();
+        let x = ctx
+            .enqueue_create_buffer::<f32>(n as usize)
+            .unwrap()
+            .with_label("input \"x\"");
         let y = ctx.enqueue_create_buffer::<f32>(n as usize).unwrap();
         x.enqueue_fill(1.0).unwrap();
         y.enqueue_fill(2.0).unwrap();
@@ -81,6 +84,19 @@ fn a_trace_holds_every_command_in_order_and_the_device_batches() {
         .find(|e| e["name"] == "DeviceContext::enqueue_function")
         .unwrap();
     assert_eq!(dispatch["args"]["detail"], "kernel main grid [16, 1, 1]");
+    // Buffers appear by label (escaped), or by handle and size.
+    let ranges: Vec<&str> = dispatch["args"]["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(ranges[0], "read input \"x\" +0..+16384", "{ranges:?}");
+    assert!(
+        ranges[1].starts_with("write buffer 0x")
+            && ranges[1].ends_with(" of 16384 bytes +0..+16384"),
+        "{ranges:?}"
+    );
     // The dispatch depends on both fills: a barrier before it.
     assert!(names
         .iter()
