@@ -21,6 +21,9 @@
 //! assert_eq!(y.to_vec()?, host);
 //! # Ok(()) }
 //! ```
+//!
+//! The [`guide`] has a page per topic: your own kernels, memory, streams
+//! and events, graphs, sharing, tracing, errors.
 
 // Unsafe code lives in `vk` (the Vulkan objects, mapped memory, and the
 // SPIRV-Tools validator) and in the few public raw entry points, each
@@ -43,6 +46,7 @@ mod garbage;
 #[cfg(feature = "glsl")]
 mod glsl;
 mod graph;
+pub mod guide;
 mod hazard;
 mod host;
 mod interop;

@@ -44,7 +44,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "public",
         &[
             "options", "context", "view", "buffer", "host", "display", "kernel", "glsl", "graph",
-            "external", "event", "testing",
+            "external", "event", "guide", "testing",
         ],
     ),
 ];
