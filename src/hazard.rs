@@ -139,8 +139,18 @@ impl HazardTracker {
     }
 
     /// Forgets everything: a barrier was recorded (or a new batch begun).
+    ///
+    /// `HashMap::clear` keeps the table's capacity and takes time in
+    /// proportion to it, and this runs at every barrier: after one batch
+    /// touched thousands of buffers (100,000 fills of distinct buffers),
+    /// each later barrier paid for those buckets, which made
+    /// `enqueue_cost` 2x slower for the rest of the stream's life (bench
+    /// `scale_buffers`). So the capacity shrinks to what this use held, and
+    /// a clear costs about what the commands since the last one did.
     pub(crate) fn clear(&mut self) {
+        let held = self.buffers.len();
         self.buffers.clear();
+        self.buffers.shrink_to(held);
     }
 }
 
@@ -217,6 +227,21 @@ mod tests {
                 assert_eq!(set.overlaps(qs, qe), expect, "query {qs}..{qe}");
             }
         }
+    }
+
+    #[test]
+    fn clearing_gives_back_the_room_of_a_large_batch() {
+        let mut t = HazardTracker::default();
+        let many: Vec<Access> = (1..=4096).map(|b| write(b, 0, 4)).collect();
+        t.record(&many);
+        assert!(t.buffers.capacity() >= 4096);
+        t.clear();
+        // The next barrier after a one-buffer command costs one buffer's
+        // room, not 4,096.
+        t.record(&[write(1, 0, 4)]);
+        t.clear();
+        assert!(t.buffers.capacity() < 16, "{}", t.buffers.capacity());
+        assert!(!t.conflicts(&[write(1, 0, 4)]));
     }
 
     #[test]
