@@ -195,7 +195,10 @@ macro_rules! typed_buffer {
             ) -> $crate::Result<$name<U>> {
                 let view = self.view.sub_view::<U>(
                     concat!($label, "::create_sub_buffer"),
-                    Self::type_name,
+                    || match self.view.memory.label() {
+                        Some(label) => format!("{} `{label}`", Self::type_name()),
+                        None => Self::type_name(),
+                    },
                     offset,
                     len,
                 )?;

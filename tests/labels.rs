@@ -23,6 +23,9 @@ fn buffers_have_labels_shared_by_their_views() {
         assert_eq!(view.label(), "weights");
         assert_eq!(x.clone().label(), "weights");
         assert!(format!("{x:?}").contains("weights"), "{x:?}");
+        // Errors name the label.
+        let e = x.create_sub_buffer::<f32>(1000, 100).unwrap_err();
+        assert!(e.to_string().contains("`weights`"), "{e}");
         // Relabelled: every handle sees the new label; a NUL is harmless.
         let _ = view.clone().with_label("w\0b");
         assert_eq!(x.label(), "w\0b");
