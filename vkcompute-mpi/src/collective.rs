@@ -17,7 +17,8 @@
 //! step; a device error there (a lost device, say) is returned by that rank
 //! once it has still done its MPI part, so no other rank hangs, but the
 //! others are not told and their results are then undefined. A rank that
-//! dies outright is not handled yet: the others wait in MPI.
+//! dies or hangs: see the crate documentation (`Communicator::set_timeout`
+//! bounds every wait).
 
 use std::mem::size_of;
 use std::ops::Range;

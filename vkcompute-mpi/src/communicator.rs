@@ -104,6 +104,8 @@ impl<T: bytemuck::Pod> Buffer<T> for HostBuffer<T> {
 /// a truncated message.
 pub struct Communicator {
     comm: SimpleCommunicator,
+    /// The raw handle of `comm` and the state its waits share.
+    raw: Comm,
     ctx: DeviceContext,
     rank: i32,
     size: i32,
@@ -123,8 +125,10 @@ impl Communicator {
     pub fn new(comm: &impl mpi::traits::Communicator, ctx: &DeviceContext) -> Result<Communicator> {
         let op = "Communicator::new";
         let comm = comm.duplicate();
-        raw::set_errors_return(op, Comm(comm.as_raw()))?;
+        let raw = Comm::new(comm.as_raw());
+        raw::set_errors_return(op, &raw)?;
         Ok(Communicator {
+            raw,
             rank: comm.rank(),
             size: comm.size(),
             comm,
@@ -171,8 +175,30 @@ impl Communicator {
         self.piece_bytes = bytes.max(1).next_multiple_of(256);
     }
 
-    pub(crate) fn raw(&self) -> Comm {
-        Comm(self.comm.as_raw())
+    /// Sets how long any one MPI wait of this communicator may take
+    /// before it fails with [`Error::Timeout`] (`None`, the default: as
+    /// long as MPI takes, which is for ever where a peer never comes).
+    /// Applies to every later wait, on every rank that sets it (each rank
+    /// its own).
+    ///
+    /// A timeout marks the communicator broken: its later operations fail
+    /// at once with [`Error::Broken`], because the abandoned messages may
+    /// still arrive. Where MPI keeps memory that it cannot give back (a
+    /// collective over a buffer, or a cancelled point-to-point transfer
+    /// that MPI does not finish within a second), returning would not be
+    /// sound, so the job is aborted (`MPI_Abort`) with the error on
+    /// stderr. See the crate documentation on ranks that die.
+    pub fn set_timeout(&self, timeout: Option<std::time::Duration>) {
+        self.raw.state.set_timeout(timeout);
+    }
+
+    /// The timeout of [`set_timeout`](Self::set_timeout).
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        self.raw.state.timeout()
+    }
+
+    pub(crate) fn raw(&self) -> &Comm {
+        &self.raw
     }
 
     /// Refuses a rank outside the communicator.
@@ -510,7 +536,13 @@ impl<'a, T: Element> Outgoing<'a, T> {
     /// Sends every piece. `Ok(Some(e))`: a piece could not be read after
     /// the header went out; zeros went in its place (so that the receiver
     /// does not hang) and the trailer says so.
-    fn send_all(&self, op: &'static str, comm: Comm, dest: i32, tag: i32) -> Result<Option<Error>> {
+    fn send_all(
+        &self,
+        op: &'static str,
+        comm: &Comm,
+        dest: i32,
+        tag: i32,
+    ) -> Result<Option<Error>> {
         match self {
             Outgoing::Host { slice, piece } => {
                 for (start, len) in pieces(slice.len(), *piece) {
@@ -601,7 +633,7 @@ impl<'a, T: Element> Incoming<'a, T> {
     fn recv_all(
         &mut self,
         op: &'static str,
-        comm: Comm,
+        comm: &Comm,
         source: i32,
         tag: i32,
     ) -> Result<Option<Error>> {

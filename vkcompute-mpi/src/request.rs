@@ -119,7 +119,7 @@ impl<T: Element> Op<T> {
     ) -> Self {
         Op {
             op,
-            comm: comm.raw(),
+            comm: comm.raw().clone(),
             rank: comm.rank(),
             peer,
             tag,
@@ -151,7 +151,7 @@ impl<T: Element> Op<T> {
         unsafe {
             raw::isend(
                 self.op,
-                self.comm,
+                &self.comm,
                 self.out_header.as_ptr(),
                 HEADER_BYTES,
                 self.peer,
@@ -168,7 +168,7 @@ impl<T: Element> Op<T> {
         unsafe {
             raw::irecv(
                 self.op,
-                self.comm,
+                &self.comm,
                 self.in_header.as_mut_ptr(),
                 HEADER_BYTES,
                 self.peer,
@@ -232,7 +232,7 @@ impl<T: Element> Op<T> {
             unsafe {
                 raw::isend(
                     op,
-                    self.comm,
+                    &self.comm,
                     bytes[start..].as_ptr(),
                     len,
                     dest,
@@ -246,7 +246,7 @@ impl<T: Element> Op<T> {
         unsafe {
             raw::isend(
                 op,
-                self.comm,
+                &self.comm,
                 self.trailer.as_ptr(),
                 TRAILER_BYTES,
                 dest,
@@ -307,7 +307,7 @@ impl<T: Element> Op<T> {
             unsafe {
                 raw::irecv(
                     op,
-                    self.comm,
+                    &self.comm,
                     base.add(start),
                     len,
                     source,
@@ -320,7 +320,7 @@ impl<T: Element> Op<T> {
         unsafe {
             raw::irecv(
                 op,
-                self.comm,
+                &self.comm,
                 self.trailer.as_mut_ptr(),
                 TRAILER_BYTES,
                 source,
@@ -471,7 +471,9 @@ impl<T: Element> Step for Op<T> {
 /// comes, is left for a later receive; any other request is waited for,
 /// which needs its peer's matching call as `wait` does, and a dropped
 /// receive's data is taken off the wire and discarded (its destination is
-/// never written). A request outlives neither its communicator nor the
+/// never written). With a timeout set, a drop that waits longer leaks
+/// the request's memory to MPI instead and marks the communicator broken,
+/// like [`wait`](Self::wait). A request outlives neither its communicator nor the
 /// thread it was made on (it borrows the communicator).
 #[must_use = "a request finishes in `wait` or `test` (dropping it waits too)"]
 pub struct Request<'c> {
@@ -498,7 +500,13 @@ impl Request<'_> {
     /// the communicator on meanwhile), and returns its result. A receive's
     /// data is copied to its destination here (or in the `test` that
     /// returned `true`): later work on a device buffer sees it.
+    ///
+    /// With a timeout set ([`Communicator::set_timeout`]), a request not
+    /// complete within it is [`Error::Timeout`]: it is then left to MPI
+    /// with the memory it owns (leaked, so MPI never touches freed
+    /// memory), and the communicator takes no more operations.
     pub fn wait(self) -> Result<()> {
+        let start = std::time::Instant::now();
         loop {
             self.comm.progress();
             {
@@ -507,8 +515,24 @@ impl Request<'_> {
                     return op.finish();
                 }
             }
+            if let Some(e) = self.timed_out("Request::wait", start) {
+                return Err(e);
+            }
             std::thread::yield_now();
         }
+    }
+
+    /// Past the communicator's timeout (counted from `start`), or once
+    /// another wait passed it: leaks the operation, which MPI may still
+    /// use, and returns the error.
+    fn timed_out(&self, op: &'static str, start: std::time::Instant) -> Option<Error> {
+        let state = &self.comm.raw().state;
+        let error = match state.timeout() {
+            Some(after) if start.elapsed() >= after => state.timed_out(op, "MPI_Test", after),
+            _ => state.usable(op).err()?,
+        };
+        std::mem::forget(Rc::clone(&self.op));
+        Some(error)
     }
 }
 
@@ -523,9 +547,13 @@ impl Drop for Request<'_> {
             }
             op.abandon();
         }
+        let start = std::time::Instant::now();
         loop {
             self.comm.progress();
             if self.op.try_borrow().is_ok_and(|op| op.is_over()) {
+                return;
+            }
+            if self.timed_out("Request::drop", start).is_some() {
                 return;
             }
             std::thread::yield_now();
