@@ -159,13 +159,16 @@ impl Communicator {
     /// work is not involved: synchronize a stream first where the barrier
     /// should also mean "my enqueued work is done".
     pub fn barrier(&self) -> Result<()> {
-        raw::barrier("Communicator::barrier", self.raw())
+        let op = "Communicator::barrier";
+        self.check_thread(op)?;
+        raw::barrier(op, self.raw())
     }
 
     /// Shares the failure of this rank's preparation and checks that every
     /// rank asked for the same thing (see `header::agree`); this rank's own
     /// error comes first.
     fn agree<P>(&self, op: &'static str, header: Header, prepared: Result<P>) -> Result<P> {
+        self.check_thread(op)?;
         let mine = match &prepared {
             Ok(_) => header,
             Err(e) => header.failed(Failure::of(e)),

@@ -6,7 +6,6 @@ use std::mem::size_of;
 use std::sync::Mutex;
 
 use mpi::raw::AsRaw;
-use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator as _;
 use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer};
 
@@ -15,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind, HEADER_BYTES};
 use crate::kernels::Reducer;
 use crate::raw::{self, Comm};
+use crate::threads::{OwnedComm, ThreadRule};
 
 /// The largest tag [`Communicator::send`] and [`Communicator::recv`] take.
 /// Higher tags carry this crate's own messages (answers, data pieces and
@@ -103,7 +103,9 @@ impl<T: bytemuck::Pod> Buffer<T> for HostBuffer<T> {
 /// its own error and the others [`Error::RemoteFailure`]. Never a hang or
 /// a truncated message.
 pub struct Communicator {
-    comm: SimpleCommunicator,
+    comm: OwnedComm,
+    /// Which threads may use it.
+    thread: ThreadRule,
     /// The raw handle of `comm` and the state its waits share.
     raw: Comm,
     ctx: DeviceContext,
@@ -124,6 +126,7 @@ impl Communicator {
     /// and device run the copies and kernels.
     pub fn new(comm: &impl mpi::traits::Communicator, ctx: &DeviceContext) -> Result<Communicator> {
         let op = "Communicator::new";
+        let thread = ThreadRule::here(op)?;
         let comm = comm.duplicate();
         let raw = Comm::new(comm.as_raw());
         raw::set_errors_return(op, &raw)?;
@@ -131,7 +134,8 @@ impl Communicator {
             raw,
             rank: comm.rank(),
             size: comm.size(),
-            comm,
+            comm: OwnedComm::new(comm),
+            thread,
             ctx: ctx.clone(),
             reducer: Reducer::new(),
             piece_bytes: DEFAULT_PIECE_BYTES,
@@ -159,7 +163,21 @@ impl Communicator {
     /// `MPI_Comm`, with `MPI_ERRORS_RETURN`), for MPI calls of one's own.
     /// Valid while the communicator lives.
     pub fn as_raw(&self) -> mpi::ffi::MPI_Comm {
-        self.comm.as_raw()
+        self.comm.get().as_raw()
+    }
+
+    /// The thread level MPI provides (`MPI_Query_thread`, at
+    /// [`new`](Self::new)), which decides the threads that may use this
+    /// communicator: any thread under `MPI_THREAD_MULTIPLE` (it is `Send`),
+    /// else only the one that made it; see the crate documentation.
+    pub fn thread_level(&self) -> mpi::Threading {
+        self.thread.level()
+    }
+
+    /// [`Error::WrongThread`] unless this thread may make MPI calls for
+    /// the communicator.
+    pub(crate) fn check_thread(&self, op: &'static str) -> Result<()> {
+        self.thread.check(op)
     }
 
     /// The size of the pieces in which [`send`](Self::send) moves a large
@@ -214,6 +232,7 @@ impl Communicator {
     }
 
     pub(crate) fn check_peer(&self, op: &'static str, peer: i32, tag: i32) -> Result<()> {
+        self.check_thread(op)?;
         self.check_rank(op, peer)?;
         if peer == self.rank {
             return Err(Error::SelfMessage { op, rank: peer });
@@ -431,6 +450,14 @@ impl Communicator {
     /// The elements of `T` in one piece of a message.
     pub(crate) fn piece_elements<T>(&self) -> usize {
         (self.piece_bytes / size_of::<T>()).max(1)
+    }
+}
+
+impl Drop for Communicator {
+    /// Frees the MPI communicator (`MPI_Comm_free`) where this thread may
+    /// call MPI for it, and leaves it unfreed elsewhere.
+    fn drop(&mut self) {
+        self.comm.drop_on(&self.thread);
     }
 }
 

@@ -145,6 +145,22 @@ pub enum Error {
         /// The communicator operation.
         op: &'static str,
     },
+
+    /// The communicator was used (or made) on a thread that MPI's thread
+    /// level does not let call MPI for it: below `MPI_THREAD_MULTIPLE`,
+    /// only the thread that made it, and below `MPI_THREAD_SERIALIZED`
+    /// only MPI's main thread (see the crate documentation on threads).
+    #[error(
+        "{op}: this thread may not use the communicator: MPI provides thread level {level:?}, \
+         under which only MPI_THREAD_MULTIPLE lets a communicator move to another thread (and \
+         FUNNELED or SINGLE ask for the main thread)"
+    )]
+    WrongThread {
+        /// The communicator operation.
+        op: &'static str,
+        /// The thread level MPI provides.
+        level: mpi::Threading,
+    },
 }
 
 impl Error {

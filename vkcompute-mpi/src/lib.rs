@@ -56,10 +56,23 @@
 //! rank not cancellable) abort the job, 4.1 s after the death with a 2 s
 //! timeout. No timeout is set by default: a slow rank is not a dead one.
 //!
-//! Threads: MPI is the application's to initialise (`mpi::initialize` or
-//! `initialize_with_threading`). A [`Communicator`] is used from the thread
-//! that made it (it holds an rsmpi communicator, which is neither `Send`
-//! nor `Sync`).
+//! **Threads.** MPI is the application's to initialise (`mpi::initialize`
+//! or `initialize_with_threading`); a [`Communicator`] reads the level MPI
+//! actually provides (`MPI_Query_thread`;
+//! [`Communicator::thread_level`]) and checks it before every MPI call:
+//! - under `MPI_THREAD_MULTIPLE` a communicator may move to any thread and
+//!   be used there (`Communicator` is `Send`, not `Sync`: one thread at a
+//!   time per communicator; use one communicator per thread, made on one
+//!   thread in the same order on every rank, as `tests/threads.rs` does
+//!   with two threads on two duplicates of the world);
+//! - under `MPI_THREAD_SERIALIZED` it is used only on the thread that made
+//!   it (this crate cannot know whether the application's other MPI calls
+//!   are serialized with it);
+//! - under `MPI_THREAD_FUNNELED` and `MPI_THREAD_SINGLE` it is made and
+//!   used only on MPI's main thread.
+//!
+//! Elsewhere an operation is [`Error::WrongThread`], before any MPI call.
+//! A [`Request`] stays on its communicator's thread (it borrows it).
 
 mod collective;
 mod communicator;
@@ -70,6 +83,7 @@ mod header;
 mod kernels;
 mod raw;
 mod request;
+mod threads;
 
 pub use communicator::{Buffer, Communicator, Place, DEFAULT_PIECE_BYTES, MAX_TAG};
 pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};

@@ -33,6 +33,14 @@ pub(crate) struct Comm {
     pub(crate) state: Arc<deadline::WaitState>,
 }
 
+// SAFETY: an MPI handle is a plain value, which any thread may hold and
+// pass to MPI; whether a thread may call MPI at all is the thread level's
+// rule, which `Communicator` enforces before every call it makes
+// (`Communicator::check_thread`).
+unsafe impl Send for Comm {}
+// SAFETY: as for `Send`: sharing the value is sharing an integer-like handle.
+unsafe impl Sync for Comm {}
+
 impl Comm {
     pub(crate) fn new(handle: ffi::MPI_Comm) -> Comm {
         Comm {
@@ -378,6 +386,11 @@ pub(crate) unsafe fn irecv(
     }
     Ok(())
 }
+
+// SAFETY: an `MPI_Request` is a plain handle that MPI lets any thread
+// test or wait for, within the thread level (enforced by `Communicator`,
+// whose thread alone moves its transfers on below MPI_THREAD_MULTIPLE).
+unsafe impl Send for Transfer {}
 
 impl Transfer {
     /// `MPI_Test`: whether the transfer is complete (then MPI no longer

@@ -12,9 +12,8 @@
     reason = "posting MPI_Isend and MPI_Irecv over memory the request owns"
 )]
 
-use std::cell::RefCell;
 use std::mem::size_of;
-use std::rc::{Rc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use vkcompute::{DeviceBuffer, HostBuffer};
 
@@ -28,7 +27,7 @@ use crate::raw::{self, Comm, Transfer};
 /// Weak: each is owned by its [`Request`].
 #[derive(Default)]
 pub(crate) struct Pending {
-    ops: Vec<Weak<RefCell<dyn Step>>>,
+    ops: Vec<Weak<Mutex<dyn Step + Send>>>,
 }
 
 /// Which end of a message an operation is.
@@ -478,7 +477,7 @@ impl<T: Element> Step for Op<T> {
 #[must_use = "a request finishes in `wait` or `test` (dropping it waits too)"]
 pub struct Request<'c> {
     comm: &'c Communicator,
-    op: Rc<RefCell<dyn Step>>,
+    op: Arc<Mutex<dyn Step + Send>>,
 }
 
 impl Request<'_> {
@@ -489,7 +488,7 @@ impl Request<'_> {
     /// later call returns the same result.
     pub fn test(&mut self) -> Result<bool> {
         self.comm.progress();
-        let mut op = self.op.borrow_mut();
+        let mut op = self.op.lock().unwrap_or_else(PoisonError::into_inner);
         if !op.is_over() {
             return Ok(false);
         }
@@ -510,7 +509,7 @@ impl Request<'_> {
         loop {
             self.comm.progress();
             {
-                let mut op = self.op.borrow_mut();
+                let mut op = self.op.lock().unwrap_or_else(PoisonError::into_inner);
                 if op.is_over() {
                     return op.finish();
                 }
@@ -531,7 +530,7 @@ impl Request<'_> {
             Some(after) if start.elapsed() >= after => state.timed_out(op, "MPI_Test", after),
             _ => state.usable(op).err()?,
         };
-        std::mem::forget(Rc::clone(&self.op));
+        std::mem::forget(Arc::clone(&self.op));
         Some(error)
     }
 }
@@ -541,7 +540,7 @@ impl Drop for Request<'_> {
     /// anything else under way (see the type's documentation): MPI never
     /// writes into memory freed here.
     fn drop(&mut self) {
-        if let Ok(mut op) = self.op.try_borrow_mut() {
+        if let Ok(mut op) = self.op.try_lock() {
             if op.is_over() {
                 return;
             }
@@ -550,7 +549,7 @@ impl Drop for Request<'_> {
         let start = std::time::Instant::now();
         loop {
             self.comm.progress();
-            if self.op.try_borrow().is_ok_and(|op| op.is_over()) {
+            if self.op.try_lock().is_ok_and(|op| op.is_over()) {
                 return;
             }
             if self.timed_out("Request::drop", start).is_some() {
@@ -563,7 +562,7 @@ impl Drop for Request<'_> {
 
 impl std::fmt::Debug for Request<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let over = self.op.try_borrow().map(|op| op.is_over());
+        let over = self.op.try_lock().map(|op| op.is_over());
         f.debug_struct("Request")
             .field("rank", &self.comm.rank())
             .field("over", &over.ok())
@@ -576,17 +575,17 @@ impl Communicator {
     /// oldest first (those with the same peer, tag and direction take their
     /// header step in the order they were posted).
     pub(crate) fn progress(&self) {
-        let ops: Vec<Rc<RefCell<dyn Step>>> = {
+        let ops: Vec<Arc<Mutex<dyn Step + Send>>> = {
             let mut pending = self.pending.borrow_mut();
             pending.ops.retain(|weak| {
                 weak.upgrade()
-                    .is_some_and(|op| op.try_borrow().map_or(true, |op| !op.is_over()))
+                    .is_some_and(|op| op.try_lock().map_or(true, |op| !op.is_over()))
             });
             pending.ops.iter().filter_map(Weak::upgrade).collect()
         };
         let mut waiting = Vec::new();
         for op in ops {
-            let Ok(mut op) = op.try_borrow_mut() else {
+            let Ok(mut op) = op.try_lock() else {
                 continue;
             };
             if op.header_key().is_some_and(|key| waiting.contains(&key)) {
@@ -600,8 +599,8 @@ impl Communicator {
     }
 
     fn register<T: Element>(&self, op: Op<T>) -> Request<'_> {
-        let op: Rc<RefCell<dyn Step>> = Rc::new(RefCell::new(op));
-        self.pending.borrow_mut().ops.push(Rc::downgrade(&op));
+        let op: Arc<Mutex<dyn Step + Send>> = Arc::new(Mutex::new(op));
+        self.pending.borrow_mut().ops.push(Arc::downgrade(&op));
         Request { comm: self, op }
     }
 
