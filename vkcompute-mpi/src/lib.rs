@@ -81,6 +81,8 @@ mod element;
 mod error;
 mod header;
 mod kernels;
+mod message;
+mod message_op;
 mod raw;
 mod request;
 mod threads;
