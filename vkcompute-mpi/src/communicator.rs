@@ -1,7 +1,6 @@
 //! The communicator: an MPI communicator bound to a vkcompute context, and
 //! point-to-point messages of device and host buffers.
 
-use std::cell::RefCell;
 use std::mem::size_of;
 use std::sync::Mutex;
 
@@ -116,9 +115,6 @@ pub struct Communicator {
     piece_bytes: usize,
     /// Pinned host buffers kept for reuse between calls.
     staging: Mutex<Vec<HostBuffer<u8>>>,
-    /// The non-blocking operations under way, which every `test` and
-    /// `wait` moves on (see [`Request`](crate::Request)).
-    pub(crate) pending: RefCell<crate::request::Pending>,
 }
 
 impl Communicator {
@@ -141,7 +137,6 @@ impl Communicator {
             reducer: Reducer::new(),
             piece_bytes: DEFAULT_PIECE_BYTES,
             staging: Mutex::new(Vec::new()),
-            pending: RefCell::new(Default::default()),
         })
     }
 

@@ -23,6 +23,7 @@
 )]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use mpi::ffi;
@@ -38,13 +39,30 @@ pub(crate) const CANCEL_GRACE: Duration = Duration::from_secs(1);
 /// memory (`EX_SOFTWARE`).
 const ABORT_CODE: i32 = 70;
 
+/// A non-blocking operation that every wait of its communicator moves on
+/// while it polls (the communicator's pending requests: `message_op::Op`).
+pub(crate) trait Pollable {
+    /// Moves the operation on as far as it can go without blocking.
+    fn advance(&mut self);
+    /// `(is a send, peer, tag)` while the header step is still to be done:
+    /// operations with the same key take that step in the order they were
+    /// posted, so that answers and data pair up as their headers did.
+    fn header_key(&self) -> Option<(bool, i32, i32)>;
+    /// Whether MPI is done with the operation's memory.
+    fn is_over(&self) -> bool;
+}
+
+/// A pending operation, owned by its request.
+pub(crate) type PendingOp = Weak<Mutex<dyn Pollable + Send>>;
+
 /// The state every wait on one communicator shares.
-#[derive(Debug)]
 pub(crate) struct WaitState {
     /// The timeout in nanoseconds; `u64::MAX`: none.
     timeout_ns: AtomicU64,
     /// Whether a wait passed its timeout.
     broken: AtomicBool,
+    /// The non-blocking operations under way, oldest first.
+    pending: Mutex<Vec<PendingOp>>,
 }
 
 impl Default for WaitState {
@@ -52,11 +70,50 @@ impl Default for WaitState {
         WaitState {
             timeout_ns: AtomicU64::new(u64::MAX),
             broken: AtomicBool::new(false),
+            pending: Mutex::new(Vec::new()),
         }
     }
 }
 
 impl WaitState {
+    /// Adds an operation for every later wait to move on.
+    pub(crate) fn register(&self, op: PendingOp) {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(op);
+    }
+
+    /// Moves every pending operation on as far as it goes without
+    /// blocking, oldest first (those with the same header key take their
+    /// header step in the order they were posted); whether any is left.
+    /// One in use elsewhere on the stack (a request being waited for or
+    /// dropped) is skipped.
+    pub(crate) fn progress(&self) -> bool {
+        let ops: Vec<_> = {
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.retain(|weak| {
+                weak.upgrade()
+                    .is_some_and(|op| op.try_lock().map_or(true, |op| !op.is_over()))
+            });
+            pending.iter().filter_map(Weak::upgrade).collect()
+        };
+        let mut waiting = Vec::new();
+        for op in &ops {
+            let Ok(mut op) = op.try_lock() else {
+                continue;
+            };
+            if op.header_key().is_some_and(|key| waiting.contains(&key)) {
+                continue;
+            }
+            op.advance();
+            if let Some(key) = op.header_key() {
+                waiting.push(key);
+            }
+        }
+        !ops.is_empty()
+    }
+
     pub(crate) fn timeout(&self) -> Option<Duration> {
         match self.timeout_ns.load(Ordering::Relaxed) {
             u64::MAX => None,
@@ -108,6 +165,11 @@ pub(crate) enum Abandon {
 /// Returns only once MPI no longer touches the memory of any of them,
 /// except with [`Error::Timeout`] under [`Abandon::Leak`]: then the ones
 /// unfinished are left to MPI.
+///
+/// While the communicator has non-blocking requests under way, the wait
+/// polls and moves them on meanwhile (so a blocking call whose peer waits
+/// for one of them completes); otherwise, without a timeout, it blocks in
+/// `MPI_Wait`.
 pub(crate) fn finish(
     op: &'static str,
     comm: &Comm,
@@ -131,13 +193,15 @@ pub(crate) fn finish(
         let Some(&next) = open.first() else {
             return first.map_or(Ok(()), Err);
         };
+        let polling = comm.state.progress();
         match timeout {
-            None => {
+            None if !polling => {
                 if let Err(e) = transfers[next].wait(op) {
                     first.get_or_insert(e);
                 }
                 open.remove(0);
             }
+            None => std::thread::yield_now(),
             Some(after) if start.elapsed() >= after => {
                 let error = comm.state.timed_out(op, call, after);
                 match abandon {

@@ -12,6 +12,7 @@ use std::mem::size_of;
 use vkcompute::{DeviceBuffer, HostBuffer};
 
 use crate::communicator::{Communicator, ACK_TAGS, DATA_TAGS, TRAILER_BYTES};
+use crate::deadline::Pollable;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind, HEADER_BYTES};
@@ -37,16 +38,9 @@ pub(crate) enum Phase {
     Over,
 }
 
-/// A pending operation, as the progress engine sees it.
-pub(crate) trait Step {
-    /// Moves the operation on as far as it can go without blocking.
-    fn advance(&mut self);
-    /// `(side, peer, tag)` while the header step is still to be done:
-    /// operations with the same key take that step in the order they were
-    /// posted, so that answers and data pair up as their headers did.
-    fn header_key(&self) -> Option<(Side, i32, i32)>;
-    /// Whether MPI is done with the operation's memory.
-    fn is_over(&self) -> bool;
+/// A pending operation, as its request sees it (the progress engine sees
+/// it as [`Pollable`]).
+pub(crate) trait Step: Pollable {
     /// The result, once over; a receive's data lands here (first call).
     fn finish(&mut self) -> Result<()>;
     /// For a request dropped unfinished: cancels what can be cancelled.
@@ -354,7 +348,7 @@ impl<T: Element> Op<T> {
     }
 }
 
-impl<T: Element> Step for Op<T> {
+impl<T: Element> Pollable for Op<T> {
     fn advance(&mut self) {
         while self.phase != Phase::Over {
             let mut i = 0;
@@ -390,15 +384,20 @@ impl<T: Element> Step for Op<T> {
         }
     }
 
-    fn header_key(&self) -> Option<(Side, i32, i32)> {
-        (self.phase == Phase::Header && self.error.is_none())
-            .then_some((self.side, self.peer, self.tag))
+    fn header_key(&self) -> Option<(bool, i32, i32)> {
+        (self.phase == Phase::Header && self.error.is_none()).then_some((
+            self.side == Side::Send,
+            self.peer,
+            self.tag,
+        ))
     }
 
     fn is_over(&self) -> bool {
         self.phase == Phase::Over
     }
+}
 
+impl<T: Element> Step for Op<T> {
     fn finish(&mut self) -> Result<()> {
         if !self.finished {
             self.finished = true;

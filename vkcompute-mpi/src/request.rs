@@ -10,20 +10,14 @@
 //! (`message_op.rs`).
 
 use std::mem::size_of;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::communicator::{Buffer, Communicator, Place, ACK_TAGS};
+use crate::deadline::PendingOp;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind};
 use crate::message_op::{Dest, Op, Phase, Side, Step};
-
-/// The pending non-blocking operations of a communicator, oldest first.
-/// Weak: each is owned by its [`Request`].
-#[derive(Default)]
-pub(crate) struct Pending {
-    ops: Vec<Weak<Mutex<dyn Step + Send>>>,
-}
 
 /// A non-blocking send or receive under way, from
 /// [`Communicator::isend`] or [`Communicator::irecv`]. It owns everything
@@ -33,9 +27,10 @@ pub(crate) struct Pending {
 ///
 /// [`test`](Self::test) and [`wait`](Self::wait) move on every pending
 /// request of the communicator, not only their own, so requests complete
-/// whatever order they are waited for in (a request makes progress only
-/// inside `test`, `wait` or a drop of one of its communicator's requests;
-/// blocking calls such as [`Communicator::send`] move none on).
+/// whatever order they are waited for in. Every MPI wait of the
+/// communicator moves them on too: a blocking call such as
+/// [`Communicator::recv`] polls while requests are under way, so one whose
+/// peer first needs a pending request of this rank completes.
 ///
 /// **Drop.** Dropping an unfinished request finishes it first, so that MPI
 /// never writes into freed memory: a receive whose header has not arrived
@@ -144,36 +139,15 @@ impl std::fmt::Debug for Request<'_> {
 }
 
 impl Communicator {
-    /// Moves every pending request on as far as it goes without blocking,
-    /// oldest first (those with the same peer, tag and direction take their
-    /// header step in the order they were posted).
+    /// Moves every pending request on as far as it goes without blocking.
     pub(crate) fn progress(&self) {
-        let ops: Vec<Arc<Mutex<dyn Step + Send>>> = {
-            let mut pending = self.pending.borrow_mut();
-            pending.ops.retain(|weak| {
-                weak.upgrade()
-                    .is_some_and(|op| op.try_lock().map_or(true, |op| !op.is_over()))
-            });
-            pending.ops.iter().filter_map(Weak::upgrade).collect()
-        };
-        let mut waiting = Vec::new();
-        for op in ops {
-            let Ok(mut op) = op.try_lock() else {
-                continue;
-            };
-            if op.header_key().is_some_and(|key| waiting.contains(&key)) {
-                continue;
-            }
-            op.advance();
-            if let Some(key) = op.header_key() {
-                waiting.push(key);
-            }
-        }
+        self.raw().state.progress();
     }
 
     fn register<T: Element>(&self, op: Op<T>) -> Request<'_> {
-        let op: Arc<Mutex<dyn Step + Send>> = Arc::new(Mutex::new(op));
-        self.pending.borrow_mut().ops.push(Arc::downgrade(&op));
+        let op = Arc::new(Mutex::new(op));
+        let pending: PendingOp = Arc::downgrade(&op) as PendingOp;
+        self.raw().state.register(pending);
         Request { comm: self, op }
     }
 

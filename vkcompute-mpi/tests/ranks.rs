@@ -170,6 +170,10 @@ fn rank_main() -> ExitCode {
                 "irecv_lands_only_when_complete_in_stream_order",
                 irecv_lands_only_when_complete_in_stream_order,
             ),
+            (
+                "blocking_calls_move_pending_requests_on",
+                blocking_calls_move_pending_requests_on,
+            ),
         ];
         if large {
             checks.push(("large_64_mib", large_64_mib));
@@ -1534,6 +1538,43 @@ fn large_64_mib(t: &Ranks) -> Check {
             &dev("read", buf.to_vec())?,
             &data::<f32>(peer + 6, len),
         )?;
+    }
+    Ok(())
+}
+
+/// Rank 0 starts an `isend` to rank 1, then blocks in a `recv` of what
+/// rank 1 sends only once it has received the `isend`'s message: the
+/// blocking `recv` must move the pending `isend` on (before, it waited for
+/// ever). The same again with a blocking collective (a barrier) as the
+/// call that must move it on.
+fn blocking_calls_move_pending_requests_on(t: &Ranks) -> Check {
+    let ctx = t.ctx;
+    let len = 3001;
+    let first: Vec<u32> = (0..len as u32).map(|i| i * 7 + 1).collect();
+    let reply: Vec<u32> = (0..len as u32).map(|i| i ^ 0x55).collect();
+    let a = dev("buffer", ctx.enqueue_create_buffer::<u32>(len))?;
+    let b = dev("buffer", ctx.enqueue_create_buffer::<u32>(len))?;
+    match t.rank {
+        0 => {
+            dev("fill", a.enqueue_copy_from(&first[..]))?;
+            let sent = ok("isend", t.comm.isend(&a, 1, 40))?;
+            ok("recv", t.comm.recv(&b, 1, 41))?;
+            same("reply", &dev("read", b.to_vec())?, &reply)?;
+            ok("wait", sent.wait())?;
+            let sent = ok("isend", t.comm.isend(&a, 1, 42))?;
+            ok("barrier", t.comm.barrier())?;
+            ok("wait", sent.wait())?;
+        }
+        1 => {
+            ok("recv", t.comm.recv(&a, 0, 40))?;
+            same("first", &dev("read", a.to_vec())?, &first)?;
+            dev("fill", b.enqueue_copy_from(&reply[..]))?;
+            ok("send", t.comm.send(&b, 0, 41))?;
+            ok("recv", t.comm.recv(&a, 0, 42))?;
+            same("second", &dev("read", a.to_vec())?, &first)?;
+            ok("barrier", t.comm.barrier())?;
+        }
+        _ => ok("barrier", t.comm.barrier())?,
     }
     Ok(())
 }
