@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use mpi::raw::AsRaw;
 use mpi::traits::Communicator as _;
-use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer};
+use vkcompute::{CopyDestination, CopySource, DeviceBuffer, DeviceContext, HostBuffer};
 
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -48,8 +48,40 @@ pub enum Place<'a, T> {
     Host(&'a HostBuffer<T>),
 }
 
-/// A buffer that can be sent and received: [`DeviceBuffer`] and
-/// [`HostBuffer`] (and their views, which are buffers too). Sealed.
+impl<T: bytemuck::Pod> Place<'_, T> {
+    /// Enqueues a copy of `src` into these elements on their buffer's
+    /// stream, and submits it.
+    pub(crate) fn copy_from<S: CopySource<T> + ?Sized>(&self, src: &S) -> vkcompute::Result<()> {
+        match self {
+            Place::Device(b) => b.enqueue_copy_from(src).and_then(|()| b.context().flush()),
+            Place::Host(b) => b.enqueue_copy_from(src).and_then(|()| b.context().flush()),
+        }
+    }
+
+    /// Enqueues a copy of elements `start..start + len` into `dst` on
+    /// their buffer's stream, and submits it.
+    pub(crate) fn copy_range_to<D: CopyDestination<T> + ?Sized>(
+        &self,
+        start: usize,
+        len: usize,
+        dst: &D,
+    ) -> vkcompute::Result<()> {
+        match self {
+            Place::Device(b) => b
+                .create_sub_buffer::<T>(start, len)
+                .and_then(|part| part.enqueue_copy_to(dst))
+                .and_then(|()| b.context().flush()),
+            Place::Host(b) => b
+                .create_sub_buffer::<T>(start, len)
+                .and_then(|part| part.enqueue_copy_to(dst))
+                .and_then(|()| b.context().flush()),
+        }
+    }
+}
+
+/// A buffer that can be sent, received and take part in collectives:
+/// [`DeviceBuffer`] and [`HostBuffer`] (and their views, which are buffers
+/// too). Sealed.
 pub trait Buffer<T>: sealed::Sealed {
     /// Where the elements are.
     fn place(&self) -> Place<'_, T>;

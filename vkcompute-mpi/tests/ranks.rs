@@ -174,6 +174,7 @@ fn rank_main() -> ExitCode {
                 "blocking_calls_move_pending_requests_on",
                 blocking_calls_move_pending_requests_on,
             ),
+            ("collectives_on_host_buffers", collectives_on_host_buffers),
         ];
         if large {
             checks.push(("large_64_mib", large_64_mib));
@@ -1575,6 +1576,70 @@ fn blocking_calls_move_pending_requests_on(t: &Ranks) -> Check {
             ok("barrier", t.comm.barrier())?;
         }
         _ => ok("barrier", t.comm.barrier())?,
+    }
+    Ok(())
+}
+
+/// A host buffer holding `host`.
+fn host_buffer<T: Element>(ctx: &DeviceContext, host: &[T]) -> Result<HostBuffer<T>, String> {
+    let buf = dev(
+        "create",
+        ctx.enqueue_create_host_buffer::<T>(host.len().max(1)),
+    )?;
+    let buf = dev("view", buf.create_sub_buffer::<T>(0, host.len()))?;
+    dev("upload", buf.enqueue_copy_from(host))?;
+    Ok(buf)
+}
+
+/// Every collective on `HostBuffer`s (and one mixing a host and a device
+/// buffer), against the CPU reference.
+fn collectives_on_host_buffers(t: &Ranks) -> Check {
+    let p = t.size as usize;
+    let r = t.rank as usize;
+    for m in [0usize, 1, 7, 1001] {
+        let what = |name: &str| format!("{name} of {m} on host buffers");
+        let buf = host_buffer(t.ctx, &data::<u32>(t.rank, m))?;
+        ok(&what("allreduce"), t.comm.allreduce(&buf, ReduceOp::Sum))?;
+        let sum = reference::<u32>(ReduceOp::Sum, t.size, m);
+        same(&what("allreduce"), &dev("read", buf.to_vec())?, &sum)?;
+
+        let buf = host_buffer(t.ctx, &data::<f32>(t.rank, m))?;
+        let root = t.size - 1;
+        ok(&what("reduce"), t.comm.reduce(&buf, ReduceOp::Max, root))?;
+        let want = if t.rank == root {
+            reference::<f32>(ReduceOp::Max, t.size, m)
+        } else {
+            data::<f32>(t.rank, m)
+        };
+        same(&what("reduce"), &dev("read", buf.to_vec())?, &want)?;
+
+        let buf = host_buffer(t.ctx, &data::<i64>(t.rank, m))?;
+        ok(&what("broadcast"), t.comm.broadcast(&buf, 0))?;
+        same(
+            &what("broadcast"),
+            &dev("read", buf.to_vec())?,
+            &data::<i64>(0, m),
+        )?;
+
+        let send = host_buffer(t.ctx, &data::<u32>(t.rank, m))?;
+        let recv = host_buffer(t.ctx, &vec![0u32; m * p])?;
+        ok(&what("allgather"), t.comm.allgather(&send, &recv))?;
+        let all: Vec<u32> = (0..t.size).flat_map(|k| data::<u32>(k, m)).collect();
+        same(&what("allgather"), &dev("read", recv.to_vec())?, &all)?;
+
+        // A host buffer in, a device buffer out.
+        let send = host_buffer(t.ctx, &data::<f64>(t.rank, m * p))?;
+        let recv = dev("create", t.ctx.enqueue_create_buffer::<f64>(m))?;
+        ok(
+            &what("reduce_scatter"),
+            t.comm.reduce_scatter(&send, &recv, ReduceOp::Sum),
+        )?;
+        let all = reference::<f64>(ReduceOp::Sum, t.size, m * p);
+        same(
+            &what("reduce_scatter"),
+            &dev("read", recv.to_vec())?,
+            &all[r * m..(r + 1) * m],
+        )?;
     }
     Ok(())
 }
