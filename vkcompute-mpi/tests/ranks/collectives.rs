@@ -278,13 +278,11 @@ pub(crate) fn allreduce_with_mapped_buffer(t: &Ranks) -> Check {
     };
     let result = t.comm.allreduce(&buf, ReduceOp::Sum);
     drop(mapping);
-    match (t.rank == mapped_rank, direct, result) {
-        (true, _, Err(e)) if e.to_string().contains("mapped") => Ok(()),
-        (false, true, Err(Error::RemoteFailure { failed, reason, .. }))
-            if failed == mapped_rank && reason.contains("mapped") =>
-        {
-            Ok(())
-        }
+    let holds = t.rank == mapped_rank;
+    if fails_for_mapping(holds, mapped_rank, &result) && (holds || direct) {
+        return Ok(());
+    }
+    match (holds, direct, result) {
         (false, false, Ok(())) => same(
             "allreduce beside a mapped buffer",
             &dev("read", buf.to_vec())?,
@@ -401,4 +399,36 @@ pub(crate) fn collectives_on_host_buffers(t: &Ranks) -> Check {
         )?;
     }
     Ok(())
+}
+
+/// A host buffer borrowed on the host (`as_mut_slice`) on the last rank
+/// during an allreduce: that rank gets vkcompute's error for a mapped
+/// buffer, the others `RemoteFailure` naming it, and nothing hangs.
+pub(crate) fn allreduce_with_borrowed_host_buffer(t: &Ranks) -> Check {
+    let borrowing = t.size - 1;
+    let buf = host_buffer(t.ctx, &data::<f32>(t.rank, 33))?;
+    let borrow = if t.rank == borrowing {
+        Some(dev("borrow", buf.as_mut_slice())?)
+    } else {
+        None
+    };
+    let result = t.comm.allreduce(&buf, ReduceOp::Sum);
+    drop(borrow);
+    ensure(
+        fails_for_mapping(t.rank == borrowing, borrowing, &result),
+        || format!("allreduce with a host buffer borrowed on rank {borrowing}: {result:?}"),
+    )
+}
+
+/// Whether `result` is the failure a buffer mapped on rank `holder` gives:
+/// vkcompute's error there (`holds`: this is that rank), `RemoteFailure`
+/// naming it elsewhere.
+fn fails_for_mapping(holds: bool, holder: i32, result: &vkcompute_mpi::Result<()>) -> bool {
+    match (holds, result) {
+        (true, Err(e)) => e.to_string().contains("mapped"),
+        (false, Err(Error::RemoteFailure { failed, reason, .. })) => {
+            *failed == holder && reason.contains("mapped")
+        }
+        _ => false,
+    }
 }

@@ -183,6 +183,10 @@ fn rank_main() -> ExitCode {
                 blocking_calls_move_pending_requests_on,
             ),
             ("collectives_on_host_buffers", collectives_on_host_buffers),
+            (
+                "allreduce_with_borrowed_host_buffer",
+                allreduce_with_borrowed_host_buffer,
+            ),
         ];
         if large {
             checks.push(("large_64_mib", large_64_mib));
