@@ -50,16 +50,19 @@ downstream: setup
 	$(STRICT) ./scripts/downstream.sh
 
 # vkcompute-mpi (the workspace's MPI crate): its unit tests, the check of
-# its checked-in SPIR-V (feature shader-compiler), and tests/ranks.rs, which
+# its checked-in SPIR-V (feature shader-compiler), and tests/ranks/, which
 # runs itself under `mpirun --oversubscribe --timeout 300 -np N` for N = 2,
 # 3 and 4 (one validated lavapipe context per rank, both memory paths) and
 # fails if any rank fails. VKCOMPUTE_MPI_RANKS="2 3 4" picks the rank counts.
+# tests/faults.rs (ranks that stall or die) and tests/threads.rs (two
+# threads on two communicators) launch their own mpirun runs the same way.
 # Then a smoke run of the benchmark (built by the tests, debug, under the
-# validation layer) on 2 ranks.
+# validation layer) on 2 ranks, and the training example on 4.
 MPIRUN := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --timeout 120
 mpi-test: setup
 	$(STRICT) $(CARGO) test -p vkcompute-mpi --all-features
 	$(STRICT) $(MPIRUN) -np 2 $${CARGO_TARGET_DIR:-target}/debug/examples/mpi_bench --quick
+	$(STRICT) $(MPIRUN) -np 4 $${CARGO_TARGET_DIR:-target}/debug/examples/train
 
 # Recompiles vkcompute-mpi/shaders/*.comp into vkcompute-mpi/shaders/spv/;
 # commit the result. `make mpi-test` fails while they differ.

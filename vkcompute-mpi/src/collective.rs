@@ -1,5 +1,7 @@
 //! The collectives: barrier, broadcast, allreduce, reduce, allgather and
-//! reduce_scatter of device buffers.
+//! reduce_scatter of device and host buffers (any [`Buffer`]: a host
+//! buffer is copied to and from the device working buffers by the same
+//! stream-ordered copies as a device buffer).
 //!
 //! MPI moves bytes between pinned host buffers; the arithmetic of the
 //! reductions runs in this crate's kernels on the device. The reductions
@@ -17,15 +19,16 @@
 //! step; a device error there (a lost device, say) is returned by that rank
 //! once it has still done its MPI part, so no other rank hangs, but the
 //! others are not told and their results are then undefined. A rank that
-//! dies outright is not handled yet: the others wait in MPI.
+//! dies or hangs: see the crate documentation (`Communicator::set_timeout`
+//! bounds every wait).
 
 use std::mem::size_of;
 use std::ops::Range;
 
 use bytemuck::Pod;
-use vkcompute::{CopyDestination, CopySource, DeviceBuffer, HostBuffer, Kernel};
+use vkcompute::{CopyDestination, DeviceBuffer, HostBuffer, Kernel};
 
-use crate::communicator::{Communicator, COLLECTIVE_TAG};
+use crate::communicator::{Buffer, Communicator, COLLECTIVE_TAG};
 use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
 use crate::header::{self, Failure, Header, Kind};
@@ -104,17 +107,6 @@ impl<T: Pod> Staged<T> {
     }
 }
 
-/// Enqueues a copy of `src` into `dst` on `dst`'s stream and submits it.
-fn copy_into<T: Pod, S: CopySource<T> + ?Sized>(
-    op: &'static str,
-    dst: &DeviceBuffer<T>,
-    src: &S,
-) -> Result<()> {
-    dst.enqueue_copy_from(src)
-        .and_then(|()| dst.context().flush())
-        .map_err(Error::device(op))
-}
-
 /// Enqueues a copy of `src` into `dst` on `src`'s stream and submits it.
 fn copy_out<T: Pod, D: CopyDestination<T> + ?Sized>(
     op: &'static str,
@@ -158,13 +150,16 @@ impl Communicator {
     /// work is not involved: synchronize a stream first where the barrier
     /// should also mean "my enqueued work is done".
     pub fn barrier(&self) -> Result<()> {
-        raw::barrier("Communicator::barrier", self.raw())
+        let op = "Communicator::barrier";
+        self.check_thread(op)?;
+        raw::barrier(op, self.raw())
     }
 
     /// Shares the failure of this rank's preparation and checks that every
     /// rank asked for the same thing (see `header::agree`); this rank's own
     /// error comes first.
     fn agree<P>(&self, op: &'static str, header: Header, prepared: Result<P>) -> Result<P> {
+        self.check_thread(op)?;
         let mine = match &prepared {
             Ok(_) => header,
             Err(e) => header.failed(Failure::of(e)),
@@ -178,18 +173,19 @@ impl Communicator {
     /// Copies `buf` of rank `root` into `buf` on every rank (`MPI_Bcast`
     /// through pinned host memory). Every rank passes a buffer of the same
     /// element type and length, and the same root.
-    pub fn broadcast<T: Element>(&self, buf: &DeviceBuffer<T>, root: i32) -> Result<()> {
+    pub fn broadcast<T: Element, B: Buffer<T> + ?Sized>(&self, buf: &B, root: i32) -> Result<()> {
         let op = "Communicator::broadcast";
-        let header = Header::new(Kind::Broadcast, T::TYPE, buf.len()).root(root);
+        let n = buf.elements();
+        let header = Header::new(Kind::Broadcast, T::TYPE, n).root(root);
         let prepared = self.check_rank(op, root).and_then(|()| {
-            let staged = Staged::<T>::new(self, op, buf.len())?;
+            let staged = Staged::<T>::new(self, op, n)?;
             if self.rank() == root {
-                copy_out(op, buf, &staged.typed)?;
+                (buf.place().copy_range_to(0, n, &staged.typed)).map_err(Error::device(op))?;
             }
             Ok(staged)
         });
         let staged = self.agree(op, header, prepared)?;
-        if buf.is_empty() || self.size() == 1 {
+        if n == 0 || self.size() == 1 {
             staged.keep(self);
             return Ok(());
         }
@@ -198,7 +194,7 @@ impl Communicator {
             raw::broadcast(op, self.raw(), bytemuck::cast_slice_mut(&mut all), root)?;
         }
         if self.rank() != root {
-            copy_into(op, buf, &staged.typed)?;
+            (buf.place().copy_from(&staged.typed)).map_err(Error::device(op))?;
         }
         staged.keep(self);
         Ok(())
@@ -311,16 +307,21 @@ impl Communicator {
     /// leaves the result in `buf` on every rank (`MPI_Allreduce` in
     /// place). Every rank passes a buffer of the same element type and
     /// length, and the same reduction. Every rank gets the same bits.
-    pub fn allreduce<T: Reducible>(&self, buf: &DeviceBuffer<T>, reduce: ReduceOp) -> Result<()> {
+    pub fn allreduce<T: Reducible, B: Buffer<T> + ?Sized>(
+        &self,
+        buf: &B,
+        reduce: ReduceOp,
+    ) -> Result<()> {
         let op = "Communicator::allreduce";
-        let (n, size) = (buf.len(), self.size() as usize);
+        let (n, size) = (buf.elements(), self.size() as usize);
         let header = Header::new(Kind::Allreduce, T::TYPE, n).reduce(reduce);
         let trivial = n == 0 || size == 1;
         let prepared = if trivial {
             Ok(None)
         } else {
             let chunks = Chunks::contiguous(n, size, self.stride::<T>(n));
-            self.prepare_ring(op, reduce, n, chunks, |acc| acc.enqueue_copy_from(buf))
+            let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
+            self.prepare_ring(op, reduce, n, chunks, fill)
                 .and_then(|ring| Ok(Some((ring, Staged::<T>::new(self, op, n)?))))
         };
         let Some((ring, result)) = self.agree(op, header, prepared)? else {
@@ -334,7 +335,7 @@ impl Communicator {
             let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
             self.ring_allgather(op, &mut all, &ring.chunks)?;
         }
-        copy_into(op, buf, &result.typed)?;
+        (buf.place().copy_from(&result.typed)).map_err(Error::device(op))?;
         result.keep(self);
         ring.keep(self);
         Ok(())
@@ -343,14 +344,14 @@ impl Communicator {
     /// Reduces `buf` element by element over every rank with `reduce`, and
     /// leaves the result in `buf` on rank `root` (`MPI_Reduce` in place at
     /// the root); the other ranks' buffers are left as they were.
-    pub fn reduce<T: Reducible>(
+    pub fn reduce<T: Reducible, B: Buffer<T> + ?Sized>(
         &self,
-        buf: &DeviceBuffer<T>,
+        buf: &B,
         reduce: ReduceOp,
         root: i32,
     ) -> Result<()> {
         let op = "Communicator::reduce";
-        let (n, size, rank) = (buf.len(), self.size() as usize, self.rank());
+        let (n, size, rank) = (buf.elements(), self.size() as usize, self.rank());
         let header = Header::new(Kind::Reduce, T::TYPE, n)
             .reduce(reduce)
             .root(root);
@@ -360,8 +361,8 @@ impl Communicator {
                 return Ok(None);
             }
             let chunks = Chunks::contiguous(n, size, self.stride::<T>(n));
-            let ring =
-                self.prepare_ring(op, reduce, n, chunks, |acc| acc.enqueue_copy_from(buf))?;
+            let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
+            let ring = self.prepare_ring(op, reduce, n, chunks, fill)?;
             let result = if rank == root {
                 Some(Staged::<T>::new(self, op, n)?)
             } else {
@@ -399,7 +400,7 @@ impl Communicator {
                         }
                     }
                 }
-                copy_into(op, buf, &result.typed)?;
+                (buf.place().copy_from(&result.typed)).map_err(Error::device(op))?;
                 result.keep(self);
             }
         }
@@ -411,17 +412,18 @@ impl Communicator {
     /// `recv` on every rank, rank `k`'s at elements `k * send.len()`
     /// onwards (`MPI_Allgather`). `recv` holds `size()` times `send.len()`
     /// elements.
-    pub fn allgather<T: Element>(
+    pub fn allgather<T: Element, S: Buffer<T> + ?Sized, R: Buffer<T> + ?Sized>(
         &self,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
+        send: &S,
+        recv: &R,
     ) -> Result<()> {
         let op = "Communicator::allgather";
-        let (m, size, rank) = (send.len(), self.size() as usize, self.rank() as usize);
+        let (m, size, rank) = (send.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::Allgather, T::TYPE, m);
-        let prepared = check_blocks(op, "recv", recv.len(), "send", m, size).and_then(|()| {
+        let prepared = check_blocks(op, "recv", recv.elements(), "send", m, size).and_then(|()| {
             let result = Staged::<T>::new(self, op, m * size)?;
-            copy_out(op, send, &result.part(op, rank * m..(rank + 1) * m)?)?;
+            let mine = result.part(op, rank * m..(rank + 1) * m)?;
+            (send.place().copy_range_to(0, m, &mine)).map_err(Error::device(op))?;
             Ok(result)
         });
         let result = self.agree(op, header, prepared)?;
@@ -430,7 +432,7 @@ impl Communicator {
             let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
             self.ring_allgather(op, &mut all, &chunks)?;
         }
-        copy_into(op, recv, &result.typed)?;
+        (recv.place().copy_from(&result.typed)).map_err(Error::device(op))?;
         result.keep(self);
         Ok(())
     }
@@ -439,16 +441,16 @@ impl Communicator {
     /// rank) element by element over every rank with `reduce`, and leaves
     /// block `rank()` of the result (elements `rank() * recv.len()`
     /// onwards) in `recv` (`MPI_Reduce_scatter_block`).
-    pub fn reduce_scatter<T: Reducible>(
+    pub fn reduce_scatter<T: Reducible, S: Buffer<T> + ?Sized, R: Buffer<T> + ?Sized>(
         &self,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
+        send: &S,
+        recv: &R,
         reduce: ReduceOp,
     ) -> Result<()> {
         let op = "Communicator::reduce_scatter";
-        let (m, size, rank) = (recv.len(), self.size() as usize, self.rank() as usize);
+        let (m, size, rank) = (recv.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::ReduceScatter, T::TYPE, m).reduce(reduce);
-        let prepared = check_blocks(op, "send", send.len(), "recv", m, size).and_then(|()| {
+        let prepared = check_blocks(op, "send", send.elements(), "recv", m, size).and_then(|()| {
             if m == 0 {
                 return Ok(None);
             }
@@ -460,8 +462,8 @@ impl Communicator {
                 Chunks::blocks(m, size, stride),
                 |acc| {
                     for k in 0..size {
-                        acc.create_sub_buffer::<T>(k * stride, m)?
-                            .enqueue_copy_from(&send.create_sub_buffer::<T>(k * m, m)?)?;
+                        let part = acc.create_sub_buffer::<T>(k * stride, m)?;
+                        send.place().copy_range_to(k * m, m, &part)?;
                     }
                     Ok(())
                 },
@@ -474,7 +476,7 @@ impl Communicator {
         if size > 1 {
             self.ring_reduce_scatter(op, &ring)?;
         }
-        copy_into(op, recv, &ring.chunk(op, rank)?)?;
+        (recv.place().copy_from(&ring.chunk(op, rank)?)).map_err(Error::device(op))?;
         ring.keep(self);
         Ok(())
     }

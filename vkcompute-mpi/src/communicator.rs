@@ -1,20 +1,20 @@
 //! The communicator: an MPI communicator bound to a vkcompute context, and
 //! point-to-point messages of device and host buffers.
 
-use std::cell::RefCell;
 use std::mem::size_of;
 use std::sync::Mutex;
 
 use mpi::raw::AsRaw;
-use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator as _;
-use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer};
+use vkcompute::{CopyDestination, CopySource, DeviceBuffer, DeviceContext, HostBuffer};
 
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind, HEADER_BYTES};
 use crate::kernels::Reducer;
+use crate::message::{Incoming, Outgoing};
 use crate::raw::{self, Comm};
+use crate::threads::{OwnedComm, ThreadRule};
 
 /// The largest tag [`Communicator::send`] and [`Communicator::recv`] take.
 /// Higher tags carry this crate's own messages (answers, data pieces and
@@ -48,8 +48,40 @@ pub enum Place<'a, T> {
     Host(&'a HostBuffer<T>),
 }
 
-/// A buffer that can be sent and received: [`DeviceBuffer`] and
-/// [`HostBuffer`] (and their views, which are buffers too). Sealed.
+impl<T: bytemuck::Pod> Place<'_, T> {
+    /// Enqueues a copy of `src` into these elements on their buffer's
+    /// stream, and submits it.
+    pub(crate) fn copy_from<S: CopySource<T> + ?Sized>(&self, src: &S) -> vkcompute::Result<()> {
+        match self {
+            Place::Device(b) => b.enqueue_copy_from(src).and_then(|()| b.context().flush()),
+            Place::Host(b) => b.enqueue_copy_from(src).and_then(|()| b.context().flush()),
+        }
+    }
+
+    /// Enqueues a copy of elements `start..start + len` into `dst` on
+    /// their buffer's stream, and submits it.
+    pub(crate) fn copy_range_to<D: CopyDestination<T> + ?Sized>(
+        &self,
+        start: usize,
+        len: usize,
+        dst: &D,
+    ) -> vkcompute::Result<()> {
+        match self {
+            Place::Device(b) => b
+                .create_sub_buffer::<T>(start, len)
+                .and_then(|part| part.enqueue_copy_to(dst))
+                .and_then(|()| b.context().flush()),
+            Place::Host(b) => b
+                .create_sub_buffer::<T>(start, len)
+                .and_then(|part| part.enqueue_copy_to(dst))
+                .and_then(|()| b.context().flush()),
+        }
+    }
+}
+
+/// A buffer that can be sent, received and take part in collectives:
+/// [`DeviceBuffer`] and [`HostBuffer`] (and their views, which are buffers
+/// too). Sealed.
 pub trait Buffer<T>: sealed::Sealed {
     /// Where the elements are.
     fn place(&self) -> Place<'_, T>;
@@ -103,7 +135,11 @@ impl<T: bytemuck::Pod> Buffer<T> for HostBuffer<T> {
 /// its own error and the others [`Error::RemoteFailure`]. Never a hang or
 /// a truncated message.
 pub struct Communicator {
-    comm: SimpleCommunicator,
+    comm: OwnedComm,
+    /// Which threads may use it.
+    thread: ThreadRule,
+    /// The raw handle of `comm` and the state its waits share.
+    raw: Comm,
     ctx: DeviceContext,
     rank: i32,
     size: i32,
@@ -111,9 +147,6 @@ pub struct Communicator {
     piece_bytes: usize,
     /// Pinned host buffers kept for reuse between calls.
     staging: Mutex<Vec<HostBuffer<u8>>>,
-    /// The non-blocking operations under way, which every `test` and
-    /// `wait` moves on (see [`Request`](crate::Request)).
-    pub(crate) pending: RefCell<crate::request::Pending>,
 }
 
 impl Communicator {
@@ -122,17 +155,20 @@ impl Communicator {
     /// and device run the copies and kernels.
     pub fn new(comm: &impl mpi::traits::Communicator, ctx: &DeviceContext) -> Result<Communicator> {
         let op = "Communicator::new";
+        let thread = ThreadRule::here(op)?;
         let comm = comm.duplicate();
-        raw::set_errors_return(op, Comm(comm.as_raw()))?;
+        let raw = Comm::new(comm.as_raw());
+        raw::set_errors_return(op, &raw)?;
         Ok(Communicator {
+            raw,
             rank: comm.rank(),
             size: comm.size(),
-            comm,
+            comm: OwnedComm::new(comm),
+            thread,
             ctx: ctx.clone(),
             reducer: Reducer::new(),
             piece_bytes: DEFAULT_PIECE_BYTES,
             staging: Mutex::new(Vec::new()),
-            pending: RefCell::new(Default::default()),
         })
     }
 
@@ -155,7 +191,21 @@ impl Communicator {
     /// `MPI_Comm`, with `MPI_ERRORS_RETURN`), for MPI calls of one's own.
     /// Valid while the communicator lives.
     pub fn as_raw(&self) -> mpi::ffi::MPI_Comm {
-        self.comm.as_raw()
+        self.comm.get().as_raw()
+    }
+
+    /// The thread level MPI provides (`MPI_Query_thread`, at
+    /// [`new`](Self::new)), which decides the threads that may use this
+    /// communicator: any thread under `MPI_THREAD_MULTIPLE` (it is `Send`),
+    /// else only the one that made it; see the crate documentation.
+    pub fn thread_level(&self) -> mpi::Threading {
+        self.thread.level()
+    }
+
+    /// [`Error::WrongThread`] unless this thread may make MPI calls for
+    /// the communicator.
+    pub(crate) fn check_thread(&self, op: &'static str) -> Result<()> {
+        self.thread.check(op)
     }
 
     /// The size of the pieces in which [`send`](Self::send) moves a large
@@ -171,8 +221,30 @@ impl Communicator {
         self.piece_bytes = bytes.max(1).next_multiple_of(256);
     }
 
-    pub(crate) fn raw(&self) -> Comm {
-        Comm(self.comm.as_raw())
+    /// Sets how long any one MPI wait of this communicator may take
+    /// before it fails with [`Error::Timeout`] (`None`, the default: as
+    /// long as MPI takes, which is for ever where a peer never comes).
+    /// Applies to every later wait, on every rank that sets it (each rank
+    /// its own).
+    ///
+    /// A timeout marks the communicator broken: its later operations fail
+    /// at once with [`Error::Broken`], because the abandoned messages may
+    /// still arrive. Where MPI keeps memory that it cannot give back (a
+    /// collective over a buffer, or a cancelled point-to-point transfer
+    /// that MPI does not finish within a second), returning would not be
+    /// sound, so the job is aborted (`MPI_Abort`) with the error on
+    /// stderr. See the crate documentation on ranks that die.
+    pub fn set_timeout(&self, timeout: Option<std::time::Duration>) {
+        self.raw.state.set_timeout(timeout);
+    }
+
+    /// The timeout of [`set_timeout`](Self::set_timeout).
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        self.raw.state.timeout()
+    }
+
+    pub(crate) fn raw(&self) -> &Comm {
+        &self.raw
     }
 
     /// Refuses a rank outside the communicator.
@@ -188,6 +260,7 @@ impl Communicator {
     }
 
     pub(crate) fn check_peer(&self, op: &'static str, peer: i32, tag: i32) -> Result<()> {
+        self.check_thread(op)?;
         self.check_rank(op, peer)?;
         if peer == self.rank {
             return Err(Error::SelfMessage { op, rank: peer });
@@ -408,257 +481,10 @@ impl Communicator {
     }
 }
 
-/// The pieces of a range of `len` elements, `piece` at a time.
-fn pieces(len: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..len.div_ceil(piece)).map(move |i| (i * piece, piece.min(len - i * piece)))
-}
-
-/// Two pinned host buffers that the pieces of a device buffer's message
-/// take turns in: one is copied while MPI moves the other.
-struct StagingPair {
-    buffers: [HostBuffer<u8>; 2],
-}
-
-impl StagingPair {
-    /// Two buffers for pieces of `piece` elements of `T` of a buffer of `len`.
-    fn new<T>(comm: &Communicator, op: &'static str, piece: usize, len: usize) -> Result<Self> {
-        let bytes = piece.min(len) * size_of::<T>();
-        Ok(StagingPair {
-            buffers: [comm.staging(op, bytes)?, comm.staging(op, bytes)?],
-        })
-    }
-
-    /// The buffer of piece `index`.
-    fn of(&self, index: usize) -> &HostBuffer<u8> {
-        &self.buffers[index % 2]
-    }
-
-    /// Gives the buffers back for reuse.
-    fn keep(self, comm: &Communicator) {
-        for b in self.buffers {
-            comm.keep_staging(b);
-        }
-    }
-}
-
-/// The sending side of a message, prepared before its header goes out: the
-/// first piece is already on its way to the host.
-enum Outgoing<'a, T: Element> {
-    Host {
-        slice: vkcompute::HostSlice<'a, T>,
-        piece: usize,
-    },
-    Device {
-        buf: &'a DeviceBuffer<T>,
-        staging: StagingPair,
-        piece: usize,
-    },
-}
-
-impl<'a, T: Element> Outgoing<'a, T> {
-    fn prepare(
-        comm: &Communicator,
-        op: &'static str,
-        place: Place<'a, T>,
-        piece: usize,
-    ) -> Result<Self> {
-        match place {
-            Place::Host(host) => Ok(Outgoing::Host {
-                slice: host.as_slice().map_err(Error::device(op))?,
-                piece,
-            }),
-            Place::Device(buf) => {
-                let staging = StagingPair::new::<T>(comm, op, piece, buf.len())?;
-                let outgoing = Outgoing::Device {
-                    buf,
-                    staging,
-                    piece,
-                };
-                if let Err(e) = outgoing.start_piece(op, 0) {
-                    outgoing.finish(comm);
-                    return Err(e);
-                }
-                Ok(outgoing)
-            }
-        }
-    }
-
-    /// Enqueues the copy of piece `index` of a device buffer to its staging
-    /// buffer, and submits it.
-    fn start_piece(&self, op: &'static str, index: usize) -> Result<()> {
-        let Outgoing::Device {
-            buf,
-            staging,
-            piece,
-        } = self
-        else {
-            return Ok(());
-        };
-        let Some((start, len)) = pieces(buf.len(), *piece).nth(index) else {
-            return Ok(());
-        };
-        let host = staging
-            .of(index)
-            .create_sub_buffer::<T>(0, len)
-            .map_err(Error::device(op))?;
-        buf.create_sub_buffer::<T>(start, len)
-            .and_then(|part| part.enqueue_copy_to(&host))
-            .and_then(|()| buf.context().flush())
-            .map_err(Error::device(op))
-    }
-
-    /// Sends every piece. `Ok(Some(e))`: a piece could not be read after
-    /// the header went out; zeros went in its place (so that the receiver
-    /// does not hang) and the trailer says so.
-    fn send_all(&self, op: &'static str, comm: Comm, dest: i32, tag: i32) -> Result<Option<Error>> {
-        match self {
-            Outgoing::Host { slice, piece } => {
-                for (start, len) in pieces(slice.len(), *piece) {
-                    raw::send(
-                        op,
-                        comm,
-                        bytemuck::cast_slice(&slice[start..start + len]),
-                        dest,
-                        tag,
-                    )?;
-                }
-                Ok(None)
-            }
-            Outgoing::Device {
-                buf,
-                staging,
-                piece,
-            } => {
-                let mut failed = None;
-                let all: Vec<(usize, usize)> = pieces(buf.len(), *piece).collect();
-                for (index, &(_, len)) in all.iter().enumerate() {
-                    if index + 1 < all.len() && failed.is_none() {
-                        if let Err(e) = self.start_piece(op, index + 1) {
-                            failed = Some(e);
-                        }
-                    }
-                    let bytes = len * size_of::<T>();
-                    let read = staging.of(index).as_slice().map_err(Error::device(op));
-                    match read {
-                        Ok(host) if failed.is_none() => {
-                            raw::send(op, comm, &host[..bytes], dest, tag)?
-                        }
-                        Ok(_) => raw::send(op, comm, &vec![0u8; bytes], dest, tag)?,
-                        Err(e) => {
-                            raw::send(op, comm, &vec![0u8; bytes], dest, tag)?;
-                            failed.get_or_insert(e);
-                        }
-                    }
-                }
-                Ok(failed)
-            }
-        }
-    }
-
-    /// Gives the staging buffers back for reuse.
-    fn finish(self, comm: &Communicator) {
-        if let Outgoing::Device { staging, .. } = self {
-            staging.keep(comm);
-        }
-    }
-}
-
-/// The receiving side of a message.
-enum Incoming<'a, T: Element> {
-    Host {
-        slice: vkcompute::HostSliceMut<'a, T>,
-        piece: usize,
-    },
-    Device {
-        buf: &'a DeviceBuffer<T>,
-        staging: StagingPair,
-        piece: usize,
-    },
-}
-
-impl<'a, T: Element> Incoming<'a, T> {
-    fn prepare(
-        comm: &Communicator,
-        op: &'static str,
-        place: Place<'a, T>,
-        piece: usize,
-    ) -> Result<Self> {
-        match place {
-            Place::Host(host) => Ok(Incoming::Host {
-                slice: host.as_mut_slice().map_err(Error::device(op))?,
-                piece,
-            }),
-            Place::Device(buf) => Ok(Incoming::Device {
-                buf,
-                staging: StagingPair::new::<T>(comm, op, piece, buf.len())?,
-                piece,
-            }),
-        }
-    }
-
-    /// Receives every piece. `Ok(Some(e))`: a piece could not be written
-    /// into a device buffer; the rest were still taken off the wire.
-    fn recv_all(
-        &mut self,
-        op: &'static str,
-        comm: Comm,
-        source: i32,
-        tag: i32,
-    ) -> Result<Option<Error>> {
-        match self {
-            Incoming::Host { slice, piece } => {
-                let piece = *piece;
-                for (start, len) in pieces(slice.len(), piece) {
-                    raw::recv(
-                        op,
-                        comm,
-                        bytemuck::cast_slice_mut(&mut slice[start..start + len]),
-                        source,
-                        tag,
-                    )?;
-                }
-                Ok(None)
-            }
-            Incoming::Device {
-                buf,
-                staging,
-                piece,
-            } => {
-                let mut failed = None;
-                for (index, (start, len)) in pieces(buf.len(), *piece).enumerate() {
-                    let bytes = len * size_of::<T>();
-                    let host = &staging.of(index);
-                    match host.as_mut_slice() {
-                        Ok(mut slice) => raw::recv(op, comm, &mut slice[..bytes], source, tag)?,
-                        Err(e) => {
-                            raw::recv(op, comm, &mut vec![0u8; bytes], source, tag)?;
-                            failed.get_or_insert(Error::device(op)(e));
-                            continue;
-                        }
-                    }
-                    if failed.is_some() {
-                        continue;
-                    }
-                    let stored = host
-                        .create_sub_buffer::<T>(0, len)
-                        .and_then(|h| {
-                            buf.create_sub_buffer::<T>(start, len)
-                                .and_then(|part| part.enqueue_copy_from(&h))
-                        })
-                        .and_then(|()| buf.context().flush());
-                    if let Err(e) = stored {
-                        failed = Some(Error::device(op)(e));
-                    }
-                }
-                Ok(failed)
-            }
-        }
-    }
-
-    /// Gives the staging buffers back for reuse.
-    fn finish(self, comm: &Communicator) {
-        if let Incoming::Device { staging, .. } = self {
-            staging.keep(comm);
-        }
+impl Drop for Communicator {
+    /// Frees the MPI communicator (`MPI_Comm_free`) where this thread may
+    /// call MPI for it, and leaves it unfreed elsewhere.
+    fn drop(&mut self) {
+        self.comm.drop_on(&self.thread);
     }
 }

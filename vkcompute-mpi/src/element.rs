@@ -115,7 +115,7 @@ impl std::fmt::Display for ElementType {
 
 /// An element type that can be sent, received, broadcast and gathered.
 /// Implemented for the integer and float types of [`ElementType`]; sealed.
-pub trait Element: Pod + sealed::Sealed {
+pub trait Element: Pod + Send + Sync + sealed::Sealed {
     /// The type's identity on the wire.
     const TYPE: ElementType;
 }

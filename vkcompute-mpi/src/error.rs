@@ -115,6 +115,52 @@ pub enum Error {
         /// What was wrong with it.
         detail: String,
     },
+
+    /// An MPI wait passed the communicator's timeout
+    /// ([`Communicator::set_timeout`](crate::Communicator::set_timeout)):
+    /// a rank did not take its part in time (it died, hung, or is busy
+    /// elsewhere). The communicator takes no more operations afterwards
+    /// ([`Error::Broken`]).
+    #[error(
+        "{op}: {call} did not complete within {after:?}: a rank did not take its part in time \
+         (it may have died or hung); this communicator takes no more operations"
+    )]
+    Timeout {
+        /// The communicator operation.
+        op: &'static str,
+        /// The MPI call waited for.
+        call: &'static str,
+        /// The timeout that passed.
+        after: std::time::Duration,
+    },
+
+    /// An earlier operation on the communicator timed out: messages of it
+    /// may still be under way, so the communicator takes no more
+    /// operations (make a new one from a healthy communicator, or end).
+    #[error(
+        "{op}: an earlier operation on this communicator timed out, and its messages may still \
+         be under way; the communicator takes no more operations"
+    )]
+    Broken {
+        /// The communicator operation.
+        op: &'static str,
+    },
+
+    /// The communicator was used (or made) on a thread that MPI's thread
+    /// level does not let call MPI for it: below `MPI_THREAD_MULTIPLE`,
+    /// only the thread that made it, and below `MPI_THREAD_SERIALIZED`
+    /// only MPI's main thread (see the crate documentation on threads).
+    #[error(
+        "{op}: this thread may not use the communicator: MPI provides thread level {level:?}, \
+         under which only MPI_THREAD_MULTIPLE lets a communicator move to another thread (and \
+         FUNNELED or SINGLE ask for the main thread)"
+    )]
+    WrongThread {
+        /// The communicator operation.
+        op: &'static str,
+        /// The thread level MPI provides.
+        level: mpi::Threading,
+    },
 }
 
 impl Error {

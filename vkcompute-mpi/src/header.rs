@@ -259,7 +259,7 @@ impl Header {
 /// operation; `rank` is this rank.
 pub(crate) fn agree(
     op: &'static str,
-    comm: Comm,
+    comm: &Comm,
     rank: i32,
     size: i32,
     mine: Header,

@@ -33,19 +33,59 @@
 //! same protocol as `send` and `recv`; see [`Request`] for progress and for
 //! what dropping an unfinished one does.
 //!
-//! Threads: MPI is the application's to initialise (`mpi::initialize` or
-//! `initialize_with_threading`). A [`Communicator`] is used from the thread
-//! that made it (it holds an rsmpi communicator, which is neither `Send`
-//! nor `Sync`).
+//! **Ranks that die or hang.** MPI promises nothing here: a blocking call
+//! whose peer never comes waits for ever, and what happens when a process
+//! dies is up to the runtime. Measured with Open MPI 4.1.4's `mpirun` on
+//! one machine (3 ranks, `tests/faults.rs`): when a rank exits without
+//! `MPI_Finalize` (any exit code, or killed), `mpirun` terminates the
+//! other ranks about 1.1 s later, wherever they wait, and the job fails;
+//! under `mpirun --enable-recovery` the others keep waiting. What this
+//! crate adds is [`Communicator::set_timeout`]: every MPI wait of the
+//! communicator (each is posted non-blocking and polled with `MPI_Test`)
+//! fails with [`Error::Timeout`] once it passes the timeout, and the
+//! communicator then refuses further operations ([`Error::Broken`]),
+//! since the abandoned messages may still arrive. Returning is sound only
+//! once MPI lets go of the memory of the transfers under way: receives are
+//! cancelled, the small header buffers of the collectives are leaked, and
+//! where MPI keeps memory it cannot give back (a collective's broadcast, a
+//! send that the peer never takes and MPI cannot cancel) the job is
+//! aborted with `MPI_Abort` instead, the error on stderr. Measured: a rank
+//! that stalls makes the others' allreduce return `Timeout` 1.04 s into a
+//! 1 s timeout; under `--enable-recovery`, a rank that dies mid-allreduce
+//! made one survivor return `Timeout` and the other (its send to the dead
+//! rank not cancellable) abort the job, 4.1 s after the death with a 2 s
+//! timeout. No timeout is set by default: a slow rank is not a dead one.
+//!
+//! **Threads.** MPI is the application's to initialise (`mpi::initialize`
+//! or `initialize_with_threading`); a [`Communicator`] reads the level MPI
+//! actually provides (`MPI_Query_thread`;
+//! [`Communicator::thread_level`]) and checks it before every MPI call:
+//! - under `MPI_THREAD_MULTIPLE` a communicator may move to any thread and
+//!   be used there (`Communicator` is `Send`, not `Sync`: one thread at a
+//!   time per communicator; use one communicator per thread, made on one
+//!   thread in the same order on every rank, as `tests/threads.rs` does
+//!   with two threads on two duplicates of the world);
+//! - under `MPI_THREAD_SERIALIZED` it is used only on the thread that made
+//!   it (this crate cannot know whether the application's other MPI calls
+//!   are serialized with it);
+//! - under `MPI_THREAD_FUNNELED` and `MPI_THREAD_SINGLE` it is made and
+//!   used only on MPI's main thread.
+//!
+//! Elsewhere an operation is [`Error::WrongThread`], before any MPI call.
+//! A [`Request`] stays on its communicator's thread (it borrows it).
 
 mod collective;
 mod communicator;
+mod deadline;
 mod element;
 mod error;
 mod header;
 mod kernels;
+mod message;
+mod message_op;
 mod raw;
 mod request;
+mod threads;
 
 pub use communicator::{Buffer, Communicator, Place, DEFAULT_PIECE_BYTES, MAX_TAG};
 pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};

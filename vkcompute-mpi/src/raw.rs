@@ -13,9 +13,11 @@
 )]
 
 use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
 
 use mpi::ffi;
 
+use crate::deadline::{self, finish, Abandon};
 use crate::error::{Error, Result};
 
 /// The most bytes one MPI message of this crate carries (1 GiB, well under
@@ -23,11 +25,32 @@ use crate::error::{Error, Result};
 pub(crate) const MAX_MESSAGE: usize = 1 << 30;
 
 /// A raw communicator handle (`MPI_Comm`), valid while the
-/// [`Communicator`](crate::Communicator) that holds its owner lives.
-#[derive(Clone, Copy)]
-pub(crate) struct Comm(pub(crate) ffi::MPI_Comm);
+/// [`Communicator`](crate::Communicator) that holds its owner lives, and
+/// the state its waits share: the timeout, and whether one passed.
+#[derive(Clone)]
+pub(crate) struct Comm {
+    pub(crate) handle: ffi::MPI_Comm,
+    pub(crate) state: Arc<deadline::WaitState>,
+}
 
-fn byte_type() -> ffi::MPI_Datatype {
+// SAFETY: an MPI handle is a plain value, which any thread may hold and
+// pass to MPI; whether a thread may call MPI at all is the thread level's
+// rule, which `Communicator` enforces before every call it makes
+// (`Communicator::check_thread`).
+unsafe impl Send for Comm {}
+// SAFETY: as for `Send`: sharing the value is sharing an integer-like handle.
+unsafe impl Sync for Comm {}
+
+impl Comm {
+    pub(crate) fn new(handle: ffi::MPI_Comm) -> Comm {
+        Comm {
+            handle,
+            state: Arc::new(deadline::WaitState::default()),
+        }
+    }
+}
+
+pub(crate) fn byte_type() -> ffi::MPI_Datatype {
     // SAFETY: a constant handle that rsmpi's C shim initialises statically.
     unsafe { ffi::RSMPI_UINT8_T }
 }
@@ -84,166 +107,190 @@ fn truncated(op: &'static str, peer: i32, got: usize, want: usize) -> Error {
     }
 }
 
-/// `MPI_Send` of `bytes` to `dest` with `tag`.
-pub(crate) fn send(op: &'static str, comm: Comm, bytes: &[u8], dest: i32, tag: i32) -> Result<()> {
-    for piece in pieces(bytes.len()) {
-        let part = &bytes[piece];
-        // SAFETY: `part` is readable for its length, which fits a c_int
-        // (at most MAX_MESSAGE); `comm` is live.
-        let rc = unsafe {
-            ffi::MPI_Send(
-                part.as_ptr().cast::<c_void>(),
-                part.len() as c_int,
-                byte_type(),
-                dest,
-                tag,
-                comm.0,
-            )
-        };
-        check(op, "MPI_Send", rc)?;
-    }
-    Ok(())
+/// `MPI_Send` of `bytes` to `dest` with `tag` (posted as `MPI_Isend`s
+/// and waited for within the communicator's timeout).
+pub(crate) fn send(op: &'static str, comm: &Comm, bytes: &[u8], dest: i32, tag: i32) -> Result<()> {
+    exchange(op, comm, "MPI_Send", Some((bytes, dest)), None, tag)
 }
 
-/// `MPI_Recv` of exactly `bytes.len()` bytes from `source` with `tag`.
+/// `MPI_Recv` of exactly `bytes.len()` bytes from `source` with `tag`
+/// (posted as `MPI_Irecv`s and waited for within the timeout).
 pub(crate) fn recv(
     op: &'static str,
-    comm: Comm,
+    comm: &Comm,
     bytes: &mut [u8],
     source: i32,
     tag: i32,
 ) -> Result<()> {
-    for piece in pieces(bytes.len()) {
-        let part = &mut bytes[piece];
-        // SAFETY: a zeroed status is a valid out-value for MPI to fill in.
-        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-        // SAFETY: `part` is writable for its length, which fits a c_int;
-        // `comm` is live; `status` is a valid out-pointer.
-        let rc = unsafe {
-            ffi::MPI_Recv(
-                part.as_mut_ptr().cast::<c_void>(),
-                part.len() as c_int,
-                byte_type(),
-                source,
-                tag,
-                comm.0,
-                &mut status,
-            )
-        };
-        check(op, "MPI_Recv", rc)?;
-        let got = received(op, &status)?;
-        if got != part.len() {
-            return Err(truncated(op, source, got, part.len()));
-        }
-    }
-    Ok(())
+    exchange(op, comm, "MPI_Recv", None, Some((bytes, source)), tag)
 }
 
-/// `MPI_Sendrecv`: `out` to `dest` while `into` (exactly its length) comes
-/// from `source`, both with `tag`. The two lengths may differ; each side
-/// splits its own range into the same pieces as its peer does.
+/// `out` to `dest` while `into` (exactly its length) comes from `source`,
+/// both with `tag`. The two lengths may differ; each side splits its own
+/// range into the same pieces as its peer does.
 pub(crate) fn sendrecv(
     op: &'static str,
-    comm: Comm,
+    comm: &Comm,
     out: &[u8],
     dest: i32,
     into: &mut [u8],
     source: i32,
     tag: i32,
 ) -> Result<()> {
-    let count = out
-        .len()
-        .div_ceil(MAX_MESSAGE)
-        .max(into.len().div_ceil(MAX_MESSAGE))
-        .max(1);
-    for i in 0..count {
-        let range = |len: usize| (i * MAX_MESSAGE).min(len)..((i + 1) * MAX_MESSAGE).min(len);
-        let send = &out[range(out.len())];
-        let recv_range = range(into.len());
-        let recv = &mut into[recv_range];
-        // SAFETY: as in `send` and `recv`.
-        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-        // SAFETY: `send` is readable and `recv` writable for their lengths,
-        // which fit a c_int; they are distinct borrows, so they do not
-        // overlap; `comm` is live.
-        let rc = unsafe {
-            ffi::MPI_Sendrecv(
-                send.as_ptr().cast::<c_void>(),
-                send.len() as c_int,
-                byte_type(),
-                dest,
-                tag,
-                recv.as_mut_ptr().cast::<c_void>(),
-                recv.len() as c_int,
-                byte_type(),
-                source,
-                tag,
-                comm.0,
-                &mut status,
-            )
-        };
-        check(op, "MPI_Sendrecv", rc)?;
-        let got = received(op, &status)?;
-        if got != recv.len() {
-            return Err(truncated(op, source, got, recv.len()));
-        }
-    }
-    Ok(())
+    let (out, into) = (Some((out, dest)), Some((into, source)));
+    exchange(op, comm, "MPI_Sendrecv", out, into, tag)
 }
 
-/// `MPI_Bcast` of `bytes` from `root` (every rank passes the same length).
-pub(crate) fn broadcast(op: &'static str, comm: Comm, bytes: &mut [u8], root: i32) -> Result<()> {
+/// Posts `MPI_Irecv`s into `into` from its rank and `MPI_Isend`s of `out`
+/// to its rank, all with `tag`, and waits for them within the
+/// communicator's timeout (as `call`).
+fn exchange(
+    op: &'static str,
+    comm: &Comm,
+    call: &'static str,
+    out: Option<(&[u8], i32)>,
+    into: Option<(&mut [u8], i32)>,
+    tag: i32,
+) -> Result<()> {
+    comm.state.usable(op)?;
+    let mut transfers = Vec::new();
+    let mut posted = Ok(());
+    if let Some((into, source)) = into {
+        let (ptr, len) = (into.as_mut_ptr(), into.len());
+        // SAFETY: `into` is borrowed mutably until this returns, and
+        // `finish` with `Abandon::Cancel` returns only once MPI no longer
+        // writes it (it aborts the job where MPI cannot give it back).
+        posted = unsafe { irecv(op, comm, ptr, len, source, tag, &mut transfers) };
+    }
+    if let (Ok(()), Some((out, dest))) = (&posted, out) {
+        let (ptr, len) = (out.as_ptr(), out.len());
+        // SAFETY: `out` is borrowed until this returns (a borrow distinct
+        // from `into`'s, so they do not overlap), and `finish` returns only
+        // once MPI no longer reads it, as above.
+        posted = unsafe { isend(op, comm, ptr, len, dest, tag, &mut transfers) };
+    }
+    finish(op, comm, call, posted, &mut transfers, Abandon::Cancel)
+}
+
+/// `MPI_Bcast` of `bytes` from `root` (every rank passes the same
+/// length), as `MPI_Ibcast`s waited for within the timeout. MPI cannot
+/// cancel a collective, so where the timeout passes the job is aborted.
+pub(crate) fn broadcast(op: &'static str, comm: &Comm, bytes: &mut [u8], root: i32) -> Result<()> {
+    comm.state.usable(op)?;
+    let mut transfers = Vec::new();
+    let mut posted = Ok(());
     for piece in pieces(bytes.len()) {
         let part = &mut bytes[piece];
+        // SAFETY: a null handle is a valid out-value for MPI to replace.
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
         // SAFETY: `part` is valid for reads and writes of its length, which
-        // fits a c_int; `comm` is live.
+        // fits a c_int, until `finish` returns (it aborts the job rather
+        // than return while MPI may still touch it); `comm` is live.
         let rc = unsafe {
-            ffi::MPI_Bcast(
+            ffi::MPI_Ibcast(
                 part.as_mut_ptr().cast::<c_void>(),
                 part.len() as c_int,
                 byte_type(),
                 root,
-                comm.0,
+                comm.handle,
+                &mut request,
             )
         };
-        check(op, "MPI_Bcast", rc)?;
+        posted = check(op, "MPI_Ibcast", rc);
+        if posted.is_err() {
+            break;
+        }
+        transfers.push(Transfer { request, due: None });
     }
-    Ok(())
+    finish(
+        op,
+        comm,
+        "MPI_Bcast",
+        posted,
+        &mut transfers,
+        Abandon::Abort,
+    )
 }
 
 /// `MPI_Allgather` of one small fixed-size record per rank: `mine` from
-/// this rank, into `all` (`mine.len()` times the number of ranks).
-pub(crate) fn allgather(op: &'static str, comm: Comm, mine: &[u8], all: &mut [u8]) -> Result<()> {
+/// this rank, into `all` (`mine.len()` times the number of ranks), as an
+/// `MPI_Iallgather` of copies that are leaked where the timeout passes
+/// (MPI cannot cancel a collective; the copies are as small as the
+/// records).
+pub(crate) fn allgather(op: &'static str, comm: &Comm, mine: &[u8], all: &mut [u8]) -> Result<()> {
     debug_assert!(mine.len() <= MAX_MESSAGE);
     debug_assert!(all.len() % mine.len().max(1) == 0);
-    // SAFETY: `mine` is readable for its length and `all` writable for the
-    // communicator's size times it (the caller sizes it so); both fit a
-    // c_int; they are distinct borrows; `comm` is live.
+    comm.state.usable(op)?;
+    let send: Box<[u8]> = mine.into();
+    let mut gathered: Box<[u8]> = vec![0u8; all.len()].into_boxed_slice();
+    // SAFETY: a null handle is a valid out-value for MPI to replace.
+    let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: `send` is readable for its length and `gathered` writable
+    // for the communicator's size times it (the caller sizes `all` so);
+    // both fit a c_int and are separate heap allocations, which stay alive
+    // until the request completes: `finish` returns before that only with
+    // a timeout, and then both are leaked below. `comm` is live.
     let rc = unsafe {
-        ffi::MPI_Allgather(
-            mine.as_ptr().cast::<c_void>(),
-            mine.len() as c_int,
+        ffi::MPI_Iallgather(
+            send.as_ptr().cast::<c_void>(),
+            send.len() as c_int,
             byte_type(),
-            all.as_mut_ptr().cast::<c_void>(),
-            mine.len() as c_int,
+            gathered.as_mut_ptr().cast::<c_void>(),
+            send.len() as c_int,
             byte_type(),
-            comm.0,
+            comm.handle,
+            &mut request,
         )
     };
-    check(op, "MPI_Allgather", rc)
+    check(op, "MPI_Iallgather", rc)?;
+    let mut transfers = [Transfer { request, due: None }];
+    match finish(
+        op,
+        comm,
+        "MPI_Allgather",
+        Ok(()),
+        &mut transfers,
+        Abandon::Leak,
+    ) {
+        Ok(()) => {
+            all.copy_from_slice(&gathered);
+            Ok(())
+        }
+        Err(e) => {
+            if matches!(e, Error::Timeout { .. }) {
+                Box::leak(send);
+                Box::leak(gathered);
+            }
+            Err(e)
+        }
+    }
 }
 
-/// `MPI_Barrier`.
-pub(crate) fn barrier(op: &'static str, comm: Comm) -> Result<()> {
-    // SAFETY: `comm` is live.
-    check(op, "MPI_Barrier", unsafe { ffi::MPI_Barrier(comm.0) })
+/// `MPI_Barrier`, as an `MPI_Ibarrier` waited for within the timeout (a
+/// barrier has no memory, so one that times out is simply left to MPI).
+pub(crate) fn barrier(op: &'static str, comm: &Comm) -> Result<()> {
+    comm.state.usable(op)?;
+    // SAFETY: a null handle is a valid out-value for MPI to replace.
+    let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: `comm` is live; `request` is a valid out-pointer.
+    let rc = unsafe { ffi::MPI_Ibarrier(comm.handle, &mut request) };
+    check(op, "MPI_Ibarrier", rc)?;
+    let mut transfers = [Transfer { request, due: None }];
+    finish(
+        op,
+        comm,
+        "MPI_Barrier",
+        Ok(()),
+        &mut transfers,
+        Abandon::Leak,
+    )
 }
 
 /// Makes MPI return error codes on `comm` instead of aborting the job.
-pub(crate) fn set_errors_return(op: &'static str, comm: Comm) -> Result<()> {
+pub(crate) fn set_errors_return(op: &'static str, comm: &Comm) -> Result<()> {
     // SAFETY: `comm` is live; the handler is MPI's predefined constant.
     check(op, "MPI_Comm_set_errhandler", unsafe {
-        ffi::MPI_Comm_set_errhandler(comm.0, ffi::RSMPI_ERRORS_RETURN)
+        ffi::MPI_Comm_set_errhandler(comm.handle, ffi::RSMPI_ERRORS_RETURN)
     })
 }
 
@@ -254,9 +301,9 @@ pub(crate) fn set_errors_return(op: &'static str, comm: Comm) -> Result<()> {
 /// untouched until [`test`](Self::test) returns `Ok(true)` or an error, or
 /// [`cancel`](Self::cancel) returns.
 pub(crate) struct Transfer {
-    request: ffi::MPI_Request,
+    pub(crate) request: ffi::MPI_Request,
     /// For a receive: the bytes due and the peer they come from.
-    due: Option<(usize, i32)>,
+    pub(crate) due: Option<(usize, i32)>,
 }
 
 /// Posts `MPI_Isend`s of `len` bytes at `ptr` to `dest` with `tag` (one per
@@ -268,7 +315,7 @@ pub(crate) struct Transfer {
 /// transfer pushed here completes.
 pub(crate) unsafe fn isend(
     op: &'static str,
-    comm: Comm,
+    comm: &Comm,
     ptr: *const u8,
     len: usize,
     dest: i32,
@@ -288,7 +335,7 @@ pub(crate) unsafe fn isend(
                 byte_type(),
                 dest,
                 tag,
-                comm.0,
+                comm.handle,
                 &mut request,
             )
         };
@@ -307,7 +354,7 @@ pub(crate) unsafe fn isend(
 /// them, until every transfer pushed here completes or is cancelled.
 pub(crate) unsafe fn irecv(
     op: &'static str,
-    comm: Comm,
+    comm: &Comm,
     ptr: *mut u8,
     len: usize,
     source: i32,
@@ -327,7 +374,7 @@ pub(crate) unsafe fn irecv(
                 byte_type(),
                 source,
                 tag,
-                comm.0,
+                comm.handle,
                 &mut request,
             )
         };
@@ -339,6 +386,11 @@ pub(crate) unsafe fn irecv(
     }
     Ok(())
 }
+
+// SAFETY: an `MPI_Request` is a plain handle that MPI lets any thread
+// test or wait for, within the thread level (enforced by `Communicator`,
+// whose thread alone moves its transfers on below MPI_THREAD_MULTIPLE).
+unsafe impl Send for Transfer {}
 
 impl Transfer {
     /// `MPI_Test`: whether the transfer is complete (then MPI no longer
@@ -356,13 +408,38 @@ impl Transfer {
         if flag == 0 {
             return Ok(false);
         }
+        self.check_count(op, &status).map(|()| true)
+    }
+
+    /// `MPI_Wait`: blocks until the transfer is complete, with `test`'s
+    /// result.
+    pub(crate) fn wait(&mut self, op: &'static str) -> Result<()> {
+        // SAFETY: a zeroed status is a valid out-value for MPI to fill in.
+        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+        // SAFETY: as in `test`.
+        let rc = unsafe { ffi::MPI_Wait(&mut self.request, &mut status) };
+        check(op, "MPI_Wait", rc)?;
+        self.check_count(op, &status)
+    }
+
+    /// Whether a completed receive brought the bytes due.
+    fn check_count(&self, op: &'static str, status: &ffi::MPI_Status) -> Result<()> {
         if let Some((want, peer)) = self.due {
-            let got = received(op, &status)?;
+            let got = received(op, status)?;
             if got != want {
                 return Err(truncated(op, peer, got, want));
             }
         }
-        Ok(true)
+        Ok(())
+    }
+
+    /// `MPI_Cancel` alone: asks MPI to cancel the transfer, which still has
+    /// to be completed (`test`) before its memory is free.
+    pub(crate) fn request_cancel(&mut self, op: &'static str) -> Result<()> {
+        // SAFETY: `request` is a request this transfer posted.
+        check(op, "MPI_Cancel", unsafe {
+            ffi::MPI_Cancel(&mut self.request)
+        })
     }
 
     /// `MPI_Cancel` and `MPI_Wait`: whether the operation was cancelled

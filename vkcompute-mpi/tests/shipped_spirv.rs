@@ -1,9 +1,10 @@
-//! The checked-in SPIR-V of the reduction kernels (`shaders/spv/`) is what
-//! their GLSL (`shaders/*.comp`) compiles to, and valid: each module loads
-//! through vkcompute's validating `Kernel::builder(..).build` (SPIRV-Tools'
-//! validator, feature `validate`) with every reduction, on a context with
-//! the Khronos validation layer, which reports nothing. This is what the
-//! `SAFETY` comment of the crate's `build_unvalidated` call rests on.
+//! The checked-in SPIR-V of the reduction kernels and of the training
+//! example's kernels (`shaders/spv/`) is what their GLSL (`shaders/*.comp`)
+//! compiles to, and valid: each module loads through vkcompute's validating
+//! `Kernel::builder(..).build` (SPIRV-Tools' validator, feature `validate`),
+//! a reduction kernel with every reduction, on a context with the Khronos
+//! validation layer, which reports nothing. This is what the `SAFETY`
+//! comment of the crate's `build_unvalidated` call rests on.
 //!
 //! `VKCOMPUTE_REFRESH_SPIRV=1` rewrites the checked-in modules instead
 //! (then rebuild, and commit `shaders/spv/`).
@@ -13,6 +14,18 @@ use std::path::PathBuf;
 use vkcompute::{ContextOptions, DeviceContext, Kernel};
 use vkcompute_mpi::ReduceOp;
 
+/// The modules of `examples/train.rs`, which loads them itself.
+const EXAMPLE_MODULES: [(&str, &[u8]); 2] = [
+    (
+        "train_gradient",
+        include_bytes!("../shaders/spv/train_gradient.spv"),
+    ),
+    (
+        "train_step",
+        include_bytes!("../shaders/spv/train_step.spv"),
+    ),
+];
+
 fn shader_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("shaders")
 }
@@ -20,7 +33,8 @@ fn shader_dir() -> PathBuf {
 #[test]
 fn shipped_spirv_is_the_compiled_glsl_and_valid() {
     let refresh = std::env::var_os("VKCOMPUTE_REFRESH_SPIRV").is_some_and(|v| v == "1");
-    let shipped = vkcompute_mpi::shipped_spirv();
+    let mut shipped = vkcompute_mpi::shipped_spirv();
+    shipped.extend(EXAMPLE_MODULES);
     // Every source has a module and every module a source.
     let mut sources: Vec<String> = std::fs::read_dir(shader_dir())
         .unwrap()
@@ -69,6 +83,12 @@ fn shipped_spirv_is_the_compiled_glsl_and_valid() {
             .chunks_exact(4)
             .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
             .collect();
+        if EXAMPLE_MODULES.iter().any(|(n, _)| n == name) {
+            Kernel::builder(&module)
+                .build(&ctx)
+                .unwrap_or_else(|e| panic!("{name} does not load validated: {e}"));
+            continue;
+        }
         for op in ReduceOp::ALL {
             let code = ReduceOp::ALL.iter().position(|o| *o == op).unwrap() as u32;
             Kernel::builder(&module)

@@ -1,0 +1,256 @@
+//! Waits with a deadline: every MPI wait of this crate polls `MPI_Test`
+//! until its transfers complete or the communicator's timeout passes.
+//!
+//! MPI itself has no timeout: a blocking call whose peer never comes waits
+//! for ever, and what happens when a rank dies is up to the runtime (Open
+//! MPI's `mpirun` terminates the whole job once a rank exits without
+//! `MPI_Finalize`; see the crate documentation for the measured times).
+//! With a timeout set, a wait that passes it returns [`Error::Timeout`],
+//! and the communicator is marked broken, so that its later operations
+//! fail at once ([`Error::Broken`]) instead of meeting the abandoned
+//! messages.
+//!
+//! Returning early is sound only when MPI no longer touches the memory of
+//! the transfers left unfinished, so a timeout does one of three things
+//! ([`Abandon`]): cancels them (point to point) and, where MPI does not
+//! give their memory back within [`CANCEL_GRACE`], aborts the job
+//! (`MPI_Abort`); leaves them to MPI where their memory is leaked or
+//! there is none; or aborts at once (a collective over borrowed memory,
+//! which MPI cannot cancel).
+#![allow(
+    unsafe_code,
+    reason = "MPI_Abort, the one call that ends a job whose memory MPI keeps"
+)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use mpi::ffi;
+
+use crate::error::{Error, Result};
+use crate::raw::{Comm, Transfer};
+
+/// How long cancelled transfers have to give their memory back after a
+/// timeout before the job is aborted.
+pub(crate) const CANCEL_GRACE: Duration = Duration::from_secs(1);
+
+/// The exit code `MPI_Abort` is given when a timeout leaves MPI holding
+/// memory (`EX_SOFTWARE`).
+const ABORT_CODE: i32 = 70;
+
+/// A non-blocking operation that every wait of its communicator moves on
+/// while it polls (the communicator's pending requests: `message_op::Op`).
+pub(crate) trait Pollable {
+    /// Moves the operation on as far as it can go without blocking.
+    fn advance(&mut self);
+    /// `(is a send, peer, tag)` while the header step is still to be done:
+    /// operations with the same key take that step in the order they were
+    /// posted, so that answers and data pair up as their headers did.
+    fn header_key(&self) -> Option<(bool, i32, i32)>;
+    /// Whether MPI is done with the operation's memory.
+    fn is_over(&self) -> bool;
+}
+
+/// A pending operation, owned by its request.
+pub(crate) type PendingOp = Weak<Mutex<dyn Pollable + Send>>;
+
+/// The state every wait on one communicator shares.
+pub(crate) struct WaitState {
+    /// The timeout in nanoseconds; `u64::MAX`: none.
+    timeout_ns: AtomicU64,
+    /// Whether a wait passed its timeout.
+    broken: AtomicBool,
+    /// The non-blocking operations under way, oldest first.
+    pending: Mutex<Vec<PendingOp>>,
+}
+
+impl Default for WaitState {
+    fn default() -> Self {
+        WaitState {
+            timeout_ns: AtomicU64::new(u64::MAX),
+            broken: AtomicBool::new(false),
+            pending: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl WaitState {
+    /// Adds an operation for every later wait to move on.
+    pub(crate) fn register(&self, op: PendingOp) {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(op);
+    }
+
+    /// Moves every pending operation on as far as it goes without
+    /// blocking, oldest first (those with the same header key take their
+    /// header step in the order they were posted); whether any is left.
+    /// One in use elsewhere on the stack (a request being waited for or
+    /// dropped) is skipped.
+    pub(crate) fn progress(&self) -> bool {
+        let ops: Vec<_> = {
+            let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.retain(|weak| {
+                weak.upgrade()
+                    .is_some_and(|op| op.try_lock().map_or(true, |op| !op.is_over()))
+            });
+            pending.iter().filter_map(Weak::upgrade).collect()
+        };
+        let mut waiting = Vec::new();
+        for op in &ops {
+            let Ok(mut op) = op.try_lock() else {
+                continue;
+            };
+            if op.header_key().is_some_and(|key| waiting.contains(&key)) {
+                continue;
+            }
+            op.advance();
+            if let Some(key) = op.header_key() {
+                waiting.push(key);
+            }
+        }
+        !ops.is_empty()
+    }
+
+    pub(crate) fn timeout(&self) -> Option<Duration> {
+        match self.timeout_ns.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    pub(crate) fn set_timeout(&self, timeout: Option<Duration>) {
+        let ns = timeout.map_or(u64::MAX, |t| {
+            u64::try_from(t.as_nanos()).map_or(u64::MAX - 1, |ns| ns.min(u64::MAX - 1))
+        });
+        self.timeout_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// [`Error::Broken`] once a wait has timed out.
+    pub(crate) fn usable(&self, op: &'static str) -> Result<()> {
+        if self.broken.load(Ordering::Relaxed) {
+            return Err(Error::Broken { op });
+        }
+        Ok(())
+    }
+
+    /// Marks the communicator broken and makes the error of a wait for
+    /// `call` that passed `after`.
+    pub(crate) fn timed_out(&self, op: &'static str, call: &'static str, after: Duration) -> Error {
+        self.broken.store(true, Ordering::Relaxed);
+        log::error!("vkcompute-mpi: {op}: {call} timed out after {after:?}");
+        Error::Timeout { op, call, after }
+    }
+}
+
+/// What a wait does with the transfers still unfinished when its timeout
+/// passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Abandon {
+    /// Cancel them (point-to-point transfers), and abort the job where MPI
+    /// has not finished them within [`CANCEL_GRACE`].
+    Cancel,
+    /// Leave them to MPI: they use no memory, or memory the caller leaks.
+    Leak,
+    /// Abort the job: MPI holds borrowed memory it cannot give back.
+    Abort,
+}
+
+/// Waits for every transfer of `transfers` (those of one `call`; `posted`
+/// is the result of posting them) within the communicator's timeout, and
+/// returns the first error among posting and the transfers.
+///
+/// Returns only once MPI no longer touches the memory of any of them,
+/// except with [`Error::Timeout`] under [`Abandon::Leak`]: then the ones
+/// unfinished are left to MPI.
+///
+/// While the communicator has non-blocking requests under way, the wait
+/// polls and moves them on meanwhile (so a blocking call whose peer waits
+/// for one of them completes); otherwise, without a timeout, it blocks in
+/// `MPI_Wait`.
+pub(crate) fn finish(
+    op: &'static str,
+    comm: &Comm,
+    call: &'static str,
+    posted: Result<()>,
+    transfers: &mut [Transfer],
+    abandon: Abandon,
+) -> Result<()> {
+    let mut first = posted.err();
+    let timeout = comm.state.timeout();
+    let start = Instant::now();
+    let mut open: Vec<usize> = (0..transfers.len()).collect();
+    loop {
+        open.retain(|&i| match transfers[i].test(op) {
+            Ok(done) => !done,
+            Err(e) => {
+                first.get_or_insert(e);
+                false
+            }
+        });
+        let Some(&next) = open.first() else {
+            return first.map_or(Ok(()), Err);
+        };
+        let polling = comm.state.progress();
+        match timeout {
+            None if !polling => {
+                if let Err(e) = transfers[next].wait(op) {
+                    first.get_or_insert(e);
+                }
+                open.remove(0);
+            }
+            None => std::thread::yield_now(),
+            Some(after) if start.elapsed() >= after => {
+                let error = comm.state.timed_out(op, call, after);
+                match abandon {
+                    Abandon::Leak => {}
+                    Abandon::Cancel => cancel_or_abort(op, comm, transfers, &open, &error),
+                    Abandon::Abort => abort(comm, &error),
+                }
+                return Err(error);
+            }
+            Some(_) => std::thread::yield_now(),
+        }
+    }
+}
+
+/// Cancels the transfers `open` of `transfers` and waits up to
+/// [`CANCEL_GRACE`] for MPI to finish them; aborts the job otherwise.
+fn cancel_or_abort(
+    op: &'static str,
+    comm: &Comm,
+    transfers: &mut [Transfer],
+    open: &[usize],
+    error: &Error,
+) {
+    let mut open = open.to_vec();
+    for &i in &open {
+        if transfers[i].request_cancel(op).is_err() {
+            abort(comm, error);
+        }
+    }
+    let start = Instant::now();
+    while !open.is_empty() {
+        // A transfer that completes, cancelled or not, or fails, is over.
+        open.retain(|&i| matches!(transfers[i].test(op), Ok(false)));
+        if start.elapsed() >= CANCEL_GRACE {
+            abort(comm, error);
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Ends the job (`MPI_Abort`), saying why: MPI holds memory that this
+/// process cannot take back, so returning is not sound.
+fn abort(comm: &Comm, error: &Error) -> ! {
+    eprintln!(
+        "vkcompute-mpi: {error}; MPI still holds memory of the transfers under way and cannot \
+         give it back, so the job is aborted (MPI_Abort)"
+    );
+    // SAFETY: `comm` is live; MPI_Abort ends every process of the job.
+    unsafe { ffi::MPI_Abort(comm.handle, ABORT_CODE) };
+    // MPI_Abort does not return; should it, this process still must not.
+    std::process::abort()
+}

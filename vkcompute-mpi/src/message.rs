@@ -1,0 +1,274 @@
+//! The staging of one point-to-point message: the pieces a device
+//! buffer's message travels in, through two pinned host buffers that take
+//! turns (one is copied while MPI moves the other), and a host buffer's
+//! message sent or received where it lies.
+
+use std::mem::size_of;
+
+use vkcompute::{DeviceBuffer, HostBuffer};
+
+use crate::communicator::{Communicator, Place};
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::raw::{self, Comm};
+
+/// The pieces of a range of `len` elements, `piece` at a time.
+fn pieces(len: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len.div_ceil(piece)).map(move |i| (i * piece, piece.min(len - i * piece)))
+}
+
+/// Two pinned host buffers that the pieces of a device buffer's message
+/// take turns in: one is copied while MPI moves the other.
+pub(crate) struct StagingPair {
+    buffers: [HostBuffer<u8>; 2],
+}
+
+impl StagingPair {
+    /// Two buffers for pieces of `piece` elements of `T` of a buffer of `len`.
+    fn new<T>(comm: &Communicator, op: &'static str, piece: usize, len: usize) -> Result<Self> {
+        let bytes = piece.min(len) * size_of::<T>();
+        Ok(StagingPair {
+            buffers: [comm.staging(op, bytes)?, comm.staging(op, bytes)?],
+        })
+    }
+
+    /// The buffer of piece `index`.
+    fn of(&self, index: usize) -> &HostBuffer<u8> {
+        &self.buffers[index % 2]
+    }
+
+    /// Gives the buffers back for reuse.
+    fn keep(self, comm: &Communicator) {
+        for b in self.buffers {
+            comm.keep_staging(b);
+        }
+    }
+}
+
+/// The sending side of a message, prepared before its header goes out: the
+/// first piece is already on its way to the host.
+pub(crate) enum Outgoing<'a, T: Element> {
+    Host {
+        slice: vkcompute::HostSlice<'a, T>,
+        piece: usize,
+    },
+    Device {
+        buf: &'a DeviceBuffer<T>,
+        staging: StagingPair,
+        piece: usize,
+    },
+}
+
+impl<'a, T: Element> Outgoing<'a, T> {
+    pub(crate) fn prepare(
+        comm: &Communicator,
+        op: &'static str,
+        place: Place<'a, T>,
+        piece: usize,
+    ) -> Result<Self> {
+        match place {
+            Place::Host(host) => Ok(Outgoing::Host {
+                slice: host.as_slice().map_err(Error::device(op))?,
+                piece,
+            }),
+            Place::Device(buf) => {
+                let staging = StagingPair::new::<T>(comm, op, piece, buf.len())?;
+                let outgoing = Outgoing::Device {
+                    buf,
+                    staging,
+                    piece,
+                };
+                if let Err(e) = outgoing.start_piece(op, 0) {
+                    outgoing.finish(comm);
+                    return Err(e);
+                }
+                Ok(outgoing)
+            }
+        }
+    }
+
+    /// Enqueues the copy of piece `index` of a device buffer to its staging
+    /// buffer, and submits it.
+    fn start_piece(&self, op: &'static str, index: usize) -> Result<()> {
+        let Outgoing::Device {
+            buf,
+            staging,
+            piece,
+        } = self
+        else {
+            return Ok(());
+        };
+        let Some((start, len)) = pieces(buf.len(), *piece).nth(index) else {
+            return Ok(());
+        };
+        let host = staging
+            .of(index)
+            .create_sub_buffer::<T>(0, len)
+            .map_err(Error::device(op))?;
+        buf.create_sub_buffer::<T>(start, len)
+            .and_then(|part| part.enqueue_copy_to(&host))
+            .and_then(|()| buf.context().flush())
+            .map_err(Error::device(op))
+    }
+
+    /// Sends every piece. `Ok(Some(e))`: a piece could not be read after
+    /// the header went out; zeros went in its place (so that the receiver
+    /// does not hang) and the trailer says so.
+    pub(crate) fn send_all(
+        &self,
+        op: &'static str,
+        comm: &Comm,
+        dest: i32,
+        tag: i32,
+    ) -> Result<Option<Error>> {
+        match self {
+            Outgoing::Host { slice, piece } => {
+                for (start, len) in pieces(slice.len(), *piece) {
+                    raw::send(
+                        op,
+                        comm,
+                        bytemuck::cast_slice(&slice[start..start + len]),
+                        dest,
+                        tag,
+                    )?;
+                }
+                Ok(None)
+            }
+            Outgoing::Device {
+                buf,
+                staging,
+                piece,
+            } => {
+                let mut failed = None;
+                let all: Vec<(usize, usize)> = pieces(buf.len(), *piece).collect();
+                for (index, &(_, len)) in all.iter().enumerate() {
+                    if index + 1 < all.len() && failed.is_none() {
+                        if let Err(e) = self.start_piece(op, index + 1) {
+                            failed = Some(e);
+                        }
+                    }
+                    let bytes = len * size_of::<T>();
+                    let read = staging.of(index).as_slice().map_err(Error::device(op));
+                    match read {
+                        Ok(host) if failed.is_none() => {
+                            raw::send(op, comm, &host[..bytes], dest, tag)?
+                        }
+                        Ok(_) => raw::send(op, comm, &vec![0u8; bytes], dest, tag)?,
+                        Err(e) => {
+                            raw::send(op, comm, &vec![0u8; bytes], dest, tag)?;
+                            failed.get_or_insert(e);
+                        }
+                    }
+                }
+                Ok(failed)
+            }
+        }
+    }
+
+    /// Gives the staging buffers back for reuse.
+    pub(crate) fn finish(self, comm: &Communicator) {
+        if let Outgoing::Device { staging, .. } = self {
+            staging.keep(comm);
+        }
+    }
+}
+
+/// The receiving side of a message.
+pub(crate) enum Incoming<'a, T: Element> {
+    Host {
+        slice: vkcompute::HostSliceMut<'a, T>,
+        piece: usize,
+    },
+    Device {
+        buf: &'a DeviceBuffer<T>,
+        staging: StagingPair,
+        piece: usize,
+    },
+}
+
+impl<'a, T: Element> Incoming<'a, T> {
+    pub(crate) fn prepare(
+        comm: &Communicator,
+        op: &'static str,
+        place: Place<'a, T>,
+        piece: usize,
+    ) -> Result<Self> {
+        match place {
+            Place::Host(host) => Ok(Incoming::Host {
+                slice: host.as_mut_slice().map_err(Error::device(op))?,
+                piece,
+            }),
+            Place::Device(buf) => Ok(Incoming::Device {
+                buf,
+                staging: StagingPair::new::<T>(comm, op, piece, buf.len())?,
+                piece,
+            }),
+        }
+    }
+
+    /// Receives every piece. `Ok(Some(e))`: a piece could not be written
+    /// into a device buffer; the rest were still taken off the wire.
+    pub(crate) fn recv_all(
+        &mut self,
+        op: &'static str,
+        comm: &Comm,
+        source: i32,
+        tag: i32,
+    ) -> Result<Option<Error>> {
+        match self {
+            Incoming::Host { slice, piece } => {
+                let piece = *piece;
+                for (start, len) in pieces(slice.len(), piece) {
+                    raw::recv(
+                        op,
+                        comm,
+                        bytemuck::cast_slice_mut(&mut slice[start..start + len]),
+                        source,
+                        tag,
+                    )?;
+                }
+                Ok(None)
+            }
+            Incoming::Device {
+                buf,
+                staging,
+                piece,
+            } => {
+                let mut failed = None;
+                for (index, (start, len)) in pieces(buf.len(), *piece).enumerate() {
+                    let bytes = len * size_of::<T>();
+                    let host = &staging.of(index);
+                    match host.as_mut_slice() {
+                        Ok(mut slice) => raw::recv(op, comm, &mut slice[..bytes], source, tag)?,
+                        Err(e) => {
+                            raw::recv(op, comm, &mut vec![0u8; bytes], source, tag)?;
+                            failed.get_or_insert(Error::device(op)(e));
+                            continue;
+                        }
+                    }
+                    if failed.is_some() {
+                        continue;
+                    }
+                    let stored = host
+                        .create_sub_buffer::<T>(0, len)
+                        .and_then(|h| {
+                            buf.create_sub_buffer::<T>(start, len)
+                                .and_then(|part| part.enqueue_copy_from(&h))
+                        })
+                        .and_then(|()| buf.context().flush());
+                    if let Err(e) = stored {
+                        failed = Some(Error::device(op)(e));
+                    }
+                }
+                Ok(failed)
+            }
+        }
+    }
+
+    /// Gives the staging buffers back for reuse.
+    pub(crate) fn finish(self, comm: &Communicator) {
+        if let Incoming::Device { staging, .. } = self {
+            staging.keep(comm);
+        }
+    }
+}

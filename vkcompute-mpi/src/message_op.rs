@@ -1,0 +1,439 @@
+//! One non-blocking message end as a state machine ([`Op`]), and the
+//! [`Step`] trait through which the progress engine of `request.rs` moves
+//! it on: header, answer, data pieces and trailer, each posted with
+//! `MPI_Isend`/`MPI_Irecv` over memory the operation owns.
+#![allow(
+    unsafe_code,
+    reason = "posting MPI_Isend and MPI_Irecv over memory the operation owns"
+)]
+
+use std::mem::size_of;
+
+use vkcompute::{DeviceBuffer, HostBuffer};
+
+use crate::communicator::{Communicator, ACK_TAGS, DATA_TAGS, TRAILER_BYTES};
+use crate::deadline::Pollable;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::header::{Failure, Header, Kind, HEADER_BYTES};
+use crate::raw::{self, Comm, Transfer};
+
+/// Which end of a message an operation is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Send,
+    Recv,
+}
+
+/// How far an operation has got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// A sender's header is out and its answer awaited; a receiver awaits
+    /// the header.
+    Header,
+    /// The data (and answer, trailer) are under way, or a refusal or a
+    /// failure is going out.
+    Data,
+    /// Nothing of this operation is under way in MPI any more.
+    Over,
+}
+
+/// A pending operation, as its request sees it (the progress engine sees
+/// it as [`Pollable`]).
+pub(crate) trait Step: Pollable {
+    /// The result, once over; a receive's data lands here (first call).
+    fn finish(&mut self) -> Result<()>;
+    /// For a request dropped unfinished: cancels what can be cancelled.
+    fn abandon(&mut self);
+}
+
+/// Where a receive's elements go once they are all here.
+pub(crate) enum Dest<T> {
+    Device(DeviceBuffer<T>),
+    Host(HostBuffer<T>),
+}
+
+/// One non-blocking message end and everything MPI reads or writes for it.
+/// Every buffer MPI is given is a heap allocation of this value (boxes and
+/// a vector that are never resized or replaced while a transfer is under
+/// way), so moving the value moves no memory MPI touches.
+pub(crate) struct Op<T: Element> {
+    pub(crate) op: &'static str,
+    pub(crate) comm: Comm,
+    pub(crate) rank: i32,
+    pub(crate) peer: i32,
+    pub(crate) tag: i32,
+    pub(crate) side: Side,
+    pub(crate) phase: Phase,
+    /// The header this rank sends: a sender's request, a receiver's answer.
+    pub(crate) out_header: Box<[u8; HEADER_BYTES]>,
+    /// The header this rank receives: a sender's answer, a receiver's request.
+    pub(crate) in_header: Box<[u8; HEADER_BYTES]>,
+    /// A sender's status after the data (always 0: the data is staged
+    /// before the header goes out), or what a receiver got.
+    pub(crate) trailer: Box<[u8; TRAILER_BYTES]>,
+    /// A sender's copy of its buffer, or where a receiver's data arrives.
+    pub(crate) data: Vec<T>,
+    /// A sender's piece size in bytes.
+    pub(crate) piece_bytes: usize,
+    /// A receiver's destination (a clone of the handle: it stays alive).
+    pub(crate) dest: Option<Dest<T>>,
+    /// The MPI operations under way.
+    pub(crate) transfers: Vec<Transfer>,
+    /// The error the operation ends with once nothing is under way.
+    pub(crate) error: Option<Error>,
+    /// The result once over.
+    pub(crate) result: Option<Result<()>>,
+    /// Whether `finish` ran (a receive's data landed, or will not).
+    pub(crate) finished: bool,
+}
+
+impl<T: Element> Op<T> {
+    pub(crate) fn new(
+        op: &'static str,
+        comm: &Communicator,
+        side: Side,
+        peer: i32,
+        tag: i32,
+        data: Vec<T>,
+    ) -> Self {
+        Op {
+            op,
+            comm: comm.raw().clone(),
+            rank: comm.rank(),
+            peer,
+            tag,
+            side,
+            phase: Phase::Header,
+            out_header: Box::new([0; HEADER_BYTES]),
+            in_header: Box::new([0; HEADER_BYTES]),
+            trailer: Box::new([0; TRAILER_BYTES]),
+            data,
+            piece_bytes: 1,
+            dest: None,
+            transfers: Vec::new(),
+            error: None,
+            result: None,
+            finished: false,
+        }
+    }
+
+    pub(crate) fn set_out_header(&mut self, header: Header) {
+        self.out_header.copy_from_slice(header.bytes());
+    }
+
+    /// Posts the send of `out_header` with `tag`.
+    pub(crate) fn post_out_header(&mut self, tag: i32) -> Result<()> {
+        // SAFETY: `out_header` is a box of this op, which lives (and is not
+        // written) until every transfer completes: the request waits for
+        // them before the op is dropped, and `out_header` is only set
+        // before it is posted.
+        unsafe {
+            raw::isend(
+                self.op,
+                &self.comm,
+                self.out_header.as_ptr(),
+                HEADER_BYTES,
+                self.peer,
+                tag,
+                &mut self.transfers,
+            )
+        }
+    }
+
+    /// Posts the receive of `in_header` with `tag`.
+    pub(crate) fn post_in_header(&mut self, tag: i32) -> Result<()> {
+        // SAFETY: `in_header` is a box of this op, which lives until every
+        // transfer completes or is cancelled, and is read only after.
+        unsafe {
+            raw::irecv(
+                self.op,
+                &self.comm,
+                self.in_header.as_mut_ptr(),
+                HEADER_BYTES,
+                self.peer,
+                tag,
+                &mut self.transfers,
+            )
+        }
+    }
+
+    /// Ends the operation with `result`.
+    pub(crate) fn end(&mut self, result: Result<()>) {
+        self.phase = Phase::Over;
+        self.result = Some(result);
+    }
+
+    /// The step after the transfers of the current phase completed: the
+    /// next phase, or `None` when the operation is done.
+    pub(crate) fn next(&mut self) -> Result<Option<Phase>> {
+        match (self.side, self.phase) {
+            (Side::Send, Phase::Header) => self.answered().map(Some),
+            (Side::Recv, Phase::Header) => self.headed().map(Some),
+            (Side::Send, _) => Ok(None),
+            (Side::Recv, _) => self.trailed().map(|()| None),
+        }
+    }
+
+    /// A sender got its answer: the data and the trailer go out.
+    pub(crate) fn answered(&mut self) -> Result<Phase> {
+        let (op, dest) = (self.op, self.peer);
+        let answer = Header::from_bytes(&self.in_header);
+        answer.check_protocol(op, dest)?;
+        if let Some(reason) = answer.failure_reason() {
+            return Err(if !answer.is_mismatch() {
+                Error::RemoteFailure {
+                    op,
+                    rank: self.rank,
+                    failed: dest,
+                    reason,
+                }
+            } else {
+                Error::Mismatch {
+                    op,
+                    rank: self.rank,
+                    detail: format!(
+                        "rank {} sent {} elements of {}, rank {dest} expects {}",
+                        self.rank,
+                        self.data.len(),
+                        T::TYPE,
+                        answer.describe()
+                    ),
+                }
+            });
+        }
+        let bytes: &[u8] = bytemuck::cast_slice(&self.data);
+        let piece = self.piece_bytes.max(1);
+        for start in (0..bytes.len()).step_by(piece) {
+            let len = piece.min(bytes.len() - start);
+            // SAFETY: `data` is this op's vector, which is not resized or
+            // written while the op lives, and outlives every transfer (the
+            // request waits for them); the range lies inside it.
+            unsafe {
+                raw::isend(
+                    op,
+                    &self.comm,
+                    bytes[start..].as_ptr(),
+                    len,
+                    dest,
+                    DATA_TAGS + self.tag,
+                    &mut self.transfers,
+                )?;
+            }
+        }
+        // SAFETY: `trailer` is a box of this op, all zeros (no failure) and
+        // never written while a sender's transfers are under way.
+        unsafe {
+            raw::isend(
+                op,
+                &self.comm,
+                self.trailer.as_ptr(),
+                TRAILER_BYTES,
+                dest,
+                DATA_TAGS + self.tag,
+                &mut self.transfers,
+            )?;
+        }
+        Ok(Phase::Data)
+    }
+
+    /// A receiver got the header: it answers, and if it accepted, the
+    /// pieces and the trailer are received (into `data`, not yet into the
+    /// destination).
+    pub(crate) fn headed(&mut self) -> Result<Phase> {
+        let (op, source) = (self.op, self.peer);
+        let sent = Header::from_bytes(&self.in_header);
+        sent.check_protocol(op, source)?;
+        let len = self.data.len();
+        let wanted = Header::new(Kind::Ack, T::TYPE, len);
+        if let Some(reason) = sent.failure_reason() {
+            // The sender gave up before the header: it waits for no answer.
+            return Err(Error::RemoteFailure {
+                op,
+                rank: self.rank,
+                failed: source,
+                reason,
+            });
+        }
+        let size = size_of::<T>() as u64;
+        let piece_ok = sent.piece_bytes() > 0 && sent.piece_bytes() % size == 0;
+        if !wanted.accepts(&sent) || !piece_ok {
+            self.set_out_header(wanted.failed(Failure::Mismatch));
+            self.post_out_header(ACK_TAGS + self.tag)?;
+            // Ends with this once the answer is out.
+            return Err(Error::Mismatch {
+                op,
+                rank: self.rank,
+                detail: format!(
+                    "rank {source} sent {}, rank {} expects {len} elements of {}",
+                    sent.describe(),
+                    self.rank,
+                    T::TYPE
+                ),
+            });
+        }
+        self.set_out_header(wanted);
+        self.post_out_header(ACK_TAGS + self.tag)?;
+        let piece = usize::try_from(sent.piece_bytes()).unwrap_or(usize::MAX);
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.data);
+        let total = bytes.len();
+        let base = bytes.as_mut_ptr();
+        for start in (0..total).step_by(piece) {
+            let len = piece.min(total - start);
+            // SAFETY: `data` is this op's vector, not resized, read or
+            // written by anything else until every transfer completes (it
+            // is read in `finish`, once the op is over); the range lies
+            // inside it.
+            unsafe {
+                raw::irecv(
+                    op,
+                    &self.comm,
+                    base.add(start),
+                    len,
+                    source,
+                    DATA_TAGS + self.tag,
+                    &mut self.transfers,
+                )?;
+            }
+        }
+        // SAFETY: `trailer` is a box of this op, read only once the op is over.
+        unsafe {
+            raw::irecv(
+                op,
+                &self.comm,
+                self.trailer.as_mut_ptr(),
+                TRAILER_BYTES,
+                source,
+                DATA_TAGS + self.tag,
+                &mut self.transfers,
+            )?;
+        }
+        Ok(Phase::Data)
+    }
+
+    /// A receiver got the trailer: the sender's word on its data.
+    pub(crate) fn trailed(&mut self) -> Result<()> {
+        match u64::from_le_bytes(*self.trailer) {
+            0 => Ok(()),
+            code => Err(Error::RemoteFailure {
+                op: self.op,
+                rank: self.rank,
+                failed: self.peer,
+                reason: if code == 1 {
+                    "its buffer was mapped while the message was under way; nothing was written here"
+                } else {
+                    "it could not read its buffer while the message was under way; nothing was written here"
+                },
+            }),
+        }
+    }
+
+    /// Copies a received message to its destination: an ordinary copy
+    /// enqueued on a device buffer's stream (later work on it sees the
+    /// message), or a host write.
+    pub(crate) fn land(&mut self) -> Result<()> {
+        let op = self.op;
+        match &self.dest {
+            _ if self.data.is_empty() => Ok(()),
+            Some(Dest::Device(buf)) => buf
+                .enqueue_copy_from(&self.data[..])
+                .and_then(|()| buf.context().flush())
+                .map_err(Error::device(op)),
+            Some(Dest::Host(host)) => host
+                .as_mut_slice()
+                .map(|mut slice| slice.copy_from_slice(&self.data))
+                .map_err(Error::device(op)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<T: Element> Pollable for Op<T> {
+    fn advance(&mut self) {
+        while self.phase != Phase::Over {
+            let mut i = 0;
+            while i < self.transfers.len() {
+                match self.transfers[i].test(self.op) {
+                    Ok(false) => i += 1,
+                    Ok(true) => {
+                        self.transfers.swap_remove(i);
+                    }
+                    Err(e) => {
+                        self.transfers.swap_remove(i);
+                        self.error.get_or_insert(e);
+                    }
+                }
+            }
+            if !self.transfers.is_empty() {
+                return;
+            }
+            if let Some(e) = self.error.take() {
+                self.end(Err(e));
+                return;
+            }
+            match self.next() {
+                Ok(Some(phase)) => self.phase = phase,
+                Ok(None) => self.end(Ok(())),
+                // Ends with it once whatever was posted (a refusal, say)
+                // is through.
+                Err(e) => {
+                    self.phase = Phase::Data;
+                    self.error = Some(e);
+                }
+            }
+        }
+    }
+
+    fn header_key(&self) -> Option<(bool, i32, i32)> {
+        (self.phase == Phase::Header && self.error.is_none()).then_some((
+            self.side == Side::Send,
+            self.peer,
+            self.tag,
+        ))
+    }
+
+    fn is_over(&self) -> bool {
+        self.phase == Phase::Over
+    }
+}
+
+impl<T: Element> Step for Op<T> {
+    fn finish(&mut self) -> Result<()> {
+        if !self.finished {
+            self.finished = true;
+            let mut result = self.result.take().unwrap_or(Ok(()));
+            if result.is_ok() && self.side == Side::Recv {
+                result = self.land();
+            }
+            self.data = Vec::new();
+            self.result = Some(result);
+        }
+        self.result.clone().unwrap_or(Ok(()))
+    }
+
+    fn abandon(&mut self) {
+        // The data of a dropped receive never lands.
+        self.finished = true;
+        let waiting_for_header = self.side == Side::Recv
+            && self.phase == Phase::Header
+            && self.error.is_none()
+            && self.transfers.len() == 1;
+        if !waiting_for_header {
+            return;
+        }
+        match self.transfers[0].cancel(self.op) {
+            // Nothing was received: the message, if one comes, is left
+            // for a later receive.
+            Ok(true) => {
+                self.transfers.clear();
+                self.end(Ok(()));
+            }
+            // The header arrived meanwhile: the message is taken off the
+            // wire as usual (the sender does not hang) and discarded.
+            Ok(false) => self.transfers.clear(),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Ranks that stop taking part: under real MPI (Open MPI's `mpirun`, 3
+//! ranks on localhost, lavapipe), the others fail within a bounded time
+//! instead of hanging.
+//!
+//! Run by `cargo test` (harness = false): started without MPI, the program
+//! launches itself once per case with `mpirun --oversubscribe -np 3` and
+//! `VKCOMPUTE_MPI_FAULT=<case>`, checks how the job ended and how long it
+//! took, and fails if any case did not end as it should:
+//!
+//! - `stall`: rank 1 sleeps instead of joining an allreduce; ranks 0 and 2
+//!   (timeout 1 s) get `Error::Timeout` after 1 to 4 s, and then
+//!   `Error::Broken` at once from the next call; every rank exits 0.
+//! - `die`: rank 1 exits (without `MPI_Finalize`) while the ranks run
+//!   allreduces back to back; `mpirun` ends the job with a failure within
+//!   10 s of the exit (Open MPI terminates the other ranks).
+//! - `die-recovery`: the same under `mpirun --enable-recovery`, which
+//!   leaves the other ranks running: ranks 0 and 2 (timeout 2 s) each
+//!   return an error (`Timeout`, or MPI's own error for the dead peer) or
+//!   abort the job (a cancelled send that MPI does not give back), and the
+//!   job ends within 10 s of rank 1's exit.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    reason = "a test program: a failure fails the test"
+)]
+
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use vkcompute::{ContextOptions, DeviceContext};
+use vkcompute_mpi::{Communicator, Error, ReduceOp};
+
+const RANKS: &str = "3";
+
+fn main() -> ExitCode {
+    match std::env::var("VKCOMPUTE_MPI_FAULT") {
+        Ok(case) => rank_main(&case),
+        Err(_) => launch(),
+    }
+}
+
+/// Seconds since the epoch, which every rank and the launcher share.
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The time rank 1 printed as its exit, in `output`.
+fn exit_time(output: &str) -> Option<f64> {
+    output
+        .lines()
+        .find_map(|l| l.strip_prefix("FAULT rank 1 exits at "))
+        .and_then(|t| t.trim().parse().ok())
+}
+
+fn launch() -> ExitCode {
+    let exe = std::env::current_exe().unwrap();
+    let mut failed = Vec::new();
+    for case in ["stall", "die", "die-recovery"] {
+        let mut args = vec!["--oversubscribe", "--timeout", "60", "-np", RANKS];
+        if case == "die-recovery" {
+            args.insert(0, "--enable-recovery");
+        }
+        eprintln!("== mpirun {} {} ({case})", args.join(" "), exe.display());
+        let start = Instant::now();
+        let out = Command::new("mpirun")
+            .args(&args)
+            .arg(&exe)
+            .env("VKCOMPUTE_MPI_FAULT", case)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .output()
+            .expect("mpirun runs (run `make setup`, which installs Open MPI)");
+        let (ended, took) = (now(), start.elapsed());
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let fault_lines: Vec<&str> = text.lines().filter(|l| l.starts_with("FAULT")).collect();
+        for l in &fault_lines {
+            eprintln!("  {l}");
+        }
+        let verdict = match case {
+            "stall" => {
+                let timeouts = fault_lines
+                    .iter()
+                    .filter(|l| l.contains("ok: timeout"))
+                    .count();
+                if !out.status.success() {
+                    Err(format!("the job failed ({})", out.status))
+                } else if timeouts != 2 {
+                    Err(format!("{timeouts} ranks reported the timeout, 2 were due"))
+                } else {
+                    Ok(())
+                }
+            }
+            _ => match exit_time(&text) {
+                None => Err("rank 1 did not report its exit".into()),
+                Some(died) => {
+                    let after = ended - died;
+                    eprintln!(
+                        "  the job ended {after:.2} s after rank 1 exited ({:.1} s in all, {})",
+                        took.as_secs_f64(),
+                        out.status
+                    );
+                    let reported = fault_lines
+                        .iter()
+                        .filter(|l| l.contains("ok: error"))
+                        .count();
+                    // A survivor whose cancelled send MPI could not give
+                    // back aborts the job instead of returning.
+                    let aborted = text.contains("so the job is aborted (MPI_Abort)");
+                    let early = fault_lines.iter().any(|l| l.contains("FAILED"));
+                    if early {
+                        Err("a rank reported a failure".into())
+                    } else if case == "die" && out.status.success() {
+                        Err("the job succeeded although a rank died".into())
+                    } else if after > 10.0 {
+                        Err(format!("the job took {after:.1} s to end after the death"))
+                    } else if case == "die-recovery" && reported < 2 && !aborted {
+                        Err(format!(
+                            "{reported} ranks reported an error and none aborted the job; 2 were due"
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                }
+            },
+        };
+        if let Err(e) = verdict {
+            eprintln!("== {case}: FAILED: {e}\n{text}");
+            failed.push(case);
+        } else {
+            eprintln!("== {case}: passed");
+        }
+    }
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("faults: failed: {}", failed.join(", "));
+        ExitCode::FAILURE
+    }
+}
+
+fn rank_main(case: &str) -> ExitCode {
+    let universe = mpi::initialize().expect("MPI initialises once");
+    let ctx = DeviceContext::with_options(ContextOptions::new().pipeline_cache_dir(None))
+        .expect("a lavapipe context");
+    let comm = Communicator::new(&universe.world(), &ctx).expect("a communicator");
+    let rank = comm.rank();
+    let buf = ctx.enqueue_create_buffer::<f32>(1 << 22).unwrap();
+    buf.enqueue_fill(1.0).unwrap();
+    let result = match case {
+        "stall" => stall(&comm, &buf),
+        _ => die(&comm, &buf),
+    };
+    match result {
+        Ok(line) => {
+            println!("FAULT rank {rank} ok: {line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("FAULT rank {rank} FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn stall(comm: &Communicator, buf: &vkcompute::DeviceBuffer<f32>) -> Result<String, String> {
+    if comm.rank() == 1 {
+        std::thread::sleep(Duration::from_secs(5));
+        return Ok("slept instead of joining".into());
+    }
+    comm.set_timeout(Some(Duration::from_secs(1)));
+    let start = Instant::now();
+    let first = comm.allreduce(buf, ReduceOp::Sum);
+    let took = start.elapsed().as_secs_f64();
+    match first {
+        Err(Error::Timeout { .. }) if (1.0..4.0).contains(&took) => {}
+        other => return Err(format!("the allreduce gave {other:?} after {took:.2} s")),
+    }
+    let start = Instant::now();
+    match comm.barrier() {
+        Err(Error::Broken { .. }) if start.elapsed() < Duration::from_millis(100) => {}
+        other => return Err(format!("the call after the timeout gave {other:?}")),
+    }
+    Ok(format!("timeout after {took:.2} s, then Broken"))
+}
+
+fn die(comm: &Communicator, buf: &vkcompute::DeviceBuffer<f32>) -> Result<String, String> {
+    comm.set_timeout(Some(Duration::from_secs(2)));
+    if comm.rank() == 1 {
+        std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_millis(700));
+            println!("FAULT rank 1 exits at {:.3}", now());
+            std::process::exit(3);
+        });
+    }
+    let start = Instant::now();
+    loop {
+        if let Err(e) = comm.allreduce(buf, ReduceOp::Sum) {
+            let after = start.elapsed().as_secs_f64();
+            return Ok(format!("error after {after:.2} s: {e}"));
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err("allreduces still succeed 30 s after the death".into());
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! The collective checks of `ranks`: every collective, type and reduction, on
+//! device and host buffers, mismatches, mapped buffers and 64 MiB.
+
+use super::*;
+
+pub(crate) fn barrier_returns(t: &Ranks) -> Check {
+    ok("barrier", t.comm.barrier())
+}
+
+pub(crate) fn broadcast_one<T: Value>(t: &Ranks, len: usize, root: i32) -> Check {
+    let buf = upload(t.ctx, &data::<T>(t.rank, len))?;
+    ok(
+        &format!("broadcast of {len} {} from {root}", T::TYPE),
+        t.comm.broadcast(&buf, root),
+    )?;
+    same(
+        &format!("broadcast of {len} {} from {root}", T::TYPE),
+        &dev("read", buf.to_vec())?,
+        &data::<T>(root, len),
+    )
+}
+
+pub(crate) fn broadcast_matches_root(t: &Ranks) -> Check {
+    for root in [0, t.size - 1] {
+        for len in LENGTHS {
+            broadcast_one::<f32>(t, len, root)?;
+            broadcast_one::<u8>(t, len, root)?;
+            broadcast_one::<i64>(t, len, root)?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn allreduce_one<T: Arith>(t: &Ranks, op: ReduceOp, len: usize) -> Check {
+    let buf = upload(t.ctx, &data::<T>(t.rank, len))?;
+    let what = format!("allreduce {op:?} of {len} {}", T::TYPE);
+    ok(&what, t.comm.allreduce(&buf, op))?;
+    same(
+        &what,
+        &dev("read", buf.to_vec())?,
+        &reference::<T>(op, t.size, len),
+    )
+}
+
+pub(crate) fn allreduce_type<T: Arith>(t: &Ranks) -> Check {
+    for op in ReduceOp::ALL {
+        for len in LENGTHS {
+            allreduce_one::<T>(t, op, len)?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn allreduce_every_type_and_op(t: &Ranks) -> Check {
+    allreduce_type::<f32>(t)?;
+    allreduce_type::<f64>(t)?;
+    allreduce_type::<i32>(t)?;
+    allreduce_type::<u32>(t)?;
+    allreduce_type::<i64>(t)?;
+    allreduce_type::<u64>(t)
+}
+
+pub(crate) fn allreduce_view_at_odd_offset(t: &Ranks) -> Check {
+    for (offset, len) in [(1usize, 1usize), (3, 7), (5, 1003)] {
+        let parent = dev(
+            "parent",
+            t.ctx.enqueue_create_buffer::<i32>(offset + len + 2),
+        )?;
+        dev("fill", parent.enqueue_fill(77))?;
+        let view = dev("view", parent.create_sub_buffer::<i32>(offset, len))?;
+        dev(
+            "upload",
+            view.enqueue_copy_from(&data::<i32>(t.rank, len)[..]),
+        )?;
+        ok(
+            "allreduce of a view",
+            t.comm.allreduce(&view, ReduceOp::Sum),
+        )?;
+        let mut want = vec![77; offset + len + 2];
+        want[offset..offset + len].copy_from_slice(&reference::<i32>(ReduceOp::Sum, t.size, len));
+        same(
+            &format!("parent of a view at {offset} after allreduce"),
+            &dev("read", parent.to_vec())?,
+            &want,
+        )?;
+    }
+    Ok(())
+}
+
+/// The input is written by enqueued work just before the call, and the
+/// result is read by enqueued work just after it: both in stream order.
+pub(crate) fn allreduce_result_is_stream_ordered(t: &Ranks) -> Check {
+    let len = 4099;
+    let buf = dev("create", t.ctx.enqueue_create_buffer::<u32>(len))?;
+    dev("fill", buf.enqueue_fill(t.rank as u32 + 1))?;
+    let src = upload(t.ctx, &data::<u32>(t.rank, len))?;
+    dev("copy", buf.enqueue_copy_from(&src))?;
+    ok("allreduce", t.comm.allreduce(&buf, ReduceOp::Max))?;
+    let after = dev("create", t.ctx.enqueue_create_buffer::<u32>(len))?;
+    dev("copy after", after.enqueue_copy_from(&buf))?;
+    same(
+        "copy of the result",
+        &dev("read", after.to_vec())?,
+        &reference::<u32>(ReduceOp::Max, t.size, len),
+    )
+}
+
+pub(crate) fn reduce_one<T: Arith>(t: &Ranks, op: ReduceOp, len: usize, root: i32) -> Check {
+    let mine = data::<T>(t.rank, len);
+    let buf = upload(t.ctx, &mine)?;
+    let what = format!("reduce {op:?} of {len} {} to {root}", T::TYPE);
+    ok(&what, t.comm.reduce(&buf, op, root))?;
+    let want = if t.rank == root {
+        reference::<T>(op, t.size, len)
+    } else {
+        mine
+    };
+    same(&what, &dev("read", buf.to_vec())?, &want)
+}
+
+pub(crate) fn reduce_to_each_root(t: &Ranks) -> Check {
+    for root in [0, t.size - 1] {
+        for op in ReduceOp::ALL {
+            for len in LENGTHS {
+                reduce_one::<f32>(t, op, len, root)?;
+                reduce_one::<u64>(t, op, len, root)?;
+            }
+        }
+        reduce_one::<i32>(t, ReduceOp::Sum, 1003, root)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn allgather_one<T: Value>(t: &Ranks, m: usize) -> Check {
+    let send = upload(t.ctx, &data::<T>(t.rank, m))?;
+    let recv = dev(
+        "create",
+        t.ctx.enqueue_create_buffer::<T>(m * t.size as usize),
+    )?;
+    let what = format!("allgather of {m} {}", T::TYPE);
+    ok(&what, t.comm.allgather(&send, &recv))?;
+    let want: Vec<T> = (0..t.size).flat_map(|r| data::<T>(r, m)).collect();
+    same(&what, &dev("read", recv.to_vec())?, &want)
+}
+
+pub(crate) fn allgather_blocks(t: &Ranks) -> Check {
+    for m in [0usize, 1, 5, 1003] {
+        allgather_one::<f32>(t, m)?;
+        allgather_one::<u16>(t, m)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn reduce_scatter_one<T: Arith>(t: &Ranks, op: ReduceOp, m: usize) -> Check {
+    let p = t.size as usize;
+    let send = upload(t.ctx, &data::<T>(t.rank, m * p))?;
+    let recv = dev("create", t.ctx.enqueue_create_buffer::<T>(m))?;
+    let what = format!("reduce_scatter {op:?} of {m} {}", T::TYPE);
+    ok(&what, t.comm.reduce_scatter(&send, &recv, op))?;
+    let all = reference::<T>(op, t.size, m * p);
+    let r = t.rank as usize;
+    same(
+        &what,
+        &dev("read", recv.to_vec())?,
+        &all[r * m..(r + 1) * m],
+    )
+}
+
+pub(crate) fn reduce_scatter_blocks(t: &Ranks) -> Check {
+    for m in [0usize, 1, 5, 257] {
+        reduce_scatter_one::<f32>(t, ReduceOp::Sum, m)?;
+        reduce_scatter_one::<i64>(t, ReduceOp::Min, m)?;
+        reduce_scatter_one::<u32>(t, ReduceOp::Product, m)?;
+        reduce_scatter_one::<f64>(t, ReduceOp::Max, m)?;
+    }
+    Ok(())
+}
+
+/// Ranks that disagree get `Mismatch` on every rank, and nothing changes.
+pub(crate) fn collective_mismatch_fails_on_every_rank(t: &Ranks) -> Check {
+    let mine = data::<f32>(t.rank, 9);
+    let expect_mismatch = |what: &str, r: vkcompute_mpi::Result<()>| match r {
+        Err(Error::Mismatch { detail, .. }) if detail.contains("rank 0") => Ok(()),
+        other => Err(format!("{what}: {other:?}")),
+    };
+    // Rank 0 has one element more.
+    let buf = upload(
+        t.ctx,
+        &data::<f32>(t.rank, if t.rank == 0 { 10 } else { 9 }),
+    )?;
+    expect_mismatch(
+        "allreduce of different lengths",
+        t.comm.allreduce(&buf, ReduceOp::Sum),
+    )?;
+    // Rank 0 reduces i32, the others f32.
+    let floats = upload(t.ctx, &mine)?;
+    let ints = upload(t.ctx, &data::<i32>(t.rank, 9))?;
+    let r = if t.rank == 0 {
+        t.comm.allreduce(&ints, ReduceOp::Sum)
+    } else {
+        t.comm.allreduce(&floats, ReduceOp::Sum)
+    };
+    expect_mismatch("allreduce of different types", r)?;
+    // Different reductions.
+    let op = if t.rank == 0 {
+        ReduceOp::Max
+    } else {
+        ReduceOp::Sum
+    };
+    expect_mismatch(
+        "allreduce of different reductions",
+        t.comm.allreduce(&floats, op),
+    )?;
+    // Different roots.
+    let root = if t.rank == 0 { 0 } else { t.size - 1 };
+    expect_mismatch(
+        "broadcast from different roots",
+        t.comm.broadcast(&floats, root),
+    )?;
+    // Different operations.
+    let r = if t.rank == 0 {
+        t.comm.broadcast(&floats, 0)
+    } else {
+        t.comm.allreduce(&floats, ReduceOp::Sum)
+    };
+    expect_mismatch("broadcast against allreduce", r)?;
+    same(
+        "the buffer after the refused collectives",
+        &dev("read", floats.to_vec())?,
+        &mine,
+    )?;
+    // The communicator still works.
+    ok(
+        "allreduce after the mismatches",
+        t.comm.allreduce(&floats, ReduceOp::Sum),
+    )?;
+    same(
+        "allreduce after the mismatches",
+        &dev("read", floats.to_vec())?,
+        &reference::<f32>(ReduceOp::Sum, t.size, 9),
+    )
+}
+
+/// A length that does not suit reduce_scatter on one rank: that rank gets
+/// `InvalidLength`, every other `RemoteFailure` naming it.
+pub(crate) fn collective_bad_length_fails_on_every_rank(t: &Ranks) -> Check {
+    let p = t.size as usize;
+    let bad = t.size - 1;
+    let send = upload(
+        t.ctx,
+        &data::<f32>(t.rank, 4 * p + usize::from(t.rank == bad)),
+    )?;
+    let recv = dev("create", t.ctx.enqueue_create_buffer::<f32>(4))?;
+    match (
+        t.rank == bad,
+        t.comm.reduce_scatter(&send, &recv, ReduceOp::Sum),
+    ) {
+        (true, Err(Error::InvalidLength { .. })) => Ok(()),
+        (false, Err(Error::RemoteFailure { failed, .. })) if failed == bad => Ok(()),
+        (_, other) => Err(format!(
+            "reduce_scatter with a bad length on rank {bad}: {other:?}"
+        )),
+    }
+}
+
+/// A buffer mapped on one rank. Direct path: that rank fails before any
+/// data moves and every other rank hears of it. Staging path: the device
+/// may read the buffer but not write it, so the others complete and that
+/// rank alone fails, when it writes the result.
+pub(crate) fn allreduce_with_mapped_buffer(t: &Ranks) -> Check {
+    let direct = !t.ctx.is_staging_forced();
+    let mapped_rank = t.size - 1;
+    let buf = upload(t.ctx, &data::<f32>(t.rank, 33))?;
+    let mapping = if t.rank == mapped_rank {
+        Some(dev("map", buf.map_to_host())?)
+    } else {
+        None
+    };
+    let result = t.comm.allreduce(&buf, ReduceOp::Sum);
+    drop(mapping);
+    let holds = t.rank == mapped_rank;
+    if fails_for_mapping(holds, mapped_rank, &result) && (holds || direct) {
+        return Ok(());
+    }
+    match (holds, direct, result) {
+        (false, false, Ok(())) => same(
+            "allreduce beside a mapped buffer",
+            &dev("read", buf.to_vec())?,
+            &reference::<f32>(ReduceOp::Sum, t.size, 33),
+        ),
+        (_, _, other) => Err(format!(
+            "allreduce with a buffer mapped on rank {mapped_rank} (direct: {direct}): {other:?}"
+        )),
+    }
+}
+
+/// 64 MiB of f32: allreduce, broadcast and a message from rank 0 to the
+/// last rank.
+pub(crate) fn large_64_mib(t: &Ranks) -> Check {
+    let len = 16 << 20;
+    let buf = upload(t.ctx, &data::<f32>(t.rank, len))?;
+    ok("allreduce of 64 MiB", t.comm.allreduce(&buf, ReduceOp::Sum))?;
+    same(
+        "allreduce of 64 MiB",
+        &dev("read", buf.to_vec())?,
+        &reference::<f32>(ReduceOp::Sum, t.size, len),
+    )?;
+    let last = t.size - 1;
+    if t.rank == 0 {
+        let out = upload(t.ctx, &data::<f32>(5, len))?;
+        ok("send of 64 MiB", t.comm.send(&out, last, 10))?;
+    } else if t.rank == last {
+        ok("recv of 64 MiB", t.comm.recv(&buf, 0, 10))?;
+        same(
+            "message of 64 MiB",
+            &dev("read", buf.to_vec())?,
+            &data::<f32>(5, len),
+        )?;
+    }
+    // The same through isend and irecv, both directions at once.
+    if t.rank == 0 || t.rank == last {
+        let peer = last - t.rank;
+        let out = upload(t.ctx, &data::<f32>(t.rank + 6, len))?;
+        let r = ok("irecv of 64 MiB", t.comm.irecv(&buf, peer, 11))?;
+        let s = ok("isend of 64 MiB", t.comm.isend(&out, peer, 11))?;
+        ok("wait for the isend of 64 MiB", s.wait())?;
+        ok("wait for the irecv of 64 MiB", r.wait())?;
+        same(
+            "irecv of 64 MiB",
+            &dev("read", buf.to_vec())?,
+            &data::<f32>(peer + 6, len),
+        )?;
+    }
+    Ok(())
+}
+
+/// A host buffer holding `host`.
+pub(crate) fn host_buffer<T: Element>(
+    ctx: &DeviceContext,
+    host: &[T],
+) -> Result<HostBuffer<T>, String> {
+    let buf = dev(
+        "create",
+        ctx.enqueue_create_host_buffer::<T>(host.len().max(1)),
+    )?;
+    let buf = dev("view", buf.create_sub_buffer::<T>(0, host.len()))?;
+    dev("upload", buf.enqueue_copy_from(host))?;
+    Ok(buf)
+}
+
+/// Every collective on `HostBuffer`s (and one mixing a host and a device
+/// buffer), against the CPU reference.
+pub(crate) fn collectives_on_host_buffers(t: &Ranks) -> Check {
+    let p = t.size as usize;
+    let r = t.rank as usize;
+    for m in [0usize, 1, 7, 1001] {
+        let what = |name: &str| format!("{name} of {m} on host buffers");
+        let buf = host_buffer(t.ctx, &data::<u32>(t.rank, m))?;
+        ok(&what("allreduce"), t.comm.allreduce(&buf, ReduceOp::Sum))?;
+        let sum = reference::<u32>(ReduceOp::Sum, t.size, m);
+        same(&what("allreduce"), &dev("read", buf.to_vec())?, &sum)?;
+
+        let buf = host_buffer(t.ctx, &data::<f32>(t.rank, m))?;
+        let root = t.size - 1;
+        ok(&what("reduce"), t.comm.reduce(&buf, ReduceOp::Max, root))?;
+        let want = if t.rank == root {
+            reference::<f32>(ReduceOp::Max, t.size, m)
+        } else {
+            data::<f32>(t.rank, m)
+        };
+        same(&what("reduce"), &dev("read", buf.to_vec())?, &want)?;
+
+        let buf = host_buffer(t.ctx, &data::<i64>(t.rank, m))?;
+        ok(&what("broadcast"), t.comm.broadcast(&buf, 0))?;
+        same(
+            &what("broadcast"),
+            &dev("read", buf.to_vec())?,
+            &data::<i64>(0, m),
+        )?;
+
+        let send = host_buffer(t.ctx, &data::<u32>(t.rank, m))?;
+        let recv = host_buffer(t.ctx, &vec![0u32; m * p])?;
+        ok(&what("allgather"), t.comm.allgather(&send, &recv))?;
+        let all: Vec<u32> = (0..t.size).flat_map(|k| data::<u32>(k, m)).collect();
+        same(&what("allgather"), &dev("read", recv.to_vec())?, &all)?;
+
+        // A host buffer in, a device buffer out.
+        let send = host_buffer(t.ctx, &data::<f64>(t.rank, m * p))?;
+        let recv = dev("create", t.ctx.enqueue_create_buffer::<f64>(m))?;
+        ok(
+            &what("reduce_scatter"),
+            t.comm.reduce_scatter(&send, &recv, ReduceOp::Sum),
+        )?;
+        let all = reference::<f64>(ReduceOp::Sum, t.size, m * p);
+        same(
+            &what("reduce_scatter"),
+            &dev("read", recv.to_vec())?,
+            &all[r * m..(r + 1) * m],
+        )?;
+    }
+    Ok(())
+}
+
+/// A host buffer borrowed on the host (`as_mut_slice`) on the last rank
+/// during an allreduce: that rank gets vkcompute's error for a mapped
+/// buffer, the others `RemoteFailure` naming it, and nothing hangs.
+pub(crate) fn allreduce_with_borrowed_host_buffer(t: &Ranks) -> Check {
+    let borrowing = t.size - 1;
+    let buf = host_buffer(t.ctx, &data::<f32>(t.rank, 33))?;
+    let borrow = if t.rank == borrowing {
+        Some(dev("borrow", buf.as_mut_slice())?)
+    } else {
+        None
+    };
+    let result = t.comm.allreduce(&buf, ReduceOp::Sum);
+    drop(borrow);
+    ensure(
+        fails_for_mapping(t.rank == borrowing, borrowing, &result),
+        || format!("allreduce with a host buffer borrowed on rank {borrowing}: {result:?}"),
+    )
+}
+
+/// Whether `result` is the failure a buffer mapped on rank `holder` gives:
+/// vkcompute's error there (`holds`: this is that rank), `RemoteFailure`
+/// naming it elsewhere.
+fn fails_for_mapping(holds: bool, holder: i32, result: &vkcompute_mpi::Result<()>) -> bool {
+    match (holds, result) {
+        (true, Err(e)) => e.to_string().contains("mapped"),
+        (false, Err(Error::RemoteFailure { failed, reason, .. })) => {
+            *failed == holder && reason.contains("mapped")
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,371 @@
+//! vkcompute-mpi under real MPI: every operation on 2, 3 and 4 ranks of
+//! one machine, each rank with its own lavapipe context under the Khronos
+//! validation layer, on both memory paths (direct and forced staging),
+//! each result checked against a CPU reference.
+//!
+//! Run by `cargo test` (harness = false): started without MPI, the program
+//! launches itself with `mpirun --oversubscribe --timeout 300 -np N` for N
+//! in 2, 3, 4 (`VKCOMPUTE_MPI_RANKS="2 3"` chooses others) and fails if
+//! any run fails. Started by mpirun, it is one rank: it runs every check,
+//! prints each failure, and exits non-zero if any failed, or if the
+//! validation layer reported anything.
+//!
+//! `VKCOMPUTE_MPI_LARGE=0` leaves out the 64 MiB cases.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    reason = "a test program: a failure fails the test"
+)]
+
+use std::fmt::Debug;
+use std::process::{Command, ExitCode};
+
+use vkcompute::half::f16;
+use vkcompute::{ContextOptions, DeviceBuffer, DeviceContext, HostBuffer};
+use vkcompute_mpi::{Communicator, Element, Error, ReduceOp, Reducible, Request};
+
+type Check = Result<(), String>;
+/// A named check that every rank runs.
+type Named = (&'static str, fn(&Ranks) -> Check);
+
+mod collectives;
+mod p2p;
+mod requests;
+
+use collectives::*;
+use p2p::*;
+use requests::*;
+
+fn main() -> ExitCode {
+    let under_mpi = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
+    if under_mpi {
+        rank_main()
+    } else {
+        launch()
+    }
+}
+
+/// Runs this program under mpirun once per rank count.
+fn launch() -> ExitCode {
+    let exe = std::env::current_exe().unwrap();
+    let counts = std::env::var("VKCOMPUTE_MPI_RANKS").unwrap_or_else(|_| "2 3 4".into());
+    let mut failed = Vec::new();
+    for n in counts.split_whitespace() {
+        let args = ["--oversubscribe", "--timeout", "300", "-np", n];
+        eprintln!("== mpirun {} {}", args.join(" "), exe.display());
+        let start = std::time::Instant::now();
+        let status = Command::new("mpirun")
+            .args(args)
+            .arg(&exe)
+            // Open MPI refuses root without these; CI runs as root.
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .status();
+        match status {
+            Ok(s) if s.success() => {
+                eprintln!(
+                    "== {n} ranks: passed in {:.1} s",
+                    start.elapsed().as_secs_f64()
+                )
+            }
+            Ok(s) => {
+                eprintln!("== {n} ranks: FAILED ({s})");
+                failed.push(n.to_string());
+            }
+            Err(e) => {
+                eprintln!("== cannot run mpirun ({e}): run `make setup`, which installs Open MPI");
+                failed.push(n.to_string());
+            }
+        }
+    }
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("ranks: failed with {} ranks", failed.join(", "));
+        ExitCode::FAILURE
+    }
+}
+
+/// One rank: every check, on both memory paths.
+fn rank_main() -> ExitCode {
+    let universe = mpi::initialize().expect("MPI initialises once");
+    let world = universe.world();
+    let large = std::env::var("VKCOMPUTE_MPI_LARGE").map_or(true, |v| v != "0");
+    let mut failures = Vec::new();
+    let mut rank = 0;
+    for staging in [false, true] {
+        let path = if staging { "staging" } else { "direct" };
+        let ctx = DeviceContext::with_options(
+            ContextOptions::new()
+                .validation(true)
+                .force_staging(staging)
+                .pipeline_cache_dir(None),
+        )
+        .expect("a validated lavapipe context (run `make setup`)");
+        let log = ctx.validation_log();
+        let comm = Communicator::new(&world, &ctx).expect("a communicator");
+        rank = comm.rank();
+        let t = Ranks {
+            comm: &comm,
+            ctx: &ctx,
+            rank: comm.rank(),
+            size: comm.size(),
+        };
+        let mut checks: Vec<Named> = vec![
+            ("errors_return_is_set", errors_return_is_set),
+            (
+                "bad_arguments_are_refused_locally",
+                bad_arguments_are_refused_locally,
+            ),
+            (
+                "send_recv_device_lengths_and_types",
+                send_recv_device_lengths_and_types,
+            ),
+            (
+                "send_recv_views_at_odd_offsets",
+                send_recv_views_at_odd_offsets,
+            ),
+            (
+                "send_recv_host_and_device_ends",
+                send_recv_host_and_device_ends,
+            ),
+            ("send_recv_in_many_pieces", send_recv_in_many_pieces),
+            (
+                "send_recv_mismatch_fails_on_both_ranks",
+                send_recv_mismatch_fails_on_both_ranks,
+            ),
+            ("send_from_mapped_buffer", send_from_mapped_buffer),
+            ("recv_into_mapped_buffer", recv_into_mapped_buffer),
+            ("barrier_returns", barrier_returns),
+            ("broadcast_matches_root", broadcast_matches_root),
+            ("allreduce_every_type_and_op", allreduce_every_type_and_op),
+            ("allreduce_view_at_odd_offset", allreduce_view_at_odd_offset),
+            (
+                "allreduce_result_is_stream_ordered",
+                allreduce_result_is_stream_ordered,
+            ),
+            ("reduce_to_each_root", reduce_to_each_root),
+            ("allgather_blocks", allgather_blocks),
+            ("reduce_scatter_blocks", reduce_scatter_blocks),
+            (
+                "collective_mismatch_fails_on_every_rank",
+                collective_mismatch_fails_on_every_rank,
+            ),
+            (
+                "collective_bad_length_fails_on_every_rank",
+                collective_bad_length_fails_on_every_rank,
+            ),
+            ("allreduce_with_mapped_buffer", allreduce_with_mapped_buffer),
+            ("isend_irecv_lengths_and_ends", isend_irecv_lengths_and_ends),
+            (
+                "blocking_and_nonblocking_ends_pair",
+                blocking_and_nonblocking_ends_pair,
+            ),
+            (
+                "many_outstanding_requests_both_directions",
+                many_outstanding_requests_both_directions,
+            ),
+            ("test_polls_to_completion", test_polls_to_completion),
+            ("dropping_unfinished_requests", dropping_unfinished_requests),
+            (
+                "irecv_mismatch_fails_on_both_ranks",
+                irecv_mismatch_fails_on_both_ranks,
+            ),
+            (
+                "irecv_lands_only_when_complete_in_stream_order",
+                irecv_lands_only_when_complete_in_stream_order,
+            ),
+            (
+                "blocking_calls_move_pending_requests_on",
+                blocking_calls_move_pending_requests_on,
+            ),
+            ("collectives_on_host_buffers", collectives_on_host_buffers),
+            (
+                "allreduce_with_borrowed_host_buffer",
+                allreduce_with_borrowed_host_buffer,
+            ),
+        ];
+        if large {
+            checks.push(("large_64_mib", large_64_mib));
+        }
+        for (name, check) in checks {
+            let start = std::time::Instant::now();
+            let result = check(&t);
+            if t.rank == 0 {
+                eprintln!(
+                    "  [{} ranks, {path}] {name}: {} ({:.2} s)",
+                    t.size,
+                    if result.is_ok() { "ok" } else { "FAILED" },
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            if let Err(e) = result {
+                failures.push(format!("rank {} [{path}] {name}: {e}", t.rank));
+            }
+        }
+        drop(comm);
+        if let Err(e) = ctx.synchronize() {
+            failures.push(format!("rank {rank} [{path}] synchronize: {e}"));
+        }
+        drop(ctx);
+        for m in log.messages() {
+            failures.push(format!("rank {rank} [{path}] validation message: {m}"));
+        }
+    }
+    for f in &failures {
+        eprintln!("FAILED {f}");
+    }
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("rank {rank}: {} failure(s)", failures.len());
+        ExitCode::FAILURE
+    }
+}
+
+struct Ranks<'a> {
+    comm: &'a Communicator,
+    ctx: &'a DeviceContext,
+    rank: i32,
+    size: i32,
+}
+
+/// Fails with `what` unless `cond`.
+fn ensure(cond: bool, what: impl FnOnce() -> String) -> Check {
+    if cond {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+fn ok<T>(what: &str, r: vkcompute_mpi::Result<T>) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+fn dev<T>(what: &str, r: vkcompute::Result<T>) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+/// Compares element by element, reporting the first difference.
+fn same<T: PartialEq + Debug>(what: &str, got: &[T], want: &[T]) -> Check {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{what}: {} elements, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    match got.iter().zip(want).position(|(g, w)| g != w) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "{what}: element {i} of {} is {:?}, expected {:?}",
+            got.len(),
+            got[i],
+            want[i]
+        )),
+    }
+}
+
+/// The test values: small, so that float sums and products are exact.
+trait Value: Element + PartialEq + Debug {
+    fn small(v: i64) -> Self;
+}
+
+/// Reducible test values with their CPU reference arithmetic.
+trait Arith: Value + Reducible {
+    fn combine(op: ReduceOp, a: Self, b: Self) -> Self;
+}
+
+macro_rules! int_value {
+    ($($t:ty),*) => {$(
+        impl Value for $t {
+            fn small(v: i64) -> Self { v as $t }
+        }
+    )*};
+}
+int_value!(u8, u16, i32, u32, i64, u64);
+
+impl Value for f16 {
+    fn small(v: i64) -> Self {
+        f16::from_f32(v as f32)
+    }
+}
+
+macro_rules! int_arith {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
+                match op {
+                    ReduceOp::Sum => a.wrapping_add(b),
+                    ReduceOp::Product => a.wrapping_mul(b),
+                    ReduceOp::Min => a.min(b),
+                    ReduceOp::Max => a.max(b),
+                }
+            }
+        }
+    )*};
+}
+int_arith!(i32, u32, i64, u64);
+
+macro_rules! float_value {
+    ($($t:ty),*) => {$(
+        impl Value for $t {
+            fn small(v: i64) -> Self { v as $t }
+        }
+        impl Arith for $t {
+            fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
+                match op {
+                    ReduceOp::Sum => a + b,
+                    ReduceOp::Product => a * b,
+                    ReduceOp::Min => a.min(b),
+                    ReduceOp::Max => a.max(b),
+                }
+            }
+        }
+    )*};
+}
+float_value!(f32, f64);
+
+/// Rank `rank`'s element `i`: -2..=2 for signed types (and floats), 0..=4
+/// for unsigned ones.
+fn value<T: Value>(rank: i32, i: usize, signed: bool) -> T {
+    let v = ((rank as i64) * 7 + (i as i64) * 3 + (i as i64 / 5)) % 5;
+    T::small(if signed { v - 2 } else { v })
+}
+
+fn signed<T: Element>() -> bool {
+    !matches!(
+        T::TYPE,
+        vkcompute_mpi::ElementType::U8
+            | vkcompute_mpi::ElementType::U16
+            | vkcompute_mpi::ElementType::U32
+            | vkcompute_mpi::ElementType::U64
+    )
+}
+
+fn data<T: Value>(rank: i32, len: usize) -> Vec<T> {
+    (0..len)
+        .map(|i| value::<T>(rank, i, signed::<T>()))
+        .collect()
+}
+
+fn upload<T: Element>(ctx: &DeviceContext, host: &[T]) -> Result<DeviceBuffer<T>, String> {
+    let buf = dev("create", ctx.enqueue_create_buffer::<T>(host.len()))?;
+    dev("upload", buf.enqueue_copy_from(host))?;
+    Ok(buf)
+}
+
+/// The reduction of every rank's `data` with `op`, in rank order.
+fn reference<T: Arith>(op: ReduceOp, size: i32, len: usize) -> Vec<T> {
+    let mut acc = data::<T>(0, len);
+    for r in 1..size {
+        for (a, b) in acc.iter_mut().zip(data::<T>(r, len)) {
+            *a = T::combine(op, *a, b);
+        }
+    }
+    acc
+}
