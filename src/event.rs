@@ -15,7 +15,7 @@ use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::submitter::Point;
 use crate::vk::command::TimestampPool;
-use crate::vk::Waiters;
+use crate::vk::{Waiters, WakerSlot};
 
 /// A point on a stream: everything enqueued on the stream before
 /// [`DeviceContext::record_event`] made it. Cheap to clone (clones are the
@@ -52,7 +52,6 @@ use crate::vk::Waiters;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone)]
 pub struct Event {
     point: Arc<Point>,
     device_id: u64,
@@ -60,6 +59,26 @@ pub struct Event {
     /// The event's timestamp (slot 0's end query), where the queue writes
     /// timestamps.
     timestamp: Option<Arc<TimestampPool>>,
+    /// This handle's waker, as a future (each clone has its own).
+    slot: Arc<WakerSlot>,
+}
+
+impl Clone for Event {
+    fn clone(&self) -> Self {
+        Event {
+            point: self.point.clone(),
+            device_id: self.device_id,
+            queue: self.queue,
+            timestamp: self.timestamp.clone(),
+            slot: Arc::default(),
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        self.slot.drop_future();
+    }
 }
 
 impl fmt::Debug for Event {
@@ -77,8 +96,10 @@ impl DeviceContext {
     /// everything enqueued on this context so far has completed. Where the
     /// compute queue writes timestamps it records one (a
     /// `BOTTOM_OF_PIPE` timestamp query of its own), for
-    /// [`Event::elapsed_since`]. Submits nothing by itself: waiting for the
-    /// event, or for the stream, does.
+    /// [`Event::elapsed_since`]. It is recorded like any command: it may
+    /// submit the open batch (as every command does when the batch is
+    /// full), and where the stream has its limit of batches in flight it
+    /// waits for room first. Waiting for the event submits its batch.
     pub fn record_event(&self) -> Result<Event> {
         let device = &self.shared.device;
         let timed = device
@@ -108,6 +129,7 @@ impl DeviceContext {
             device_id: device.id,
             queue,
             timestamp,
+            slot: Arc::default(),
         })
     }
 
@@ -154,7 +176,9 @@ impl Event {
             return Ok(true);
         }
         self.point.ensure_submitted()?;
-        Ok(self.is_reached())
+        // Asked of the device, so that a lost device is an error rather
+        // than an event that is never reached.
+        Ok(self.point.stream.timeline.query()? >= self.point.value)
     }
 
     /// Whether the event carries a timestamp (where the compute queue
@@ -230,7 +254,7 @@ impl Future for Event {
             return Poll::Ready(Err(e));
         }
         let timeline = &self.point.stream.timeline;
-        if let Err(e) = Waiters::register(timeline, self.point.value, cx.waker()) {
+        if let Err(e) = Waiters::register(timeline, self.point.value, &self.slot, cx.waker()) {
             return Poll::Ready(Err(e));
         }
         // Reached between the first look and the registration: the

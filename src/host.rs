@@ -288,7 +288,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// (after the work enqueued so far that writes the buffer), and
     /// resolves once it is done. The future owns what it needs: the buffer
     /// may be dropped, or written again, meanwhile. Errors (a mapped
-    /// buffer, memory) come from the future.
+    /// buffer, memory) come from the future. The call itself enqueues: where
+    /// the stream has its limit of batches in flight it waits for room, as
+    /// every `enqueue_*` does; the future never blocks.
     ///
     /// ```
     /// # fn main() -> vkcompute::Result<()> {

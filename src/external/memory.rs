@@ -114,8 +114,14 @@ impl<T: Pod> DeviceBuffer<T> {
     /// device can import: export and import in one. The buffer must be
     /// exportable ([`Error::NotExportable`]); where `ctx` can import none
     /// of its handle types, [`Error::Unsupported`].
+    ///
+    /// For a context of the buffer's own device (a stream of it) this is a
+    /// clone: buffers move freely between streams of a device, in order.
     pub fn share_with(&self, ctx: &DeviceContext) -> Result<DeviceBuffer<T>> {
         let op = "DeviceBuffer::share_with";
+        if ctx.shared.device.id == self.view.memory.device.id {
+            return Ok(self.clone());
+        }
         if self.view.memory.raw().is_none() || self.export_handle_types().is_empty() {
             // export() gives the reason.
             export(op, self.view.range(), MemoryHandleType::OpaqueFd)?;

@@ -175,6 +175,9 @@ pub(crate) fn create_exportable(
         type_index,
         what,
     )?;
+    device
+        .exportable_bytes
+        .fetch_add(requirements.size, std::sync::atomic::Ordering::AcqRel);
     Ok(RawBuffer::dedicated(
         buffer,
         Dedicated {
@@ -270,11 +273,14 @@ pub(crate) fn export(
 
 /// The handle type through which `importer` can import `memory` (of
 /// another device): the first, in `MemoryHandleType::ALL`'s order, that
-/// the memory is exportable as and `importer` has the extension of.
+/// the memory is exportable as and `importer` can import.
 pub(crate) fn shared_type(memory: &BufferMemory, importer: &Device) -> Option<MemoryHandleType> {
-    exported_types(memory)
-        .into_iter()
-        .find(|&t| extension_enabled(importer, t))
+    let exported = exported_types(memory);
+    if exported.is_empty() {
+        return None;
+    }
+    let importable = handle_types(importer, false);
+    exported.into_iter().find(|t| importable.contains(t))
 }
 
 /// Imports the memory `payload` carries into a new buffer on `device`

@@ -90,6 +90,8 @@ pub(crate) struct Device {
     internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,
     /// Unique among the devices of this process.
     pub(crate) id: u64,
+    /// Bytes of exportable buffers' own (dedicated) memory, for `MemoryInfo`.
+    pub(crate) exportable_bytes: AtomicU64,
     /// `VK_EXT_debug_utils`' device functions, loaded on the first name.
     pub(crate) debug_names: std::sync::OnceLock<ash::ext::debug_utils::Device>,
     #[cfg(feature = "fault-injection")]
@@ -270,6 +272,7 @@ impl Device {
             internal_pipelines: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             debug_names: Default::default(),
+            exportable_bytes: AtomicU64::new(0),
             #[cfg(feature = "fault-injection")]
             faults: Default::default(),
             owned,

@@ -155,8 +155,8 @@ pub struct MemoryInfo {
     /// Bytes of device-local memory in all (the device-local heaps' sizes).
     pub total: u64,
     /// Bytes this device's memory allocator holds now, for every context
-    /// on the device: its memory blocks, which may be larger than the
-    /// buffers in them.
+    /// on the device (its memory blocks, which may be larger than the
+    /// buffers in them), and exportable buffers' own memory.
     pub allocated: u64,
     /// Where `free` comes from.
     pub source: FreeMemorySource,
@@ -172,7 +172,10 @@ impl MemoryInfo {
             .filter(|&i| local(i))
             .map(|i| heaps[i].size)
             .sum();
-        let allocated = device.allocator().capacity();
+        let allocated = device.allocator().capacity()
+            + device
+                .exportable_bytes
+                .load(std::sync::atomic::Ordering::Acquire);
         if !device.memory_budget {
             return MemoryInfo {
                 free: total.saturating_sub(allocated),

@@ -356,6 +356,13 @@ impl RawBuffer {
                 // use; freed once. A host allocation under it (in `d.kind`)
                 // is released after this, when `d` drops.
                 unsafe { device.raw.free_memory(d.memory, None) };
+                if let DedicatedKind::Exportable(..) = d.kind {
+                    let _ = device.exportable_bytes.fetch_update(
+                        std::sync::atomic::Ordering::AcqRel,
+                        std::sync::atomic::Ordering::Acquire,
+                        |v| Some(v.saturating_sub(d.size)),
+                    );
+                }
             }
         }
     }

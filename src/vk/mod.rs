@@ -49,4 +49,4 @@ pub(crate) use external_semaphore::{
 pub(crate) use instance::Instance;
 pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;
 pub(crate) use timeline::Timeline;
-pub(crate) use waiter::Waiters;
+pub(crate) use waiter::{Waiters, WakerSlot};

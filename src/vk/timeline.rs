@@ -9,7 +9,7 @@ use std::sync::Arc;
 use ash::vk;
 
 use super::Device;
-use crate::error::{Result, VkResultExt};
+use crate::error::{Error, Result, VkResultExt};
 
 /// The timeline of one stream. Submission `n` of the stream signals value
 /// `n`; work recorded into the open batch carries the value that batch will
@@ -90,8 +90,14 @@ impl Timeline {
 
     /// Waits for a value that has been submitted already.
     pub(crate) fn wait_submitted(&self, value: u64) -> Result<()> {
+        self.wait_submitted_for(value, u64::MAX).map(drop)
+    }
+
+    /// Waits at most `timeout_ns` for a value that has been submitted
+    /// already: whether it was reached.
+    pub(crate) fn wait_submitted_for(&self, value: u64, timeout_ns: u64) -> Result<bool> {
         if self.completed.load(Ordering::Acquire) >= value {
-            return Ok(());
+            return Ok(true);
         }
         let semaphores = [self.semaphore];
         let values = [value];
@@ -100,9 +106,13 @@ impl Timeline {
             .values(&values);
         // SAFETY: the semaphore is live; `value` was submitted (or signalled
         // from the host after a failed submission), so the wait ends.
-        unsafe { self.device.raw.wait_semaphores(&info, u64::MAX) }.during("vkWaitSemaphores")?;
+        match unsafe { self.device.raw.wait_semaphores(&info, timeout_ns) } {
+            Ok(()) => {}
+            Err(vk::Result::TIMEOUT) => return Ok(false),
+            Err(e) => return Err(Error::vk("vkWaitSemaphores", e)),
+        }
         self.completed.fetch_max(value, Ordering::AcqRel);
-        Ok(())
+        Ok(true)
     }
 
     /// Signals `value` from the host, after a submission that should have

@@ -5,17 +5,60 @@
 //! reports a false timeout on `WAIT_ANY` waits where one semaphore is not
 //! reached), wakes the futures whose values were reached, and waits for
 //! the next. A timeline's values complete in order, so waking at each
-//! value is exact. No polling loop.
+//! value is exact. No polling loop: each wait ends when the value is
+//! reached, or after [`LOOK_AGAIN_NS`] to see whether the futures it waits
+//! for are still there (a dropped future's entry goes then, and the thread
+//! with the last one, so that no thread stays inside the driver for a
+//! future nobody awaits).
 //!
-//! The thread holds its timeline (so the semaphore lives through every
-//! wait) and drops it when it leaves; that may drop the device, on the
-//! thread, which nothing joins.
+//! Each future has one slot, whose waker a new poll replaces (so repolling
+//! with new wakers does not grow the list). A waker that panics is caught:
+//! it cannot stop the thread. The thread holds its timeline (so the
+//! semaphore lives through every wait) and drops it when it leaves; that
+//! may drop the device, on the thread, which nothing joins.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use super::Timeline;
 use crate::error::{Error, Result};
+
+/// How long one wait lasts at most before the thread looks whether the
+/// futures it waits for were dropped.
+pub(crate) const LOOK_AGAIN_NS: u64 = 20_000_000;
+
+/// One future's place in a timeline's list: the waker of its last poll.
+#[derive(Default)]
+pub(crate) struct WakerSlot {
+    waker: Mutex<Option<Waker>>,
+    /// Whether the slot is in a timeline's list.
+    listed: AtomicBool,
+    /// Set when the future is dropped.
+    dropped: AtomicBool,
+}
+
+impl WakerSlot {
+    fn waker(&self) -> MutexGuard<'_, Option<Waker>> {
+        self.waker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The future is gone: its entry goes at the thread's next look.
+    pub(crate) fn drop_future(&self) {
+        self.dropped.store(true, Ordering::Release);
+        self.waker().take();
+    }
+
+    fn wake(&self) {
+        let waker = self.waker().take();
+        if let Some(waker) = waker {
+            // A waker that panics must not stop the thread (and with it
+            // every other future of the stream).
+            let _ = catch_unwind(AssertUnwindSafe(|| waker.wake()));
+        }
+    }
+}
 
 /// The futures waiting for one timeline (a field of [`Timeline`]).
 #[derive(Default)]
@@ -26,7 +69,7 @@ pub(crate) struct Waiters {
 #[derive(Default)]
 struct State {
     /// Values waited for, and by whom.
-    entries: Vec<(u64, Waker)>,
+    entries: Vec<(u64, Arc<WakerSlot>)>,
     /// Whether the thread runs.
     running: bool,
     /// Why the thread's last wait failed (a lost device), for every later
@@ -39,20 +82,28 @@ impl Waiters {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Wakes `waker` once `timeline` reaches `value`, which has been
-    /// submitted. An error where no thread can wait: one could not be
-    /// started, or a wait failed (the device is lost).
-    pub(crate) fn register(timeline: &Arc<Timeline>, value: u64, waker: &Waker) -> Result<()> {
+    /// Wakes `waker` (replacing the slot's waker of an earlier poll) once
+    /// `timeline` reaches `value`, which has been submitted. An error where
+    /// no thread can wait: one could not be started, or a wait failed (the
+    /// device is lost).
+    pub(crate) fn register(
+        timeline: &Arc<Timeline>,
+        value: u64,
+        slot: &Arc<WakerSlot>,
+        waker: &Waker,
+    ) -> Result<()> {
+        {
+            let mut held = slot.waker();
+            if !held.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                *held = Some(waker.clone());
+            }
+        }
         let mut state = timeline.waiters.lock();
         if let Some(e) = &state.failed {
             return Err(Error::Deferred(Box::new(e.clone())));
         }
-        if !state
-            .entries
-            .iter()
-            .any(|(v, w)| *v == value && w.will_wake(waker))
-        {
-            state.entries.push((value, waker.clone()));
+        if !slot.listed.swap(true, Ordering::AcqRel) {
+            state.entries.push((value, slot.clone()));
         }
         if !state.running {
             let runner = timeline.clone();
@@ -68,6 +119,22 @@ impl Waiters {
         Ok(())
     }
 
+    /// Ends the thread's run: every entry woken (after a failure) or none
+    /// left.
+    fn leave(timeline: &Timeline, failed: Option<Error>) {
+        let all = {
+            let mut state = timeline.waiters.lock();
+            if failed.is_some() {
+                state.failed = failed;
+            }
+            state.running = false;
+            std::mem::take(&mut state.entries)
+        };
+        for (_, slot) in all {
+            slot.wake();
+        }
+    }
+
     fn run(timeline: Arc<Timeline>) {
         loop {
             let (ready, next) = {
@@ -75,16 +142,13 @@ impl Waiters {
                 let reached = match timeline.query() {
                     Ok(value) => value,
                     Err(e) => {
-                        state.failed = Some(e);
-                        state.running = false;
-                        let all = std::mem::take(&mut state.entries);
                         drop(state);
-                        all.into_iter().for_each(|(_, w)| w.wake());
-                        return;
+                        return Self::leave(&timeline, Some(e));
                     }
                 };
                 let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut state.entries)
                     .into_iter()
+                    .filter(|(_, slot)| !slot.dropped.load(Ordering::Acquire))
                     .partition(|(v, _)| *v <= reached);
                 state.entries = waiting;
                 if state.entries.is_empty() {
@@ -96,19 +160,14 @@ impl Waiters {
                 // `reached + 1` is too.
                 (ready, (!state.entries.is_empty()).then_some(reached + 1))
             };
-            ready.into_iter().for_each(|(_, w)| w.wake());
+            for (_, slot) in ready {
+                slot.wake();
+            }
             let Some(next) = next else {
                 return;
             };
-            if let Err(e) = timeline.wait_submitted(next) {
-                let all = {
-                    let mut state = timeline.waiters.lock();
-                    state.failed = Some(e);
-                    state.running = false;
-                    std::mem::take(&mut state.entries)
-                };
-                all.into_iter().for_each(|(_, w)| w.wake());
-                return;
+            if let Err(e) = timeline.wait_submitted_for(next, LOOK_AGAIN_NS) {
+                return Self::leave(&timeline, Some(e));
             }
         }
     }
