@@ -107,6 +107,32 @@ impl DeviceContext {
         })
     }
 
+    /// The stream's label: the one given with [`with_label`](Self::with_label),
+    /// else `stream of <device name>`. Clones share it.
+    pub fn label(&self) -> String {
+        match &*self.shared.label.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(label) => label.to_string(),
+            None => format!("stream of {}", self.name()),
+        }
+    }
+
+    /// Labels the stream (every clone of this context): `Debug` shows it,
+    /// the trace names the stream's tracks by it, and where validation is
+    /// on it is the stream's timeline semaphore's debug name.
+    pub fn with_label(self, label: impl AsRef<str>) -> Self {
+        let label = label.as_ref();
+        crate::vk::name_object(&self.shared.device, self.shared.timeline.semaphore, label);
+        {
+            let stream = self.shared.lock();
+            if let Some(t) = &stream.trace {
+                t.tracer
+                    .name_tracks((t.host, t.batches), label, self.shared.device.name());
+            }
+        }
+        *self.shared.label.lock().unwrap_or_else(|e| e.into_inner()) = Some(label.into());
+        self
+    }
+
     /// Another context on the same device, with its own stream (timeline,
     /// and its own queue where the device has more than one). Buffers move
     /// freely between streams of a device: a command on one stream that
@@ -365,6 +391,7 @@ impl DeviceContext {
 impl std::fmt::Debug for DeviceContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceContext")
+            .field("label", &self.label())
             .field("device", &self.name())
             .field("force_staging", &self.shared.force_staging)
             .finish()

@@ -25,6 +25,8 @@ pub(crate) struct Submitter {
     pub(crate) tracer: Option<Arc<Tracer>>,
     /// This submitter, for the [`Point`]s it hands out.
     this: Weak<Submitter>,
+    /// The user's label for the stream (`DeviceContext::with_label`).
+    pub(crate) label: Mutex<Option<Arc<str>>>,
 }
 
 /// A stream seen from elsewhere (a buffer's use state): its timeline, and
@@ -114,6 +116,7 @@ impl Submitter {
             timeline,
             force_staging,
             this: this.clone(),
+            label: Mutex::new(None),
         }))
     }
 

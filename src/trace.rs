@@ -84,13 +84,20 @@ impl Tracer {
     pub(crate) fn new_stream(&self, device: &str) -> (u64, u64) {
         let n = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let (host, batches) = (n * 2, n * 2 + 1);
+        self.name_tracks((host, batches), &format!("stream {n}"), device);
+        (host, batches)
+    }
+
+    /// Names a stream's two tracks `name` (a later name replaces an
+    /// earlier one in trace viewers).
+    pub(crate) fn name_tracks(&self, (host, batches): (u64, u64), name: &str, device: &str) {
         for (tid, what) in [(host, "commands"), (batches, "device batches")] {
             self.event(&format!(
-                r#"{{"name":"thread_name","ph":"M","pid":{PID},"tid":{tid},"args":{{"name":"stream {n} {what} ({})"}}}}"#,
+                r#"{{"name":"thread_name","ph":"M","pid":{PID},"tid":{tid},"args":{{"name":"{} {what} ({})"}}}}"#,
+                escape(name),
                 escape(device)
             ));
         }
-        (host, batches)
     }
 
     /// A slice `name` on track `tid` from `start_us` lasting `dur_us`, with
@@ -165,7 +172,7 @@ pub(crate) struct StreamTrace {
     /// The track of recorded commands.
     pub(crate) host: u64,
     /// The track of device batches.
-    batches: u64,
+    pub(crate) batches: u64,
     /// Two timestamps per batch slot; `None` where the queue has none.
     queries: Option<TimestampPool>,
     /// Slots in `queries`: more than can be in flight at once.

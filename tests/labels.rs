@@ -97,3 +97,47 @@ fn overlong_fill(ctx: &vkcompute::DeviceContext, buffer: vk::Buffer) {
         device.destroy_command_pool(pool, None);
     }
 }
+
+/// Streams and graphs have labels too; the trace names a labelled stream's
+/// tracks and a labelled graph's replays by them.
+#[test]
+fn streams_and_graphs_have_labels_in_debug_and_the_trace() {
+    let path = std::env::temp_dir().join(format!("vkcompute-labels-{}.json", std::process::id()));
+    {
+        let ctx = common::context_with(
+            vkcompute::ContextOptions::new()
+                .validation(true)
+                .trace(&path),
+        );
+        let log = ctx.validation_log();
+        assert!(ctx.label().starts_with("stream of "), "{}", ctx.label());
+        let uploads = ctx.new_stream().unwrap().with_label("uploads");
+        assert_eq!(uploads.label(), "uploads");
+        assert_eq!(uploads.clone().label(), "uploads");
+        assert!(format!("{uploads:?}").contains("uploads"));
+        let x = uploads.enqueue_create_buffer::<u32>(64).unwrap();
+        let mut g = uploads.capture_graph();
+        g.fill(&x, 3).unwrap();
+        let unnamed = ctx.capture_graph().finish().unwrap();
+        assert_eq!(unnamed.label(), "graph of 0 operations");
+        g.label("refill");
+        let graph = g.finish().unwrap();
+        assert_eq!(graph.label(), "refill");
+        assert!(format!("{graph:?}").contains("refill"));
+        uploads.enqueue_graph(&graph).unwrap();
+        assert_eq!(x.to_vec().unwrap(), vec![3; 64]);
+        drop((x, graph, unnamed, uploads));
+        drop(ctx);
+        common::assert_clean(&log, "a traced run");
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        text.contains(r#""name":"uploads commands ("#),
+        "the stream's track"
+    );
+    assert!(
+        text.contains("graph `refill` of 1 commands"),
+        "the graph's replay"
+    );
+}

@@ -32,6 +32,8 @@ use record::{record, Op, Pools, Recording, Substitutions, Tile};
 
 struct GraphInner {
     device: Arc<Device>,
+    /// The label given to the builder, if any.
+    label: Option<String>,
     ops: Vec<Op>,
     pools: Pools,
     recording: Arc<Recording>,
@@ -45,6 +47,26 @@ struct GraphInner {
 #[derive(Clone)]
 pub struct Graph {
     inner: Arc<GraphInner>,
+}
+
+impl Graph {
+    /// The graph's label: the one given to its builder, else `graph of N
+    /// operations`.
+    pub fn label(&self) -> String {
+        match &self.inner.label {
+            Some(label) => label.clone(),
+            None => format!("graph of {} operations", self.inner.ops.len()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("label", &self.label())
+            .field("operations", &self.inner.ops.len())
+            .finish()
+    }
 }
 
 /// Which dispatch of a graph: returned by [`GraphBuilder::dispatch`], to
@@ -61,6 +83,7 @@ pub struct GraphBuilder<'c> {
     ctx: &'c DeviceContext,
     ops: Vec<Op>,
     dispatches: usize,
+    label: Option<String>,
 }
 
 impl DeviceContext {
@@ -86,6 +109,7 @@ impl DeviceContext {
             ctx: self,
             ops: Vec::new(),
             dispatches: 0,
+            label: None,
         }
     }
 
@@ -168,7 +192,10 @@ impl DeviceContext {
                 write: *write,
             })
             .collect();
-        let describe = || format!("graph of {} commands", recording.count);
+        let describe = || match &graph.inner.label {
+            Some(label) => format!("graph `{label}` of {} commands", recording.count),
+            None => format!("graph of {} commands", recording.count),
+        };
         // The batch keeps the commands, not the recording's buffers (see
         // `record::Commands`).
         let keep = recording.commands.clone();
@@ -435,6 +462,13 @@ impl GraphBuilder<'_> {
         Ok(self)
     }
 
+    /// Labels the graph: its replays appear under it in the trace, and
+    /// `Graph::label` and `Debug` show it.
+    pub fn label(&mut self, label: impl Into<String>) -> &mut Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// Records the graph.
     pub fn finish(self) -> Result<Graph> {
         let device = self.ctx.shared.device.clone();
@@ -443,6 +477,7 @@ impl GraphBuilder<'_> {
         Ok(Graph {
             inner: Arc::new(GraphInner {
                 device,
+                label: self.label,
                 ops: self.ops,
                 pools,
                 recording: Arc::new(recording),
