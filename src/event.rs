@@ -102,11 +102,7 @@ impl DeviceContext {
     /// waits for room first. Waiting for the event submits its batch.
     pub fn record_event(&self) -> Result<Event> {
         let device = &self.shared.device;
-        let timed = device
-            .adapter
-            .queue_family
-            .is_some_and(|f| f.timestamp_valid_bits > 0);
-        let timestamp = if timed {
+        let timestamp = if TimestampPool::valid_bits(device) > 0 {
             Some(Arc::new(TimestampPool::new(device, 1)?))
         } else {
             None
@@ -222,15 +218,7 @@ impl Event {
         };
         earlier.wait()?;
         self.wait()?;
-        let valid_bits = device
-            .adapter
-            .queue_family
-            .map_or(64, |f| f.timestamp_valid_bits);
-        let mask = if valid_bits >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << valid_bits) - 1
-        };
+        let mask = TimestampPool::tick_mask(device);
         let (end, start) = (later.read(0)?[1] & mask, first.read(0)?[1] & mask);
         if end < start {
             return Err(Error::EventMismatch {

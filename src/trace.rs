@@ -192,11 +192,7 @@ impl StreamTrace {
         max_in_flight: usize,
     ) -> Result<Self> {
         let (host, batches) = tracer.new_stream(device.name());
-        let bits = device
-            .adapter
-            .queue_family
-            .map_or(0, |f| f.timestamp_valid_bits);
-        let queries = if bits == 0 {
+        let queries = if TimestampPool::valid_bits(device) == 0 {
             None
         } else {
             Some(TimestampPool::new(device, max_in_flight as u32 * 2)?)
@@ -208,11 +204,7 @@ impl StreamTrace {
             queries,
             slots: max_in_flight as u64 * 2,
             period: f64::from(device.limits().timestamp_period),
-            mask: if bits >= 64 {
-                u64::MAX
-            } else {
-                (1u64 << bits) - 1
-            },
+            mask: TimestampPool::tick_mask(device),
         })
     }
 

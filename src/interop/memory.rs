@@ -311,13 +311,7 @@ pub(crate) fn import_raw(
         what,
         device: device.name().to_string(),
     };
-    let enabled = device.external.enabled;
-    let available = match info.handle_type {
-        MemoryHandleType::OpaqueFd => enabled.memory_fd,
-        MemoryHandleType::DmaBuf => enabled.dma_buf,
-        MemoryHandleType::OpaqueWin32 => enabled.memory_win32,
-    };
-    if !available {
+    if !extension_enabled(device, info.handle_type) {
         return Err(unsupported(format!(
             "importing {kind} memory handles ({})",
             info.handle_type.extension()

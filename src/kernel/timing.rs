@@ -18,11 +18,7 @@ impl DeviceContext {
         iters: usize,
     ) -> Result<Duration> {
         let device = &self.shared.device;
-        let valid_bits = device
-            .adapter
-            .queue_family
-            .map_or(0, |f| f.timestamp_valid_bits);
-        if valid_bits == 0 {
+        if TimestampPool::valid_bits(device) == 0 {
             return Err(Error::Unsupported {
                 what: "timestamp queries on the compute queue".into(),
                 device: device.name().to_string(),
@@ -33,11 +29,7 @@ impl DeviceContext {
         // destroyed only once no submitted work uses it, even where `f`
         // fails or panics.
         let ticks = self.time_between(&queries, &mut f, iters)?;
-        let mask = if valid_bits >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << valid_bits) - 1
-        };
+        let mask = TimestampPool::tick_mask(device);
         let elapsed = (ticks[1] & mask).wrapping_sub(ticks[0] & mask) & mask;
         let nanos = elapsed as f64 * device.limits().timestamp_period as f64;
         Ok(Duration::from_nanos(nanos.round() as u64))

@@ -371,6 +371,23 @@ pub(crate) struct TimestampPool {
 }
 
 impl TimestampPool {
+    /// How many bits of a timestamp `device`'s compute queue writes (0
+    /// where it writes none).
+    pub(crate) fn valid_bits(device: &Device) -> u32 {
+        device
+            .adapter
+            .queue_family
+            .map_or(0, |f| f.timestamp_valid_bits)
+    }
+
+    /// The mask of those bits, for arithmetic on ticks.
+    pub(crate) fn tick_mask(device: &Device) -> u64 {
+        match Self::valid_bits(device) {
+            bits @ 0..=63 => (1u64 << bits) - 1,
+            _ => u64::MAX,
+        }
+    }
+
     /// A pool of `slots` start/end pairs.
     pub(crate) fn new(device: &Arc<Device>, slots: u32) -> Result<Self> {
         let info = vk::QueryPoolCreateInfo::default()
