@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
+use crate::recorder::Command;
 use crate::submitter::Point;
 use crate::vk::command::TimestampPool;
 use crate::vk::{Waiters, WakerSlot};
@@ -107,19 +108,24 @@ impl DeviceContext {
         } else {
             None
         };
-        let (value, queue) =
-            self.shared
-                .record("DeviceContext::record_event", &[], |stream, cmd| {
-                    if let Some(pool) = &timestamp {
-                        // The batch keeps the pool alive until it completed.
-                        stream.keep_alive(pool.clone());
-                        pool.start(cmd, 0);
-                        // BOTTOM_OF_PIPE: written once every earlier command of
-                        // the queue is done.
-                        pool.end(cmd, 0);
-                    }
-                    Ok((stream.pending_value(), stream.queue_index()))
-                })?;
+        let (value, queue) = self
+            .shared
+            .record("DeviceContext::record_event", &[], |stream| {
+                let point = (stream.pending_value(), stream.queue_index());
+                let Some(pool) = &timestamp else {
+                    return Ok((Command::Mark, point));
+                };
+                // The batch keeps the pool alive until it completed.
+                stream.keep_alive(pool.clone());
+                // The end is BOTTOM_OF_PIPE: written once every earlier
+                // command of the queue is done.
+                let command = Command::Timestamps {
+                    pool,
+                    start: true,
+                    end: true,
+                };
+                Ok((command, point))
+            })?;
         Ok(Event {
             point: Arc::new(self.shared.point(value)),
             device_id: device.id,
@@ -152,8 +158,7 @@ impl DeviceContext {
         event.point.ensure_submitted()?;
         self.shared
             .lock()
-            .command(&[], vec![(timeline.clone(), event.point.value)])
-            .map(drop)
+            .wait_command(vec![(timeline.clone(), event.point.value)])
     }
 }
 

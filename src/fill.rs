@@ -11,9 +11,11 @@ use std::sync::Arc;
 
 use ash::vk;
 use bytemuck::{Pod, Zeroable};
+use smallvec::SmallVec;
 
 use crate::error::Result;
 use crate::record::BufferAccess;
+use crate::recorder::Command;
 use crate::resource::BufferMemory;
 use crate::submitter::Submitter;
 use crate::vk::pipeline::ComputePipeline;
@@ -194,6 +196,115 @@ fn build_fill_pipeline(device: &Device) -> Result<ComputePipeline> {
     )
 }
 
+/// One command of a fill planned as `Word` or `Kernel`: the bytes it
+/// counts as written, and how it writes them.
+pub(crate) struct FillStep {
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    how: StepKind,
+}
+
+enum StepKind {
+    Word(u32),
+    /// A dispatch of the fill kernel, with its binding.
+    Chunk(
+        KernelChunk,
+        [vk::DescriptorBufferInfo; 1],
+        Arc<ComputePipeline>,
+    ),
+}
+
+/// The commands of a fill (of a plan other than `Tiles`), the same on a
+/// stream and in a graph.
+pub(crate) struct FillSteps {
+    pub(crate) steps: SmallVec<[FillStep; 1]>,
+}
+
+impl FillSteps {
+    /// The steps of a fill of `len` bytes (more than zero) of `dst` at
+    /// byte `offset` with copies of `element`; `None` where the plan is
+    /// `Tiles`.
+    pub(crate) fn new(
+        device: &Device,
+        dst: vk::Buffer,
+        offset: u64,
+        len: u64,
+        element: &[u8],
+    ) -> Result<Option<Self>> {
+        Ok(Some(match plan(offset, len, element) {
+            FillPlan::Tiles => return Ok(None),
+            FillPlan::Word(word) => FillSteps {
+                steps: smallvec::smallvec![FillStep {
+                    offset,
+                    len,
+                    how: StepKind::Word(word),
+                }],
+            },
+            FillPlan::Kernel => {
+                let pipeline = fill_pipeline(device)?;
+                // The whole binding counts as written: the kernel touches
+                // only the words of the range, but synchronization (and its
+                // validation) works on descriptor ranges.
+                let steps = device_kernel_chunks(device, offset, len, element)
+                    .into_iter()
+                    .map(|chunk| FillStep {
+                        offset: chunk.bind_offset,
+                        len: chunk.bind_size,
+                        how: StepKind::Chunk(chunk, [chunk.binding(dst)], pipeline.clone()),
+                    })
+                    .collect();
+                FillSteps { steps }
+            }
+        }))
+    }
+}
+
+impl FillStep {
+    /// The step's command, filling `dst` (the buffer its steps were made for).
+    pub(crate) fn command(&self, device: &Device, dst: vk::Buffer) -> Command<'_> {
+        match &self.how {
+            StepKind::Chunk(chunk, binding, pipeline) => Command::Dispatch {
+                pipeline,
+                buffers: binding,
+                push: chunk.push(),
+                groups: chunk.groups(device),
+            },
+            // Offset and size are multiples of 4 inside the buffer (the
+            // plan says so).
+            &StepKind::Word(word) => Command::FillWord {
+                dst,
+                offset: self.offset,
+                len: self.len,
+                word,
+            },
+        }
+    }
+}
+
+/// The copy of a `Tiles` fill: `tile` bytes of whole elements at
+/// `src_offset` in `src`, over `len` bytes of `dst` at `offset`.
+pub(crate) fn tile_copy(
+    (src, src_offset, tile): (vk::Buffer, u64, u64),
+    dst: vk::Buffer,
+    offset: u64,
+    len: u64,
+) -> Command<'static> {
+    Command::Copy {
+        src,
+        dst,
+        // Every region lies in the tile and in the range (the tile is
+        // whole elements, at most the range's length).
+        regions: (0..len)
+            .step_by(tile as usize)
+            .map(|at| vk::BufferCopy {
+                src_offset,
+                dst_offset: offset + at,
+                size: tile.min(len - at),
+            })
+            .collect(),
+    }
+}
+
 impl Submitter {
     /// Fills `len` bytes of `dst` at byte `offset` with copies of `element`.
     pub(crate) fn fill(
@@ -214,56 +325,28 @@ impl Submitter {
             len,
             write: true,
         };
-        match plan(offset, len, element) {
-            FillPlan::Word(word) => self.record(op, &[write(offset, len)], |stream, cmd| {
-                // Offset and size are multiples of 4 inside the buffer.
-                cmd.fill_buffer(stream.device(), dst.handle(), offset, len, word);
-                Ok(())
-            }),
-            FillPlan::Kernel => {
-                let pipeline = fill_pipeline(&self.device)?;
-                let chunks = device_kernel_chunks(&self.device, offset, len, element);
-                // A fill of several dispatches holds the buffer's operations
-                // from the first to the last, so no other operation on it
-                // sees the fill half done.
-                let _ops = dst.lock_ops(chunks.len() > 1);
-                for chunk in chunks {
-                    // The whole binding counts as written: the kernel touches
-                    // only the words of the range, but synchronization (and
-                    // its validation) works on descriptor ranges.
-                    self.record_held(
-                        op,
-                        &[write(chunk.bind_offset, chunk.bind_size)],
-                        dst,
-                        |stream, cmd| {
-                            let groups = chunk.groups(stream.device());
-                            let binding = [chunk.binding(dst.handle())];
-                            stream.record_dispatch(cmd, &pipeline, &binding, chunk.push(), groups)
-                        },
-                    )?;
-                }
-                Ok(())
-            }
-            FillPlan::Tiles => {
-                let tile = tile_len(len, element.len() as u64);
-                self.record_copy(op, &[write(offset, len)], |stream, copy| {
-                    let slice = stream.stage_upload(tile)?;
-                    // No device work uses the slice yet.
-                    slice.mapped.fill(element);
-                    let regions: Vec<vk::BufferCopy> = (0..len)
-                        .step_by(tile as usize)
-                        .map(|at| vk::BufferCopy {
-                            src_offset: slice.offset,
-                            dst_offset: offset + at,
-                            size: tile.min(len - at),
-                        })
-                        .collect();
-                    // Every region lies in its buffer.
-                    stream.push_copy(copy, slice.buffer, dst.handle(), &regions);
-                    Ok(())
-                })
-            }
+        let handle = dst.handle();
+        let Some(fill) = FillSteps::new(&self.device, handle, offset, len, element)? else {
+            let tile = tile_len(len, element.len() as u64);
+            return self.record(op, &[write(offset, len)], |stream| {
+                let slice = stream.stage_upload(tile)?;
+                // No device work uses the slice yet.
+                slice.mapped.fill(element);
+                let src = (slice.buffer, slice.offset, tile);
+                Ok((tile_copy(src, handle, offset, len), ()))
+            });
+        };
+        // A fill of several dispatches holds the buffer's operations from
+        // the first to the last, so no other operation on it sees the fill
+        // half done.
+        let _ops = dst.lock_ops(fill.steps.len() > 1);
+        for step in &fill.steps {
+            let access = [write(step.offset, step.len)];
+            self.record_held(op, &access, Some(dst), |_| {
+                Ok((step.command(&self.device, handle), ()))
+            })?;
         }
+        Ok(())
     }
 }
 

@@ -53,6 +53,7 @@ mod interop;
 mod kernel;
 mod options;
 mod record;
+mod recorder;
 mod reflect;
 mod resource;
 mod spirv_check;

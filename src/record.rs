@@ -5,15 +5,15 @@
 use std::sync::Arc;
 
 use ash::vk;
+use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::hazard::Access;
+use crate::recorder::Command;
 use crate::resource::{lock_all, BufferMemory};
-use crate::stream::{CopyCommand, Stream};
+use crate::stream::Stream;
 use crate::submitter::{Point, Submitter};
 use crate::trace::StreamTrace;
-use crate::vk::command::Cmd;
-use crate::vk::Timeline;
 
 /// One byte range of a buffer that a command reads or writes.
 pub(crate) struct BufferAccess<'a> {
@@ -34,79 +34,58 @@ impl BufferAccess<'_> {
     }
 }
 
+/// The hazard ranges of `accesses`, on the stack for the usual few buffers.
+pub(crate) fn hazards(accesses: &[BufferAccess<'_>]) -> SmallVec<[Access; 8]> {
+    accesses.iter().map(BufferAccess::hazard).collect()
+}
+
 impl Submitter {
     /// Records one command on this stream: checks the buffers, makes the
-    /// command wait for other streams' work on them, records a barrier if it
-    /// depends on earlier commands, runs `body` to record it, and notes the
-    /// uses on the buffers. Returns `body`'s result.
-    pub(crate) fn record<R>(
+    /// command wait for other streams' work on them, notes the uses on the
+    /// buffers, and gives the recorder the command `body` makes (it may
+    /// stage data, keep objects alive with the batch or run work on its
+    /// completion first). Returns `body`'s other result.
+    pub(crate) fn record<'c, R>(
         &self,
         op: &'static str,
         accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream, Cmd) -> Result<R>,
+        body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
     ) -> Result<R> {
-        self.record_command(op, accesses, None, None, Stream::command, body)
+        self.record_command(op, accesses, None, None, body)
     }
 
     /// [`record`](Self::record) with a description of the command for the
     /// trace (called only where the context traces).
-    pub(crate) fn record_described<R>(
+    pub(crate) fn record_described<'c, R>(
         &self,
         op: &'static str,
         describe: &dyn Fn() -> String,
         accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream, Cmd) -> Result<R>,
+        body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
     ) -> Result<R> {
-        self.record_command(op, accesses, None, Some(describe), Stream::command, body)
-    }
-
-    /// [`record`](Self::record) for a copy: `body` gives its regions with
-    /// `Stream::push_copy` and the command's token, which merges copies
-    /// between the same buffers.
-    pub(crate) fn record_copy<R>(
-        &self,
-        op: &'static str,
-        accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream, CopyCommand) -> Result<R>,
-    ) -> Result<R> {
-        self.record_command(op, accesses, None, None, Stream::copy_command, body)
+        self.record_command(op, accesses, None, Some(describe), body)
     }
 
     /// [`record`](Self::record) for one command of an operation that holds
     /// `held`'s operation lock (see `BufferMemory::lock_ops`).
-    pub(crate) fn record_held<R>(
+    pub(crate) fn record_held<'c, R>(
         &self,
         op: &'static str,
         accesses: &[BufferAccess<'_>],
-        held: &BufferMemory,
-        body: impl FnOnce(&mut Stream, Cmd) -> Result<R>,
+        held: Option<&BufferMemory>,
+        body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
     ) -> Result<R> {
-        self.record_command(op, accesses, Some(held), None, Stream::command, body)
+        self.record_command(op, accesses, held, None, body)
     }
 
-    /// [`record_copy`](Self::record_copy) for one command of an operation
-    /// that holds `held`'s operation lock.
-    pub(crate) fn record_copy_held<R>(
-        &self,
-        op: &'static str,
-        accesses: &[BufferAccess<'_>],
-        held: &BufferMemory,
-        body: impl FnOnce(&mut Stream, CopyCommand) -> Result<R>,
-    ) -> Result<R> {
-        self.record_command(op, accesses, Some(held), None, Stream::copy_command, body)
-    }
-
-    /// The recorder behind every `record*`: `start` begins the command on
-    /// the locked stream (`Stream::command` or `Stream::copy_command`) and
-    /// `body` records it with what `start` returned.
-    fn record_command<T, R>(
+    /// The recorder behind every `record*`.
+    fn record_command<'c, R>(
         &self,
         op: &'static str,
         accesses: &[BufferAccess<'_>],
         held: Option<&BufferMemory>,
         describe: Option<&dyn Fn() -> String>,
-        start: impl FnOnce(&mut Stream, &[Access], Vec<(Arc<Timeline>, u64)>) -> Result<T>,
-        body: impl FnOnce(&mut Stream, T) -> Result<R>,
+        body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
     ) -> Result<R> {
         let started = self.tracer.as_ref().map(|t| t.now_us());
         // One command is atomic: no operation of several commands on these
@@ -130,26 +109,15 @@ impl Submitter {
             .into_iter()
             .map(|p| (p.stream.timeline, p.value))
             .collect();
-        // The hazard ranges, on the stack for the usual few buffers.
-        let mut small = [Access::default(); 8];
-        let large: Vec<Access>;
-        let hazards: &[Access] = if accesses.len() <= small.len() {
-            for (slot, a) in small.iter_mut().zip(accesses) {
-                *slot = a.hazard();
-            }
-            &small[..accesses.len()]
-        } else {
-            large = accesses.iter().map(BufferAccess::hazard).collect();
-            &large
-        };
-        let command = start(&mut stream, hazards, waits)?;
+        stream.begin_command(waits)?;
         // Note the uses before recording: a host borrow that starts from now
         // on sees them and waits, and one that already started fails this.
         let value = stream.pending_value();
         for a in accesses {
             a.memory.note_device_use(op, self, value, a.write)?;
         }
-        let result = body(&mut stream, command)?;
+        let (command, result) = body(&mut stream)?;
+        stream.record(&hazards(accesses), command)?;
         if let (Some(t), Some(start)) = (&stream.trace, started) {
             trace_command(t, op, start, accesses, describe);
         }

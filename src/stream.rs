@@ -6,16 +6,15 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use ash::vk;
-
 use crate::batch_pool::DescriptorPools;
 use crate::error::{Error, Result};
 use crate::garbage::GarbageList;
-use crate::hazard::{Access, HazardTracker};
+use crate::hazard::Access;
+use crate::recorder::{Command, Recorder};
 use crate::staging::{StagingBlock, StagingPool, StagingSlice};
 use crate::trace::StreamTrace;
 use crate::vk::command::{self, Cmd, CommandPool};
-use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline, DescriptorPool};
+use crate::vk::pipeline::DescriptorPool;
 use crate::vk::{Device, MemoryUsage, Timeline};
 
 /// A batch is submitted once it holds this many commands.
@@ -46,13 +45,6 @@ pub struct LiveObjects {
     pub commands_recorded: u64,
 }
 
-/// A copy being recorded: more regions between the same buffers may join it.
-struct PendingCopy {
-    src: vk::Buffer,
-    dst: vk::Buffer,
-    regions: Vec<vk::BufferCopy>,
-}
-
 /// The commands recorded since the last submission.
 struct Batch {
     cmd: Cmd,
@@ -71,11 +63,6 @@ struct Batch {
     submitted_us: Option<f64>,
 }
 
-/// A copy command started by [`Stream::copy_command`], to be given with
-/// [`Stream::push_copy`]: one token a command, neither `Clone` nor made
-/// elsewhere, so a copy is recorded only after its hazards and waits.
-pub(crate) struct CopyCommand(());
-
 /// Host work run when a batch completes, with the stream at hand.
 pub(crate) type Completion = Box<dyn FnOnce(&mut Stream) + Send>;
 
@@ -89,7 +76,8 @@ pub(crate) struct Stream {
     in_flight: VecDeque<Batch>,
     /// Shared with the device's other streams.
     garbage: Arc<GarbageList>,
-    hazards: HazardTracker,
+    /// Records the open batch's commands.
+    recorder: Recorder,
     pub(crate) upload: StagingPool,
     pub(crate) readback: StagingPool,
     pub(crate) descriptors: DescriptorPools,
@@ -98,14 +86,8 @@ pub(crate) struct Stream {
     failed: Option<Error>,
     /// Commands recorded since the stream began.
     recorded: u64,
-    /// The copy being merged (part of the open batch, not yet recorded).
-    pending_copy: Option<PendingCopy>,
-    /// An empty vector with capacity, for the next merged copy's regions.
-    spare_regions: Vec<vk::BufferCopy>,
     /// The stream's tracks, where the context traces.
     pub(crate) trace: Option<StreamTrace>,
-    /// What the open batch's command buffer has bound for dispatches.
-    bound: Bound,
 }
 
 impl Stream {
@@ -127,16 +109,13 @@ impl Stream {
             batch: None,
             in_flight: VecDeque::new(),
             garbage,
-            hazards: HazardTracker::default(),
+            recorder: Recorder::default(),
             upload: StagingPool::new(MemoryUsage::Upload),
             readback: StagingPool::new(MemoryUsage::Readback),
             descriptors: DescriptorPools::descriptors(),
             failed: None,
             recorded: 0,
-            pending_copy: None,
-            spare_regions: Vec::new(),
             trace,
-            bound: Bound::default(),
         })
     }
 
@@ -154,35 +133,11 @@ impl Stream {
         self.timeline.submitted() + 1
     }
 
-    /// Starts a command that makes `accesses`, after waiting (on the device)
-    /// for `waits` of other streams: opens a batch if none is open, and
-    /// records a barrier first if the command depends on an earlier one of
-    /// the batch. Returns the command buffer to record the command into.
-    pub(crate) fn command(
-        &mut self,
-        accesses: &[Access],
-        waits: Vec<(Arc<Timeline>, u64)>,
-    ) -> Result<Cmd> {
-        self.start(accesses, waits, false)
-    }
-
-    /// [`command`](Self::command) for a copy, which is then given with
-    /// [`push_copy`](Self::push_copy) (the only way to give one), and may
-    /// merge into the copy before it.
-    pub(crate) fn copy_command(
-        &mut self,
-        accesses: &[Access],
-        waits: Vec<(Arc<Timeline>, u64)>,
-    ) -> Result<CopyCommand> {
-        self.start(accesses, waits, true).map(|_| CopyCommand(()))
-    }
-
-    fn start(
-        &mut self,
-        accesses: &[Access],
-        waits: Vec<(Arc<Timeline>, u64)>,
-        copy: bool,
-    ) -> Result<Cmd> {
+    /// Opens a batch for a command if none is open, and makes the batch
+    /// wait (on the device) for `waits` of other streams. The command is
+    /// then given to [`record`](Self::record); what it keeps alive or runs
+    /// on completion (`keep_alive`, `on_complete`) goes with this batch.
+    pub(crate) fn begin_command(&mut self, waits: Vec<(Arc<Timeline>, u64)>) -> Result<()> {
         if self.batch.is_none() {
             self.begin_batch()?;
         }
@@ -204,67 +159,31 @@ impl Stream {
                 None => batch.waits.push((timeline, value)),
             }
         }
-        let cmd = batch.cmd;
-        let conflict = self.hazards.conflicts(accesses);
-        if conflict || !copy {
-            self.emit_copy();
+        Ok(())
+    }
+
+    /// Records `command`, which makes `accesses`, into the batch that
+    /// [`begin_command`](Self::begin_command) opened, after a barrier where
+    /// it depends on an earlier command of the batch.
+    pub(crate) fn record(&mut self, accesses: &[Access], command: Command<'_>) -> Result<()> {
+        let barrier =
+            self.recorder
+                .record(&self.device, &mut self.descriptors, accesses, command)?;
+        if let (true, Some(t)) = (barrier, &self.trace) {
+            t.tracer.instant(t.host, "barrier", "");
         }
-        if conflict {
-            cmd.dependency_barrier(&self.device);
-            self.hazards.clear();
-            if let Some(t) = &self.trace {
-                t.tracer.instant(t.host, "barrier", "");
-            }
-        }
-        self.hazards.record(accesses);
         if let Some(batch) = &mut self.batch {
             batch.commands += 1;
         }
         self.recorded += 1;
-        Ok(cmd)
+        Ok(())
     }
 
-    /// Records the copy `command` (from [`copy_command`](Self::copy_command))
-    /// of `regions` from `src` to `dst`. Copies between the same two buffers
-    /// with nothing between them become one `vkCmdCopyBuffer` with several
-    /// regions (they are independent: `copy_command` separated any that
-    /// depend on each other with a barrier, which ends the merging).
-    pub(crate) fn push_copy(
-        &mut self,
-        command: CopyCommand,
-        src: vk::Buffer,
-        dst: vk::Buffer,
-        regions: &[vk::BufferCopy],
-    ) {
-        let CopyCommand(()) = command;
-        match &mut self.pending_copy {
-            Some(p) if p.src == src && p.dst == dst => p.regions.extend_from_slice(regions),
-            _ => {
-                self.emit_copy();
-                let mut merged = std::mem::take(&mut self.spare_regions);
-                merged.extend_from_slice(regions);
-                self.pending_copy = Some(PendingCopy {
-                    src,
-                    dst,
-                    regions: merged,
-                });
-            }
-        }
-    }
-
-    /// Records the copy being merged, if any.
-    fn emit_copy(&mut self) {
-        let (Some(copy), Some(batch)) = (self.pending_copy.take(), &self.batch) else {
-            return;
-        };
-        // Every region was checked against both buffers by the caller of
-        // `push_copy`.
-        batch
-            .cmd
-            .copy_buffer(&self.device, copy.src, copy.dst, &copy.regions);
-        let mut regions = copy.regions;
-        regions.clear();
-        self.spare_regions = regions;
+    /// A command that only waits (on the device) for `waits` of other
+    /// streams: every later command of the stream comes after them.
+    pub(crate) fn wait_command(&mut self, waits: Vec<(Arc<Timeline>, u64)>) -> Result<()> {
+        self.begin_command(waits)?;
+        self.record(&[], Command::Mark)
     }
 
     /// Room in a staging buffer for an upload recorded into the open batch.
@@ -274,37 +193,6 @@ impl Stream {
             batch.staged += size;
         }
         Ok(slice)
-    }
-
-    /// Records a dispatch of `pipeline` over `groups` workgroups into the
-    /// open batch's `cmd`, with `buffers` bound in the order of the
-    /// pipeline's bindings and `push` as its push constants; binds only
-    /// what changed since the batch's previous dispatch.
-    pub(crate) fn record_dispatch(
-        &mut self,
-        cmd: Cmd,
-        pipeline: &ComputePipeline,
-        buffers: &[vk::DescriptorBufferInfo],
-        push: &[u8],
-        groups: [u32; 3],
-    ) -> Result<()> {
-        let (device, descriptors) = (&self.device, &mut self.descriptors);
-        record_dispatch_into(
-            device,
-            &mut |layout| descriptors.allocate(device, layout),
-            &mut self.bound,
-            cmd,
-            pipeline,
-            buffers,
-            push,
-            groups,
-        )
-    }
-
-    /// The open batch's command buffer had its bound state changed outside
-    /// `record_dispatch` (a secondary command buffer ran in it).
-    pub(crate) fn forget_bindings(&mut self) {
-        self.bound.forget();
     }
 
     /// Keeps `object` alive until the open batch completes.
@@ -345,13 +233,12 @@ impl Stream {
     fn begin_batch(&mut self) -> Result<()> {
         let cmd = self.pool.begin()?;
         let value = self.pending_value();
-        self.bound.forget();
         if let Some(t) = &self.trace {
             t.begin(cmd, value);
         }
         // Order this batch after everything submitted before it on the queue.
-        cmd.dependency_barrier(&self.device);
-        self.hazards.clear();
+        self.recorder.begin(cmd);
+        self.recorder.barrier(&self.device);
         self.batch = Some(Batch {
             cmd,
             value,
@@ -369,11 +256,11 @@ impl Stream {
 
     /// Submits the open batch, if any, signalling its timeline value.
     pub(crate) fn flush(&mut self) -> Result<()> {
-        self.emit_copy();
         let Some(mut batch) = self.batch.take() else {
             // Nothing to submit; still reclaim, as every flush does.
             return self.reclaim();
         };
+        self.recorder.finish(&self.device);
         batch.staging = self.upload.take_for_batch();
         batch.descriptor_pools = self.descriptors.take_for_batch();
         // Make the batch's writes available to the host, which reads them

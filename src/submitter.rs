@@ -194,8 +194,7 @@ impl Submitter {
             return Ok(());
         }
         self.lock()
-            .command(&[], vec![(other.timeline.clone(), value)])
-            .map(drop)
+            .wait_command(vec![(other.timeline.clone(), value)])
     }
 
     /// Frees `garbage` once its last uses complete. Called from `Drop`: an

@@ -12,9 +12,10 @@ use ash::vk;
 use crate::error::{Error, Result};
 use crate::garbage::Garbage;
 use crate::record::BufferAccess;
+use crate::recorder::Command;
 use crate::resource::BufferMemory;
 use crate::staging::StagingBlock;
-use crate::stream::{CopyCommand, Stream};
+use crate::stream::Stream;
 use crate::submitter::Submitter;
 use crate::vk::memory::RawDestination;
 
@@ -84,7 +85,7 @@ impl Submitter {
                 len: chunk.len() as u64,
                 write: true,
             };
-            self.record_copy_held(op, &[access], dst, |stream, copy| {
+            self.record_held(op, &[access], Some(dst), |stream| {
                 let slice = stream.stage_upload(chunk.len() as u64)?;
                 // No device work uses the slice yet.
                 slice.mapped.write(chunk);
@@ -93,8 +94,7 @@ impl Submitter {
                     dst_offset: offset + start,
                     size: chunk.len() as u64,
                 };
-                stream.push_copy(copy, slice.buffer, dst.handle(), &[region]);
-                Ok(())
+                Ok((Command::copy(slice.buffer, dst.handle(), region), ()))
             })?;
         }
         Ok(())
@@ -221,22 +221,17 @@ impl Submitter {
         };
         // The value of the batch the copy went into, once it is recorded.
         let copied_by = std::cell::Cell::new(None);
-        let record = |stream: &mut Stream, copy: CopyCommand| {
+        let record = |stream: &mut Stream| {
             let region = vk::BufferCopy {
                 src_offset: offset,
                 dst_offset: 0,
                 size: len,
             };
-            stream.push_copy(copy, src.handle(), block.raw.buffer, &[region]);
             let value = stream.pending_value();
             copied_by.set(Some(value));
-            Ok(value)
+            Ok((Command::copy(src.handle(), block.raw.buffer, region), value))
         };
-        let recorded = if held {
-            self.record_copy_held(op, &[access], src, record)
-        } else {
-            self.record_copy(op, &[access], record)
-        };
+        let recorded = self.record_held(op, &[access], held.then_some(&**src), record);
         match recorded {
             Ok(value) => Ok((block, value)),
             Err(e) => {
@@ -336,18 +331,13 @@ impl Submitter {
             },
         ];
         // Both ranges lie in their buffers and do not overlap (checked above).
-        let body = |stream: &mut Stream, copy| {
-            let region = vk::BufferCopy {
-                src_offset,
-                dst_offset,
-                size: len,
-            };
-            stream.push_copy(copy, src.handle(), dst.handle(), &[region]);
-            Ok(())
+        let region = vk::BufferCopy {
+            src_offset,
+            dst_offset,
+            size: len,
         };
-        match held {
-            Some(held) => self.record_copy_held(op, &accesses, held, body),
-            None => self.record_copy(op, &accesses, body),
-        }
+        self.record_held(op, &accesses, held, |_| {
+            Ok((Command::copy(src.handle(), dst.handle(), region), ()))
+        })
     }
 }

@@ -32,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "garbage",
             "batch_pool",
             "staging",
+            "recorder",
             "stream",
             "submitter",
             "spirv_check",

@@ -7,8 +7,8 @@ use bytemuck::Pod;
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::record::BufferAccess;
+use crate::recorder::Command;
 use crate::vk::memory::DedicatedKind;
-use crate::vk::ownership_barrier;
 
 impl<T: Pod> DeviceBuffer<T> {
     /// Enqueues the release of this buffer's (or view's) range to
@@ -82,9 +82,11 @@ impl<T: Pod> DeviceBuffer<T> {
             len: view.bytes,
             write: true,
         }];
-        ctx.record(op, &access, |stream, cmd| {
-            ownership_barrier(stream.device(), cmd, view.memory.handle(), range, release);
-            Ok(())
-        })
+        let command = Command::Ownership {
+            buffer: view.memory.handle(),
+            range,
+            release,
+        };
+        ctx.record(op, &access, |_| Ok((command, ())))
     }
 }

@@ -87,8 +87,7 @@ impl DeviceContext {
         }
         self.shared
             .lock()
-            .command(&[], vec![(semaphore.timeline.clone(), value)])
-            .map(drop)
+            .wait_command(vec![(semaphore.timeline.clone(), value)])
     }
 }
 
@@ -238,10 +237,7 @@ impl DeviceContext {
             });
         }
         timeline.set_submitted(1);
-        self.shared
-            .lock()
-            .command(&[], vec![(timeline, 1)])
-            .map(drop)
+        self.shared.lock().wait_command(vec![(timeline, 1)])
     }
 
     /// A timeline semaphore over an exported one, for

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::fill::{self, FillPlan};
 use crate::kernel::{Grid, Kernel, KernelArg};
 use crate::record::BufferAccess;
+use crate::recorder::Command;
 use crate::view::{CopyDestination, CopySource, Source, View};
 use crate::vk::command::CommandPool;
 use crate::vk::Device;
@@ -200,14 +201,10 @@ impl DeviceContext {
         // `record::Commands`).
         let keep = recording.commands.clone();
         self.shared
-            .record_described(op, &describe, &accesses, |stream, cmd| {
+            .record_described(op, &describe, &accesses, |stream| {
                 let secondary = keep.cmd;
                 stream.keep_alive(keep);
-                cmd.execute(stream.device(), secondary);
-                // After a secondary command buffer the primary's bound state
-                // is undefined.
-                stream.forget_bindings();
-                Ok(())
+                Ok((Command::Execute(secondary), ()))
             })
     }
 }

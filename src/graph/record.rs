@@ -6,18 +6,18 @@
 use std::sync::{Arc, Mutex};
 
 use ash::vk;
+use smallvec::SmallVec;
 
 use crate::batch_pool::DescriptorPools;
 use crate::error::{Error, Result};
-use crate::fill::{self, FillPlan};
-use crate::hazard::{Access, HazardTracker};
+use crate::fill::{self, FillSteps};
 use crate::kernel::{write_extent, KernelPipeline};
-use crate::record::BufferAccess;
+use crate::record::{hazards, BufferAccess};
+use crate::recorder::{Command, Recorder};
 use crate::submitter::Submitter;
 use crate::view::View;
 use crate::vk::command::{Cmd, CommandPool};
 use crate::vk::memory::RawBuffer;
-use crate::vk::pipeline::{record_dispatch_into, Bound};
 use crate::vk::{Device, MemoryUsage};
 
 /// One captured operation.
@@ -283,60 +283,43 @@ pub(super) fn record_into(
     ops: &[Op],
     subst: &Substitutions<'_>,
 ) -> Result<(Uses, usize)> {
-    let mut hazards = HazardTracker::default();
+    let mut target = Target {
+        device,
+        recorder: Recorder::new(cmd),
+        descriptors,
+        union: Vec::new(),
+        commands: 0,
+    };
     let mut accesses = Vec::new();
-    let mut union: Uses = Vec::new();
     let mut dispatch_index = 0;
-    let mut commands = 0;
-    let mut bound = Bound::default();
-    // The descriptor sets of every dispatch (where push descriptors are
-    // off) come from the recording's own pools.
-    let mut allocate = |layout| descriptors.allocate(device, layout);
     for op in ops {
-        if let Op::Fill { dst, element } = op {
-            let d = subst.view(dst);
-            if let FillPlan::Word(word) = fill::plan(d.offset, d.bytes, element) {
-                let access = BufferAccess {
-                    memory: &d.memory,
-                    offset: d.offset,
-                    len: d.bytes,
-                    write: true,
+        match op {
+            Op::Fill { dst, element } => {
+                let d = subst.view(dst);
+                let handle = d.memory.handle();
+                // Planned for the offset of the view it fills now; never
+                // `Tiles`, which depends on the element's width alone.
+                let Some(fill) = FillSteps::new(device, handle, d.offset, d.bytes, element)? else {
+                    return Err(Error::GraphParameter {
+                        reason: "a captured fill changed its plan".into(),
+                    });
                 };
-                order(device, cmd, &mut hazards, &mut union, &[access]);
-                // Offset and size are multiples of 4 inside the buffer (the
-                // plan, made for this view, says so).
-                cmd.fill_buffer(device, d.memory.handle(), d.offset, d.bytes, word);
-                commands += 1;
+                for step in &fill.steps {
+                    let access = BufferAccess {
+                        memory: &d.memory,
+                        offset: step.offset,
+                        len: step.len,
+                        write: true,
+                    };
+                    target.record(&[access], step.command(device, handle))?;
+                }
                 continue;
             }
-            // Not `Tiles`: the element's width divides 16 (checked at capture).
-            let pipeline = fill::fill_pipeline(device)?;
-            for chunk in fill::device_kernel_chunks(device, d.offset, d.bytes, element) {
-                // The whole binding counts as written, as `enqueue_fill` counts it.
-                let access = BufferAccess {
-                    memory: &d.memory,
-                    offset: chunk.bind_offset,
-                    len: chunk.bind_size,
-                    write: true,
-                };
-                order(device, cmd, &mut hazards, &mut union, &[access]);
-                record_dispatch_into(
-                    device,
-                    &mut allocate,
-                    &mut bound,
-                    cmd,
-                    &pipeline,
-                    &[chunk.binding(d.memory.handle())],
-                    chunk.push(),
-                    chunk.groups(device),
-                )?;
-                commands += 1;
-            }
-            continue;
+            Op::Wait { .. } => continue,
+            Op::Copy { .. } | Op::FillTiles { .. } | Op::Dispatch { .. } => {}
         }
         accesses.clear();
         op.accesses(device, subst, &mut accesses);
-        order(device, cmd, &mut hazards, &mut union, &accesses);
         match op {
             Op::Copy { src, dst } => {
                 let (s, d) = (subst.view(src), subst.view(dst));
@@ -347,22 +330,16 @@ pub(super) fn record_into(
                 };
                 // Both ranges lie in their buffers and do not overlap
                 // (checked at capture; a substitute has the captured length).
-                cmd.copy_buffer(device, s.memory.handle(), d.memory.handle(), &[region]);
+                let command = Command::copy(s.memory.handle(), d.memory.handle(), region);
+                target.record(&accesses, command)?;
             }
             Op::FillTiles { dst, tile } => {
                 let d = subst.view(dst);
-                let regions: smallvec::SmallVec<[vk::BufferCopy; 8]> = (0..d.bytes)
-                    .step_by(tile.len as usize)
-                    .map(|at| vk::BufferCopy {
-                        src_offset: 0,
-                        dst_offset: d.offset + at,
-                        size: tile.len.min(d.bytes - at),
-                    })
-                    .collect();
-                // Every region lies in the tile and in the view (the tile is
-                // whole elements, at most the view's length; a substitute has
+                // The tile is at most the view's length (a substitute has
                 // the captured length).
-                cmd.copy_buffer(device, tile.buffer(), d.memory.handle(), &regions);
+                let src = (tile.buffer(), 0, tile.len);
+                let command = fill::tile_copy(src, d.memory.handle(), d.offset, d.bytes);
+                target.record(&accesses, command)?;
             }
             Op::Dispatch {
                 kernel,
@@ -371,7 +348,7 @@ pub(super) fn record_into(
                 grid,
                 ..
             } => {
-                let infos: Vec<vk::DescriptorBufferInfo> = args
+                let infos: SmallVec<[vk::DescriptorBufferInfo; 8]> = args
                     .iter()
                     .map(|(view, _)| {
                         let v = subst.view(view);
@@ -382,58 +359,51 @@ pub(super) fn record_into(
                         }
                     })
                     .collect();
+                let mut replaced = SmallVec::<[u8; 128]>::new();
                 let push = match subst.push.iter().find(|(i, _)| *i == dispatch_index) {
                     Some((_, bytes)) => {
-                        let mut p = bytes.to_vec();
-                        p.resize(push.len(), 0);
-                        p
+                        replaced.extend_from_slice(bytes);
+                        replaced.resize(push.len(), 0);
+                        &replaced[..]
                     }
-                    None => push.clone(),
+                    None => &push[..],
                 };
                 dispatch_index += 1;
-                record_dispatch_into(
-                    device,
-                    &mut allocate,
-                    &mut bound,
-                    cmd,
-                    kernel.pipeline(),
-                    &infos,
-                    &push,
-                    *grid,
-                )?;
+                let command = Command::Dispatch {
+                    pipeline: kernel.pipeline(),
+                    buffers: &infos,
+                    push,
+                    groups: *grid,
+                };
+                target.record(&accesses, command)?;
             }
-            Op::Wait { .. } | Op::Fill { .. } => continue,
+            Op::Fill { .. } | Op::Wait { .. } => {}
         }
-        commands += 1;
     }
-    Ok((union, commands))
+    target.recorder.finish(device);
+    Ok((target.union, target.commands))
 }
 
-/// Records a barrier before a command making `accesses` where it depends on
-/// an earlier command of the graph, and widens the graph's uses to cover them.
-pub(super) fn order(
-    device: &Device,
-    cmd: Cmd,
-    hazards: &mut HazardTracker,
-    union: &mut Uses,
-    accesses: &[BufferAccess<'_>],
-) {
-    let ranges: smallvec::SmallVec<[Access; 8]> = accesses
-        .iter()
-        .map(|a| Access {
-            buffer: vk::Handle::as_raw(a.memory.handle()),
-            start: a.offset,
-            end: a.offset + a.len,
-            write: a.write,
-        })
-        .collect();
-    if hazards.conflicts(&ranges) {
-        cmd.dependency_barrier(device);
-        hazards.clear();
-    }
-    hazards.record(&ranges);
-    for a in accesses {
-        add_use(union, a);
+/// A graph's recording as the recorder's target: the commands go into its
+/// secondary command buffer with its own descriptor pools, and their
+/// ranges widen the graph's uses.
+struct Target<'r> {
+    device: &'r Arc<Device>,
+    recorder: Recorder,
+    descriptors: &'r mut DescriptorPools,
+    union: Uses,
+    commands: usize,
+}
+
+impl Target<'_> {
+    fn record(&mut self, accesses: &[BufferAccess<'_>], command: Command<'_>) -> Result<()> {
+        self.recorder
+            .record(self.device, self.descriptors, &hazards(accesses), command)?;
+        for a in accesses {
+            add_use(&mut self.union, a);
+        }
+        self.commands += 1;
+        Ok(())
     }
 }
 

@@ -13,6 +13,7 @@ use crate::capabilities::Feature;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::record::BufferAccess;
+use crate::recorder::Command;
 use crate::view::View;
 use crate::vk::Device;
 
@@ -217,9 +218,15 @@ impl DeviceContext {
         let keep = k.clone();
         let describe = || format!("kernel {} grid {:?}", kernel.label, d.grid);
         self.shared
-            .record_described(op, &describe, &d.accesses, |stream, cmd| {
+            .record_described(op, &describe, &d.accesses, |stream| {
                 stream.keep_alive(keep);
-                stream.record_dispatch(cmd, &k.pipeline, &d.infos, &d.push, d.grid)
+                let command = Command::Dispatch {
+                    pipeline: &k.pipeline,
+                    buffers: &d.infos,
+                    push: &d.push,
+                    groups: d.grid,
+                };
+                Ok((command, ()))
             })
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
+use crate::recorder::Command;
 use crate::vk::command::TimestampPool;
 
 impl DeviceContext {
@@ -42,19 +43,27 @@ impl DeviceContext {
         iters: usize,
     ) -> Result<[u64; 2]> {
         self.synchronize()?;
-        self.shared.record("execution_time", &[], |stream, cmd| {
+        self.shared.record("execution_time", &[], |stream| {
             stream.keep_alive(queries.clone());
-            queries.start(cmd, 0);
-            Ok(())
+            let command = Command::Timestamps {
+                pool: queries,
+                start: true,
+                end: false,
+            };
+            Ok((command, ()))
         })?;
         for _ in 0..iters {
             f(self)?;
         }
-        self.shared.record("execution_time", &[], |stream, cmd| {
+        self.shared.record("execution_time", &[], |stream| {
             stream.keep_alive(queries.clone());
             // Its BOTTOM_OF_PIPE timestamp waits for all earlier commands.
-            queries.end(cmd, 0);
-            Ok(())
+            let command = Command::Timestamps {
+                pool: queries,
+                start: false,
+                end: true,
+            };
+            Ok((command, ()))
         })?;
         // Both queries were written by work that has completed once this
         // returns.
