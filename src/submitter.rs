@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::garbage::{Garbage, GarbageList, FLUSH_GARBAGE_BYTES};
 use crate::stream::{Stream, MAX_IN_FLIGHT};
 use crate::trace::{StreamTrace, Tracer};
-use crate::vk::{Device, Timeline};
+use crate::vk::{Device, Timeline, Waiters};
 
 /// What a `DeviceContext` handle shares with its clones and its buffers:
 /// one stream and what it submits with.
@@ -227,6 +227,11 @@ impl Drop for Submitter {
         if let Err(e) = stream.flush() {
             log::error!("a context's final submission failed: {e}");
         }
+        drop(stream);
+        // The threads that wake futures of this stream's values end once
+        // the work just submitted is done: none of them is left holding the
+        // timeline (and through it the device) after the context is gone.
+        Waiters::join(&self.timeline);
         self.device.streams.fetch_sub(1, Ordering::Relaxed);
     }
 }

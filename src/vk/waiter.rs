@@ -14,13 +14,18 @@
 //! Each future has one slot, whose waker a new poll replaces (so repolling
 //! with new wakers does not grow the list). A waker that panics is caught:
 //! it cannot stop the thread. The thread holds its timeline (so the
-//! semaphore lives through every wait) and drops it when it leaves; that
-//! may drop the device, on the thread, which nothing joins.
+//! semaphore lives through every wait) and drops it when it leaves. The
+//! stream that signals the timeline joins its threads when it is dropped
+//! ([`Waiters::join`]), so that the device (which the timeline holds) is
+//! not destroyed on one of them while the process exits: a device, and
+//! with it the instance, destroyed on a thread while `main` returns races
+//! the validation layer's and the driver's exit handlers.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
+use std::thread::JoinHandle;
 
 use super::Timeline;
 use crate::error::{Error, Result};
@@ -75,6 +80,9 @@ struct State {
     /// Why the thread's last wait failed (a lost device), for every later
     /// registration.
     failed: Option<Error>,
+    /// The threads started and not yet joined (one running at most; those
+    /// before it finishing or finished).
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Waiters {
@@ -107,16 +115,34 @@ impl Waiters {
         }
         if !state.running {
             let runner = timeline.clone();
-            std::thread::Builder::new()
+            let thread = std::thread::Builder::new()
                 .name("vkcompute-waiter".into())
                 .spawn(move || Self::run(runner))
                 .map_err(|e| Error::Unsupported {
                     what: format!("waiting without blocking (no thread: {e})"),
                     device: timeline.device().name().to_string(),
                 })?;
+            state.threads.retain(|t| !t.is_finished());
+            state.threads.push(thread);
             state.running = true;
         }
         Ok(())
+    }
+
+    /// Waits until every thread this timeline started has ended (each ends
+    /// once the values it waits for are reached, or their futures dropped):
+    /// called by the stream that signals the timeline, when it is dropped,
+    /// after submitting all its work. Not from a waiter thread itself (a
+    /// waker that drops a context there): that one is left to end alone.
+    pub(crate) fn join(timeline: &Timeline) {
+        let threads = std::mem::take(&mut timeline.waiters.lock().threads);
+        let me = std::thread::current().id();
+        for thread in threads {
+            if thread.thread().id() != me {
+                // A waiter thread does not panic (a waker's panic is caught).
+                let _ = thread.join();
+            }
+        }
     }
 
     /// Ends the thread's run: every entry woken (after a failure) or none
