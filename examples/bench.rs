@@ -48,6 +48,8 @@ use std::time::Instant;
 mod bounds;
 #[path = "bench_cases/host_cost.rs"]
 mod host_cost;
+#[path = "bench_cases/replay_params.rs"]
+mod replay_params;
 
 use vkcompute::ash::{self, vk};
 use vkcompute::{ContextOptions, DeviceBuffer, DeviceContext, Kernel, RawBufferRef};
@@ -78,6 +80,7 @@ const CASES: &[&str] = &[
     "scale_buffers",
     "scale_inflight",
     "replay_cost",
+    "replay_with_cost",
     "first_dispatch",
     "d2d_cross",
     "bounds",
@@ -327,6 +330,7 @@ impl Bench<'_> {
             "scale_buffers" => self.scale_buffers(),
             "scale_inflight" => self.scale_inflight(),
             "replay_cost" => self.replay_cost(),
+            "replay_with_cost" => self.replay_with_cost(),
             "first_dispatch" => self.first_dispatch(),
             "d2d_cross" => self.d2d_cross(),
             "bounds" => self.bounds(),

@@ -78,7 +78,7 @@ impl Submitter {
         self.record_command(op, accesses, held, None, body)
     }
 
-    /// The recorder behind every `record*`.
+    /// The recorder behind every `record*`, for one command.
     fn record_command<'c, R>(
         &self,
         op: &'static str,
@@ -86,6 +86,37 @@ impl Submitter {
         held: Option<&BufferMemory>,
         describe: Option<&dyn Fn() -> String>,
         body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
+    ) -> Result<R> {
+        self.record_parts(op, accesses, held, describe, |stream, hazards| {
+            let (command, result) = body(stream)?;
+            stream.record(hazards, command)?;
+            Ok(result)
+        })
+    }
+
+    /// [`record`](Self::record) for a command of several parts (a graph
+    /// replay with parameters): `body` orders and records them itself with
+    /// the command's hazard ranges (`Stream::order`, `record`, `note`).
+    pub(crate) fn record_sequence<R>(
+        &self,
+        op: &'static str,
+        describe: &dyn Fn() -> String,
+        accesses: &[BufferAccess<'_>],
+        body: impl FnOnce(&mut Stream, &[Access]) -> Result<R>,
+    ) -> Result<R> {
+        self.record_parts(op, accesses, None, Some(describe), body)
+    }
+
+    /// Locks the buffers and the stream, makes the stream wait for other
+    /// streams' work on the buffers, notes the uses, and runs `body` to
+    /// record the command with its hazard ranges.
+    fn record_parts<R>(
+        &self,
+        op: &'static str,
+        accesses: &[BufferAccess<'_>],
+        held: Option<&BufferMemory>,
+        describe: Option<&dyn Fn() -> String>,
+        body: impl FnOnce(&mut Stream, &[Access]) -> Result<R>,
     ) -> Result<R> {
         let started = self.tracer.as_ref().map(|t| t.now_us());
         // One command is atomic: no operation of several commands on these
@@ -116,8 +147,7 @@ impl Submitter {
         for a in accesses {
             a.memory.note_device_use(op, self, value, a.write)?;
         }
-        let (command, result) = body(&mut stream)?;
-        stream.record(&hazards(accesses), command)?;
+        let result = body(&mut stream, &hazards(accesses))?;
         if let (Some(t), Some(start)) = (&stream.trace, started) {
             trace_command(t, op, start, accesses, describe);
         }

@@ -131,13 +131,10 @@ impl Recorder {
             debug_assert!(false, "a recorder records after `begin`");
             return Ok(false);
         };
-        let conflict = self.hazards.conflicts(accesses);
-        if conflict || !matches!(command, Command::Copy { .. } | Command::Mark) {
+        if !matches!(command, Command::Copy { .. } | Command::Mark) {
             self.emit_copy(device);
         }
-        if conflict {
-            self.barrier(device);
-        }
+        let conflict = self.order(device, accesses);
         self.hazards.record(accesses);
         match command {
             Command::Mark => {}
@@ -184,6 +181,22 @@ impl Recorder {
             } => ownership_barrier(device, cmd, buffer, range, release),
         }
         Ok(conflict)
+    }
+
+    /// Records a barrier where `accesses` conflict with the ranges used
+    /// since the last one (without counting them as used: see `note`).
+    /// Returns whether it did.
+    pub(crate) fn order(&mut self, device: &Device, accesses: &[Access]) -> bool {
+        let conflict = self.hazards.conflicts(accesses);
+        if conflict {
+            self.barrier(device);
+        }
+        conflict
+    }
+
+    /// Counts `accesses` as used since the last barrier.
+    pub(crate) fn note(&mut self, accesses: &[Access]) {
+        self.hazards.record(accesses);
     }
 
     /// Records a barrier after which every later command sees what the

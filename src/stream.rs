@@ -169,14 +169,42 @@ impl Stream {
         let barrier =
             self.recorder
                 .record(&self.device, &mut self.descriptors, accesses, command)?;
-        if let (true, Some(t)) = (barrier, &self.trace) {
-            t.tracer.instant(t.host, "barrier", "");
+        if barrier {
+            self.trace_barrier();
         }
         if let Some(batch) = &mut self.batch {
             batch.commands += 1;
         }
         self.recorded += 1;
         Ok(())
+    }
+
+    /// Records a barrier before what comes next where it depends on a
+    /// command since the last barrier by `accesses` (a command of several
+    /// parts, ordered as a whole).
+    pub(crate) fn order(&mut self, accesses: &[Access]) {
+        if self.recorder.order(&self.device, accesses) {
+            self.trace_barrier();
+        }
+    }
+
+    /// Records a barrier after which every later command sees what the
+    /// earlier ones wrote.
+    pub(crate) fn barrier(&mut self) {
+        self.recorder.barrier(&self.device);
+        self.trace_barrier();
+    }
+
+    /// Counts `accesses` as made since the last barrier (by a command of
+    /// several parts, for the commands after it).
+    pub(crate) fn note(&mut self, accesses: &[Access]) {
+        self.recorder.note(accesses);
+    }
+
+    fn trace_barrier(&self) {
+        if let Some(t) = &self.trace {
+            t.tracer.instant(t.host, "barrier", "");
+        }
     }
 
     /// A command that only waits (on the device) for `waits` of other

@@ -12,7 +12,9 @@
 mod common;
 
 use common::{assert_clean, context_with, Rng, Saxpy};
-use vkcompute::{shaders, ContextOptions, DeviceBuffer, DeviceContext, Error, GraphParams, Kernel};
+use vkcompute::{
+    shaders, ContextOptions, DeviceBuffer, DeviceContext, Error, GraphParams, Kernel, KernelArg,
+};
 
 const N: usize = 256;
 
@@ -93,30 +95,17 @@ fn triples(buf: &DeviceBuffer<u32>) -> DeviceBuffer<[u8; 3]> {
 
 /// Runs `steps` on `bufs` directly.
 fn enqueue(ctx: &DeviceContext, add: &Kernel, bufs: &[DeviceBuffer<u32>], steps: &[Step]) {
-    for step in steps {
-        match *step {
-            Step::Copy(a, b) => bufs[b].enqueue_copy_from(&bufs[a]).unwrap(),
-            Step::CopyQuarter(a, qa, b, qb) => quarter(&bufs[b], qb)
-                .enqueue_copy_from(&quarter(&bufs[a], qa))
-                .unwrap(),
-            Step::Fill(a, v) => bufs[a].enqueue_fill(v).unwrap(),
-            Step::FillBytes(a, v) => odd_bytes(&bufs[a]).enqueue_fill(v).unwrap(),
-            Step::FillWide(a, v) => wide(&bufs[a]).enqueue_fill(v).unwrap(),
-            Step::FillTriple(a, v) => triples(&bufs[a]).enqueue_fill(v).unwrap(),
-            Step::Add(a, b, c) => ctx
-                .enqueue_function(
-                    add,
-                    (N / 64) as u32,
-                    &[
-                        bufs[a].arg_reinterpret(),
-                        bufs[b].arg_reinterpret(),
-                        bufs[c].arg_reinterpret(),
-                    ],
-                    &(N as u32),
-                )
-                .unwrap(),
-        }
-    }
+    let map: Vec<usize> = (0..bufs.len()).collect();
+    enqueue_mapped(ctx, add, bufs, &map, steps, &[N as u32; 64]);
+}
+
+/// The arguments of `Step::Add(a, b, c)`.
+fn add_args(bufs: &[DeviceBuffer<u32>], a: usize, b: usize, c: usize) -> [KernelArg<'_>; 3] {
+    [
+        bufs[a].arg_reinterpret(),
+        bufs[b].arg_reinterpret(),
+        bufs[c].arg_reinterpret(),
+    ]
 }
 
 /// Captures `steps` on `bufs` into a graph.
@@ -126,6 +115,17 @@ fn capture(
     bufs: &[DeviceBuffer<u32>],
     steps: &[Step],
 ) -> vkcompute::Graph {
+    capture_with_ids(ctx, add, bufs, steps).0
+}
+
+/// [`capture`], with the ids of the additions.
+fn capture_with_ids(
+    ctx: &DeviceContext,
+    add: &Kernel,
+    bufs: &[DeviceBuffer<u32>],
+    steps: &[Step],
+) -> (vkcompute::Graph, Vec<vkcompute::DispatchId>) {
+    let mut ids = Vec::new();
     let mut g = ctx.capture_graph();
     for step in steps {
         match *step {
@@ -149,21 +149,14 @@ fn capture(
                 g.fill(&triples(&bufs[a]), v).unwrap();
             }
             Step::Add(a, b, c) => {
-                g.dispatch(
-                    add,
-                    (N / 64) as u32,
-                    &[
-                        bufs[a].arg_reinterpret(),
-                        bufs[b].arg_reinterpret(),
-                        bufs[c].arg_reinterpret(),
-                    ],
-                    &(N as u32),
-                )
-                .unwrap();
+                let id = g
+                    .dispatch(add, (N / 64) as u32, &add_args(bufs, a, b, c), &(N as u32))
+                    .unwrap();
+                ids.push(id);
             }
         }
     }
-    g.finish().unwrap()
+    (g.finish().unwrap(), ids)
 }
 
 /// Buffers of small floats (as bits), the same on every call with `seed`.
@@ -594,5 +587,118 @@ fn a_fill_replayed_on_a_substitute_at_another_offset_is_planned_for_that_offset(
         ctx.synchronize().unwrap();
         drop((graph, graph16, a, b, words, whole, ctx));
         assert_clean(&log, &format!("substitute fills, push descriptors {push}"));
+    }
+}
+
+/// Runs `steps` directly as a replay with parameters runs them: buffer `i`
+/// of the steps is `bufs[map[i]]` where the operation uses the whole
+/// buffer's bytes (a substitute replaces exactly the captured view: its
+/// memory, offset and length), and the `k`th addition covers `ns[k]`
+/// elements.
+fn enqueue_mapped(
+    ctx: &DeviceContext,
+    add: &Kernel,
+    bufs: &[DeviceBuffer<u32>],
+    map: &[usize],
+    steps: &[Step],
+    ns: &[u32],
+) {
+    let mut dispatch = 0;
+    let whole = |i: usize| &bufs[map[i]];
+    for step in steps {
+        match *step {
+            Step::Copy(a, b) => whole(b).enqueue_copy_from(whole(a)).unwrap(),
+            // Views of part of a buffer are not the captured whole buffer.
+            Step::CopyQuarter(a, qa, b, qb) => quarter(&bufs[b], qb)
+                .enqueue_copy_from(&quarter(&bufs[a], qa))
+                .unwrap(),
+            Step::Fill(a, v) => whole(a).enqueue_fill(v).unwrap(),
+            Step::FillBytes(a, v) => odd_bytes(&bufs[a]).enqueue_fill(v).unwrap(),
+            // Its view spans the whole buffer: the same view.
+            Step::FillWide(a, v) => wide(whole(a)).enqueue_fill(v).unwrap(),
+            Step::FillTriple(a, v) => triples(&bufs[a]).enqueue_fill(v).unwrap(),
+            Step::Add(a, b, c) => {
+                let n = ns[dispatch];
+                dispatch += 1;
+                let (a, b, c) = (map[a], map[b], map[c]);
+                ctx.enqueue_function(add, (N / 64) as u32, &add_args(bufs, a, b, c), &n)
+                    .unwrap()
+            }
+        }
+    }
+}
+
+/// Replays that change random push constants and put random buffers (spare
+/// ones, or other buffers of the graph, which makes independent operations
+/// depend on each other) in place of captured ones give the bytes of the
+/// same operations enqueued one by one, or are refused with nothing run
+/// where a substitute would break a capture check. Each replay records
+/// only the changed operations (the rest runs as recorded segments), so
+/// this checks the barriers between the pieces.
+#[test]
+fn replays_with_random_parameters_match_the_operations_enqueued_one_by_one() {
+    for push_descriptors in [true, false] {
+        let ctx = context_with(options(push_descriptors));
+        let log = ctx.validation_log();
+        let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
+        let (mut replays, mut refused) = (0, 0);
+        for seed in 0..10u64 {
+            let mut rng = Rng::new(seed + 500);
+            let count = 4;
+            let len = 2 + rng.below(30) as usize;
+            let steps = random_steps(&mut rng, count, len);
+            // The graph's buffers, then two spares.
+            let graph_bufs = buffers(&ctx, count + 2, seed);
+            let direct = buffers(&ctx, count + 2, seed);
+            let (graph, ids) = capture_with_ids(&ctx, &add, &graph_bufs[..count], &steps);
+            for _ in 0..4 {
+                let mut map: Vec<usize> = (0..count).collect();
+                let mut params = GraphParams::new();
+                for i in 0..count {
+                    if rng.below(3) == 0 {
+                        let with = rng.below(count as u64 + 2) as usize;
+                        if with != i {
+                            map[i] = with;
+                            params = params.buffer(&graph_bufs[i], &graph_bufs[with]).unwrap();
+                        }
+                    }
+                }
+                let ns: Vec<u32> = (0..ids.len())
+                    .map(|_| {
+                        if rng.below(2) == 0 {
+                            1 + rng.below(N as u64) as u32
+                        } else {
+                            N as u32
+                        }
+                    })
+                    .collect();
+                for (id, n) in ids.iter().zip(&ns) {
+                    if *n != N as u32 {
+                        params = params.push(*id, n);
+                    }
+                }
+                match ctx.enqueue_graph_with(&graph, &params) {
+                    Ok(()) => {
+                        enqueue_mapped(&ctx, &add, &direct, &map, &steps, &ns);
+                        replays += 1;
+                    }
+                    Err(Error::GraphParameter { .. }) => refused += 1,
+                    Err(e) => panic!("seed {seed}: {e}"),
+                }
+            }
+            for (i, (g, d)) in graph_bufs.iter().zip(&direct).enumerate() {
+                assert_eq!(
+                    g.to_vec().unwrap(),
+                    d.to_vec().unwrap(),
+                    "seed {seed} ({push_descriptors}), buffer {i}: {steps:?}"
+                );
+            }
+        }
+        assert!(
+            replays > 20 && refused > 0,
+            "{replays} replays, {refused} refused"
+        );
+        drop((add, ctx));
+        assert_clean(&log, "replays with random parameters");
     }
 }

@@ -98,7 +98,7 @@ impl RawDispatch {
 
 impl Bench<'_> {
     /// Reports `larger / smaller` as row `case`, against `target`.
-    fn report_ratio(&self, case: &str, larger: &Timing, smaller: &Timing, target: f64) {
+    pub(super) fn report_ratio(&self, case: &str, larger: &Timing, smaller: &Timing, target: f64) {
         let ratio = larger.median / smaller.median.max(1e-12);
         let row = Timing::ratio(ratio, larger.reps);
         let extra = [

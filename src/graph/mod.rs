@@ -27,9 +27,12 @@ use crate::view::{CopyDestination, CopySource, Source, View};
 use crate::vk::command::CommandPool;
 use crate::vk::Device;
 
+mod params;
 mod record;
 
-use record::{record, Op, Pools, Recording, Substitutions, Tile};
+pub use params::GraphParams;
+use params::{OpIndex, Split};
+use record::{record, use_accesses, Op, Pools, Recording, Substitutions, Tile};
 
 struct GraphInner {
     device: Arc<Device>,
@@ -38,6 +41,9 @@ struct GraphInner {
     ops: Vec<Op>,
     pools: Pools,
     recording: Arc<Recording>,
+    index: OpIndex,
+    /// Recordings around the operations replays changed, newest first.
+    splits: Mutex<Vec<Arc<Split>>>,
 }
 
 /// A captured sequence of stream operations, replayed with
@@ -120,55 +126,6 @@ impl DeviceContext {
         self.replay(graph, graph.inner.recording.clone())
     }
 
-    /// Enqueues a replay of `graph` with `params`: other push constants for
-    /// some dispatches, other buffers in place of captured ones. Records a
-    /// new command buffer for the replay (its cost grows with the graph).
-    ///
-    /// A substitute may start at any offset its type allows: fills are
-    /// planned again for it (a `vkCmdFillBuffer` needs 4-byte boundaries,
-    /// elsewhere the fill kernel runs), copies take any offset, and a
-    /// substitute bound to a kernel must start at a multiple of
-    /// `minStorageBufferOffsetAlignment` ([`Error::Misaligned`]).
-    pub fn enqueue_graph_with(&self, graph: &Graph, params: &GraphParams<'_>) -> Result<()> {
-        let inner = &graph.inner;
-        let mut subst = Substitutions::none();
-        let bad = |reason: String| Error::GraphParameter { reason };
-        for (captured, with) in &params.views {
-            if with.memory.device.id != inner.device.id {
-                return Err(Error::DifferentDevice {
-                    op: "DeviceContext::enqueue_graph_with",
-                    detail: "a substitute buffer is on another device than the graph".into(),
-                });
-            }
-            if !inner.ops.iter().any(|op| op.uses(captured)) {
-                return Err(bad(format!(
-                    "the graph does not use the buffer given as captured ({} bytes at byte {})",
-                    captured.bytes, captured.offset
-                )));
-            }
-            subst.views.push((captured, with));
-        }
-        for (id, bytes) in &params.push {
-            let Some(Op::Dispatch {
-                push_size, label, ..
-            }) = dispatch_op(&inner.ops, id.0)
-            else {
-                return Err(bad(format!("the graph has no dispatch {}", id.0)));
-            };
-            if bytes.len() != *push_size {
-                return Err(Error::PushConstantSize {
-                    kernel: label.to_string(),
-                    expected: *push_size as u32,
-                    given: bytes.len(),
-                });
-            }
-            subst.push.push((id.0, bytes));
-        }
-        check_substitutions(&inner.device, &inner.ops, &subst)?;
-        let recording = record(&inner.device, &inner.pools, &inner.ops, &subst)?;
-        self.replay(graph, Arc::new(recording))
-    }
-
     fn replay(&self, graph: &Graph, recording: Arc<Recording>) -> Result<()> {
         let op = "DeviceContext::enqueue_graph";
         let inner = &graph.inner;
@@ -178,21 +135,10 @@ impl DeviceContext {
                 detail: "the graph was captured on another device".into(),
             });
         }
-        for captured in &inner.ops {
-            if let Op::Wait { other } = captured {
-                self.shared.wait_for(other)?;
-            }
+        for other in &inner.index.waits {
+            self.shared.wait_for(other)?;
         }
-        let accesses: Vec<BufferAccess<'_>> = recording
-            .uses
-            .iter()
-            .map(|(view, offset, len, write)| BufferAccess {
-                memory: &view.memory,
-                offset: *offset,
-                len: *len,
-                write: *write,
-            })
-            .collect();
+        let accesses: Vec<BufferAccess<'_>> = use_accesses(&recording.uses).collect();
         let describe = || match &graph.inner.label {
             Some(label) => format!("graph `{label}` of {} commands", recording.count),
             None => format!("graph of {} commands", recording.count),
@@ -206,114 +152,6 @@ impl DeviceContext {
                 stream.keep_alive(keep);
                 Ok((Command::Execute(secondary), ()))
             })
-    }
-}
-
-/// Checks what substitutes change: a copy's ends must not overlap, a
-/// dispatch's bindings must stay aligned, and no two of its arguments may
-/// overlap where the kernel writes either (as at capture).
-fn check_substitutions(device: &Device, ops: &[Op], subst: &Substitutions<'_>) -> Result<()> {
-    let bad = |reason: String| Error::GraphParameter { reason };
-    let overlap = |a: &View, b: &View| {
-        Arc::ptr_eq(&a.memory, &b.memory)
-            && a.offset < b.offset + b.bytes
-            && b.offset < a.offset + a.bytes
-    };
-    let limits = device.limits();
-    let storage_align = limits.min_storage_buffer_offset_alignment.max(1);
-    let uniform_align = limits.min_uniform_buffer_offset_alignment.max(1);
-    for (index, op) in ops.iter().enumerate() {
-        match op {
-            Op::Copy { src, dst } => {
-                if overlap(subst.view(src), subst.view(dst)) {
-                    return Err(bad(format!(
-                        "operation {index}, a copy, would copy between overlapping ranges"
-                    )));
-                }
-            }
-            Op::Dispatch { args, kernel, .. } => {
-                for (i, (a, a_writes)) in args.iter().enumerate() {
-                    let a = subst.view(a);
-                    let (align, rule) = if kernel.binds_uniform(i) {
-                        (
-                            uniform_align,
-                            "a uniform buffer bound to a kernel must start at a multiple of \
-                             minUniformBufferOffsetAlignment",
-                        )
-                    } else {
-                        (
-                            storage_align,
-                            "a buffer bound to a kernel must start at a multiple of \
-                             minStorageBufferOffsetAlignment",
-                        )
-                    };
-                    if a.offset % align != 0 {
-                        return Err(Error::Misaligned {
-                            op: "DeviceContext::enqueue_graph_with",
-                            offset: a.offset,
-                            alignment: align,
-                            rule,
-                        });
-                    }
-                    for (b, b_writes) in &args[i + 1..] {
-                        if (*a_writes || *b_writes) && overlap(a, subst.view(b)) {
-                            return Err(bad(format!(
-                                "operation {index}, a dispatch, would bind overlapping ranges \
-                                 that the kernel writes"
-                            )));
-                        }
-                    }
-                }
-            }
-            // A fill is planned for the substitute's offset when recorded.
-            Op::Fill { .. } | Op::FillTiles { .. } | Op::Wait { .. } => {}
-        }
-    }
-    Ok(())
-}
-
-/// The `n`th dispatch of `ops`.
-fn dispatch_op(ops: &[Op], n: usize) -> Option<&Op> {
-    ops.iter()
-        .filter(|op| matches!(op, Op::Dispatch { .. }))
-        .nth(n)
-}
-
-/// What a replay changes: see [`DeviceContext::enqueue_graph_with`].
-#[derive(Default)]
-pub struct GraphParams<'a> {
-    views: Vec<(&'a View, &'a View)>,
-    push: Vec<(DispatchId, &'a [u8])>,
-}
-
-impl<'a> GraphParams<'a> {
-    /// No changes.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Puts `with` wherever the graph uses `captured` (the same buffer or
-    /// view, exactly); both hold `T` and must have the same length.
-    pub fn buffer<T: Pod>(
-        mut self,
-        captured: &'a DeviceBuffer<T>,
-        with: &'a DeviceBuffer<T>,
-    ) -> Result<Self> {
-        if captured.len() != with.len() {
-            return Err(Error::LengthMismatch {
-                op: "GraphParams::buffer",
-                dst_len: captured.len(),
-                src_len: with.len(),
-            });
-        }
-        self.views.push((&captured.view, &with.view));
-        Ok(self)
-    }
-
-    /// Other push constants for dispatch `id` (of the captured size).
-    pub fn push<P: Pod>(mut self, id: DispatchId, value: &'a P) -> Self {
-        self.push.push((id, bytemuck::bytes_of(value)));
-        self
     }
 }
 
@@ -432,6 +270,7 @@ impl GraphBuilder<'_> {
             .map(|(a, arg)| (arg.view.clone(), a.write))
             .collect();
         self.ops.push(Op::Dispatch {
+            id: self.dispatches,
             kernel: checked.kernel.clone(),
             label: kernel.label().into(),
             args,
@@ -475,9 +314,11 @@ impl GraphBuilder<'_> {
             inner: Arc::new(GraphInner {
                 device,
                 label: self.label,
+                index: OpIndex::new(&self.ops),
                 ops: self.ops,
                 pools,
                 recording: Arc::new(recording),
+                splits: Mutex::new(Vec::new()),
             }),
         })
     }

@@ -41,6 +41,8 @@ pub(super) enum Op {
         tile: Arc<Tile>,
     },
     Dispatch {
+        /// Its `DispatchId`: the how-manieth dispatch of the graph.
+        id: usize,
         kernel: Arc<KernelPipeline>,
         /// The kernel's label, for errors.
         label: Arc<str>,
@@ -57,22 +59,22 @@ pub(super) enum Op {
 }
 
 impl Op {
-    /// Whether the operation uses exactly `view`.
-    pub(super) fn uses(&self, view: &View) -> bool {
+    /// What a batch that records the operation itself keeps alive: its
+    /// kernel or its tile.
+    pub(super) fn keeps(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
         match self {
-            Op::Copy { src, dst } => same_view(src, view) || same_view(dst, view),
-            Op::Fill { dst, .. } | Op::FillTiles { dst, .. } => same_view(dst, view),
-            Op::Dispatch { args, .. } => args.iter().any(|(v, _)| same_view(v, view)),
-            Op::Wait { .. } => false,
+            Op::Dispatch { kernel, .. } => Some(kernel.clone()),
+            Op::FillTiles { tile, .. } => Some(tile.clone()),
+            Op::Copy { .. } | Op::Fill { .. } | Op::Wait { .. } => None,
         }
     }
 
     /// The byte ranges the operation reads and writes, after substitution.
-    fn accesses<'a>(
+    pub(super) fn accesses<'a>(
         &'a self,
         device: &Device,
         subst: &Substitutions<'a>,
-        out: &mut Vec<BufferAccess<'a>>,
+        out: &mut SmallVec<[BufferAccess<'a>; 8]>,
     ) {
         let whole = |view: &'a View, write: bool| BufferAccess {
             memory: &view.memory,
@@ -116,7 +118,7 @@ impl Op {
 pub(super) struct Substitutions<'a> {
     /// (captured, substitute); the substitute has the captured length.
     pub(super) views: Vec<(&'a View, &'a View)>,
-    /// (dispatch index, push constants).
+    /// (`DispatchId`, push constants).
     pub(super) push: Vec<(usize, &'a [u8])>,
 }
 
@@ -290,98 +292,112 @@ pub(super) fn record_into(
         union: Vec::new(),
         commands: 0,
     };
-    let mut accesses = Vec::new();
-    let mut dispatch_index = 0;
     for op in ops {
-        match op {
-            Op::Fill { dst, element } => {
-                let d = subst.view(dst);
-                let handle = d.memory.handle();
-                // Planned for the offset of the view it fills now; never
-                // `Tiles`, which depends on the element's width alone.
-                let Some(fill) = FillSteps::new(device, handle, d.offset, d.bytes, element)? else {
-                    return Err(Error::GraphParameter {
-                        reason: "a captured fill changed its plan".into(),
-                    });
-                };
-                for step in &fill.steps {
-                    let access = BufferAccess {
-                        memory: &d.memory,
-                        offset: step.offset,
-                        len: step.len,
-                        write: true,
-                    };
-                    target.record(&[access], step.command(device, handle))?;
-                }
-                continue;
-            }
-            Op::Wait { .. } => continue,
-            Op::Copy { .. } | Op::FillTiles { .. } | Op::Dispatch { .. } => {}
-        }
-        accesses.clear();
-        op.accesses(device, subst, &mut accesses);
-        match op {
-            Op::Copy { src, dst } => {
-                let (s, d) = (subst.view(src), subst.view(dst));
-                let region = vk::BufferCopy {
-                    src_offset: s.offset,
-                    dst_offset: d.offset,
-                    size: s.bytes,
-                };
-                // Both ranges lie in their buffers and do not overlap
-                // (checked at capture; a substitute has the captured length).
-                let command = Command::copy(s.memory.handle(), d.memory.handle(), region);
-                target.record(&accesses, command)?;
-            }
-            Op::FillTiles { dst, tile } => {
-                let d = subst.view(dst);
-                // The tile is at most the view's length (a substitute has
-                // the captured length).
-                let src = (tile.buffer(), 0, tile.len);
-                let command = fill::tile_copy(src, d.memory.handle(), d.offset, d.bytes);
-                target.record(&accesses, command)?;
-            }
-            Op::Dispatch {
-                kernel,
-                args,
-                push,
-                grid,
-                ..
-            } => {
-                let infos: SmallVec<[vk::DescriptorBufferInfo; 8]> = args
-                    .iter()
-                    .map(|(view, _)| {
-                        let v = subst.view(view);
-                        vk::DescriptorBufferInfo {
-                            buffer: v.memory.handle(),
-                            offset: v.offset,
-                            range: v.bytes,
-                        }
-                    })
-                    .collect();
-                let mut replaced = SmallVec::<[u8; 128]>::new();
-                let push = match subst.push.iter().find(|(i, _)| *i == dispatch_index) {
-                    Some((_, bytes)) => {
-                        replaced.extend_from_slice(bytes);
-                        replaced.resize(push.len(), 0);
-                        &replaced[..]
-                    }
-                    None => &push[..],
-                };
-                dispatch_index += 1;
-                let command = Command::Dispatch {
-                    pipeline: kernel.pipeline(),
-                    buffers: &infos,
-                    push,
-                    groups: *grid,
-                };
-                target.record(&accesses, command)?;
-            }
-            Op::Fill { .. } | Op::Wait { .. } => {}
-        }
+        record_op(device, &mut target, op, subst)?;
     }
     target.recorder.finish(device);
     Ok((target.union, target.commands))
+}
+
+/// Where the commands of a graph's operations go: the graph's own
+/// recording, or (for the operations a replay with parameters changes)
+/// the stream's batch. Either way one [`Recorder`] records them.
+pub(super) trait Sink {
+    /// Records `command`, which makes `accesses`.
+    fn record(&mut self, accesses: &[BufferAccess<'_>], command: Command<'_>) -> Result<()>;
+}
+
+/// Gives the commands of `op` (with `subst`) to `sink`.
+pub(super) fn record_op(
+    device: &Arc<Device>,
+    sink: &mut dyn Sink,
+    op: &Op,
+    subst: &Substitutions<'_>,
+) -> Result<()> {
+    let mut accesses: SmallVec<[BufferAccess<'_>; 8]> = SmallVec::new();
+    match op {
+        Op::Fill { dst, element } => {
+            let d = subst.view(dst);
+            let handle = d.memory.handle();
+            // Planned for the offset of the view it fills now; never
+            // `Tiles`, which depends on the element's width alone.
+            let Some(fill) = FillSteps::new(device, handle, d.offset, d.bytes, element)? else {
+                return Err(Error::GraphParameter {
+                    reason: "a captured fill changed its plan".into(),
+                });
+            };
+            for step in &fill.steps {
+                let access = BufferAccess {
+                    memory: &d.memory,
+                    offset: step.offset,
+                    len: step.len,
+                    write: true,
+                };
+                sink.record(&[access], step.command(device, handle))?;
+            }
+        }
+        Op::Wait { .. } => {}
+        Op::Copy { src, dst } => {
+            op.accesses(device, subst, &mut accesses);
+            let (s, d) = (subst.view(src), subst.view(dst));
+            let region = vk::BufferCopy {
+                src_offset: s.offset,
+                dst_offset: d.offset,
+                size: s.bytes,
+            };
+            // Both ranges lie in their buffers and do not overlap (checked
+            // at capture; a substitute has the captured length).
+            let command = Command::copy(s.memory.handle(), d.memory.handle(), region);
+            sink.record(&accesses, command)?;
+        }
+        Op::FillTiles { dst, tile } => {
+            op.accesses(device, subst, &mut accesses);
+            let d = subst.view(dst);
+            // The tile is at most the view's length (a substitute has the
+            // captured length).
+            let src = (tile.buffer(), 0, tile.len);
+            let command = fill::tile_copy(src, d.memory.handle(), d.offset, d.bytes);
+            sink.record(&accesses, command)?;
+        }
+        Op::Dispatch {
+            id,
+            kernel,
+            args,
+            push,
+            grid,
+            ..
+        } => {
+            op.accesses(device, subst, &mut accesses);
+            let infos: SmallVec<[vk::DescriptorBufferInfo; 8]> = args
+                .iter()
+                .map(|(view, _)| {
+                    let v = subst.view(view);
+                    vk::DescriptorBufferInfo {
+                        buffer: v.memory.handle(),
+                        offset: v.offset,
+                        range: v.bytes,
+                    }
+                })
+                .collect();
+            let mut replaced = SmallVec::<[u8; 128]>::new();
+            let push = match subst.push.iter().find(|(i, _)| i == id) {
+                Some((_, bytes)) => {
+                    replaced.extend_from_slice(bytes);
+                    replaced.resize(push.len(), 0);
+                    &replaced[..]
+                }
+                None => &push[..],
+            };
+            let command = Command::Dispatch {
+                pipeline: kernel.pipeline(),
+                buffers: &infos,
+                push,
+                groups: *grid,
+            };
+            sink.record(&accesses, command)?;
+        }
+    }
+    Ok(())
 }
 
 /// A graph's recording as the recorder's target: the commands go into its
@@ -395,7 +411,7 @@ struct Target<'r> {
     commands: usize,
 }
 
-impl Target<'_> {
+impl Sink for Target<'_> {
     fn record(&mut self, accesses: &[BufferAccess<'_>], command: Command<'_>) -> Result<()> {
         self.recorder
             .record(self.device, self.descriptors, &hazards(accesses), command)?;
@@ -405,6 +421,16 @@ impl Target<'_> {
         self.commands += 1;
         Ok(())
     }
+}
+
+/// The byte ranges of `uses`, as a command's accesses.
+pub(super) fn use_accesses(uses: &Uses) -> impl Iterator<Item = BufferAccess<'_>> {
+    uses.iter().map(|(view, offset, len, write)| BufferAccess {
+        memory: &view.memory,
+        offset: *offset,
+        len: *len,
+        write: *write,
+    })
 }
 
 /// Widens the graph's use of `a`'s memory (in `a`'s direction) to cover `a`.
