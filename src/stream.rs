@@ -17,8 +17,15 @@ use crate::vk::command::{self, Cmd, CommandPool};
 use crate::vk::pipeline::DescriptorPool;
 use crate::vk::{Device, MemoryUsage, Timeline};
 
-/// A batch is submitted once it holds this many commands.
+/// A batch is submitted once it holds this many commands, times one more
+/// than the batches in flight (up to `MAX_BATCH_GROWTH` times): while the
+/// device is behind, submitting sooner gains nothing, and larger batches
+/// let the host record far ahead (`scale_inflight`: 110,000 commands since
+/// the last wait go in 7 batches, within `MAX_IN_FLIGHT`, so no enqueue
+/// waits for the device) with a bounded number of command buffers.
 const MAX_BATCH_COMMANDS: usize = 4096;
+/// The most a batch's command limit grows.
+const MAX_BATCH_GROWTH: usize = 8;
 /// ... or once it has staged this many bytes.
 const MAX_BATCH_STAGED: u64 = 256 << 20;
 /// The host waits for old batches when more than this many are in flight,
@@ -248,10 +255,11 @@ impl Stream {
 
     /// Submits the open batch if it has grown large. Called after each command.
     pub(crate) fn maybe_flush(&mut self) -> Result<()> {
+        let commands = MAX_BATCH_COMMANDS * (1 + self.in_flight.len()).min(MAX_BATCH_GROWTH);
         let large = self
             .batch
             .as_ref()
-            .is_some_and(|b| b.commands >= MAX_BATCH_COMMANDS || b.staged >= MAX_BATCH_STAGED);
+            .is_some_and(|b| b.commands >= commands || b.staged >= MAX_BATCH_STAGED);
         if large {
             self.flush()?;
         }
