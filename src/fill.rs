@@ -18,7 +18,7 @@ use crate::record::BufferAccess;
 use crate::recorder::Command;
 use crate::resource::BufferMemory;
 use crate::submitter::Submitter;
-use crate::vk::pipeline::ComputePipeline;
+use crate::vk::pipeline::{ComputePipeline, Groups};
 use crate::vk::Device;
 
 /// How a fill is done.
@@ -267,7 +267,7 @@ impl FillStep {
                 pipeline,
                 buffers: binding,
                 push: chunk.push(),
-                groups: chunk.groups(device),
+                groups: Groups::Count(chunk.groups(device)),
             },
             // Offset and size are multiples of 4 inside the buffer (the
             // plan says so).

@@ -49,6 +49,7 @@ mod graph;
 pub mod guide;
 mod hazard;
 mod host;
+mod indirect;
 mod interop;
 mod kernel;
 mod options;
@@ -86,8 +87,9 @@ mod vk;
 /// pass of a parallel sum), `STORE` (writes one element), `ADD_ONE` (adds 1
 /// to each of `n` `u32`s, 64 per workgroup), `MATMUL` (`C = A * B` of
 /// row-major `n` x `n` `f32` matrices, `n` a multiple of 16, in 16 x 16
-/// shared-memory tiles; `(n / 16, n / 16)` workgroups) and `FILL` (the kernel behind
-/// `enqueue_fill`).
+/// shared-memory tiles; `(n / 16, n / 16)` workgroups), `FILL` (the kernel behind
+/// `enqueue_fill`) and `CLAMP_GROUPS` (the guard before every indirect
+/// dispatch: see [`DeviceContext::enqueue_function_indirect`]).
 pub mod shaders {
     include!(concat!(env!("OUT_DIR"), "/shaders.rs"));
 }

@@ -16,6 +16,7 @@ use crate::submitter::{Point, Submitter};
 use crate::trace::StreamTrace;
 
 /// One byte range of a buffer that a command reads or writes.
+#[derive(Clone, Copy)]
 pub(crate) struct BufferAccess<'a> {
     pub(crate) memory: &'a Arc<BufferMemory>,
     pub(crate) offset: u64,

@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::hazard::{Access, HazardTracker};
 use crate::vk::command::{Cmd, TimestampPool};
 use crate::vk::ownership_barrier;
-use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline};
+use crate::vk::pipeline::{record_dispatch_into, Bound, ComputePipeline, Groups};
 use crate::vk::Device;
 
 /// One command, as a stream or a graph records it. Every buffer range in
@@ -44,13 +44,14 @@ pub(crate) enum Command<'a> {
         len: u64,
         word: u32,
     },
-    /// A dispatch of `pipeline` over `groups`, with `buffers` bound in the
-    /// order of its bindings and `push` (whole words) as push constants.
+    /// A dispatch of `pipeline` over `groups` (counts, or counts read on
+    /// the device from a buffer), with `buffers` bound in the order of its
+    /// bindings and `push` (whole words) as push constants.
     Dispatch {
         pipeline: &'a ComputePipeline,
         buffers: &'a [vk::DescriptorBufferInfo],
         push: &'a [u8],
-        groups: [u32; 3],
+        groups: Groups,
     },
     /// A graph's recording, run inside a stream's batch.
     Execute(Cmd),

@@ -45,7 +45,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "public",
         &[
             "options", "context", "view", "buffer", "host", "display", "kernel", "glsl", "graph",
-            "external", "event", "guide", "testing",
+            "external", "event", "guide", "testing", "indirect",
         ],
     ),
 ];

@@ -235,6 +235,7 @@ fn the_safe_api_refuses_kernels_that_address_memory_through_pointers() {
                 n: 1,
                 pad: 0,
             };
+            let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
             let recorded = ctx.live_objects().commands_recorded;
             let refused = if source == WRITE_THROUGH_ADDRESS {
                 ctx.enqueue_function(&pointer_kernel, 1, &[], &push)
@@ -246,6 +247,28 @@ fn the_safe_api_refuses_kernels_that_address_memory_through_pointers() {
                     assert!(found.contains("allow_pointer_addressing"), "{found}")
                 }
                 other => panic!("expected PointerAddressing, got {other:?}"),
+            }
+            // So do a graph's dispatches and the indirect dispatch.
+            let mut g = ctx.capture_graph();
+            let refusals = if source == WRITE_THROUGH_ADDRESS {
+                [
+                    g.dispatch(&pointer_kernel, 1, &[], &push).err(),
+                    g.dispatch_indirect(&pointer_kernel, &counts, 0, &[], &push)
+                        .err(),
+                    ctx.enqueue_function_indirect(&pointer_kernel, &counts, 0, &[], &push)
+                        .err(),
+                ]
+            } else {
+                [
+                    g.dispatch(&pointer_kernel, 1, &[], &push.addr).err(),
+                    g.dispatch_indirect(&pointer_kernel, &counts, 0, &[], &push.addr)
+                        .err(),
+                    ctx.enqueue_function_indirect(&pointer_kernel, &counts, 0, &[], &push.addr)
+                        .err(),
+                ]
+            };
+            for e in refusals {
+                assert!(matches!(e, Some(Error::PointerAddressing { .. })), "{e:?}");
             }
             assert_eq!(ctx.live_objects().commands_recorded, recorded);
         }

@@ -20,6 +20,7 @@ use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::fill::{self, FillPlan};
+use crate::indirect::{check_arguments, IndirectSteps, SLOT_LEN};
 use crate::kernel::{Grid, Kernel, KernelArg};
 use crate::record::BufferAccess;
 use crate::recorder::Command;
@@ -32,7 +33,7 @@ mod record;
 
 pub use params::GraphParams;
 use params::{OpIndex, Split};
-use record::{record, use_accesses, Op, Pools, Recording, Substitutions, Tile};
+use record::{record, use_accesses, Indirect, Op, Pools, Recording, Substitutions, Tile};
 
 struct GraphInner {
     device: Arc<Device>,
@@ -255,14 +256,59 @@ impl GraphBuilder<'_> {
         push: &P,
     ) -> Result<DispatchId> {
         let op = "GraphBuilder::dispatch";
-        let checked = self.ctx.check_dispatch(
-            op,
-            kernel,
-            grid.into(),
-            args,
-            &[],
-            bytemuck::bytes_of(push),
-        )?;
+        self.push_dispatch(op, kernel, grid.into(), args, push, None)
+    }
+
+    /// Captures an indirect dispatch, checked as
+    /// [`DeviceContext::enqueue_function_indirect`] checks it: every replay
+    /// reads the workgroup counts from elements `offset..offset + 3` of
+    /// `counts` as the work before it left them, and clamps them on the
+    /// device to `maxComputeWorkGroupCount`. Returns its id, to change its
+    /// push constants on a replay (`counts` may be substituted like any
+    /// captured buffer).
+    pub fn dispatch_indirect<P: Pod>(
+        &mut self,
+        kernel: &Kernel,
+        counts: &DeviceBuffer<u32>,
+        offset: usize,
+        args: &[KernelArg<'_>],
+        push: &P,
+    ) -> Result<DispatchId> {
+        let op = "GraphBuilder::dispatch_indirect";
+        let grid = Grid([1, 1, 1]);
+        self.push_dispatch(op, kernel, grid, args, push, Some((counts, offset)))
+    }
+
+    /// Checks a dispatch (direct over `grid`, or indirect with its counts
+    /// in `indirect`) and captures it.
+    fn push_dispatch<P: Pod>(
+        &mut self,
+        op: &'static str,
+        kernel: &Kernel,
+        grid: Grid,
+        args: &[KernelArg<'_>],
+        push: &P,
+        indirect: Option<(&DeviceBuffer<u32>, usize)>,
+    ) -> Result<DispatchId> {
+        kernel.refuse_pointer_addressing()?;
+        let checked =
+            self.ctx
+                .check_dispatch(op, kernel, grid, args, &[], bytemuck::bytes_of(push))?;
+        let device = &self.ctx.shared.device;
+        let indirect = match indirect {
+            Some((counts, first)) => {
+                check_arguments(op, device, counts, first)?;
+                let slot = self.ctx.enqueue_create_buffer::<u32>(SLOT_LEN)?;
+                // Made now, so that what it needs fails at capture.
+                IndirectSteps::new(device, &counts.view, first as u64, &slot.view)?;
+                Some(Indirect {
+                    args: counts.view.clone(),
+                    first: first as u64,
+                    slot: slot.view.clone(),
+                })
+            }
+            None => None,
+        };
         let args = checked
             .accesses
             .iter()
@@ -277,6 +323,7 @@ impl GraphBuilder<'_> {
             push_size: std::mem::size_of::<P>(),
             push: checked.push.to_vec(),
             grid: checked.grid,
+            indirect,
         });
         self.dispatches += 1;
         Ok(DispatchId(self.dispatches - 1))

@@ -72,8 +72,11 @@ impl OpIndex {
                     note(dst);
                 }
                 Op::Fill { dst, .. } | Op::FillTiles { dst, .. } => note(dst),
-                Op::Dispatch { args, .. } => {
+                Op::Dispatch { args, indirect, .. } => {
                     args.iter().for_each(|(view, _)| note(view));
+                    if let Some(indirect) = indirect {
+                        note(&indirect.args);
+                    }
                     index.dispatches.push(i);
                 }
                 Op::Wait { other } => index.waits.push(other.clone()),

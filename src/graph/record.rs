@@ -11,6 +11,7 @@ use smallvec::SmallVec;
 use crate::batch_pool::DescriptorPools;
 use crate::error::{Error, Result};
 use crate::fill::{self, FillSteps};
+use crate::indirect::{guard_read, IndirectSteps};
 use crate::kernel::{write_extent, KernelPipeline};
 use crate::record::{hazards, BufferAccess};
 use crate::recorder::{Command, Recorder};
@@ -18,6 +19,7 @@ use crate::submitter::Submitter;
 use crate::view::View;
 use crate::vk::command::{Cmd, CommandPool};
 use crate::vk::memory::RawBuffer;
+use crate::vk::pipeline::Groups;
 use crate::vk::{Device, MemoryUsage};
 
 /// One captured operation.
@@ -52,6 +54,8 @@ pub(super) enum Op {
         push: Vec<u8>,
         push_size: usize,
         grid: [u32; 3],
+        /// Where an indirect dispatch reads its counts (`grid` is unused).
+        indirect: Option<Indirect>,
     },
     Wait {
         other: Arc<Submitter>,
@@ -93,7 +97,20 @@ impl Op {
             Op::Fill { dst, .. } | Op::FillTiles { dst, .. } => {
                 out.push(whole(subst.view(dst), true))
             }
-            Op::Dispatch { args, .. } => {
+            Op::Dispatch { args, indirect, .. } => {
+                if let Some(indirect) = indirect {
+                    // The guard reads the counts and writes the slot, which
+                    // the dispatch then reads.
+                    let counts = subst.view(&indirect.args);
+                    let (offset, len) = guard_read(device, counts, indirect.first);
+                    out.push(BufferAccess {
+                        memory: &counts.memory,
+                        offset,
+                        len,
+                        write: false,
+                    });
+                    out.push(whole(&indirect.slot, true));
+                }
                 for (view, write) in args {
                     let view = subst.view(view);
                     let (offset, len) = if *write {
@@ -112,6 +129,14 @@ impl Op {
             Op::Wait { .. } => {}
         }
     }
+}
+
+/// The counts of an indirect dispatch: elements `first..first + 3` of
+/// `args`, clamped into the graph's own `slot` by the guard.
+pub(super) struct Indirect {
+    pub(super) args: View,
+    pub(super) first: u64,
+    pub(super) slot: View,
 }
 
 /// Views put in place of captured ones for one replay.
@@ -365,9 +390,19 @@ pub(super) fn record_op(
             args,
             push,
             grid,
+            indirect,
             ..
         } => {
             op.accesses(device, subst, &mut accesses);
+            let steps = match indirect {
+                Some(i) => {
+                    let counts = subst.view(&i.args);
+                    let steps = IndirectSteps::new(device, counts, i.first, &i.slot)?;
+                    sink.record(&steps.guard_accesses(counts, &i.slot), steps.guard())?;
+                    Some(steps)
+                }
+                None => None,
+            };
             let infos: SmallVec<[vk::DescriptorBufferInfo; 8]> = args
                 .iter()
                 .map(|(view, _)| {
@@ -392,7 +427,7 @@ pub(super) fn record_op(
                 pipeline: kernel.pipeline(),
                 buffers: &infos,
                 push,
-                groups: *grid,
+                groups: steps.as_ref().map_or(Groups::Count(*grid), |s| s.groups()),
             };
             sink.record(&accesses, command)?;
         }

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::record::BufferAccess;
 use crate::recorder::Command;
 use crate::view::View;
+use crate::vk::pipeline::Groups;
 use crate::vk::Device;
 
 /// A dispatch that passed every check: the buffer ranges it reads and
@@ -113,6 +114,22 @@ fn check_aliasing(k: &KernelPipeline, label: &str, args: &[KernelArg<'_>]) -> Re
     }
     Ok(())
 }
+impl Kernel {
+    /// Refuses a kernel loaded with `allow_pointer_addressing` where the
+    /// caller cannot answer for its addresses (every safe dispatch).
+    pub(crate) fn refuse_pointer_addressing(&self) -> Result<()> {
+        if self.inner.pointers {
+            return Err(Error::PointerAddressing {
+                kernel: self.label.to_string(),
+                found: "it was loaded with `allow_pointer_addressing`; dispatch it with \
+                        `enqueue_function_with_addresses`"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 impl DeviceContext {
     /// Enqueues a dispatch of `kernel` over `grid` workgroups (`n`, `(x, y)`
     /// or `(x, y, z)`), with `args` bound to its storage-buffer bindings in
@@ -138,12 +155,7 @@ impl DeviceContext {
         push: &P,
     ) -> Result<()> {
         let op = "DeviceContext::enqueue_function";
-        if kernel.inner.pointers {
-            return Err(Error::PointerAddressing {
-                kernel: kernel.label.to_string(),
-                found: "it was loaded with `allow_pointer_addressing`".into(),
-            });
-        }
+        kernel.refuse_pointer_addressing()?;
         self.dispatch(op, kernel, grid.into(), args, &[], bytemuck::bytes_of(push))
     }
 
@@ -224,7 +236,7 @@ impl DeviceContext {
                     pipeline: &k.pipeline,
                     buffers: &d.infos,
                     push: &d.push,
-                    groups: d.grid,
+                    groups: Groups::Count(d.grid),
                 };
                 Ok((command, ()))
             })

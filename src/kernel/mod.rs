@@ -9,6 +9,7 @@
 
 mod cache;
 mod dispatch;
+
 mod load;
 #[cfg(test)]
 mod tests;

@@ -266,6 +266,7 @@ mod tests {
             ("reduce_sum", crate::shaders::REDUCE_SUM),
             ("store", crate::shaders::STORE),
             ("fill", crate::shaders::FILL),
+            ("clamp_groups", crate::shaders::CLAMP_GROUPS),
         ] {
             assert_eq!(module_use(words).pointers, None, "{name}");
         }

@@ -18,9 +18,12 @@ use ash::vk;
 use super::{Device, Timeline};
 use crate::error::{Error, Result, VkResultExt};
 
-/// Stages and accesses of everything the crate records.
+/// Stages and accesses of everything the crate records (the indirect
+/// stage reads an indirect dispatch's workgroup counts).
 pub(crate) const STAGES: vk::PipelineStageFlags = vk::PipelineStageFlags::from_raw(
-    vk::PipelineStageFlags::TRANSFER.as_raw() | vk::PipelineStageFlags::COMPUTE_SHADER.as_raw(),
+    vk::PipelineStageFlags::TRANSFER.as_raw()
+        | vk::PipelineStageFlags::COMPUTE_SHADER.as_raw()
+        | vk::PipelineStageFlags::DRAW_INDIRECT.as_raw(),
 );
 pub(crate) const WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
     vk::AccessFlags::TRANSFER_WRITE.as_raw() | vk::AccessFlags::SHADER_WRITE.as_raw(),
@@ -28,7 +31,8 @@ pub(crate) const WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
 pub(crate) const READS_AND_WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
     WRITES.as_raw()
         | vk::AccessFlags::TRANSFER_READ.as_raw()
-        | vk::AccessFlags::SHADER_READ.as_raw(),
+        | vk::AccessFlags::SHADER_READ.as_raw()
+        | vk::AccessFlags::INDIRECT_COMMAND_READ.as_raw(),
 );
 
 /// A command pool of the device's compute family and the command buffers

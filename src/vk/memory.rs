@@ -198,7 +198,8 @@ pub(crate) fn buffer_usage(device: &Device) -> vk::BufferUsageFlags {
     let mut usage_flags = vk::BufferUsageFlags::TRANSFER_SRC
         | vk::BufferUsageFlags::TRANSFER_DST
         | vk::BufferUsageFlags::STORAGE_BUFFER
-        | vk::BufferUsageFlags::UNIFORM_BUFFER;
+        | vk::BufferUsageFlags::UNIFORM_BUFFER
+        | vk::BufferUsageFlags::INDIRECT_BUFFER;
     if device.buffer_device_address() {
         usage_flags |= vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS;
     }

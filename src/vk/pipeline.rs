@@ -254,6 +254,15 @@ fn same_buffers(a: &[vk::DescriptorBufferInfo], b: &[vk::DescriptorBufferInfo]) 
             .all(|(x, y)| x.buffer == y.buffer && x.offset == y.offset && x.range == y.range)
 }
 
+/// The workgroups of a dispatch: counts, or the three `u32` counts at a
+/// byte offset (a multiple of 4, 12 bytes inside the buffer, which was
+/// made with the indirect usage) of a buffer, read on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Groups {
+    Count([u32; 3]),
+    Indirect { buffer: vk::Buffer, offset: u64 },
+}
+
 /// Records a dispatch of `pipeline` over `groups` workgroups, with
 /// `buffers` bound in the order of the pipeline's bindings and `push` as
 /// its push constants, into any command buffer, with descriptor sets (where
@@ -268,7 +277,7 @@ pub(crate) fn record_dispatch_into(
     pipeline: &ComputePipeline,
     buffers: &[vk::DescriptorBufferInfo],
     push: &[u8],
-    groups: [u32; 3],
+    groups: Groups,
 ) -> Result<()> {
     debug_assert_eq!(buffers.len(), pipeline.bindings.len());
     let cmd = cmd.raw();
@@ -344,7 +353,16 @@ pub(crate) fn record_dispatch_into(
             raw.cmd_push_constants(cmd, pipeline.layout, vk::ShaderStageFlags::COMPUTE, 0, push)
         };
     }
-    // SAFETY: `cmd` is recording with a compute pipeline and its descriptors bound.
-    unsafe { raw.cmd_dispatch(cmd, groups[0], groups[1], groups[2]) };
+    match groups {
+        // SAFETY: `cmd` is recording with a compute pipeline and its
+        // descriptors bound.
+        Groups::Count([x, y, z]) => unsafe { raw.cmd_dispatch(cmd, x, y, z) },
+        // SAFETY: as above; the counts lie inside the indirect buffer at an
+        // offset that is a multiple of 4 (the caller's contract), and they
+        // were clamped to maxComputeWorkGroupCount on the device before.
+        Groups::Indirect { buffer, offset } => unsafe {
+            raw.cmd_dispatch_indirect(cmd, buffer, offset)
+        },
+    }
     Ok(())
 }

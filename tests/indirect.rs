@@ -1,0 +1,200 @@
+//! Indirect dispatch: workgroup counts written by an earlier kernel, at an
+//! element offset no binding alignment allows, on both descriptor paths
+//! and both memory paths; counts beyond `maxComputeWorkGroupCount` clamped
+//! on the device, and zero counts; the same in graphs, with the counts
+//! changed between replays and the counts buffer substituted; bad input.
+//! Under synchronization validation: the guard, the dispatch and the work
+//! around them are ordered by the recorder.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
+
+mod common;
+
+use common::{assert_clean, context_with, Path};
+use vkcompute::{shaders, ContextOptions, DeviceBuffer, DeviceContext, Error, GraphParams, Kernel};
+
+/// Both descriptor paths on both memory paths.
+fn each_context(mut f: impl FnMut(&DeviceContext, &str)) {
+    for push_descriptors in [true, false] {
+        for path in [Path::Direct, Path::Staging] {
+            let options = ContextOptions::new()
+                .validation(true)
+                .force_staging(path == Path::Staging)
+                .push_descriptors(push_descriptors);
+            let ctx = context_with(options);
+            let log = ctx.validation_log();
+            let what = format!("push descriptors {push_descriptors}, {path:?}");
+            f(&ctx, &what);
+            drop(ctx);
+            assert_clean(&log, &what);
+        }
+    }
+}
+
+/// Writes `values` into `counts` at `at..` with the `STORE` kernel, one
+/// dispatch per element: counts written on the device.
+fn store(
+    ctx: &DeviceContext,
+    kernel: &Kernel,
+    counts: &DeviceBuffer<u32>,
+    at: usize,
+    values: [u32; 3],
+) {
+    for (i, v) in values.into_iter().enumerate() {
+        ctx.enqueue_function(kernel, 1, &[counts.arg()], &[(at + i) as u32, v])
+            .unwrap();
+    }
+}
+
+/// How many elements of `data` are `want`.
+fn count(data: &DeviceBuffer<u32>, want: u32) -> usize {
+    data.to_vec()
+        .unwrap()
+        .iter()
+        .filter(|&&v| v == want)
+        .count()
+}
+
+#[test]
+fn counts_written_by_an_earlier_kernel_size_the_dispatch() {
+    each_context(|ctx, what| {
+        let store_kernel = Kernel::new(ctx, shaders::STORE, "main").unwrap();
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap(); // 64 per group
+        let n = 64 * 8;
+        let data = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        data.enqueue_fill(0).unwrap();
+        // The counts at element 5: byte 20, on no storage-buffer alignment.
+        let counts = ctx.enqueue_create_buffer::<u32>(9).unwrap();
+        counts.enqueue_fill(7).unwrap();
+        store(ctx, &store_kernel, &counts, 5, [3, 1, 1]);
+        ctx.enqueue_function_indirect(&add_one, &counts, 5, &[data.arg()], &(n as u32))
+            .unwrap();
+        assert_eq!(count(&data, 1), 3 * 64, "{what}");
+        // The kernel's next round of counts, again written on the device,
+        // and read through a view that starts at an odd element.
+        store(ctx, &store_kernel, &counts, 5, [5, 1, 1]);
+        let view = counts.create_sub_buffer(1, 8).unwrap();
+        ctx.enqueue_function_indirect(&add_one, &view, 4, &[data.arg()], &(n as u32))
+            .unwrap();
+        let out = data.to_vec().unwrap();
+        assert_eq!(out[..3 * 64], vec![2; 3 * 64][..], "{what}");
+        assert_eq!(out[3 * 64..5 * 64], vec![1; 2 * 64][..], "{what}");
+        assert_eq!(out[5 * 64..], vec![0; 3 * 64][..], "{what}");
+        // The counts are left as they were; the elements around them too.
+        assert_eq!(
+            counts.to_vec().unwrap(),
+            [7, 7, 7, 7, 7, 5, 1, 1, 7],
+            "{what}"
+        );
+    });
+}
+
+#[cfg(feature = "glsl")]
+#[test]
+fn counts_beyond_the_device_limit_are_clamped_and_zero_runs_nothing() {
+    // Counts every invocation: x * y * z workgroups of one.
+    const COUNTER: &str = "#version 450\nlayout(local_size_x = 1) in;\n\
+        layout(std430, binding = 0) buffer C { uint invocations; };\n\
+        void main() { atomicAdd(invocations, 1u); }\n";
+    each_context(|ctx, what| {
+        let counter = Kernel::from_glsl(ctx, COUNTER, "main").unwrap();
+        let max = ctx.limits().max_compute_work_group_count;
+        let hits = ctx.enqueue_create_buffer::<u32>(1).unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        for (given, runs) in [
+            ([1, u32::MAX, 1], u64::from(max[1])),
+            ([u32::MAX, 1, 1], u64::from(max[0])),
+            ([2, 3, max[2].saturating_add(9)], 6 * u64::from(max[2])),
+            ([0, 5, 5], 0),
+            ([4, 0, 0], 0),
+            ([2, 3, 4], 24),
+        ] {
+            hits.enqueue_fill(0).unwrap();
+            counts.enqueue_copy_from(&given[..]).unwrap();
+            ctx.enqueue_function_indirect(&counter, &counts, 0, &[hits.arg()], &())
+                .unwrap();
+            let got = u64::from(hits.to_vec().unwrap()[0]);
+            assert_eq!(got, runs, "{what}: counts {given:?}, limit {max:?}");
+        }
+    });
+}
+
+#[test]
+fn graphs_read_the_counts_on_every_replay() {
+    each_context(|ctx, what| {
+        let store_kernel = Kernel::new(ctx, shaders::STORE, "main").unwrap();
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
+        let n = 64 * 6;
+        let data = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        data.enqueue_fill(0).unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        let other = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        other.enqueue_copy_from(&[6u32, 1, 1][..]).unwrap();
+        let mut g = ctx.capture_graph();
+        g.dispatch_indirect(&add_one, &counts, 0, &[data.arg()], &(n as u32))
+            .unwrap();
+        let graph = g.finish().unwrap();
+        let mut want = vec![0u32; n];
+        for groups in [1u32, 4, 0, 2] {
+            store(ctx, &store_kernel, &counts, 0, [groups, 1, 1]);
+            ctx.enqueue_graph(&graph).unwrap();
+            for v in &mut want[..64 * groups as usize] {
+                *v += 1;
+            }
+        }
+        // The counts buffer substituted: the replay reads the other one.
+        let params = GraphParams::new().buffer(&counts, &other).unwrap();
+        ctx.enqueue_graph_with(&graph, &params).unwrap();
+        for v in &mut want {
+            *v += 1;
+        }
+        assert_eq!(data.to_vec().unwrap(), want, "{what}");
+    });
+}
+
+#[test]
+fn bad_indirect_arguments_are_clear_errors_and_the_context_stays_usable() {
+    each_context(|ctx, what| {
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
+        let data = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+        data.enqueue_fill(0).unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(4).unwrap();
+        counts.enqueue_copy_from(&[1u32, 1, 1, 1][..]).unwrap();
+        let recorded = ctx.live_objects().commands_recorded;
+        for offset in [2, 4, usize::MAX] {
+            let e = ctx
+                .enqueue_function_indirect(&add_one, &counts, offset, &[data.arg()], &64u32)
+                .unwrap_err();
+            assert!(matches!(e, Error::OutOfRange { len: 3, .. }), "{what}: {e}");
+            let e = ctx
+                .capture_graph()
+                .dispatch_indirect(&add_one, &counts, offset, &[data.arg()], &64u32)
+                .unwrap_err();
+            assert!(matches!(e, Error::OutOfRange { .. }), "{what}: {e}");
+        }
+        // The kernel's own checks apply as to a direct dispatch.
+        let e = ctx
+            .enqueue_function_indirect(&add_one, &counts, 1, &[], &64u32)
+            .unwrap_err();
+        assert!(matches!(e, Error::ArgumentCount { .. }), "{what}: {e}");
+        let e = ctx
+            .enqueue_function_indirect(&add_one, &counts, 1, &[data.arg()], &1u8)
+            .unwrap_err();
+        assert!(matches!(e, Error::PushConstantSize { .. }), "{what}: {e}");
+        assert_eq!(ctx.live_objects().commands_recorded, recorded, "{what}");
+        // A mapped buffer the kernel writes is refused as for any dispatch.
+        {
+            let _map = data.map_to_host().unwrap();
+            let e = ctx
+                .enqueue_function_indirect(&add_one, &counts, 0, &[data.arg()], &64u32)
+                .unwrap_err();
+            assert!(matches!(e, Error::BufferMapped { .. }), "{what}: {e}");
+        }
+        ctx.enqueue_function_indirect(&add_one, &counts, 1, &[data.arg()], &64u32)
+            .unwrap();
+        assert_eq!(data.to_vec().unwrap(), vec![1; 64], "{what}");
+    });
+}
