@@ -26,9 +26,9 @@ use std::mem::size_of;
 use std::ops::Range;
 
 use bytemuck::Pod;
-use vkcompute::{CopyDestination, DeviceBuffer, HostBuffer, Kernel};
+use vkcompute::{CopyDestination, DeviceBuffer, HostBuffer};
 
-use crate::communicator::{Buffer, Communicator, COLLECTIVE_TAG};
+use crate::communicator::{Buffer, Communicator, Place, COLLECTIVE_TAG};
 use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
 use crate::header::{self, Failure, Header, Kind};
@@ -122,7 +122,7 @@ fn copy_out<T: Pod, D: CopyDestination<T> + ?Sized>(
 /// working buffer on the device (already holding this rank's input), its
 /// chunks and its host buffers.
 struct Ring<T> {
-    kernel: Kernel,
+    kernel: kernels::ReduceKernels,
     acc: DeviceBuffer<T>,
     chunks: Chunks,
     outbox: Staged<T>,
@@ -316,6 +316,11 @@ impl Communicator {
         let (n, size) = (buf.elements(), self.size() as usize);
         let header = Header::new(Kind::Allreduce, T::TYPE, n).reduce(reduce);
         let trivial = n == 0 || size == 1;
+        if let (false, Place::Device(dev)) = (trivial, buf.place()) {
+            if self.maps_device_memory() && self.binds_in_place(dev) {
+                return self.allreduce_mapped(op, dev, reduce, header);
+            }
+        }
         let prepared = if trivial {
             Ok(None)
         } else {
@@ -339,6 +344,131 @@ impl Communicator {
         result.keep(self);
         ring.keep(self);
         Ok(())
+    }
+
+    /// Whether the reduction kernels can bind the chunks of `buf` where it
+    /// lies: it starts at the binding alignment in its `VkBuffer`.
+    fn binds_in_place<T: Pod>(&self, buf: &DeviceBuffer<T>) -> bool {
+        buf.raw().offset % kernels::align_bytes(self.context()) as u64 == 0
+    }
+
+    /// `allreduce` of a device buffer that maps directly
+    /// (`maps_device_memory`) and that the kernels bind in place: the ring
+    /// works in `buf` itself. Each reduce-scatter step maps `buf`, MPI
+    /// sends the chunk due from the mapping and receives the peer's into a
+    /// pinned host buffer, the mapping ends, and the kernel reduces the
+    /// chunk with the host buffer where it lies; the allgather then runs in
+    /// the mapping. No copies but MPI's own. Same chunks and messages as
+    /// the staged ring, so ranks on either path work together.
+    ///
+    /// A failure after the ranks agreed (a mapping that fails because
+    /// another thread mapped the buffer meanwhile, a device error) does not
+    /// stop this rank's part of the messages: zeros go out in place of the
+    /// data, and the error is returned at the end; `buf` is then undefined.
+    fn allreduce_mapped<T: Reducible>(
+        &self,
+        op: &'static str,
+        buf: &DeviceBuffer<T>,
+        reduce: ReduceOp,
+        header: Header,
+    ) -> Result<()> {
+        let (n, size, rank) = (buf.len(), self.size() as usize, self.rank() as usize);
+        let chunks = Chunks::contiguous(n, size, self.stride::<T>(n));
+        let prepared = self
+            .reducer
+            .kernel::<T>(op, self.context(), reduce)
+            .and_then(|kernels| {
+                let inbox = Staged::<T>::new(self, op, chunks.longest())?;
+                // A mapped buffer fails here, before the ranks agree.
+                let mapping = buf.map_to_host().map_err(Error::device(op))?;
+                Ok((kernels, inbox, mapping))
+            });
+        let (kernels, inbox, first) = self.agree(op, header, prepared)?;
+        let right = ((rank + 1) % size) as i32;
+        let left = ((rank + size - 1) % size) as i32;
+        let mut failed: Option<Error> = None;
+        // Stands in for `buf` once it cannot be mapped (zeros go out).
+        let mut spare: Vec<T> = Vec::new();
+        let mut mapping = Some(first);
+        for step in 0..size - 1 {
+            let send = chunks.ranges[(rank + 2 * size - step - 1) % size].clone();
+            let recv = chunks.ranges[(rank + 2 * size - step - 2) % size].clone();
+            let mapped = self.map_or_note(op, buf, mapping.take(), &mut failed);
+            if mapped.is_none() && spare.is_empty() {
+                spare = vec![<T as bytemuck::Zeroable>::zeroed(); n];
+            }
+            {
+                let out: &[T] = mapped.as_deref().unwrap_or(&spare);
+                let mut into = inbox.typed.as_mut_slice().map_err(Error::device(op))?;
+                raw::sendrecv(
+                    op,
+                    self.raw(),
+                    bytemuck::cast_slice(&out[send]),
+                    right,
+                    bytemuck::cast_slice_mut(&mut into[..recv.len()]),
+                    left,
+                    COLLECTIVE_TAG,
+                )?;
+            }
+            if let Some(Err(e)) = mapped.map(|m| m.finish().map_err(Error::device(op))) {
+                failed.get_or_insert(e);
+            }
+            if failed.is_none() {
+                let reduced = buf
+                    .create_sub_buffer::<T>(recv.start, recv.len())
+                    .map_err(Error::device(op))
+                    .and_then(|acc| {
+                        let incoming = inbox.part(op, 0..recv.len())?;
+                        kernels::enqueue_reduce(op, self.context(), &kernels, &acc, &incoming)?;
+                        self.context().flush().map_err(Error::device(op))
+                    });
+                if let Err(e) = reduced {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        // The allgather in the mapping, which waits for the last kernel.
+        let mut mapped = self.map_or_note(op, buf, None, &mut failed);
+        if mapped.is_none() && spare.is_empty() {
+            spare = vec![<T as bytemuck::Zeroable>::zeroed(); n];
+        }
+        {
+            let all: &mut [T] = match mapped.as_deref_mut() {
+                Some(all) => all,
+                None => &mut spare,
+            };
+            self.ring_allgather(op, all, &chunks)?;
+        }
+        if let Some(Err(e)) = mapped.map(|m| m.finish().map_err(Error::device(op))) {
+            failed.get_or_insert(e);
+        }
+        inbox.keep(self);
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// `mapping`, or a new mapping of `buf`; `None` where `failed` holds an
+    /// error already or mapping fails (then `failed` holds its error).
+    fn map_or_note<'b, T: Pod>(
+        &self,
+        op: &'static str,
+        buf: &'b DeviceBuffer<T>,
+        mapping: Option<vkcompute::MappedBuffer<'b, T>>,
+        failed: &mut Option<Error>,
+    ) -> Option<vkcompute::MappedBuffer<'b, T>> {
+        if failed.is_some() {
+            return None;
+        }
+        let mapped = match mapping {
+            Some(m) => Ok(m),
+            None => buf.map_to_host().map_err(Error::device(op)),
+        };
+        match mapped {
+            Ok(m) => Some(m),
+            Err(e) => {
+                *failed = Some(e);
+                None
+            }
+        }
     }
 
     /// Reduces `buf` element by element over every rank with `reduce`, and

@@ -2,7 +2,7 @@
 //! point-to-point messages of device and host buffers.
 
 use std::mem::size_of;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use mpi::raw::AsRaw;
 use mpi::traits::Communicator as _;
@@ -147,6 +147,8 @@ pub struct Communicator {
     piece_bytes: usize,
     /// Pinned host buffers kept for reuse between calls.
     staging: Mutex<Vec<HostBuffer<u8>>>,
+    /// Whether the context's device buffers map directly (probed once).
+    maps_directly: OnceLock<bool>,
 }
 
 impl Communicator {
@@ -169,6 +171,43 @@ impl Communicator {
             reducer: Reducer::new(),
             piece_bytes: DEFAULT_PIECE_BYTES,
             staging: Mutex::new(Vec::new()),
+            maps_directly: OnceLock::new(),
+        })
+    }
+
+    /// Whether this communicator moves device buffers where they lie:
+    /// where the context's device memory is host visible and staging is not
+    /// forced (lavapipe, integrated GPUs), `send`, `recv`, `broadcast` and
+    /// `allreduce` map a device buffer ([`DeviceBuffer::map_to_host`],
+    /// which is then the memory itself) and MPI reads and writes it there,
+    /// without copies through pinned host buffers; the reductions' kernels
+    /// still do the arithmetic on the device, between the mappings.
+    /// Elsewhere (`false`) device memory is staged through pinned host
+    /// buffers in pieces. Probed once, with a small buffer, on first use;
+    /// logged (`info`).
+    ///
+    /// While such an operation runs, its buffer is mapped whenever MPI
+    /// touches it: work enqueued on that buffer meanwhile from another
+    /// thread fails with vkcompute's `BufferMapped`.
+    pub fn maps_device_memory(&self) -> bool {
+        *self.maps_directly.get_or_init(|| {
+            let direct = !self.ctx.is_staging_forced()
+                && self
+                    .ctx
+                    .enqueue_create_buffer::<u32>(64)
+                    .and_then(|probe| probe.map_to_host().map(|m| m.is_direct()))
+                    .unwrap_or(false);
+            log::info!(
+                "vkcompute-mpi: rank {}: device buffers on `{}` {}",
+                self.rank,
+                self.ctx.name(),
+                if direct {
+                    "are mapped: MPI moves them where they lie"
+                } else {
+                    "are staged through pinned host buffers"
+                }
+            );
+            direct
         })
     }
 

@@ -99,6 +99,6 @@ pub use request::Request;
 pub fn shipped_spirv() -> Vec<(&'static str, &'static [u8])> {
     kernels::MODULES
         .iter()
-        .map(|(_, name, bytes)| (*name, *bytes))
+        .map(|(_, _, name, bytes)| (*name, *bytes))
         .collect()
 }

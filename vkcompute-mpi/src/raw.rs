@@ -411,17 +411,6 @@ impl Transfer {
         self.check_count(op, &status).map(|()| true)
     }
 
-    /// `MPI_Wait`: blocks until the transfer is complete, with `test`'s
-    /// result.
-    pub(crate) fn wait(&mut self, op: &'static str) -> Result<()> {
-        // SAFETY: a zeroed status is a valid out-value for MPI to fill in.
-        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-        // SAFETY: as in `test`.
-        let rc = unsafe { ffi::MPI_Wait(&mut self.request, &mut status) };
-        check(op, "MPI_Wait", rc)?;
-        self.check_count(op, &status)
-    }
-
     /// Whether a completed receive brought the bytes due.
     fn check_count(&self, op: &'static str, status: &ffi::MPI_Status) -> Result<()> {
         if let Some((want, peer)) = self.due {
