@@ -3,8 +3,10 @@
 //! buffer is copied to and from the device working buffers by the same
 //! stream-ordered copies as a device buffer).
 //!
-//! MPI moves bytes between pinned host buffers; the arithmetic of the
-//! reductions runs in this crate's kernels on the device. The reductions
+//! MPI moves bytes between pinned host buffers (or, for `broadcast` and
+//! `allreduce` of a device buffer that maps directly, in the buffer's
+//! mapping); the arithmetic of the reductions runs in this crate's kernels
+//! on the device. The reductions
 //! use the ring algorithm (a reduce-scatter in `size - 1` steps, each rank
 //! then owning one fully reduced chunk, and for allreduce an allgather of
 //! the chunks in `size - 1` more): bandwidth-optimal, every rank sending
@@ -171,12 +173,25 @@ impl Communicator {
     }
 
     /// Copies `buf` of rank `root` into `buf` on every rank (`MPI_Bcast`
-    /// through pinned host memory). Every rank passes a buffer of the same
-    /// element type and length, and the same root.
+    /// through pinned host memory, or in a device buffer's mapping where it
+    /// maps directly: [`maps_device_memory`](Self::maps_device_memory)).
+    /// Every rank passes a buffer of the same element type and length, and
+    /// the same root.
     pub fn broadcast<T: Element, B: Buffer<T> + ?Sized>(&self, buf: &B, root: i32) -> Result<()> {
         let op = "Communicator::broadcast";
         let n = buf.elements();
         let header = Header::new(Kind::Broadcast, T::TYPE, n).root(root);
+        if let Place::Device(dev) = buf.place() {
+            if n > 0 && self.size() > 1 && self.maps_device_memory() {
+                // A mapped buffer fails here, before the ranks agree.
+                let prepared = self
+                    .check_rank(op, root)
+                    .and_then(|()| dev.map_to_host().map_err(Error::device(op)));
+                let mut mapping = self.agree(op, header, prepared)?;
+                raw::broadcast(op, self.raw(), bytemuck::cast_slice_mut(&mut mapping), root)?;
+                return mapping.finish().map_err(Error::device(op));
+            }
+        }
         let prepared = self.check_rank(op, root).and_then(|()| {
             let staged = Staged::<T>::new(self, op, n)?;
             if self.rank() == root {

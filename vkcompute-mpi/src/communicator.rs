@@ -42,7 +42,9 @@ mod sealed {
 /// Where a message's elements are: a device buffer (or a view of one) or a
 /// host buffer.
 pub enum Place<'a, T> {
-    /// Device memory, staged through pinned host memory in pieces.
+    /// Device memory: mapped where it maps directly
+    /// ([`Communicator::maps_device_memory`]), else staged through pinned
+    /// host memory in pieces.
     Device(&'a DeviceBuffer<T>),
     /// Pinned host memory, which MPI reads and writes directly.
     Host(&'a HostBuffer<T>),
@@ -349,9 +351,11 @@ impl Communicator {
     ///
     /// Returns once the receiver has taken the data (like `MPI_Ssend`: the
     /// two ranks first exchange a header and an answer). A device buffer is
-    /// read once the work enqueued on it is done, and travels through
-    /// pinned host memory in pieces of [`piece_bytes`](Self::piece_bytes),
-    /// the copy of each piece overlapping the transfer of the one before.
+    /// read once the work enqueued on it is done, in pieces of
+    /// [`piece_bytes`](Self::piece_bytes): from its mapping where it maps
+    /// directly ([`maps_device_memory`](Self::maps_device_memory)), else
+    /// through pinned host memory, the copy of each piece overlapping the
+    /// transfer of the one before.
     ///
     /// Errors: a receiver that expects another type or length makes
     /// [`Error::Mismatch`] on both ranks; a mapped buffer is vkcompute's
@@ -422,9 +426,12 @@ impl Communicator {
 
     /// Receives into `buf` (a [`DeviceBuffer`], a view of one, or a
     /// [`HostBuffer`]) a message of `buf`'s element type and length that
-    /// rank `source` sends with `tag`. A device buffer gets the data by
-    /// ordinary copies enqueued on its stream, in pieces as they arrive, so
-    /// later work on it sees the message.
+    /// rank `source` sends with `tag`. A device buffer gets the data in its
+    /// mapping where it maps directly
+    /// ([`maps_device_memory`](Self::maps_device_memory); the mapping waits
+    /// for the work enqueued on it before), else by ordinary copies enqueued
+    /// on its stream, in pieces as they arrive; either way later work on it
+    /// sees the message.
     ///
     /// Errors: a message of another type or length is
     /// [`Error::Mismatch`] here and at the sender (nothing is written); a

@@ -104,6 +104,9 @@ pub(crate) const MODULES: [(KernelType, bool, &str, &[u8]); 12] = [
 
 /// The invocations of one workgroup (`local_size_x` of the shaders).
 const WORKGROUP: usize = 256;
+/// The groups of four elements each invocation of a wide kernel does
+/// (`UNROLL` in `shaders/reduce4_*.comp`).
+const WIDE_UNROLL: usize = 4;
 /// The most workgroups one dispatch uses (the kernels loop over the rest;
 /// the device's `maxComputeWorkGroupCount[0]` caps it too). Enough for one
 /// element (or group of four) per invocation up to 64 Mi of them: on
@@ -211,7 +214,7 @@ pub(crate) fn enqueue_reduce<T: Reducible>(
         let b = incoming
             .create_sub_buffer::<[T; 4]>(start, len)
             .map_err(Error::device(op_name))?;
-        let groups = len.div_ceil(WORKGROUP).min(max_groups(ctx)) as u32;
+        let groups = len.div_ceil(WORKGROUP * WIDE_UNROLL).min(max_groups(ctx)) as u32;
         let args = [a.arg_reinterpret(), b.arg_reinterpret()];
         ctx.enqueue_function(&kernels.wide, groups, &args, &(len as u32))
             .map_err(Error::device(op_name))?;

@@ -192,7 +192,8 @@ impl<'a, T: Element> Outgoing<'a, T> {
     }
 }
 
-/// Sends `elements` in pieces of `piece`, each one message.
+/// Sends `elements` in pieces of `piece`, each one message, all posted at
+/// once.
 fn send_pieces<T: Element>(
     op: &'static str,
     comm: &Comm,
@@ -201,14 +202,16 @@ fn send_pieces<T: Element>(
     dest: i32,
     tag: i32,
 ) -> Result<()> {
-    for (start, len) in pieces(elements.len(), piece) {
-        let bytes = bytemuck::cast_slice(&elements[start..start + len]);
-        raw::send(op, comm, bytes, dest, tag)?;
-    }
-    Ok(())
+    let bytes: &[u8] = bytemuck::cast_slice(elements);
+    let size = size_of::<T>();
+    let all = pieces(elements.len(), piece)
+        .map(|(start, len)| &bytes[start * size..(start + len) * size])
+        .collect();
+    raw::send_all(op, comm, all, dest, tag)
 }
 
-/// Receives `elements` in pieces of `piece`, each one message.
+/// Receives `elements` in pieces of `piece`, each one message, all posted
+/// at once.
 fn recv_pieces<T: Element>(
     op: &'static str,
     comm: &Comm,
@@ -217,11 +220,14 @@ fn recv_pieces<T: Element>(
     source: i32,
     tag: i32,
 ) -> Result<()> {
-    for (start, len) in pieces(elements.len(), piece) {
-        let bytes = bytemuck::cast_slice_mut(&mut elements[start..start + len]);
-        raw::recv(op, comm, bytes, source, tag)?;
+    let mut bytes: &mut [u8] = bytemuck::cast_slice_mut(elements);
+    let mut all = Vec::new();
+    for (_, len) in pieces(bytes.len() / size_of::<T>().max(1), piece) {
+        let (head, rest) = std::mem::take(&mut bytes).split_at_mut(len * size_of::<T>());
+        all.push(head);
+        bytes = rest;
     }
-    Ok(())
+    raw::recv_all(op, comm, all, source, tag)
 }
 
 /// The receiving side of a message.
