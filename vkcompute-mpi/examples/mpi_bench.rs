@@ -10,11 +10,14 @@
 //! `ranks`, `algbw` and `busbw` in GB/s as nccl-tests defines them (algbw
 //! = bytes / time; for allreduce busbw = algbw * 2 (n - 1) / n, for a
 //! message busbw = algbw), `time_us` (per operation, the slowest rank's)
-//! and `iters`.
+//! and `iters`. Each device case and its host case take turns run by run
+//! (see `time_pair`).
 //!
 //! Options: `--quick` (4 KiB to 1 MiB, few iterations: a smoke test),
-//! `--max-bytes N` (default 256 MiB), `--staging` (force vkcompute's
-//! staging path).
+//! `--min-bytes N` (default 4 KiB) and `--max-bytes N` (default 256 MiB),
+//! `--iters N` (runs per case and size; default 64 MiB / size, clamped to
+//! 3..=50: on a noisy VM, more runs at the large sizes steady the figures),
+//! `--staging` (force vkcompute's staging path).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -30,14 +33,18 @@ use vkcompute_mpi::ReduceOp;
 
 struct Options {
     quick: bool,
+    min_bytes: usize,
     max_bytes: usize,
+    iters: Option<usize>,
     staging: bool,
 }
 
 fn options() -> Options {
     let mut o = Options {
         quick: false,
+        min_bytes: 4 << 10,
         max_bytes: 256 << 20,
+        iters: None,
         staging: false,
     };
     let mut args = std::env::args().skip(1);
@@ -48,31 +55,60 @@ fn options() -> Options {
                 o.max_bytes = o.max_bytes.min(1 << 20);
             }
             "--staging" => o.staging = true,
+            "--min-bytes" => {
+                o.min_bytes = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--min-bytes takes a number of bytes")
+            }
             "--max-bytes" => {
                 o.max_bytes = args
                     .next()
                     .and_then(|v| v.parse().ok())
                     .expect("--max-bytes takes a number of bytes")
             }
-            other => panic!("unknown option {other:?} (--quick, --max-bytes N, --staging)"),
+            "--iters" => {
+                o.iters = Some(
+                    args.next()
+                        .and_then(|v| v.parse().ok())
+                        .expect("--iters takes a number of runs"),
+                )
+            }
+            other => panic!(
+                "unknown option {other:?} (--quick, --min-bytes N, --max-bytes N, --iters N, \
+                 --staging)"
+            ),
         }
     }
     o
 }
 
-/// Runs `op` `iters` times after one warm-up run, and returns the slowest
-/// rank's seconds per run.
-fn time(world: &mpi::topology::SimpleCommunicator, iters: usize, mut op: impl FnMut()) -> f64 {
-    op();
-    world.barrier();
-    let start = Instant::now();
+/// Runs `a` and `b` `iters` times each, taking turns (a, b, a, b, ...)
+/// after one warm-up run of each, every run between barriers, and returns
+/// the slowest rank's mean seconds per run of each. Taking turns exposes
+/// both to the same load: on a shared VM the speed drifts by 2x within
+/// seconds, and cases timed one after the other would compare different
+/// machines.
+fn time_pair(
+    world: &mpi::topology::SimpleCommunicator,
+    iters: usize,
+    mut a: impl FnMut(),
+    mut b: impl FnMut(),
+) -> (f64, f64) {
+    a();
+    b();
+    let mut mine = [0.0f64; 2];
     for _ in 0..iters {
-        op();
+        for (k, op) in [&mut a as &mut dyn FnMut(), &mut b].into_iter().enumerate() {
+            world.barrier();
+            let start = Instant::now();
+            op();
+            mine[k] += start.elapsed().as_secs_f64();
+        }
     }
-    let mine = start.elapsed().as_secs_f64() / iters as f64;
-    let mut slowest = 0.0f64;
-    world.all_reduce_into(&mine, &mut slowest, SystemOperation::max());
-    slowest
+    let mut slowest = [0.0f64; 2];
+    world.all_reduce_into(&mine[..], &mut slowest[..], SystemOperation::max());
+    (slowest[0] / iters as f64, slowest[1] / iters as f64)
 }
 
 fn main() {
@@ -102,12 +138,15 @@ fn main() {
         }
     };
     let mut bytes = 4 << 10;
+    while bytes < o.min_bytes {
+        bytes *= 4;
+    }
     while bytes <= o.max_bytes {
         let len = bytes / 4;
-        let iters = if o.quick {
-            3
-        } else {
-            ((64usize << 20) / bytes).clamp(3, 50)
+        let iters = match o.iters {
+            Some(n) => n.max(1),
+            None if o.quick => 3,
+            None => ((64usize << 20) / bytes).clamp(3, 50),
         };
         let host: Vec<f32> = (0..len).map(|i| (i % 7) as f32).collect();
         let buf = ctx.enqueue_create_buffer::<f32>(len).unwrap();
@@ -115,35 +154,41 @@ fn main() {
         ctx.synchronize().unwrap();
 
         let ring = 2.0 * (size - 1) as f64 / size as f64;
-        let t = time(&world, iters, || {
-            comm.allreduce(&buf, ReduceOp::Sum).unwrap();
-            ctx.synchronize().unwrap();
-        });
-        report("allreduce", bytes, t, ring, iters);
         let mut out = vec![0.0f32; len];
-        let t = time(&world, iters, || {
-            world.all_reduce_into(&host[..], &mut out[..], SystemOperation::sum());
-        });
-        report("allreduce_host", bytes, t, ring, iters);
+        let (device, plain) = time_pair(
+            &world,
+            iters,
+            || {
+                comm.allreduce(&buf, ReduceOp::Sum).unwrap();
+                ctx.synchronize().unwrap();
+            },
+            || world.all_reduce_into(&host[..], &mut out[..], SystemOperation::sum()),
+        );
+        report("allreduce", bytes, device, ring, iters);
+        report("allreduce_host", bytes, plain, ring, iters);
 
         if size >= 2 {
-            let t = time(&world, iters, || match rank {
-                0 => comm.send(&buf, 1, 0).unwrap(),
-                1 => {
-                    comm.recv(&buf, 0, 0).unwrap();
-                    ctx.synchronize().unwrap();
-                }
-                _ => {}
-            });
-            report("sendrecv", bytes, t, 1.0, iters);
-            let t = time(&world, iters, || match rank {
-                0 => world.process_at_rank(1).send(&host[..]),
-                1 => {
-                    world.process_at_rank(0).receive_into(&mut out[..]);
-                }
-                _ => {}
-            });
-            report("sendrecv_host", bytes, t, 1.0, iters);
+            let (device, plain) = time_pair(
+                &world,
+                iters,
+                || match rank {
+                    0 => comm.send(&buf, 1, 0).unwrap(),
+                    1 => {
+                        comm.recv(&buf, 0, 0).unwrap();
+                        ctx.synchronize().unwrap();
+                    }
+                    _ => {}
+                },
+                || match rank {
+                    0 => world.process_at_rank(1).send(&host[..]),
+                    1 => {
+                        world.process_at_rank(0).receive_into(&mut out[..]);
+                    }
+                    _ => {}
+                },
+            );
+            report("sendrecv", bytes, device, 1.0, iters);
+            report("sendrecv_host", bytes, plain, 1.0, iters);
         }
         bytes *= 4;
     }

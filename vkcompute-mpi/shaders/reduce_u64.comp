@@ -1,7 +1,7 @@
 #version 450
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 // The arithmetic of vkcompute-mpi's reductions for uint64_t (u64):
-// acc[i] = acc[i] OP incoming[i] for i < n, where OP (specialization
+// acc[i] = acc[i] OP incoming[i] for first <= i < n, where OP (specialization
 // constant 0) is 0 sum, 1 product, 2 minimum, 3 maximum. Integer sums and
 // products wrap. Grid-stride: any number of workgroups covers any n.
 // (One file per element type; they differ only in the type and, for the
@@ -14,12 +14,13 @@ layout(std430, set = 0, binding = 0) buffer Accumulator { uint64_t acc[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Incoming { uint64_t incoming[]; };
 
 layout(push_constant) uniform Params {
+    uint first;
     uint n;
 } p;
 
 void main() {
     uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
-    for (uint i = gl_GlobalInvocationID.x; i < p.n; i += stride) {
+    for (uint i = p.first + gl_GlobalInvocationID.x; i < p.n; i += stride) {
         uint64_t a = acc[i];
         uint64_t b = incoming[i];
         if (OP == 0u) {

@@ -2,7 +2,7 @@
 //! point-to-point messages of device and host buffers.
 
 use std::mem::size_of;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use mpi::raw::AsRaw;
 use mpi::traits::Communicator as _;
@@ -42,7 +42,9 @@ mod sealed {
 /// Where a message's elements are: a device buffer (or a view of one) or a
 /// host buffer.
 pub enum Place<'a, T> {
-    /// Device memory, staged through pinned host memory in pieces.
+    /// Device memory: mapped where it maps directly
+    /// ([`Communicator::maps_device_memory`]), else staged through pinned
+    /// host memory in pieces.
     Device(&'a DeviceBuffer<T>),
     /// Pinned host memory, which MPI reads and writes directly.
     Host(&'a HostBuffer<T>),
@@ -147,6 +149,8 @@ pub struct Communicator {
     piece_bytes: usize,
     /// Pinned host buffers kept for reuse between calls.
     staging: Mutex<Vec<HostBuffer<u8>>>,
+    /// Whether the context's device buffers map directly (probed once).
+    maps_directly: OnceLock<bool>,
 }
 
 impl Communicator {
@@ -169,6 +173,43 @@ impl Communicator {
             reducer: Reducer::new(),
             piece_bytes: DEFAULT_PIECE_BYTES,
             staging: Mutex::new(Vec::new()),
+            maps_directly: OnceLock::new(),
+        })
+    }
+
+    /// Whether this communicator moves device buffers where they lie:
+    /// where the context's device memory is host visible and staging is not
+    /// forced (lavapipe, integrated GPUs), `send`, `recv`, `broadcast` and
+    /// `allreduce` map a device buffer ([`DeviceBuffer::map_to_host`],
+    /// which is then the memory itself) and MPI reads and writes it there,
+    /// without copies through pinned host buffers; the reductions' kernels
+    /// still do the arithmetic on the device, between the mappings.
+    /// Elsewhere (`false`) device memory is staged through pinned host
+    /// buffers in pieces. Probed once, with a small buffer, on first use;
+    /// logged (`info`).
+    ///
+    /// While such an operation runs, its buffer is mapped whenever MPI
+    /// touches it: work enqueued on that buffer meanwhile from another
+    /// thread fails with vkcompute's `BufferMapped`.
+    pub fn maps_device_memory(&self) -> bool {
+        *self.maps_directly.get_or_init(|| {
+            let direct = !self.ctx.is_staging_forced()
+                && self
+                    .ctx
+                    .enqueue_create_buffer::<u32>(64)
+                    .and_then(|probe| probe.map_to_host().map(|m| m.is_direct()))
+                    .unwrap_or(false);
+            log::info!(
+                "vkcompute-mpi: rank {}: device buffers on `{}` {}",
+                self.rank,
+                self.ctx.name(),
+                if direct {
+                    "are mapped: MPI moves them where they lie"
+                } else {
+                    "are staged through pinned host buffers"
+                }
+            );
+            direct
         })
     }
 
@@ -310,9 +351,11 @@ impl Communicator {
     ///
     /// Returns once the receiver has taken the data (like `MPI_Ssend`: the
     /// two ranks first exchange a header and an answer). A device buffer is
-    /// read once the work enqueued on it is done, and travels through
-    /// pinned host memory in pieces of [`piece_bytes`](Self::piece_bytes),
-    /// the copy of each piece overlapping the transfer of the one before.
+    /// read once the work enqueued on it is done, in pieces of
+    /// [`piece_bytes`](Self::piece_bytes): from its mapping where it maps
+    /// directly ([`maps_device_memory`](Self::maps_device_memory)), else
+    /// through pinned host memory, the copy of each piece overlapping the
+    /// transfer of the one before.
     ///
     /// Errors: a receiver that expects another type or length makes
     /// [`Error::Mismatch`] on both ranks; a mapped buffer is vkcompute's
@@ -383,9 +426,12 @@ impl Communicator {
 
     /// Receives into `buf` (a [`DeviceBuffer`], a view of one, or a
     /// [`HostBuffer`]) a message of `buf`'s element type and length that
-    /// rank `source` sends with `tag`. A device buffer gets the data by
-    /// ordinary copies enqueued on its stream, in pieces as they arrive, so
-    /// later work on it sees the message.
+    /// rank `source` sends with `tag`. A device buffer gets the data in its
+    /// mapping where it maps directly
+    /// ([`maps_device_memory`](Self::maps_device_memory); the mapping waits
+    /// for the work enqueued on it before), else by ordinary copies enqueued
+    /// on its stream, in pieces as they arrive; either way later work on it
+    /// sees the message.
     ///
     /// Errors: a message of another type or length is
     /// [`Error::Mismatch`] here and at the sender (nothing is written); a

@@ -158,6 +158,29 @@ pub(crate) enum Abandon {
     Abort,
 }
 
+/// How long a wait polls `MPI_Test` back to back before it starts to sleep
+/// between polls.
+pub(crate) const SPIN: Duration = Duration::from_micros(200);
+/// The sleep between polls after [`SPIN`].
+pub(crate) const NAP: Duration = Duration::from_micros(100);
+
+/// Gives the processor away between two polls of a wait that began at
+/// `start`: a yield for the first [`SPIN`], then a sleep of [`NAP`]. MPI's
+/// own blocking waits spin (Open MPI's `MPI_Wait` polls its progress loop),
+/// which on a node with more ranks than cores (or with a device whose
+/// kernels run on the same cores, as lavapipe's do) takes the cores from
+/// the ranks that have work; a large transfer's waits here sleep instead,
+/// at the cost of up to a `NAP` of latency on messages that take longer
+/// than `SPIN`. Measured on the 2-core VM (`mpi_bench`, 4 ranks, 64 MiB):
+/// see CONTRIBUTING.md.
+pub(crate) fn pause(start: Instant) {
+    if start.elapsed() < SPIN {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(NAP);
+    }
+}
+
 /// Waits for every transfer of `transfers` (those of one `call`; `posted`
 /// is the result of posting them) within the communicator's timeout, and
 /// returns the first error among posting and the transfers.
@@ -166,10 +189,10 @@ pub(crate) enum Abandon {
 /// except with [`Error::Timeout`] under [`Abandon::Leak`]: then the ones
 /// unfinished are left to MPI.
 ///
-/// While the communicator has non-blocking requests under way, the wait
-/// polls and moves them on meanwhile (so a blocking call whose peer waits
-/// for one of them completes); otherwise, without a timeout, it blocks in
-/// `MPI_Wait`.
+/// The wait polls `MPI_Test` (see [`pause`] for what it does between
+/// polls), and while the communicator has non-blocking requests under way
+/// it moves them on meanwhile (so a blocking call whose peer waits for one
+/// of them completes).
 pub(crate) fn finish(
     op: &'static str,
     comm: &Comm,
@@ -190,18 +213,12 @@ pub(crate) fn finish(
                 false
             }
         });
-        let Some(&next) = open.first() else {
+        if open.is_empty() {
             return first.map_or(Ok(()), Err);
-        };
-        let polling = comm.state.progress();
+        }
+        comm.state.progress();
         match timeout {
-            None if !polling => {
-                if let Err(e) = transfers[next].wait(op) {
-                    first.get_or_insert(e);
-                }
-                open.remove(0);
-            }
-            None => std::thread::yield_now(),
+            None => pause(start),
             Some(after) if start.elapsed() >= after => {
                 let error = comm.state.timed_out(op, call, after);
                 match abandon {
@@ -211,7 +228,7 @@ pub(crate) fn finish(
                 }
                 return Err(error);
             }
-            Some(_) => std::thread::yield_now(),
+            Some(_) => pause(start),
         }
     }
 }

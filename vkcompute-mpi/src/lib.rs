@@ -22,11 +22,16 @@
 //! # Ok(()) }
 //! ```
 //!
-//! What goes where: every operation stages device memory through pinned
-//! host memory ([`vkcompute::HostBuffer`]); nothing goes GPU to GPU
-//! directly yet. Point-to-point messages travel in pieces
-//! ([`Communicator::piece_bytes`]) whose device-to-host (or host-to-device)
-//! copies overlap the MPI transfer of the piece before.
+//! What goes where: nothing goes GPU to GPU directly yet. Where device
+//! memory is host visible and staging is not forced (lavapipe, integrated
+//! GPUs; [`Communicator::maps_device_memory`] says which, and logs it),
+//! `send`, `recv`, `broadcast` and `allreduce` map a device buffer and MPI
+//! reads and writes it where it lies, the reductions' kernels running on
+//! it between the mappings. Elsewhere every operation stages device memory
+//! through pinned host memory ([`vkcompute::HostBuffer`]): point-to-point
+//! messages travel in pieces ([`Communicator::piece_bytes`]) whose
+//! device-to-host (or host-to-device) copies overlap the MPI transfer of
+//! the piece before; the collectives stage the whole buffer.
 //!
 //! Non-blocking messages: [`Communicator::isend`] and
 //! [`Communicator::irecv`] return a [`Request`] (`wait`, `test`) over the
@@ -99,6 +104,6 @@ pub use request::Request;
 pub fn shipped_spirv() -> Vec<(&'static str, &'static [u8])> {
     kernels::MODULES
         .iter()
-        .map(|(_, name, bytes)| (*name, *bytes))
+        .map(|(_, _, name, bytes)| (*name, *bytes))
         .collect()
 }

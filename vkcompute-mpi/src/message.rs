@@ -1,11 +1,12 @@
 //! The staging of one point-to-point message: the pieces a device
 //! buffer's message travels in, through two pinned host buffers that take
 //! turns (one is copied while MPI moves the other), and a host buffer's
-//! message sent or received where it lies.
+//! message, or a device buffer's that maps directly
+//! (`Communicator::maps_device_memory`), sent or received where it lies.
 
 use std::mem::size_of;
 
-use vkcompute::{DeviceBuffer, HostBuffer};
+use vkcompute::{DeviceBuffer, HostBuffer, MappedBuffer};
 
 use crate::communicator::{Communicator, Place};
 use crate::element::Element;
@@ -52,6 +53,11 @@ pub(crate) enum Outgoing<'a, T: Element> {
         slice: vkcompute::HostSlice<'a, T>,
         piece: usize,
     },
+    /// A device buffer mapped directly: MPI reads the memory itself.
+    Mapped {
+        mapping: MappedBuffer<'a, T>,
+        piece: usize,
+    },
     Device {
         buf: &'a DeviceBuffer<T>,
         staging: StagingPair,
@@ -71,20 +77,37 @@ impl<'a, T: Element> Outgoing<'a, T> {
                 slice: host.as_slice().map_err(Error::device(op))?,
                 piece,
             }),
-            Place::Device(buf) => {
-                let staging = StagingPair::new::<T>(comm, op, piece, buf.len())?;
-                let outgoing = Outgoing::Device {
-                    buf,
-                    staging,
-                    piece,
-                };
-                if let Err(e) = outgoing.start_piece(op, 0) {
-                    outgoing.finish(comm);
-                    return Err(e);
+            Place::Device(buf) if comm.maps_device_memory() && !buf.is_empty() => {
+                // A mapped (or otherwise borrowed) buffer fails here, before
+                // the header goes out, as on the staged path.
+                let mapping = buf.map_to_host().map_err(Error::device(op))?;
+                if mapping.is_direct() {
+                    return Ok(Outgoing::Mapped { mapping, piece });
                 }
-                Ok(outgoing)
+                drop(mapping);
+                Self::prepare_staged(comm, op, buf, piece)
             }
+            Place::Device(buf) => Self::prepare_staged(comm, op, buf, piece),
         }
+    }
+
+    fn prepare_staged(
+        comm: &Communicator,
+        op: &'static str,
+        buf: &'a DeviceBuffer<T>,
+        piece: usize,
+    ) -> Result<Self> {
+        let staging = StagingPair::new::<T>(comm, op, piece, buf.len())?;
+        let outgoing = Outgoing::Device {
+            buf,
+            staging,
+            piece,
+        };
+        if let Err(e) = outgoing.start_piece(op, 0) {
+            outgoing.finish(comm);
+            return Err(e);
+        }
+        Ok(outgoing)
     }
 
     /// Enqueues the copy of piece `index` of a device buffer to its staging
@@ -123,15 +146,11 @@ impl<'a, T: Element> Outgoing<'a, T> {
     ) -> Result<Option<Error>> {
         match self {
             Outgoing::Host { slice, piece } => {
-                for (start, len) in pieces(slice.len(), *piece) {
-                    raw::send(
-                        op,
-                        comm,
-                        bytemuck::cast_slice(&slice[start..start + len]),
-                        dest,
-                        tag,
-                    )?;
-                }
+                send_pieces(op, comm, slice, *piece, dest, tag)?;
+                Ok(None)
+            }
+            Outgoing::Mapped { mapping, piece } => {
+                send_pieces(op, comm, mapping, *piece, dest, tag)?;
                 Ok(None)
             }
             Outgoing::Device {
@@ -165,7 +184,7 @@ impl<'a, T: Element> Outgoing<'a, T> {
         }
     }
 
-    /// Gives the staging buffers back for reuse.
+    /// Gives the staging buffers back for reuse (or ends the mapping).
     pub(crate) fn finish(self, comm: &Communicator) {
         if let Outgoing::Device { staging, .. } = self {
             staging.keep(comm);
@@ -173,10 +192,53 @@ impl<'a, T: Element> Outgoing<'a, T> {
     }
 }
 
+/// Sends `elements` in pieces of `piece`, each one message, all posted at
+/// once.
+fn send_pieces<T: Element>(
+    op: &'static str,
+    comm: &Comm,
+    elements: &[T],
+    piece: usize,
+    dest: i32,
+    tag: i32,
+) -> Result<()> {
+    let bytes: &[u8] = bytemuck::cast_slice(elements);
+    let size = size_of::<T>();
+    let all = pieces(elements.len(), piece)
+        .map(|(start, len)| &bytes[start * size..(start + len) * size])
+        .collect();
+    raw::send_all(op, comm, all, dest, tag)
+}
+
+/// Receives `elements` in pieces of `piece`, each one message, all posted
+/// at once.
+fn recv_pieces<T: Element>(
+    op: &'static str,
+    comm: &Comm,
+    elements: &mut [T],
+    piece: usize,
+    source: i32,
+    tag: i32,
+) -> Result<()> {
+    let mut bytes: &mut [u8] = bytemuck::cast_slice_mut(elements);
+    let mut all = Vec::new();
+    for (_, len) in pieces(bytes.len() / size_of::<T>().max(1), piece) {
+        let (head, rest) = std::mem::take(&mut bytes).split_at_mut(len * size_of::<T>());
+        all.push(head);
+        bytes = rest;
+    }
+    raw::recv_all(op, comm, all, source, tag)
+}
+
 /// The receiving side of a message.
 pub(crate) enum Incoming<'a, T: Element> {
     Host {
         slice: vkcompute::HostSliceMut<'a, T>,
+        piece: usize,
+    },
+    /// A device buffer mapped directly: MPI writes the memory itself.
+    Mapped {
+        mapping: MappedBuffer<'a, T>,
         piece: usize,
     },
     Device {
@@ -198,6 +260,19 @@ impl<'a, T: Element> Incoming<'a, T> {
                 slice: host.as_mut_slice().map_err(Error::device(op))?,
                 piece,
             }),
+            // A buffer that cannot be mapped now (mapped already, say) takes
+            // the staged path, which takes the message off the wire and then
+            // fails with vkcompute's error.
+            Place::Device(buf) if comm.maps_device_memory() && !buf.is_empty() => {
+                match buf.map_to_host() {
+                    Ok(mapping) if mapping.is_direct() => Ok(Incoming::Mapped { mapping, piece }),
+                    _ => Ok(Incoming::Device {
+                        buf,
+                        staging: StagingPair::new::<T>(comm, op, piece, buf.len())?,
+                        piece,
+                    }),
+                }
+            }
             Place::Device(buf) => Ok(Incoming::Device {
                 buf,
                 staging: StagingPair::new::<T>(comm, op, piece, buf.len())?,
@@ -217,16 +292,11 @@ impl<'a, T: Element> Incoming<'a, T> {
     ) -> Result<Option<Error>> {
         match self {
             Incoming::Host { slice, piece } => {
-                let piece = *piece;
-                for (start, len) in pieces(slice.len(), piece) {
-                    raw::recv(
-                        op,
-                        comm,
-                        bytemuck::cast_slice_mut(&mut slice[start..start + len]),
-                        source,
-                        tag,
-                    )?;
-                }
+                recv_pieces(op, comm, slice, *piece, source, tag)?;
+                Ok(None)
+            }
+            Incoming::Mapped { mapping, piece } => {
+                recv_pieces(op, comm, mapping, *piece, source, tag)?;
                 Ok(None)
             }
             Incoming::Device {

@@ -152,21 +152,72 @@ fn exchange(
     into: Option<(&mut [u8], i32)>,
     tag: i32,
 ) -> Result<()> {
+    let outs: Vec<&[u8]> = out.iter().map(|(bytes, _)| *bytes).collect();
+    let dest = out.as_ref().map_or(0, |(_, dest)| *dest);
+    let source = into.as_ref().map_or(0, |(_, source)| *source);
+    let ins: Vec<&mut [u8]> = into.into_iter().map(|(bytes, _)| bytes).collect();
+    exchange_all(op, comm, call, (outs, dest), (ins, source), tag)
+}
+
+/// Sends the messages `pieces` to `dest` with `tag`, in order, all posted
+/// at once (`MPI_Isend`s) and waited for together within the timeout: the
+/// pieces of one message need no round trip each.
+pub(crate) fn send_all(
+    op: &'static str,
+    comm: &Comm,
+    pieces: Vec<&[u8]>,
+    dest: i32,
+    tag: i32,
+) -> Result<()> {
+    exchange_all(op, comm, "MPI_Send", (pieces, dest), (Vec::new(), 0), tag)
+}
+
+/// Receives the messages `pieces` (each exactly its length) from `source`
+/// with `tag`, in order, all posted at once (`MPI_Irecv`s).
+pub(crate) fn recv_all(
+    op: &'static str,
+    comm: &Comm,
+    pieces: Vec<&mut [u8]>,
+    source: i32,
+    tag: i32,
+) -> Result<()> {
+    exchange_all(op, comm, "MPI_Recv", (Vec::new(), 0), (pieces, source), tag)
+}
+
+/// Posts `MPI_Irecv`s into every slice of `ins` from its rank, then
+/// `MPI_Isend`s of every slice of `outs` to its rank, all with `tag` and
+/// each in order, and waits for them within the communicator's timeout
+/// (as `call`).
+fn exchange_all(
+    op: &'static str,
+    comm: &Comm,
+    call: &'static str,
+    (outs, dest): (Vec<&[u8]>, i32),
+    (ins, source): (Vec<&mut [u8]>, i32),
+    tag: i32,
+) -> Result<()> {
     comm.state.usable(op)?;
     let mut transfers = Vec::new();
     let mut posted = Ok(());
-    if let Some((into, source)) = into {
+    for into in ins {
         let (ptr, len) = (into.as_mut_ptr(), into.len());
-        // SAFETY: `into` is borrowed mutably until this returns, and
+        // SAFETY: `into` is borrowed mutably until this returns (the slices
+        // of `ins` are distinct borrows, so they do not overlap), and
         // `finish` with `Abandon::Cancel` returns only once MPI no longer
         // writes it (it aborts the job where MPI cannot give it back).
         posted = unsafe { irecv(op, comm, ptr, len, source, tag, &mut transfers) };
+        if posted.is_err() {
+            break;
+        }
     }
-    if let (Ok(()), Some((out, dest))) = (&posted, out) {
+    for out in outs {
+        if posted.is_err() {
+            break;
+        }
         let (ptr, len) = (out.as_ptr(), out.len());
-        // SAFETY: `out` is borrowed until this returns (a borrow distinct
-        // from `into`'s, so they do not overlap), and `finish` returns only
-        // once MPI no longer reads it, as above.
+        // SAFETY: `out` is borrowed until this returns (a shared borrow,
+        // distinct from those of `ins`, so they do not overlap), and
+        // `finish` returns only once MPI no longer reads it, as above.
         posted = unsafe { isend(op, comm, ptr, len, dest, tag, &mut transfers) };
     }
     finish(op, comm, call, posted, &mut transfers, Abandon::Cancel)
@@ -409,17 +460,6 @@ impl Transfer {
             return Ok(false);
         }
         self.check_count(op, &status).map(|()| true)
-    }
-
-    /// `MPI_Wait`: blocks until the transfer is complete, with `test`'s
-    /// result.
-    pub(crate) fn wait(&mut self, op: &'static str) -> Result<()> {
-        // SAFETY: a zeroed status is a valid out-value for MPI to fill in.
-        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-        // SAFETY: as in `test`.
-        let rc = unsafe { ffi::MPI_Wait(&mut self.request, &mut status) };
-        check(op, "MPI_Wait", rc)?;
-        self.check_count(op, &status)
     }
 
     /// Whether a completed receive brought the bytes due.

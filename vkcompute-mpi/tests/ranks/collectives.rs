@@ -87,6 +87,31 @@ pub(crate) fn allreduce_view_at_odd_offset(t: &Ranks) -> Check {
     Ok(())
 }
 
+/// Ranks on different paths in one allreduce: a device buffer on the even
+/// ranks (mapped where the context maps directly), a host buffer on the
+/// odd ones (always staged), for lengths that take recursive doubling on 4
+/// ranks (at most 64 KiB) and ones that take the ring: the messages must
+/// pair up whichever path each rank takes.
+pub(crate) fn allreduce_across_paths(t: &Ranks) -> Check {
+    for len in [1usize, 7, 1003, 20_000, 100_003] {
+        for op in [ReduceOp::Sum, ReduceOp::Min] {
+            let what = format!("allreduce {op:?} of {len} f32 across paths");
+            let mine = data::<f32>(t.rank, len);
+            let got = if t.rank % 2 == 0 {
+                let buf = upload(t.ctx, &mine)?;
+                ok(&what, t.comm.allreduce(&buf, op))?;
+                dev("read", buf.to_vec())?
+            } else {
+                let buf = host_buffer(t.ctx, &mine)?;
+                ok(&what, t.comm.allreduce(&buf, op))?;
+                dev("read", buf.to_vec())?
+            };
+            same(&what, &got, &reference::<f32>(op, t.size, len))?;
+        }
+    }
+    Ok(())
+}
+
 /// The input is written by enqueued work just before the call, and the
 /// result is read by enqueued work just after it: both in stream order.
 pub(crate) fn allreduce_result_is_stream_ordered(t: &Ranks) -> Check {

@@ -143,6 +143,7 @@ fn rank_main() -> ExitCode {
             ("broadcast_matches_root", broadcast_matches_root),
             ("allreduce_every_type_and_op", allreduce_every_type_and_op),
             ("allreduce_view_at_odd_offset", allreduce_view_at_odd_offset),
+            ("allreduce_across_paths", allreduce_across_paths),
             (
                 "allreduce_result_is_stream_ordered",
                 allreduce_result_is_stream_ordered,
