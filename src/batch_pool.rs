@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn resources_travel_with_batches_and_come_back() {
         let ctx = validated_context();
-        let device = &ctx.shared.device;
+        let device = &ctx.stream.device;
         let mut pool = BatchPool::new(100);
         for bytes in [64, 32, 16] {
             let b = pool.take(|_| false, || block(bytes)).unwrap();

@@ -69,7 +69,7 @@ impl OwnedRawBuffer {
 
     /// Whether the buffer belongs to the device of `ctx`.
     pub(crate) fn is_of(&self, ctx: &DeviceContext) -> bool {
-        Arc::ptr_eq(&self.device, &ctx.shared.device)
+        Arc::ptr_eq(&self.device, &ctx.stream.device)
     }
 }
 

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::garbage::GarbageList;
 use crate::options::ContextOptions;
 use crate::stream::LiveObjects;
-use crate::submitter::Submitter;
+use crate::stream_handle::StreamHandle;
 use crate::trace::Tracer;
 use crate::vk::{
     Adapter, Device, DeviceInfo, Enabled, Instance, MemoryInfo, ValidationLog, ValidationMessage,
@@ -59,7 +59,7 @@ pub struct RawContext {
 /// ```
 #[derive(Clone)]
 pub struct DeviceContext {
-    pub(crate) shared: Arc<Submitter>,
+    pub(crate) stream: Arc<StreamHandle>,
 }
 
 impl DeviceContext {
@@ -98,7 +98,7 @@ impl DeviceContext {
             log::info!("every host transfer goes through staging buffers (forced)");
         }
         Ok(DeviceContext {
-            shared: Submitter::new(
+            stream: StreamHandle::new(
                 device.clone(),
                 settings.force_staging,
                 GarbageList::new(device),
@@ -110,7 +110,7 @@ impl DeviceContext {
     /// The stream's label: the one given with [`with_label`](Self::with_label),
     /// else `stream of <device name>`. Clones share it.
     pub fn label(&self) -> String {
-        match &*self.shared.label.lock().unwrap_or_else(|e| e.into_inner()) {
+        match &*self.stream.label.lock().unwrap_or_else(|e| e.into_inner()) {
             Some(label) => label.to_string(),
             None => format!("stream of {}", self.name()),
         }
@@ -121,15 +121,15 @@ impl DeviceContext {
     /// on it is the stream's timeline semaphore's debug name.
     pub fn with_label(self, label: impl AsRef<str>) -> Self {
         let label = label.as_ref();
-        crate::vk::name_object(&self.shared.device, self.shared.timeline.semaphore, label);
+        crate::vk::name_object(&self.stream.device, self.stream.timeline.semaphore, label);
         {
-            let stream = self.shared.lock();
+            let stream = self.stream.lock();
             if let Some(t) = &stream.trace {
                 t.tracer
-                    .name_tracks((t.host, t.batches), label, self.shared.device.name());
+                    .name_tracks((t.host, t.batches), label, self.stream.device.name());
             }
         }
-        *self.shared.label.lock().unwrap_or_else(|e| e.into_inner()) = Some(label.into());
+        *self.stream.label.lock().unwrap_or_else(|e| e.into_inner()) = Some(label.into());
         self
     }
 
@@ -140,11 +140,11 @@ impl DeviceContext {
     /// device (a semaphore wait in the submission, no host block).
     pub fn new_stream(&self) -> Result<DeviceContext> {
         Ok(DeviceContext {
-            shared: Submitter::new(
-                self.shared.device.clone(),
-                self.shared.force_staging,
-                self.shared.garbage.clone(),
-                self.shared.tracer.clone(),
+            stream: StreamHandle::new(
+                self.stream.device.clone(),
+                self.stream.force_staging,
+                self.stream.garbage.clone(),
+                self.stream.tracer.clone(),
             )?,
         })
     }
@@ -154,7 +154,7 @@ impl DeviceContext {
     /// stream of the same device.
     pub fn enqueue_wait_for(&self, other: &DeviceContext) -> Result<()> {
         let op = "DeviceContext::enqueue_wait_for";
-        if other.shared.device.id != self.shared.device.id {
+        if other.stream.device.id != self.stream.device.id {
             return Err(Error::DifferentDevice {
                 op,
                 detail: format!(
@@ -165,7 +165,7 @@ impl DeviceContext {
                 ),
             });
         }
-        self.shared.wait_for(&other.shared)
+        self.stream.wait_for(&other.stream)
     }
 
     /// Builds a context on an application's own Vulkan device, so that an
@@ -221,7 +221,7 @@ impl DeviceContext {
         // application's device.
         let settings = ContextOptions::new().resolve();
         Ok(DeviceContext {
-            shared: Submitter::new(
+            stream: StreamHandle::new(
                 device.clone(),
                 settings.force_staging,
                 GarbageList::new(device),
@@ -234,13 +234,13 @@ impl DeviceContext {
     /// closes, or `None` where it keeps none (see
     /// [`ContextOptions::pipeline_cache_dir`]).
     pub fn pipeline_cache_file(&self) -> Option<&Path> {
-        self.shared.device.pipeline_cache_file()
+        self.stream.device.pipeline_cache_file()
     }
 
     /// Whether the device's pipeline cache started from a file written by
     /// an earlier device (a warm start).
     pub fn pipeline_cache_loaded(&self) -> bool {
-        self.shared.device.pipeline_cache_loaded
+        self.stream.device.pipeline_cache_loaded
     }
 
     /// Every Vulkan device the loader sees, usable or not.
@@ -254,20 +254,20 @@ impl DeviceContext {
 
     /// The device's name, such as `llvmpipe (LLVM 15.0.6, 256 bits)`.
     pub fn name(&self) -> &str {
-        self.shared.device.name()
+        self.stream.device.name()
     }
 
     /// What the device is: kind, driver, API version, memory.
     pub fn info(&self) -> &DeviceInfo {
-        &self.shared.device.adapter.info
+        &self.stream.device.adapter.info
     }
 
     /// Submits the work enqueued so far without waiting for it. Also
     /// returns the error of an earlier submission of this stream that a
     /// buffer's `Drop` made (its work did not run), once.
     pub fn flush(&self) -> Result<()> {
-        self.shared.flush()?;
-        self.shared.lock().take_failed().map_or(Ok(()), Err)
+        self.stream.flush()?;
+        self.stream.lock().take_failed().map_or(Ok(()), Err)
     }
 
     /// Submits the work enqueued so far and waits until all of it is done;
@@ -278,42 +278,42 @@ impl DeviceContext {
     /// mapping or host slice belong to their buffer, not to the stream:
     /// the buffer's next operation returns them.
     pub fn synchronize(&self) -> Result<()> {
-        self.shared.synchronize()
+        self.stream.synchronize()
     }
 
     /// The device's memory: bytes of device-local memory free and in all,
     /// and what this device's allocator holds.
     pub fn memory_info(&self) -> MemoryInfo {
-        MemoryInfo::of(&self.shared.device)
+        MemoryInfo::of(&self.stream.device)
     }
 
     /// Whether host transfers always go through staging buffers on this
     /// context ([`ContextOptions::force_staging`]).
     pub fn is_staging_forced(&self) -> bool {
-        self.shared.force_staging
+        self.stream.force_staging
     }
 
     /// Whether validation layers are enabled on this context.
     pub fn is_validation_enabled(&self) -> bool {
-        self.shared.device.instance.validation
+        self.stream.device.instance.validation
     }
 
     /// The messages the validation layers (and loader and driver) have
     /// reported on this context's device so far.
     pub fn validation_messages(&self) -> Vec<ValidationMessage> {
-        self.shared.device.instance.messages.snapshot()
+        self.stream.device.instance.messages.snapshot()
     }
 
     /// Like [`validation_messages`](Self::validation_messages), clearing them.
     pub fn take_validation_messages(&self) -> Vec<ValidationMessage> {
-        self.shared.device.instance.messages.take()
+        self.stream.device.instance.messages.take()
     }
 
     /// A handle to the device's messages that stays readable after the
     /// context is dropped, so that messages reported while the device is
     /// destroyed (objects leaked, say) are seen too.
     pub fn validation_log(&self) -> ValidationLog {
-        ValidationLog(self.shared.device.instance.messages.clone())
+        ValidationLog(self.stream.device.instance.messages.clone())
     }
 
     /// Waits for the enqueued work, then frees the memory and objects kept
@@ -324,21 +324,21 @@ impl DeviceContext {
     /// until the device goes). Live buffers are not affected.
     pub fn trim(&self) -> Result<()> {
         self.synchronize()?;
-        self.shared.lock().trim()?;
-        self.shared.device.release_cached_buffers();
-        self.shared.device.destroy_retired_semaphores()
+        self.stream.lock().trim()?;
+        self.stream.device.release_cached_buffers();
+        self.stream.device.destroy_retired_semaphores()
     }
 
     /// Counts of the Vulkan objects the context holds.
     pub fn live_objects(&self) -> LiveObjects {
-        self.shared.lock().live_objects()
+        self.stream.lock().live_objects()
     }
 
     /// How many streams of this context's device are alive (this one
     /// included): a stream goes when its last handle (a context, a buffer
     /// it owns, a graph waiting for it) is dropped, for finding leaks.
     pub fn live_streams(&self) -> usize {
-        self.shared
+        self.stream
             .device
             .streams
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -349,12 +349,12 @@ impl DeviceContext {
     /// and which making a stream waits for where 64 of them wait (on a
     /// device vkcompute created), so that their number stays bounded.
     pub fn retired_timelines(&self) -> usize {
-        self.shared.device.retired_semaphore_count()
+        self.stream.device.retired_semaphore_count()
     }
 
     /// Bytes the device allocator has handed out in all.
     pub fn allocated_bytes(&self) -> u64 {
-        self.shared
+        self.stream
             .device
             .allocator()
             .generate_report()
@@ -364,27 +364,27 @@ impl DeviceContext {
     /// The `ash` device, for work outside vkcompute. Using it is `unsafe`
     /// in the usual `ash` way; objects made with it are the caller's to destroy.
     pub fn raw_device(&self) -> &ash::Device {
-        &self.shared.device.raw
+        &self.stream.device.raw
     }
 
     /// The `ash` instance the device was created from.
     pub fn raw_instance(&self) -> &ash::Instance {
-        &self.shared.device.instance.raw
+        &self.stream.device.instance.raw
     }
 
     /// The physical device.
     pub fn raw_physical_device(&self) -> vk::PhysicalDevice {
-        self.shared.device.adapter.raw
+        self.stream.device.adapter.raw
     }
 
     /// The queue family the context submits to.
     pub fn queue_family_index(&self) -> u32 {
-        self.shared.device.queue_family
+        self.stream.device.queue_family
     }
 
     /// The device's limits (`maxStorageBufferRange` and the like).
     pub fn limits(&self) -> &vk::PhysicalDeviceLimits {
-        self.shared.device.limits()
+        self.stream.device.limits()
     }
 }
 
@@ -393,7 +393,7 @@ impl std::fmt::Debug for DeviceContext {
         f.debug_struct("DeviceContext")
             .field("label", &self.label())
             .field("device", &self.name())
-            .field("force_staging", &self.shared.force_staging)
+            .field("force_staging", &self.stream.force_staging)
             .finish()
     }
 }
@@ -439,12 +439,12 @@ pub(crate) mod tests {
         // the work submitted before (long enough to be seen running).
         let big = ctx.enqueue_create_buffer::<u32>(32 << 20).unwrap();
         big.enqueue_fill(3).unwrap();
-        ctx.shared.flush().unwrap();
-        ctx.shared.lock().set_failed(Error::ValidationLayerMissing);
+        ctx.stream.flush().unwrap();
+        ctx.stream.lock().set_failed(Error::ValidationLayerMissing);
         assert!(matches!(ctx.synchronize(), Err(Error::Deferred(_))));
-        let submitted = ctx.shared.timeline.submitted();
-        assert!(ctx.shared.timeline.is_complete(submitted));
-        assert_eq!(ctx.shared.lock().live_objects().batches_in_flight, 0);
+        let submitted = ctx.stream.timeline.submitted();
+        assert!(ctx.stream.timeline.is_complete(submitted));
+        assert_eq!(ctx.stream.lock().live_objects().batches_in_flight, 0);
         ctx.synchronize().unwrap();
         drop((buf, big, other, ctx));
         assert!(log.messages().is_empty(), "{:?}", log.messages());
@@ -457,7 +457,7 @@ pub(crate) mod tests {
         let big = ctx.enqueue_create_buffer::<u32>(32 << 20).unwrap();
         // A stream failure kept from a drop made `synchronize` return before
         // waiting, and `execution_time` destroyed its pool under the work.
-        ctx.shared.lock().set_failed(Error::ValidationLayerMissing);
+        ctx.stream.lock().set_failed(Error::ValidationLayerMissing);
         let timed = ctx.execution_time(|_| big.enqueue_fill(1), 2);
         assert!(matches!(timed, Err(Error::Deferred(_))), "{timed:?}");
         // A panic inside the closure: the pool goes once its work is done.

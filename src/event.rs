@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::recorder::Command;
-use crate::submitter::Point;
+use crate::stream_handle::Point;
 use crate::vk::command::TimestampPool;
 use crate::vk::{Waiters, WakerSlot};
 
@@ -102,14 +102,14 @@ impl DeviceContext {
     /// full), and where the stream has its limit of batches in flight it
     /// waits for room first. Waiting for the event submits its batch.
     pub fn record_event(&self) -> Result<Event> {
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         let timestamp = if TimestampPool::valid_bits(device) > 0 {
             Some(Arc::new(TimestampPool::new(device, 1)?))
         } else {
             None
         };
         let (value, queue) = self
-            .shared
+            .stream
             .record("DeviceContext::record_event", &[], |stream| {
                 let point = (stream.pending_value(), stream.queue_index());
                 let Some(pool) = &timestamp else {
@@ -127,7 +127,7 @@ impl DeviceContext {
                 Ok((command, point))
             })?;
         Ok(Event {
-            point: Arc::new(self.shared.point(value)),
+            point: Arc::new(self.stream.point(value)),
             device_id: device.id,
             queue,
             timestamp,
@@ -141,7 +141,7 @@ impl DeviceContext {
     /// one of this stream is reached already in stream order.
     pub fn enqueue_wait_event(&self, event: &Event) -> Result<()> {
         let op = "DeviceContext::enqueue_wait_event";
-        if event.device_id != self.shared.device.id {
+        if event.device_id != self.stream.device.id {
             return Err(Error::DifferentDevice {
                 op,
                 detail: format!(
@@ -152,11 +152,11 @@ impl DeviceContext {
             });
         }
         let timeline = &event.point.stream.timeline;
-        if Arc::ptr_eq(timeline, &self.shared.timeline) || event.is_reached() {
+        if Arc::ptr_eq(timeline, &self.stream.timeline) || event.is_reached() {
             return Ok(());
         }
         event.point.ensure_submitted()?;
-        self.shared
+        self.stream
             .lock()
             .wait_command(vec![(timeline.clone(), event.point.value)])
     }

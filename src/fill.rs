@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::record::BufferAccess;
 use crate::recorder::Command;
 use crate::resource::BufferMemory;
-use crate::submitter::Submitter;
+use crate::stream_handle::StreamHandle;
 use crate::vk::pipeline::{ComputePipeline, Groups};
 use crate::vk::Device;
 
@@ -305,7 +305,7 @@ pub(crate) fn tile_copy(
     }
 }
 
-impl Submitter {
+impl StreamHandle {
     /// Fills `len` bytes of `dst` at byte `offset` with copies of `element`.
     pub(crate) fn fill(
         &self,
@@ -361,7 +361,7 @@ mod tests {
     #[test]
     fn internal_pipelines_build_with_no_lock_held() {
         let ctx = crate::context::tests::validated_context();
-        let device = &ctx.shared.device;
+        let device = &ctx.stream.device;
         let build = || build_fill_pipeline(device);
         let mut inner = None;
         let outer = device

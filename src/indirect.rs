@@ -224,7 +224,7 @@ impl DeviceContext {
     ) -> Result<()> {
         let op = "DeviceContext::enqueue_function_indirect";
         kernel.refuse_pointer_addressing()?;
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         // Every check of a direct dispatch but the grid's, which the guard
         // makes on the device.
         let d = self.check_dispatch(
@@ -248,7 +248,7 @@ impl DeviceContext {
         let all: Vec<BufferAccess<'_>> = guard.iter().chain(&dispatch).copied().collect();
         let keep = d.kernel.clone();
         let describe = || format!("kernel {} indirect", kernel.label());
-        self.shared
+        self.stream
             .record_sequence(op, &describe, &all, |stream, _| {
                 stream.keep_alive(keep);
                 stream.record(&hazards(&guard), steps.guard())?;

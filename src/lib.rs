@@ -69,7 +69,7 @@ mod spirv_words;
 extern crate shaderc_sys;
 mod staging;
 mod stream;
-mod submitter;
+mod stream_handle;
 mod trace;
 mod transfer;
 mod view;

@@ -12,7 +12,7 @@ use crate::hazard::Access;
 use crate::recorder::Command;
 use crate::resource::{lock_all, BufferMemory};
 use crate::stream::Stream;
-use crate::submitter::{Point, Submitter};
+use crate::stream_handle::{Point, StreamHandle};
 use crate::trace::StreamTrace;
 
 /// One byte range of a buffer that a command reads or writes.
@@ -40,7 +40,7 @@ pub(crate) fn hazards(accesses: &[BufferAccess<'_>]) -> SmallVec<[Access; 8]> {
     accesses.iter().map(BufferAccess::hazard).collect()
 }
 
-impl Submitter {
+impl StreamHandle {
     /// Records one command on this stream: checks the buffers, makes the
     /// command wait for other streams' work on them, notes the uses on the
     /// buffers, and gives the recorder the command `body` makes (it may

@@ -14,7 +14,7 @@ use ash::vk;
 
 use crate::error::{Error, Result};
 use crate::garbage::Garbage;
-use crate::submitter::{Point, StreamRef, Submitter};
+use crate::stream_handle::{Point, StreamHandle, StreamRef};
 use crate::vk::memory::{MappedRange, RawBuffer};
 use crate::vk::{name_object, Device, MemoryUsage, Timeline};
 
@@ -128,7 +128,7 @@ pub(crate) struct BufferMemory {
     /// The bytes visible to the user (the `VkBuffer` may be a little larger).
     pub(crate) size: u64,
     /// The context whose stream frees the memory.
-    owner: Mutex<Arc<Submitter>>,
+    owner: Mutex<Arc<StreamHandle>>,
     /// Leaf lock: nothing else is locked while it is held.
     state: Mutex<UseState>,
     /// Makes operations on the memory atomic with respect to each other. An
@@ -155,7 +155,7 @@ pub(crate) enum OpsGuard<'a> {
 impl BufferMemory {
     /// Allocates `size` bytes for `owner`'s device. A zero size allocates nothing.
     pub(crate) fn new(
-        owner: &Arc<Submitter>,
+        owner: &Arc<StreamHandle>,
         size: u64,
         usage: MemoryUsage,
         what: &str,
@@ -184,7 +184,11 @@ impl BufferMemory {
 
     /// Memory over `raw` (of at least `size` bytes, whole 32-bit words)
     /// for `owner`'s device.
-    pub(crate) fn from_raw(owner: &Arc<Submitter>, raw: Option<RawBuffer>, size: u64) -> Arc<Self> {
+    pub(crate) fn from_raw(
+        owner: &Arc<StreamHandle>,
+        raw: Option<RawBuffer>,
+        size: u64,
+    ) -> Arc<Self> {
         Arc::new(BufferMemory {
             device: owner.device.clone(),
             raw,
@@ -234,11 +238,11 @@ impl BufferMemory {
         self.raw.as_ref()?.mapped_range(offset, len)
     }
 
-    pub(crate) fn owner(&self) -> Arc<Submitter> {
+    pub(crate) fn owner(&self) -> Arc<StreamHandle> {
         self.owner.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub(crate) fn set_owner(&self, owner: Arc<Submitter>) {
+    pub(crate) fn set_owner(&self, owner: Arc<StreamHandle>) {
         *self.owner.lock().unwrap_or_else(|e| e.into_inner()) = owner;
     }
 
@@ -298,7 +302,7 @@ impl BufferMemory {
     pub(crate) fn note_device_use(
         &self,
         op: &'static str,
-        stream: &Submitter,
+        stream: &StreamHandle,
         value: u64,
         write: bool,
     ) -> Result<()> {

@@ -395,7 +395,7 @@ impl Stream {
     /// Where more than `MAX_IN_FLIGHT` batches are in flight (after
     /// reclaiming), the value whose completion leaves `MAX_IN_FLIGHT`: the
     /// host waits for it, with the stream unlocked, before it records or
-    /// submits more (see `Submitter::lock_with_room`).
+    /// submits more (see `StreamHandle::lock_with_room`).
     pub(crate) fn over_limit(&mut self) -> Result<Option<u64>> {
         if self.in_flight.len() <= MAX_IN_FLIGHT {
             return Ok(None);

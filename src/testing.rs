@@ -9,22 +9,22 @@ use crate::context::DeviceContext;
 /// driver does when out of memory; `0` disarms. Re-arming resets
 /// [`allocations_passed`] and [`fault_injected`].
 pub fn fail_allocation(ctx: &DeviceContext, n: u64) {
-    ctx.shared.device.faults.arm(n, false);
+    ctx.stream.device.faults.arm(n, false);
 }
 
 /// As [`fail_allocation`], but every allocation point after the `n`th
 /// fails too (memory stays exhausted) until re-armed or disarmed.
 pub fn fail_allocations_from(ctx: &DeviceContext, n: u64) {
-    ctx.shared.device.faults.arm(n, true);
+    ctx.stream.device.faults.arm(n, true);
 }
 
 /// Allocation points reached on `ctx`'s device since the last
 /// [`fail_allocation`].
 pub fn allocations_passed(ctx: &DeviceContext) -> u64 {
-    ctx.shared.device.faults.passed()
+    ctx.stream.device.faults.passed()
 }
 
 /// Whether the failure armed by the last [`fail_allocation`] happened.
 pub fn fault_injected(ctx: &DeviceContext) -> bool {
-    ctx.shared.device.faults.fired()
+    ctx.stream.device.faults.fired()
 }

@@ -16,7 +16,7 @@ use crate::recorder::Command;
 use crate::resource::BufferMemory;
 use crate::staging::StagingBlock;
 use crate::stream::Stream;
-use crate::submitter::Submitter;
+use crate::stream_handle::StreamHandle;
 use crate::vk::memory::RawDestination;
 
 /// Staged uploads and downloads are split into pieces of at most this many
@@ -35,7 +35,7 @@ fn pieces(len: usize) -> impl Iterator<Item = (usize, usize)> {
         .map(move |start| (start, (len - start).min(TRANSFER_CHUNK as usize)))
 }
 
-impl Submitter {
+impl StreamHandle {
     /// Copies `bytes` into `dst` at byte `offset`: straight into its memory
     /// when it is host visible and idle, else through staging, in pieces
     /// that no other operation on `dst` can fall between.

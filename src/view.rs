@@ -45,7 +45,7 @@ impl View {
             });
         }
         Ok(View {
-            memory: BufferMemory::new(&ctx.shared, bytes, usage, &what)?,
+            memory: BufferMemory::new(&ctx.stream, bytes, usage, &what)?,
             offset: 0,
             bytes,
         })
@@ -59,7 +59,7 @@ impl View {
     /// The context whose stream runs this view's commands.
     pub(crate) fn context(&self) -> DeviceContext {
         DeviceContext {
-            shared: self.memory.owner(),
+            stream: self.memory.owner(),
         }
     }
 
@@ -205,7 +205,7 @@ impl View {
 
     /// Moves the memory's deferred free and default stream to `ctx`.
     pub(crate) fn reassign(&self, op: &'static str, ctx: &DeviceContext) -> Result<()> {
-        if ctx.shared.device.id != self.memory.device.id {
+        if ctx.stream.device.id != self.memory.device.id {
             return Err(Error::DifferentDevice {
                 op,
                 detail: format!(
@@ -215,7 +215,7 @@ impl View {
                 ),
             });
         }
-        self.memory.set_owner(ctx.shared.clone());
+        self.memory.set_owner(ctx.stream.clone());
         Ok(())
     }
 

@@ -34,7 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "staging",
             "recorder",
             "stream",
-            "submitter",
+            "stream_handle",
             "spirv_check",
             "shader_build",
         ],

@@ -20,7 +20,7 @@ impl DeviceContext {
     /// device keeps for copies between contexts (see
     /// [`DeviceBuffer::enqueue_copy_from`](crate::DeviceBuffer::enqueue_copy_from)).
     pub fn shared_aliases(&self) -> SharedAliases {
-        let (kept, imported) = self.shared.device.external.aliases.counts();
+        let (kept, imported) = self.stream.device.external.aliases.counts();
         SharedAliases { kept, imported }
     }
 }

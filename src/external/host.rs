@@ -23,7 +23,7 @@ impl DeviceContext {
     /// (`minImportedHostPointerAlignment`), or `None` where the device
     /// cannot import host memory (`VK_EXT_external_memory_host`).
     pub fn host_import_alignment(&self) -> Option<usize> {
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         (device.external.enabled.host)
             .then(|| usize::try_from(device.adapter.min_imported_host_pointer_alignment).ok())
             .flatten()
@@ -43,7 +43,7 @@ impl DeviceContext {
         memory: AlignedHostMemory<T>,
     ) -> Result<HostBuffer<T>> {
         let op = "DeviceContext::import_host_memory";
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         let unsupported = |what: &str| Error::Unsupported {
             what: what.to_string(),
             device: device.name().to_string(),
@@ -130,7 +130,7 @@ impl DeviceContext {
             Some(ptr),
             is_coherent(device, type_index),
         );
-        let memory = BufferMemory::from_raw(&self.shared, Some(raw), bytes);
+        let memory = BufferMemory::from_raw(&self.stream, Some(raw), bytes);
         Ok(HostBuffer::from_view(
             View {
                 memory,

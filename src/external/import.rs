@@ -46,9 +46,9 @@ pub(super) fn import_view<T: Pod>(
         // Nothing to share: an empty buffer (the handle closes).
         return ctx.enqueue_create_buffer(0);
     }
-    ctx.shared.lock().reclaim_garbage()?;
-    let raw = import_raw(op, &ctx.shared.device, info, payload, &what)?;
-    let memory = BufferMemory::from_raw(&ctx.shared, Some(raw), offset + bytes);
+    ctx.stream.lock().reclaim_garbage()?;
+    let raw = import_raw(op, &ctx.stream.device, info, payload, &what)?;
+    let memory = BufferMemory::from_raw(&ctx.stream, Some(raw), offset + bytes);
     Ok(DeviceBuffer::from_view(
         View {
             memory,

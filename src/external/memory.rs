@@ -52,14 +52,14 @@ impl DeviceContext {
     /// memory as, each on its own: its extension is enabled and the driver
     /// reports buffers of vkcompute's usage exportable as it.
     pub fn exportable_handle_types(&self) -> Vec<MemoryHandleType> {
-        handle_types(&self.shared.device, true)
+        handle_types(&self.stream.device, true)
     }
 
     /// The handle types this device can import buffer memory from
     /// ([`import_buffer`](Self::import_buffer)), as
     /// [`exportable_handle_types`](Self::exportable_handle_types) decides.
     pub fn importable_handle_types(&self) -> Vec<MemoryHandleType> {
-        handle_types(&self.shared.device, false)
+        handle_types(&self.stream.device, false)
     }
 
     fn create_exportable<T: Pod>(
@@ -72,8 +72,8 @@ impl DeviceContext {
             dtype_name::<T>()
         );
         let bytes = byte_size::<T>(&what, len)?;
-        let device = &self.shared.device;
-        self.shared.lock().reclaim_garbage()?;
+        let device = &self.stream.device;
+        self.stream.lock().reclaim_garbage()?;
         let raw = if bytes == 0 {
             if asked.is_some() {
                 export_types(device, asked)?;
@@ -87,7 +87,7 @@ impl DeviceContext {
                 asked,
             )?)
         };
-        let memory = BufferMemory::from_raw(&self.shared, raw, bytes);
+        let memory = BufferMemory::from_raw(&self.stream, raw, bytes);
         Ok(DeviceBuffer::from_view(
             View {
                 memory,
@@ -119,20 +119,20 @@ impl<T: Pod> DeviceBuffer<T> {
     /// clone: buffers move freely between streams of a device, in order.
     pub fn share_with(&self, ctx: &DeviceContext) -> Result<DeviceBuffer<T>> {
         let op = "DeviceBuffer::share_with";
-        if ctx.shared.device.id == self.view.memory.device.id {
+        if ctx.stream.device.id == self.view.memory.device.id {
             return Ok(self.clone());
         }
         if self.view.memory.raw().is_none() || self.export_handle_types().is_empty() {
             // export() gives the reason.
             export(op, self.view.range(), MemoryHandleType::OpaqueFd)?;
         }
-        let Some(handle_type) = shared_type(&self.view.memory, &ctx.shared.device) else {
+        let Some(handle_type) = shared_type(&self.view.memory, &ctx.stream.device) else {
             return Err(Error::Unsupported {
                 what: format!(
                     "importing this buffer's memory (exportable as {:?})",
                     self.export_handle_types()
                 ),
-                device: ctx.shared.device.name().to_string(),
+                device: ctx.stream.device.name().to_string(),
             });
         };
         let (payload, info) = export(op, self.view.range(), handle_type)?;

@@ -66,7 +66,7 @@ impl DeviceContext {
     /// costing a host round trip. Between streams of one device use
     /// [`enqueue_wait_for`](Self::enqueue_wait_for), which does not block.
     pub fn wait_on_host_for(&self, other: &DeviceContext) -> Result<()> {
-        if Arc::ptr_eq(&self.shared, &other.shared) {
+        if Arc::ptr_eq(&self.stream, &other.stream) {
             return Ok(());
         }
         other.synchronize()
@@ -75,7 +75,7 @@ impl DeviceContext {
     /// Waits (on the device, in this stream) until `semaphore` reaches
     /// `value`: the work enqueued from now on runs after it.
     pub fn enqueue_wait_semaphore(&self, semaphore: &ExternalSemaphore, value: u64) -> Result<()> {
-        if semaphore.timeline.device().id != self.shared.device.id {
+        if semaphore.timeline.device().id != self.stream.device.id {
             return Err(Error::DifferentDevice {
                 op: "DeviceContext::enqueue_wait_semaphore",
                 detail: "the semaphore was imported on another device; import it on this context's"
@@ -85,7 +85,7 @@ impl DeviceContext {
         if value == 0 || semaphore.timeline.is_complete(value) {
             return Ok(());
         }
-        self.shared
+        self.stream
             .lock()
             .wait_command(vec![(semaphore.timeline.clone(), value)])
     }
@@ -100,7 +100,7 @@ impl DeviceContext {
         handle_type: vk::ExternalSemaphoreHandleTypeFlags,
         what: &str,
     ) -> Result<u64> {
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         if !device.timeline_export_types().contains(handle_type) {
             return Err(Error::Unsupported {
                 what: format!(
@@ -110,8 +110,8 @@ impl DeviceContext {
                 device: device.name().to_string(),
             });
         }
-        self.shared.flush()?;
-        Ok(self.shared.timeline.submitted())
+        self.stream.flush()?;
+        Ok(self.stream.timeline.submitted())
     }
 
     /// A new timeline semaphore whose payload `import` brings in from a
@@ -125,7 +125,7 @@ impl DeviceContext {
         handle_type: vk::ExternalSemaphoreHandleTypeFlags,
         import: impl FnOnce(&Device, vk::Semaphore) -> std::result::Result<(), vk::Result>,
     ) -> Result<ExternalSemaphore> {
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         let enabled = if handle_type == vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_WIN32 {
             device.external.enabled.semaphore_win32
         } else {
@@ -179,9 +179,9 @@ impl DeviceContext {
         let handle_type = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD;
         let value =
             self.timeline_for_export(handle_type, "opaque fds (VK_KHR_external_semaphore_fd)")?;
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         Ok(ExportedSemaphore {
-            fd: export_semaphore_fd(device, self.shared.timeline.semaphore, handle_type)?,
+            fd: export_semaphore_fd(device, self.stream.timeline.semaphore, handle_type)?,
             value,
             device_uuid: device.adapter.info.uuid,
         })
@@ -196,16 +196,16 @@ impl DeviceContext {
     /// semaphores as sync fds (`VK_KHR_external_semaphore_fd`; lavapipe
     /// cannot): order the work with `synchronize()` instead.
     pub fn export_sync_fd(&self) -> Result<OwnedFd> {
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         sync_fd_support(
             device,
             vk::ExternalSemaphoreFeatureFlags::EXPORTABLE,
             "exporting",
             "order the work on the host with synchronize() instead",
         )?;
-        self.shared.flush()?;
-        let value = self.shared.timeline.submitted();
-        export_sync_fd(device, self.shared.timeline.semaphore, value)
+        self.stream.flush()?;
+        let value = self.stream.timeline.submitted();
+        export_sync_fd(device, self.stream.timeline.semaphore, value)
     }
 
     /// Makes the work enqueued on this context from now on wait, on the
@@ -218,7 +218,7 @@ impl DeviceContext {
     /// wait for the other side on the host instead;
     /// [`Error::InvalidHandle`] where the driver refuses the descriptor.
     pub fn enqueue_wait_sync_fd(&self, fd: OwnedFd) -> Result<()> {
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         sync_fd_support(
             device,
             vk::ExternalSemaphoreFeatureFlags::IMPORTABLE,
@@ -237,7 +237,7 @@ impl DeviceContext {
             });
         }
         timeline.set_submitted(1);
-        self.shared.lock().wait_command(vec![(timeline, 1)])
+        self.stream.lock().wait_command(vec![(timeline, 1)])
     }
 
     /// A timeline semaphore over an exported one, for

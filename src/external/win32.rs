@@ -93,9 +93,9 @@ impl DeviceContext {
     pub fn export_semaphore_win32(&self) -> Result<ExportedWin32Semaphore> {
         let handle_type = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_WIN32;
         let value = self.timeline_for_export(handle_type, SEMAPHORE_HANDLES)?;
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         Ok(ExportedWin32Semaphore {
-            handle: export_semaphore_win32(device, self.shared.timeline.semaphore, handle_type)?,
+            handle: export_semaphore_win32(device, self.stream.timeline.semaphore, handle_type)?,
             value,
             device_uuid: device.adapter.info.uuid,
         })

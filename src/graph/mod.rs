@@ -130,14 +130,14 @@ impl DeviceContext {
     fn replay(&self, graph: &Graph, recording: Arc<Recording>) -> Result<()> {
         let op = "DeviceContext::enqueue_graph";
         let inner = &graph.inner;
-        if inner.device.id != self.shared.device.id {
+        if inner.device.id != self.stream.device.id {
             return Err(Error::DifferentDevice {
                 op,
                 detail: "the graph was captured on another device".into(),
             });
         }
         for other in &inner.index.waits {
-            self.shared.wait_for(other)?;
+            self.stream.wait_for(other)?;
         }
         let accesses: Vec<BufferAccess<'_>> = use_accesses(&recording.uses).collect();
         let describe = || match &graph.inner.label {
@@ -147,7 +147,7 @@ impl DeviceContext {
         // The batch keeps the commands, not the recording's buffers (see
         // `record::Commands`).
         let keep = recording.commands.clone();
-        self.shared
+        self.stream
             .record_described(op, &describe, &accesses, |stream| {
                 let secondary = keep.cmd;
                 stream.keep_alive(keep);
@@ -158,7 +158,7 @@ impl DeviceContext {
 
 impl GraphBuilder<'_> {
     fn check_device(&self, op: &'static str, view: &View) -> Result<()> {
-        if view.memory.device.id != self.ctx.shared.device.id {
+        if view.memory.device.id != self.ctx.stream.device.id {
             return Err(Error::DifferentDevice {
                 op,
                 detail: "a graph uses buffers of its context's device only".into(),
@@ -236,7 +236,7 @@ impl GraphBuilder<'_> {
             }
             FillPlan::Tiles => {
                 let len = fill::tile_len(view.bytes, element.len() as u64);
-                let tile = Tile::new(&self.ctx.shared.device, element, len)?;
+                let tile = Tile::new(&self.ctx.stream.device, element, len)?;
                 self.ops.push(Op::FillTiles {
                     dst: view.clone(),
                     tile: Arc::new(tile),
@@ -294,7 +294,7 @@ impl GraphBuilder<'_> {
         let checked =
             self.ctx
                 .check_dispatch(op, kernel, grid, args, &[], bytemuck::bytes_of(push))?;
-        let device = &self.ctx.shared.device;
+        let device = &self.ctx.stream.device;
         let indirect = match indirect {
             Some((counts, first)) => {
                 check_arguments(op, device, counts, first)?;
@@ -333,14 +333,14 @@ impl GraphBuilder<'_> {
     /// `other` by the time of the replay, as
     /// [`DeviceContext::enqueue_wait_for`] does.
     pub fn wait_for(&mut self, other: &DeviceContext) -> Result<&mut Self> {
-        if other.shared.device.id != self.ctx.shared.device.id {
+        if other.stream.device.id != self.ctx.stream.device.id {
             return Err(Error::DifferentDevice {
                 op: "GraphBuilder::wait_for",
                 detail: "a graph can wait on the device only for streams of its own device".into(),
             });
         }
         self.ops.push(Op::Wait {
-            other: other.shared.clone(),
+            other: other.stream.clone(),
         });
         Ok(self)
     }
@@ -354,7 +354,7 @@ impl GraphBuilder<'_> {
 
     /// Records the graph.
     pub fn finish(self) -> Result<Graph> {
-        let device = self.ctx.shared.device.clone();
+        let device = self.ctx.stream.device.clone();
         let pools = Arc::new(Mutex::new(CommandPool::new(&device, true)?));
         let recording = record(&device, &pools, &self.ops, &Substitutions::none())?;
         Ok(Graph {

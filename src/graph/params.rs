@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::record::{hazards, BufferAccess};
 use crate::recorder::Command;
 use crate::stream::Stream;
-use crate::submitter::Submitter;
+use crate::stream_handle::StreamHandle;
 use crate::view::View;
 use crate::vk::Device;
 
@@ -49,7 +49,7 @@ pub(super) struct OpIndex {
     /// The operation of each dispatch, by `DispatchId`.
     dispatches: Vec<usize>,
     /// The streams the graph waits for.
-    pub(super) waits: Vec<Arc<Submitter>>,
+    pub(super) waits: Vec<Arc<StreamHandle>>,
 }
 
 impl OpIndex {
@@ -166,7 +166,7 @@ impl DeviceContext {
     pub fn enqueue_graph_with(&self, graph: &Graph, params: &GraphParams<'_>) -> Result<()> {
         let op = "DeviceContext::enqueue_graph_with";
         let inner = &graph.inner;
-        if inner.device.id != self.shared.device.id {
+        if inner.device.id != self.stream.device.id {
             return Err(Error::DifferentDevice {
                 op,
                 detail: "the graph was captured on another device".into(),
@@ -226,15 +226,15 @@ impl DeviceContext {
         }
         let split = graph.split(live)?;
         for other in &inner.index.waits {
-            self.shared.wait_for(other)?;
+            self.stream.wait_for(other)?;
         }
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         let mut accesses: SmallVec<[BufferAccess<'_>; 8]> = use_accesses(&split.uses).collect();
         for &index in &split.live {
             inner.ops[index].accesses(device, &subst, &mut accesses);
         }
         let describe = || format!("{} with parameters", graph.label());
-        self.shared
+        self.stream
             .record_sequence(op, &describe, &accesses, |stream, hazards| {
                 // After the work before it, as a whole; each piece after the
                 // one before it, with a full barrier.

@@ -15,7 +15,7 @@ use crate::indirect::{guard_read, IndirectSteps};
 use crate::kernel::{write_extent, KernelPipeline};
 use crate::record::{hazards, BufferAccess};
 use crate::recorder::{Command, Recorder};
-use crate::submitter::Submitter;
+use crate::stream_handle::StreamHandle;
 use crate::view::View;
 use crate::vk::command::{Cmd, CommandPool};
 use crate::vk::memory::RawBuffer;
@@ -58,7 +58,7 @@ pub(super) enum Op {
         indirect: Option<Indirect>,
     },
     Wait {
-        other: Arc<Submitter>,
+        other: Arc<StreamHandle>,
     },
 }
 

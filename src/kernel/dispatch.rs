@@ -229,7 +229,7 @@ impl DeviceContext {
         let k = d.kernel;
         let keep = k.clone();
         let describe = || format!("kernel {} grid {:?}", kernel.label, d.grid);
-        self.shared
+        self.stream
             .record_described(op, &describe, &d.accesses, |stream| {
                 stream.keep_alive(keep);
                 let command = Command::Dispatch {
@@ -254,7 +254,7 @@ impl DeviceContext {
         push_bytes: &[u8],
     ) -> Result<CheckedDispatch<'a>> {
         let k = &kernel.inner;
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         let name = || kernel.label.to_string();
         if k.device.id != device.id {
             return Err(Error::DifferentDevice {

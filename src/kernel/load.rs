@@ -65,7 +65,7 @@ impl Kernel {
     ) -> Result<Kernel> {
         let label: Arc<str> = load.label.as_deref().unwrap_or(entry).into();
         check_header(words)?;
-        let device = &ctx.shared.device;
+        let device = &ctx.stream.device;
         let key = cache::Key {
             device: device.id,
             words,

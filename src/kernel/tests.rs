@@ -48,7 +48,7 @@ fn saxpy_works(ctx: &DeviceContext, kernel: &Kernel) {
 fn a_load_in_progress_holds_up_no_other_load_and_both_get_one_kernel() {
     let ctx = validated_context();
     let log = ctx.validation_log();
-    let id = ctx.shared.device.id;
+    let id = ctx.stream.device.id;
     let (started_tx, started_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let (started_tx, release_rx) = (Mutex::new(started_tx), Mutex::new(release_rx));

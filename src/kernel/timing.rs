@@ -18,7 +18,7 @@ impl DeviceContext {
         mut f: impl FnMut(&DeviceContext) -> Result<()>,
         iters: usize,
     ) -> Result<Duration> {
-        let device = &self.shared.device;
+        let device = &self.stream.device;
         if TimestampPool::valid_bits(device) == 0 {
             return Err(Error::Unsupported {
                 what: "timestamp queries on the compute queue".into(),
@@ -43,7 +43,7 @@ impl DeviceContext {
         iters: usize,
     ) -> Result<[u64; 2]> {
         self.synchronize()?;
-        self.shared.record("execution_time", &[], |stream| {
+        self.stream.record("execution_time", &[], |stream| {
             stream.keep_alive(queries.clone());
             let command = Command::Timestamps {
                 pool: queries,
@@ -55,7 +55,7 @@ impl DeviceContext {
         for _ in 0..iters {
             f(self)?;
         }
-        self.shared.record("execution_time", &[], |stream| {
+        self.stream.record("execution_time", &[], |stream| {
             stream.keep_alive(queries.clone());
             // Its BOTTOM_OF_PIPE timestamp waits for all earlier commands.
             let command = Command::Timestamps {

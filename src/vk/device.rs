@@ -84,7 +84,7 @@ pub(crate) struct Device {
     /// `MAX_RETIRED_SEMAPHORES` wait (on a device vkcompute owns; a borrowed
     /// device keeps them until `trim` or its end).
     retired_semaphores: Mutex<Vec<vk::Semaphore>>,
-    /// Streams (`Submitter`s) of the device alive now.
+    /// Streams (`StreamHandle`s) of the device alive now.
     pub(crate) streams: AtomicUsize,
     /// The crate's own pipelines (the fill kernel), made on first use.
     internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,

@@ -1,7 +1,7 @@
 //! A stream's timeline semaphore: the value each submission signals, what
 //! has been submitted, and what is known to be complete. Waiting for a
 //! value not yet submitted (which first needs the stream flushed) is
-//! decided above, by `Submitter`.
+//! decided above, by `StreamHandle`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

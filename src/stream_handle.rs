@@ -14,7 +14,7 @@ use crate::vk::{Device, Timeline, Waiters};
 
 /// What a `DeviceContext` handle shares with its clones and its buffers:
 /// one stream and what it submits with.
-pub(crate) struct Submitter {
+pub(crate) struct StreamHandle {
     pub(crate) device: Arc<Device>,
     pub(crate) timeline: Arc<Timeline>,
     stream: Mutex<Stream>,
@@ -23,8 +23,8 @@ pub(crate) struct Submitter {
     pub(crate) garbage: Arc<GarbageList>,
     /// The trace the device's streams write, where one was asked for.
     pub(crate) tracer: Option<Arc<Tracer>>,
-    /// This submitter, for the [`Point`]s it hands out.
-    this: Weak<Submitter>,
+    /// This stream handle, for the [`Point`]s it hands out.
+    this: Weak<StreamHandle>,
     /// The user's label for the stream (`DeviceContext::with_label`).
     pub(crate) label: Mutex<Option<Arc<str>>>,
 }
@@ -36,7 +36,7 @@ pub(crate) struct StreamRef {
     pub(crate) timeline: Arc<Timeline>,
     /// The stream that signals the timeline (gone once it was dropped,
     /// which submitted everything it had).
-    stream: Weak<Submitter>,
+    stream: Weak<StreamHandle>,
 }
 
 impl StreamRef {
@@ -87,7 +87,7 @@ impl Point {
     }
 }
 
-impl Submitter {
+impl StreamHandle {
     /// A new stream on `device`, with its own timeline and command pool.
     pub(crate) fn new(
         device: Arc<Device>,
@@ -108,7 +108,7 @@ impl Submitter {
         let stream = Stream::new(device.clone(), timeline.clone(), garbage.clone(), trace)?;
         // Counted down in `drop`.
         device.streams.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new_cyclic(|this| Submitter {
+        Ok(Arc::new_cyclic(|this| StreamHandle {
             stream: Mutex::new(stream),
             garbage,
             tracer,
@@ -184,7 +184,7 @@ impl Submitter {
     /// Makes the work recorded on this stream from now on wait (on the
     /// device) for everything recorded on `other`, a stream of the same
     /// device, so far.
-    pub(crate) fn wait_for(&self, other: &Submitter) -> Result<()> {
+    pub(crate) fn wait_for(&self, other: &StreamHandle) -> Result<()> {
         if std::ptr::eq(self, other) {
             return Ok(()); // a stream is always ordered after itself
         }
@@ -219,7 +219,7 @@ impl Submitter {
     }
 }
 
-impl Drop for Submitter {
+impl Drop for StreamHandle {
     fn drop(&mut self) {
         // Dropping a context synchronizes it: submit what was recorded; the
         // stream's own drop then waits for it and frees what it held.
