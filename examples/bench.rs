@@ -50,6 +50,8 @@ mod bounds;
 mod host_cost;
 #[path = "bench_cases/replay_params.rs"]
 mod replay_params;
+#[path = "bench_cases/trace_cost.rs"]
+mod trace_cost;
 
 use vkcompute::ash::{self, vk};
 use vkcompute::{ContextOptions, DeviceBuffer, DeviceContext, Kernel, RawBufferRef};
@@ -81,6 +83,7 @@ const CASES: &[&str] = &[
     "scale_inflight",
     "replay_cost",
     "replay_with_cost",
+    "trace_overhead",
     "first_dispatch",
     "d2d_cross",
     "bounds",
@@ -189,6 +192,7 @@ fn run(options: &Options) -> BenchResult<()> {
     let bench = Bench {
         ctx: &ctx,
         quick: options.quick,
+        staging: options.staging,
         json: options.json,
         device,
         start,
@@ -299,6 +303,8 @@ fn enqueue_launches(
 struct Bench<'a> {
     ctx: &'a DeviceContext,
     quick: bool,
+    /// Whether `ctx` forces staging (`--staging`).
+    staging: bool,
     json: bool,
     device: String,
     start: Instant,
@@ -331,6 +337,7 @@ impl Bench<'_> {
             "scale_inflight" => self.scale_inflight(),
             "replay_cost" => self.replay_cost(),
             "replay_with_cost" => self.replay_with_cost(),
+            "trace_overhead" => self.trace_overhead(),
             "first_dispatch" => self.first_dispatch(),
             "d2d_cross" => self.d2d_cross(),
             "bounds" => self.bounds(),

@@ -148,7 +148,12 @@ impl StreamHandle {
         for a in accesses {
             a.memory.note_device_use(op, self, value, a.write)?;
         }
+        let timed = stream.begin_timed();
         let result = body(&mut stream, &hazards(accesses))?;
+        stream.end_timed(timed, || match describe {
+            Some(describe) => format!("{op}: {}", describe()),
+            None => op.to_string(),
+        });
         if let (Some(t), Some(start)) = (&stream.trace, started) {
             trace_command(t, op, start, accesses, describe);
         }

@@ -245,7 +245,7 @@ impl Recorder {
     }
 
     /// Records the copy being merged, if any.
-    fn emit_copy(&mut self, device: &Device) {
+    pub(crate) fn emit_copy(&mut self, device: &Device) {
         let (Some(copy), Some(cmd)) = (self.pending.take(), self.cmd) else {
             return;
         };

@@ -68,6 +68,8 @@ struct Batch {
     completions: Vec<Completion>,
     /// When it was submitted, in trace microseconds (traced streams only).
     submitted_us: Option<f64>,
+    /// The labels of the commands timed on the device (traced streams).
+    timed: Vec<String>,
 }
 
 /// Host work run when a batch completes, with the stream at hand.
@@ -214,6 +216,39 @@ impl Stream {
         }
     }
 
+    /// Where the stream traces and the batch times its next command on the
+    /// device: records the timestamp before it (after the copy being
+    /// merged, which is not part of it), and returns its index for
+    /// [`end_timed`](Self::end_timed).
+    pub(crate) fn begin_timed(&mut self) -> Option<usize> {
+        let (Some(t), Some(batch)) = (&self.trace, &self.batch) else {
+            return None;
+        };
+        let index = batch.timed.len();
+        if !t.times(index) {
+            return None;
+        }
+        self.recorder.emit_copy(&self.device);
+        t.begin_command(batch.cmd, batch.value, index);
+        Some(index)
+    }
+
+    /// Records the timestamp after the command that
+    /// [`begin_timed`](Self::begin_timed) started (its copy recorded
+    /// first: a traced stream merges no copies across commands), labelled
+    /// `label` in the trace.
+    pub(crate) fn end_timed(&mut self, index: Option<usize>, label: impl FnOnce() -> String) {
+        let (Some(index), Some(t), Some(batch)) = (index, &self.trace, &mut self.batch) else {
+            return;
+        };
+        if batch.timed.len() != index {
+            return;
+        }
+        self.recorder.emit_copy(&self.device);
+        t.end_command(batch.cmd, batch.value, index);
+        batch.timed.push(label());
+    }
+
     /// A command that only waits (on the device) for `waits` of other
     /// streams: every later command of the stream comes after them.
     pub(crate) fn wait_command(&mut self, waits: Vec<(Arc<Timeline>, u64)>) -> Result<()> {
@@ -286,6 +321,7 @@ impl Stream {
             keep: Vec::new(),
             completions: Vec::new(),
             submitted_us: None,
+            timed: Vec::new(),
         });
         Ok(())
     }
@@ -358,6 +394,7 @@ impl Stream {
                 batch.commands,
                 batch.waits.len(),
                 batch.submitted_us,
+                &batch.timed,
             );
         }
         self.pool.recycle(batch.cmd);

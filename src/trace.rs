@@ -165,6 +165,10 @@ pub(crate) fn escape(text: &str) -> String {
     out
 }
 
+/// The commands of each batch timed on the device while tracing: the
+/// first this many (a batch may hold thousands).
+pub(crate) const TIMED_COMMANDS: u32 = 64;
+
 /// A stream's part of a trace (see `crate::trace`): its two tracks and the
 /// timestamp queries that measure each batch on the device.
 pub(crate) struct StreamTrace {
@@ -175,6 +179,9 @@ pub(crate) struct StreamTrace {
     pub(crate) batches: u64,
     /// Two timestamps per batch slot; `None` where the queue has none.
     queries: Option<TimestampPool>,
+    /// Two timestamps for each of the first [`TIMED_COMMANDS`] commands of
+    /// each batch slot.
+    command_queries: Option<TimestampPool>,
     /// Slots in `queries`: more than can be in flight at once.
     slots: u64,
     /// Nanoseconds per timestamp tick.
@@ -192,16 +199,21 @@ impl StreamTrace {
         max_in_flight: usize,
     ) -> Result<Self> {
         let (host, batches) = tracer.new_stream(device.name());
-        let queries = if TimestampPool::valid_bits(device) == 0 {
-            None
+        let (queries, command_queries) = if TimestampPool::valid_bits(device) == 0 {
+            (None, None)
         } else {
-            Some(TimestampPool::new(device, max_in_flight as u32 * 2)?)
+            let slots = max_in_flight as u32 * 2;
+            (
+                Some(TimestampPool::new(device, slots)?),
+                Some(TimestampPool::new(device, slots * TIMED_COMMANDS)?),
+            )
         };
         Ok(StreamTrace {
             tracer,
             host,
             batches,
             queries,
+            command_queries,
             slots: max_in_flight as u64 * 2,
             period: f64::from(device.limits().timestamp_period),
             mask: TimestampPool::tick_mask(device),
@@ -228,15 +240,44 @@ impl StreamTrace {
         }
     }
 
+    /// The query slot of command `index` of the batch signalling `value`.
+    fn command_slot(&self, value: u64, index: usize) -> u32 {
+        self.slot(value) * TIMED_COMMANDS + index as u32
+    }
+
+    /// Whether command `index` of a batch is timed on the device.
+    pub(crate) fn times(&self, index: usize) -> bool {
+        self.command_queries.is_some() && index < TIMED_COMMANDS as usize
+    }
+
+    /// Records the timestamp before command `index` (one that [`times`](Self::times))
+    /// of the batch signalling `value`.
+    pub(crate) fn begin_command(&self, cmd: Cmd, value: u64, index: usize) {
+        if let Some(pool) = &self.command_queries {
+            // As for the batch's slot: no batch in flight uses it.
+            pool.start(cmd, self.command_slot(value, index));
+        }
+    }
+
+    /// Records the timestamp after command `index` of the batch
+    /// signalling `value`.
+    pub(crate) fn end_command(&self, cmd: Cmd, value: u64, index: usize) {
+        if let Some(pool) = &self.command_queries {
+            pool.end(cmd, self.command_slot(value, index));
+        }
+    }
+
     /// Writes the device slice of the completed batch that signalled
     /// `value`, of `commands` commands and `waits` waits, submitted at
-    /// `submitted_us` (`None` where it never ran).
+    /// `submitted_us` (`None` where it never ran), and one slice for each
+    /// of its timed commands (`timed`, their labels in order).
     pub(crate) fn retire(
         &self,
         value: u64,
         commands: usize,
         waits: usize,
         submitted_us: Option<f64>,
+        timed: &[String],
     ) {
         let (Some(pool), Some(submitted)) = (&self.queries, submitted_us) else {
             return;
@@ -255,6 +296,20 @@ impl StreamTrace {
             us(ticks[1].wrapping_sub(ticks[0]) & self.mask),
             &args,
         );
+        let Some(pool) = &self.command_queries else {
+            return;
+        };
+        for (index, label) in timed.iter().enumerate() {
+            // Not written where the command's recording failed after its
+            // first timestamp.
+            let Ok(t) = pool.read(self.command_slot(value, index)) else {
+                continue;
+            };
+            let at = self.tracer.device_to_host(us(t[0]), submitted);
+            let args = format!(r#""index":{index}"#);
+            let took = us(t[1].wrapping_sub(t[0]) & self.mask);
+            self.tracer.slice(self.batches, label, at, took, &args);
+        }
     }
 }
 

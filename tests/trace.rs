@@ -126,6 +126,36 @@ fn a_trace_holds_every_command_in_order_and_the_device_batches() {
     assert!(batches
         .iter()
         .any(|b| b["args"]["commands"].as_u64().unwrap() >= 3));
+    // Each command timed on the device too, by its label, on the device
+    // track, inside a batch: the dispatch after the two fills.
+    let device_track = batches[0]["tid"].as_u64();
+    let timed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"].as_u64() == device_track && e["name"] != "batch")
+        .collect();
+    let labels: Vec<&str> = timed.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    let at = |name: &str| labels.iter().position(|l| *l == name);
+    let dispatch_at = at("DeviceContext::enqueue_function: kernel main grid [16, 1, 1]")
+        .unwrap_or_else(|| panic!("no device slice of the dispatch: {labels:?}"));
+    let fills = labels[..dispatch_at]
+        .iter()
+        .filter(|l| **l == "DeviceBuffer::enqueue_fill")
+        .count();
+    assert!(fills >= 2, "{labels:?}");
+    for command in &timed {
+        let (ts, dur) = (
+            command["ts"].as_f64().unwrap(),
+            command["dur"].as_f64().unwrap(),
+        );
+        assert!(dur >= 0.0, "{command}");
+        assert!(
+            batches.iter().any(|b| {
+                let (bts, bdur) = (b["ts"].as_f64().unwrap(), b["dur"].as_f64().unwrap());
+                b["tid"].as_u64() == device_track && bts - 1.0 <= ts && ts + dur <= bts + bdur + 1.0
+            }),
+            "{command} lies in no batch"
+        );
+    }
     // Track names for a viewer.
     assert!(events.iter().any(|e| e["name"] == "thread_name"
         && e["args"]["name"]
