@@ -161,6 +161,25 @@ impl StreamHandle {
         Ok(result)
     }
 
+    /// The trace's clock now, where the context traces.
+    pub(crate) fn trace_start(&self) -> Option<f64> {
+        self.tracer.as_ref().map(|t| t.now_us())
+    }
+
+    /// Where the context traces, a slice for a transfer the host made
+    /// straight into or out of the buffer's mapped memory (no command, so
+    /// nothing on the device track), from `started` (`trace_start`) to now.
+    pub(crate) fn trace_direct(&self, op: &str, started: Option<f64>, access: BufferAccess<'_>) {
+        let Some(start) = started else {
+            return;
+        };
+        let stream = self.lock();
+        if let Some(t) = &stream.trace {
+            let describe = || "direct: the host copied through the mapping".to_string();
+            trace_command(t, op, start, &[access], Some(&describe));
+        }
+    }
+
     /// What a command making `accesses` waits for on other streams, each
     /// submitted by now; fails for a buffer of another device, or with an
     /// error a buffer kept from a `Drop`.

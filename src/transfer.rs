@@ -35,6 +35,21 @@ fn pieces(len: usize) -> impl Iterator<Item = (usize, usize)> {
         .map(move |start| (start, (len - start).min(TRANSFER_CHUNK as usize)))
 }
 
+/// The range a direct transfer reads or writes, for the trace.
+fn direct_access(
+    memory: &Arc<BufferMemory>,
+    offset: u64,
+    len: u64,
+    write: bool,
+) -> BufferAccess<'_> {
+    BufferAccess {
+        memory,
+        offset,
+        len,
+        write,
+    }
+}
+
 impl StreamHandle {
     /// Copies `bytes` into `dst` at byte `offset`: straight into its memory
     /// when it is host visible and idle, else through staging, in pieces
@@ -64,9 +79,11 @@ impl StreamHandle {
         }
         let len = bytes.len() as u64;
         if !self.force_staging {
+            let started = self.trace_start();
             // No device work touches the range while the use lock is held.
             let copied = dst.access_now(op, offset, len, true, |mapped| mapped.write(bytes))?;
             if copied.is_some() {
+                self.trace_direct(op, started, direct_access(dst, offset, len, true));
                 return Ok(());
             }
             log::trace!("{op}: the buffer's memory is not host visible; staging {len} bytes");
@@ -117,10 +134,12 @@ impl StreamHandle {
             // At once where no pending work conflicts, under the shared lock.
             let _ops = src.lock_ops(false);
             let len = out.len() as u64;
+            let started = self.trace_start();
             if src
                 .access_now(op, offset, len, false, |mapped| mapped.read(out))?
                 .is_some()
             {
+                self.trace_direct(op, started, direct_access(src, offset, len, false));
                 return Ok(());
             }
         }
@@ -146,9 +165,11 @@ impl StreamHandle {
         }
         if !self.force_staging {
             let len = out.len() as u64;
+            let started = self.trace_start();
             // No device work writes the range while the use lock is held.
             let read = src.access_when_ready(op, offset, len, false, |mapped| mapped.read(out))?;
             if read.is_some() {
+                self.trace_direct(op, started, direct_access(src, offset, len, false));
                 return Ok(());
             }
         }

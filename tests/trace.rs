@@ -173,3 +173,67 @@ fn a_trace_file_that_cannot_be_created_is_a_clear_error() {
     .unwrap_err();
     assert!(err.to_string().contains("trace file"), "{err}");
 }
+
+/// Transfers on both memory paths appear in the trace: on the direct path
+/// (the host copies through the mapping, no command) as a host slice whose
+/// detail says so, with its range; through staging as recorded copies.
+#[test]
+fn transfers_on_both_paths_appear_in_the_trace() {
+    for staging in [false, true] {
+        let dir = std::env::temp_dir().join(format!(
+            "vkcompute-trace-transfers-{}-{staging}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("trace.json");
+        {
+            let options = ContextOptions::new()
+                .validation(true)
+                .force_staging(staging)
+                .trace(&path);
+            let ctx = context_with(options);
+            let log = ctx.validation_log();
+            let buf = ctx
+                .enqueue_create_buffer::<u32>(1024)
+                .unwrap()
+                .with_label("weights");
+            buf.enqueue_copy_from(&vec![7u32; 1024][..]).unwrap();
+            assert_eq!(buf.to_vec().unwrap(), vec![7; 1024]);
+            drop((buf, ctx));
+            assert_clean(&log, "traced transfers");
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let events: Vec<Value> = serde_json::from_str(&text).unwrap();
+        let slices: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+        let ranges = |e: &Value| -> Vec<String> {
+            e["args"]["ranges"]
+                .as_array()
+                .map(|r| r.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+                .unwrap_or_default()
+        };
+        let direct: Vec<&&Value> = slices
+            .iter()
+            .filter(|e| {
+                e["args"]["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.starts_with("direct"))
+            })
+            .collect();
+        let touches = |e: &Value, dir: &str| {
+            ranges(e)
+                .iter()
+                .any(|r| *r == format!("{dir} weights +0..+4096"))
+        };
+        if staging {
+            assert!(direct.is_empty(), "{direct:?}");
+            // The staged upload and readback are copies into and out of
+            // the buffer.
+            assert!(slices.iter().any(|e| touches(e, "write")), "{slices:?}");
+            assert!(slices.iter().any(|e| touches(e, "read")), "{slices:?}");
+        } else {
+            assert!(direct.iter().any(|e| touches(e, "write")), "{direct:?}");
+            assert!(direct.iter().any(|e| touches(e, "read")), "{direct:?}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
