@@ -240,22 +240,59 @@ impl Future for Event {
     type Output = Result<()>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        if self.is_reached() {
-            return Poll::Ready(Ok(()));
+        poll_point(&self.point, &self.slot, cx)
+    }
+}
+
+/// Polls for `point` with `slot` as the future's place in its timeline's
+/// waiters: submits it where it is not yet, and registers the task's
+/// waker until it is reached.
+fn poll_point(point: &Point, slot: &Arc<WakerSlot>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+    let timeline = &point.stream.timeline;
+    if timeline.is_complete(point.value) {
+        return Poll::Ready(Ok(()));
+    }
+    if let Err(e) = point.ensure_submitted() {
+        return Poll::Ready(Err(e));
+    }
+    if let Err(e) = Waiters::register(timeline, point.value, slot, cx.waker()) {
+        return Poll::Ready(Err(e));
+    }
+    // Reached between the first look and the registration: the waiter
+    // wakes this task too, but there is no need to wait for it.
+    if timeline.is_complete(point.value) {
+        Poll::Ready(Ok(()))
+    } else {
+        Poll::Pending
+    }
+}
+
+/// A future that resolves once `point` is reached (what the mapping future
+/// waits for: a buffer's pending work on one stream).
+pub(crate) struct Reached {
+    point: Point,
+    slot: Arc<WakerSlot>,
+}
+
+impl Reached {
+    pub(crate) fn new(point: Point) -> Self {
+        Reached {
+            point,
+            slot: Arc::default(),
         }
-        if let Err(e) = self.point.ensure_submitted() {
-            return Poll::Ready(Err(e));
-        }
-        let timeline = &self.point.stream.timeline;
-        if let Err(e) = Waiters::register(timeline, self.point.value, &self.slot, cx.waker()) {
-            return Poll::Ready(Err(e));
-        }
-        // Reached between the first look and the registration: the
-        // waiter wakes this task too, but there is no need to wait for it.
-        if self.is_reached() {
-            Poll::Ready(Ok(()))
-        } else {
-            Poll::Pending
-        }
+    }
+}
+
+impl Future for Reached {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        poll_point(&self.point, &self.slot, cx)
+    }
+}
+
+impl Drop for Reached {
+    fn drop(&mut self) {
+        self.slot.drop_future();
     }
 }

@@ -12,7 +12,7 @@ use bytemuck::Pod;
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::event::{Event, Reached};
 use crate::resource::HostAccess;
 use crate::view::{Source, View};
 use crate::vk::memory::{MappedRange, RawDestination};
@@ -328,6 +328,45 @@ impl<T: Pod> DeviceBuffer<T> {
         let host = ctx.enqueue_create_host_buffer::<T>(self.len())?;
         self.enqueue_copy_to(&host)?;
         Ok((host, ctx.record_event()?))
+    }
+
+    /// [`map_to_host`](Self::map_to_host) as a future: waits, without
+    /// blocking a thread, until the work enqueued on this buffer before the
+    /// call is done (on every stream that has some), then maps it. Work
+    /// enqueued on the buffer after the call and before the mapping is
+    /// made, the mapping waits for on the polling thread, as `map_to_host`
+    /// does. Errors are `map_to_host`'s and the waits' (a lost device).
+    ///
+    /// ```
+    /// # use std::future::Future;
+    /// # use std::task::{Context, Poll, Waker};
+    /// # fn block_on<F: Future>(f: F) -> F::Output {
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     let mut cx = Context::from_waker(Waker::noop());
+    /// #     loop { if let Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+    /// # }
+    /// # fn main() -> vkcompute::Result<()> {
+    /// let ctx = vkcompute::DeviceContext::new()?;
+    /// let buf = ctx.enqueue_create_buffer::<u32>(1 << 20)?;
+    /// buf.enqueue_fill(5)?;
+    /// let mut host = block_on(buf.map_to_host_async())?; // in an async fn: .await
+    /// assert!(host.iter().all(|&v| v == 5));
+    /// host[0] = 6;
+    /// drop(host);
+    /// assert_eq!(buf.to_vec()?[..2], [6, 5]);
+    /// # Ok(()) }
+    /// ```
+    pub fn map_to_host_async(
+        &self,
+    ) -> impl std::future::Future<Output = Result<MappedBuffer<'_, T>>> + '_ {
+        // A mapping may be written: it follows every read and write.
+        let pending = self.view.memory.pending_work(true);
+        async move {
+            for point in pending {
+                Reached::new(point).await?;
+            }
+            self.map_to_host()
+        }
     }
 
     /// Maps the buffer's contents to the host, once this buffer's pending

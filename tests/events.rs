@@ -347,3 +347,45 @@ fn reads_as_futures_see_what_was_enqueued_before_them() {
         assert_eq!(block_on(empty.to_vec_async()).0.unwrap(), Vec::<u32>::new());
     });
 }
+
+/// The mapping future waits (woken by the device, not by polling) for the
+/// work enqueued on the buffer before it on every stream, then maps; the
+/// mapping's writes reach the device as a blocking mapping's do; a buffer
+/// already mapped gives the blocking call's error.
+#[test]
+fn a_mapping_as_a_future_follows_the_work_before_it() {
+    on_each_path(|ctx, path| {
+        let data = ctx.enqueue_create_buffer::<u32>(N).unwrap();
+        for _ in 0..8 {
+            data.enqueue_fill(3).unwrap();
+        }
+        // A copy whose source another stream fills.
+        let other = ctx.new_stream().unwrap();
+        let first = data.create_sub_buffer::<u32>(0, 16).unwrap();
+        other.enqueue_wait_for(ctx).unwrap();
+        let sixteen = other.enqueue_create_buffer::<u32>(16).unwrap();
+        sixteen.enqueue_fill(9).unwrap();
+        first.enqueue_copy_from(&sixteen).unwrap();
+        let (mapped, polls) = block_on(data.map_to_host_async());
+        let mut mapped = mapped.unwrap();
+        assert!(polls <= 8, "{path:?}: polled {polls} times");
+        assert!(mapped[..16].iter().all(|&v| v == 9), "{path:?}");
+        assert!(mapped[16..].iter().all(|&v| v == 3), "{path:?}");
+        mapped[20] = 11;
+        // Mapped: the future gives the blocking call's error.
+        let (again, _) = block_on(data.map_to_host_async());
+        match again {
+            Err(Error::BufferMapped { .. }) => {}
+            Err(e) => panic!("{path:?}: {e}"),
+            Ok(_) => panic!("{path:?}: mapped twice"),
+        }
+        drop(mapped);
+        let v = data.to_vec().unwrap();
+        assert_eq!((v[0], v[20], v[21]), (9, 11, 3), "{path:?}");
+        // A dropped mapping future leaves the buffer usable.
+        data.enqueue_fill(1).unwrap();
+        drop(data.map_to_host_async());
+        data.enqueue_fill(2).unwrap();
+        assert_eq!(data.to_vec().unwrap(), vec![2; N], "{path:?}");
+    });
+}

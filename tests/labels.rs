@@ -141,3 +141,40 @@ fn streams_and_graphs_have_labels_in_debug_and_the_trace() {
         "the graph's replay"
     );
 }
+
+/// Errors name a labelled buffer: a mapped one the device may not touch,
+/// and a kernel argument the dispatch refuses.
+#[test]
+fn errors_name_labelled_buffers() {
+    let ctx = common::context_with(common::options(common::Path::Direct));
+    let log = ctx.validation_log();
+    let weights = ctx
+        .enqueue_create_buffer::<f32>(256)
+        .unwrap()
+        .with_label("layer 3 weights");
+    {
+        let _host = weights.map_to_host().unwrap();
+        let e = weights.enqueue_fill(1.0).unwrap_err();
+        assert!(matches!(e, vkcompute::Error::BufferMapped { .. }), "{e}");
+        assert!(e.to_string().contains("`layer 3 weights`"), "{e}");
+    }
+    let saxpy = vkcompute::Kernel::new(&ctx, vkcompute::shaders::SAXPY, "main").unwrap();
+    let counts = ctx
+        .enqueue_create_buffer::<u32>(256)
+        .unwrap()
+        .with_label("token counts");
+    let e = ctx
+        .enqueue_function(&saxpy, 1, &[counts.arg(), weights.arg()], &[0u32; 2])
+        .unwrap_err();
+    assert!(matches!(e, vkcompute::Error::Argument { .. }), "{e}");
+    assert!(e.to_string().contains("`token counts`"), "{e}");
+    // Unlabelled buffers are named by their type, as before.
+    let plain = ctx.enqueue_create_buffer::<u32>(256).unwrap();
+    let e = ctx
+        .enqueue_function(&saxpy, 1, &[plain.arg(), weights.arg()], &[0u32; 2])
+        .unwrap_err();
+    assert!(e.to_string().contains("DeviceBuffer[uint32] "), "{e}");
+    assert!(!e.to_string().contains("token counts"), "{e}");
+    drop((weights, counts, plain, saxpy, ctx));
+    common::assert_clean(&log, "labelled errors");
+}

@@ -47,6 +47,15 @@ pub(crate) fn write_extent(device: &Device, view: &View) -> (u64, u64) {
     }
 }
 
+/// How an argument is named in errors: its buffer's label and type, else
+/// its type.
+fn arg_name(arg: &KernelArg<'_>) -> String {
+    match arg.view.memory.label() {
+        Some(label) => format!("`{label}` ({})", (arg.type_name)()),
+        None => (arg.type_name)(),
+    }
+}
+
 /// Refuses a buffer of numbers whose element type is not the one the
 /// binding declares (a `u32` buffer for a `float[]`), unless it was passed
 /// with `arg_reinterpret`.
@@ -78,7 +87,7 @@ fn check_element_type(
     Err(format!(
         "{} has `{given}` elements but the kernel reads the binding as `{}`; pass a buffer of \
          that type, or `arg_reinterpret()` to bind the bytes as they are",
-        (arg.type_name)(),
+        arg_name(arg),
         declared.join("` or `")
     ))
 }
@@ -318,7 +327,7 @@ impl DeviceContext {
             if view.bytes == 0 {
                 return Err(bad(format!(
                     "{} is empty; a binding needs at least one element",
-                    (arg.type_name)()
+                    arg_name(arg)
                 )));
             }
             if let Err(strides) = binding.accepts(arg.element_size, view.bytes) {
@@ -333,7 +342,7 @@ impl DeviceContext {
                 return Err(bad(format!(
                     "{declared} but {} has {}-byte elements; pass a view of a matching type \
                      (`create_sub_buffer`)",
-                    (arg.type_name)(),
+                    arg_name(arg),
                     arg.element_size
                 )));
             }
@@ -360,7 +369,7 @@ impl DeviceContext {
                 return Err(bad(format!(
                     "{} holds {} bytes but the kernel's uniform block spans {needed}; pass a buffer \
                      of at least that size",
-                    (arg.type_name)(),
+                    arg_name(arg),
                     view.bytes
                 )));
             }

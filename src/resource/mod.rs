@@ -18,6 +18,10 @@ use crate::stream_handle::{Point, StreamHandle, StreamRef};
 use crate::vk::memory::{MappedRange, RawBuffer};
 use crate::vk::{name_object, Device, MemoryUsage, Timeline};
 
+mod locks;
+
+pub(crate) use locks::{lock_all, lock_two};
+
 /// The last read and write of a buffer on one stream's timeline.
 struct BufferUse {
     stream: StreamRef,
@@ -108,14 +112,12 @@ impl UseState {
         )
     }
 
-    fn check_device(&self, op: &'static str, write: bool) -> Result<()> {
+    /// The host's borrow, where it keeps the device from this access.
+    fn check_device(&self, write: bool) -> std::result::Result<(), HostBorrow> {
         if self.device_allows(write) {
             Ok(())
         } else {
-            Err(Error::BufferMapped {
-                op,
-                buffer: describe_borrow(self.borrow),
-            })
+            Err(self.borrow)
         }
     }
 }
@@ -205,6 +207,20 @@ impl BufferMemory {
     }
 
     /// The user's label, where one was given.
+    /// The error of an access the host's `borrow` of this memory forbids,
+    /// naming the buffer by its label where it has one. (Takes the label's
+    /// lock: not with the use state held, a leaf lock.)
+    fn borrowed_error(&self, op: &'static str, borrow: HostBorrow) -> Error {
+        let name = match self.label() {
+            Some(label) => format!("the buffer `{label}`"),
+            None => "the buffer".to_string(),
+        };
+        Error::BufferMapped {
+            op,
+            buffer: describe_borrow(&name, borrow),
+        }
+    }
+
     pub(crate) fn label(&self) -> Option<Arc<str>> {
         self.label.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -310,7 +326,10 @@ impl BufferMemory {
         if let Some(e) = state.kept.take() {
             return Err(e);
         }
-        state.check_device(op, write)?;
+        if let Err(borrow) = state.check_device(write) {
+            drop(state);
+            return Err(self.borrowed_error(op, borrow));
+        }
         let uses = &mut state.uses;
         #[allow(clippy::expect_used, reason = "the use was pushed just before")]
         let entry = match uses
@@ -335,6 +354,11 @@ impl BufferMemory {
             entry.read = entry.read.max(value);
         }
         Ok(())
+    }
+
+    /// The work a host read (or write) must follow, one point per stream.
+    pub(crate) fn pending_work(&self, write: bool) -> Vec<Point> {
+        self.state().pending(write)
     }
 
     /// Waits on the host for the work a host read (or write) must follow.
@@ -385,10 +409,9 @@ impl BufferMemory {
             return Err(e);
         }
         if !state.host_allows(access) {
-            return Err(Error::BufferMapped {
-                op,
-                buffer: describe_borrow(state.borrow),
-            });
+            let borrow = state.borrow;
+            drop(state);
+            return Err(self.borrowed_error(op, borrow));
         }
         if !state.pending(waits_for_reads).is_empty() {
             return Ok(false);
@@ -420,7 +443,10 @@ impl BufferMemory {
             if let Some(e) = state.kept.take() {
                 return Err(e);
             }
-            state.check_device(op, write)?;
+            if let Err(borrow) = state.check_device(write) {
+                drop(state);
+                return Err(self.borrowed_error(op, borrow));
+            }
         }
         self.wait_for_host_access(write)
     }
@@ -458,7 +484,10 @@ impl BufferMemory {
         if let Some(e) = state.kept.take() {
             return Err(e);
         }
-        state.check_device(op, write)?;
+        if let Err(borrow) = state.check_device(write) {
+            drop(state);
+            return Err(self.borrowed_error(op, borrow));
+        }
         if !state.pending(write).is_empty() {
             return Ok(None);
         }
@@ -493,79 +522,13 @@ impl BufferMemory {
     }
 }
 
-/// Locks the operations of two different memories exclusively, in address
-/// order as [`lock_all`] takes them (for an operation of several commands
-/// on both, a copy between devices): returns `a`'s guard, then `b`'s.
-pub(crate) fn lock_two<'a>(a: &'a BufferMemory, b: &'a BufferMemory) -> [OpsGuard<'a>; 2] {
-    if (a as *const BufferMemory) < (b as *const BufferMemory) {
-        let first = a.lock_ops(true);
-        [first, b.lock_ops(true)]
-    } else {
-        let first = b.lock_ops(true);
-        [a.lock_ops(true), first]
-    }
-}
-
-/// Shared locks on the operations of several memories (see `lock_all`).
-pub(crate) struct OpsGuards<'a> {
-    _small: [Option<OpsGuard<'a>>; 8],
-    _large: Vec<OpsGuard<'a>>,
-}
-
-/// Locks the operations of every memory in `memories` (shared), in address
-/// order so that two threads never wait for each other, skipping `held`
-/// (which the caller has locked already) and repeats. Allocates nothing for
-/// up to eight memories.
-pub(crate) fn lock_all<'a>(
-    memories: impl Iterator<Item = &'a Arc<BufferMemory>>,
-    held: Option<&BufferMemory>,
-) -> OpsGuards<'a> {
-    let address = |m: &Arc<BufferMemory>| Arc::as_ptr(m) as usize;
-    let mut sorted: [Option<&'a Arc<BufferMemory>>; 8] = [None; 8];
-    let mut overflow: Vec<&'a Arc<BufferMemory>> = Vec::new();
-    let mut n = 0;
-    for m in memories {
-        if held.is_some_and(|h| std::ptr::eq(h, &**m)) {
-            continue;
-        }
-        match sorted.get_mut(n) {
-            Some(slot) => *slot = Some(m),
-            None => overflow.push(m),
-        }
-        n += 1;
-    }
-    let mut guards = OpsGuards {
-        _small: Default::default(),
-        _large: Vec::new(),
-    };
-    if overflow.is_empty() {
-        let list = &mut sorted[..n];
-        list.sort_unstable_by_key(|m| m.map_or(0, address));
-        let mut last = 0;
-        let mut slots = guards._small.iter_mut();
-        for m in list.iter().flatten() {
-            if address(m) != last {
-                last = address(m);
-                if let Some(slot) = slots.next() {
-                    *slot = Some(m.lock_ops(false));
-                }
-            }
-        }
-    } else {
-        overflow.extend(sorted.iter().flatten().copied());
-        overflow.sort_unstable_by_key(|m| address(m));
-        overflow.dedup_by_key(|m| address(m));
-        guards._large = overflow.iter().map(|m| m.lock_ops(false)).collect();
-    }
-    guards
-}
-
-fn describe_borrow(borrow: HostBorrow) -> String {
+/// How the host holds a buffer, `name` (the buffer and its label).
+fn describe_borrow(name: &str, borrow: HostBorrow) -> String {
     match borrow {
-        HostBorrow::Exclusive => "the buffer is mapped (or mutably borrowed) by the host".into(),
-        HostBorrow::Staged => "the buffer is mapped to the host".into(),
-        HostBorrow::Shared(n) => format!("the buffer is borrowed by {n} host slice(s)"),
-        HostBorrow::None => "the buffer is not borrowed".into(),
+        HostBorrow::Exclusive => format!("{name} is mapped (or mutably borrowed) by the host"),
+        HostBorrow::Staged => format!("{name} is mapped to the host"),
+        HostBorrow::Shared(n) => format!("{name} is borrowed by {n} host slice(s)"),
+        HostBorrow::None => format!("{name} is not borrowed"),
     }
 }
 
