@@ -207,6 +207,21 @@ impl BufferMemory {
     }
 
     /// The user's label, where one was given.
+    /// The use state, where device work may make an access now: not while
+    /// an error a `Drop` kept waits to be returned (it is, here), nor while
+    /// the host's borrow forbids it.
+    fn state_for_device(&self, op: &'static str, write: bool) -> Result<MutexGuard<'_, UseState>> {
+        let mut state = self.state();
+        if let Some(e) = state.kept.take() {
+            return Err(e);
+        }
+        if let Err(borrow) = state.check_device(write) {
+            drop(state);
+            return Err(self.borrowed_error(op, borrow));
+        }
+        Ok(state)
+    }
+
     /// The error of an access the host's `borrow` of this memory forbids,
     /// naming the buffer by its label where it has one. (Takes the label's
     /// lock: not with the use state held, a leaf lock.)
@@ -322,14 +337,7 @@ impl BufferMemory {
         value: u64,
         write: bool,
     ) -> Result<()> {
-        let mut state = self.state();
-        if let Some(e) = state.kept.take() {
-            return Err(e);
-        }
-        if let Err(borrow) = state.check_device(write) {
-            drop(state);
-            return Err(self.borrowed_error(op, borrow));
-        }
+        let mut state = self.state_for_device(op, write)?;
         let uses = &mut state.uses;
         #[allow(clippy::expect_used, reason = "the use was pushed just before")]
         let entry = match uses
@@ -438,16 +446,7 @@ impl BufferMemory {
         write: bool,
         _held: &OpsGuard<'_>,
     ) -> Result<()> {
-        {
-            let mut state = self.state();
-            if let Some(e) = state.kept.take() {
-                return Err(e);
-            }
-            if let Err(borrow) = state.check_device(write) {
-                drop(state);
-                return Err(self.borrowed_error(op, borrow));
-            }
-        }
+        drop(self.state_for_device(op, write)?);
         self.wait_for_host_access(write)
     }
 
@@ -480,14 +479,7 @@ impl BufferMemory {
         let Some(mapped) = raw.mapped_range(offset, len) else {
             return Ok(None);
         };
-        let mut state = self.state();
-        if let Some(e) = state.kept.take() {
-            return Err(e);
-        }
-        if let Err(borrow) = state.check_device(write) {
-            drop(state);
-            return Err(self.borrowed_error(op, borrow));
-        }
+        let state = self.state_for_device(op, write)?;
         if !state.pending(write).is_empty() {
             return Ok(None);
         }
