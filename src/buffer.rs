@@ -303,38 +303,12 @@ pub struct DeviceBuffer<T> {
 
 typed_buffer!(DeviceBuffer, "DeviceBuffer");
 
+/// Device buffers.
 impl DeviceContext {
     /// A buffer of `len` elements of `T` in device memory. Its contents are
     /// undefined until written (as with `cudaMalloc`).
     pub fn enqueue_create_buffer<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         DeviceBuffer::new(self, len)
-    }
-
-    /// Frees a buffer taken with [`DeviceBuffer::take_raw`]
-    /// from a context of this device, as [`OwnedRawBuffer::free`]
-    /// does. A buffer of another device is refused ([`Error::DifferentDevice`])
-    /// and freed when its own device is destroyed.
-    ///
-    /// # Safety
-    ///
-    /// No work (submitted by vkcompute or by the caller) may still use the
-    /// buffer, and nothing may use it afterwards.
-    #[allow(
-        unsafe_code,
-        reason = "a public raw entry point: the caller answers for the buffer's last use"
-    )]
-    pub unsafe fn free_raw(&self, raw: OwnedRawBuffer) -> Result<()> {
-        if !raw.is_of(self) {
-            return Err(Error::DifferentDevice {
-                op: "DeviceContext::free_raw",
-                detail: "the buffer belongs to another device; it is freed when that device is \
-                         destroyed, or free it with `OwnedRawBuffer::free`"
-                    .into(),
-            });
-        }
-        // SAFETY: the caller guarantees that nothing uses the buffer any more.
-        unsafe { raw.free() };
-        Ok(())
     }
 }
 

@@ -4,7 +4,6 @@
 //! Transfers are in `transfer.rs`, fills in `fill.rs`, options in
 //! `options.rs`.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use ash::vk;
@@ -12,12 +11,9 @@ use ash::vk;
 use crate::error::{Error, Result};
 use crate::garbage::GarbageList;
 use crate::options::ContextOptions;
-use crate::stream::LiveObjects;
 use crate::stream_handle::StreamHandle;
 use crate::trace::Tracer;
-use crate::vk::{
-    Adapter, Device, DeviceInfo, Enabled, Instance, MemoryInfo, ValidationLog, ValidationMessage,
-};
+use crate::vk::{Adapter, Device, DeviceInfo, Enabled, Instance, MemoryInfo};
 
 /// An application's Vulkan objects, lent to [`DeviceContext::from_raw`].
 pub struct RawContext {
@@ -62,6 +58,7 @@ pub struct DeviceContext {
     pub(crate) stream: Arc<StreamHandle>,
 }
 
+/// Making a context (and more streams on its device), and waiting for its work.
 impl DeviceContext {
     /// Opens the default device (see [`ContextOptions::device`]) with the
     /// settings of the environment.
@@ -230,19 +227,6 @@ impl DeviceContext {
         })
     }
 
-    /// The file the device's pipeline cache is saved to when the device
-    /// closes, or `None` where it keeps none (see
-    /// [`ContextOptions::pipeline_cache_dir`]).
-    pub fn pipeline_cache_file(&self) -> Option<&Path> {
-        self.stream.device.pipeline_cache_file()
-    }
-
-    /// Whether the device's pipeline cache started from a file written by
-    /// an earlier device (a warm start).
-    pub fn pipeline_cache_loaded(&self) -> bool {
-        self.stream.device.pipeline_cache_loaded
-    }
-
     /// Every Vulkan device the loader sees, usable or not.
     pub fn devices() -> Result<Vec<DeviceInfo>> {
         let instance = Instance::new(false, false)?;
@@ -285,106 +269,6 @@ impl DeviceContext {
     /// and what this device's allocator holds.
     pub fn memory_info(&self) -> MemoryInfo {
         MemoryInfo::of(&self.stream.device)
-    }
-
-    /// Whether host transfers always go through staging buffers on this
-    /// context ([`ContextOptions::force_staging`]).
-    pub fn is_staging_forced(&self) -> bool {
-        self.stream.force_staging
-    }
-
-    /// Whether validation layers are enabled on this context.
-    pub fn is_validation_enabled(&self) -> bool {
-        self.stream.device.instance.validation
-    }
-
-    /// The messages the validation layers (and loader and driver) have
-    /// reported on this context's device so far.
-    pub fn validation_messages(&self) -> Vec<ValidationMessage> {
-        self.stream.device.instance.messages.snapshot()
-    }
-
-    /// Like [`validation_messages`](Self::validation_messages), clearing them.
-    pub fn take_validation_messages(&self) -> Vec<ValidationMessage> {
-        self.stream.device.instance.messages.take()
-    }
-
-    /// A handle to the device's messages that stays readable after the
-    /// context is dropped, so that messages reported while the device is
-    /// destroyed (objects leaked, say) are seen too.
-    pub fn validation_log(&self) -> ValidationLog {
-        ValidationLog(self.stream.device.instance.messages.clone())
-    }
-
-    /// Waits for the enqueued work, then frees the memory and objects kept
-    /// pooled for reuse: the context's staging buffers, command buffers and
-    /// descriptor pools, and the device's cache of retired buffers; and,
-    /// where streams of the device were dropped, waits for the whole device
-    /// to be idle and destroys their timeline semaphores (otherwise kept
-    /// until the device goes). Live buffers are not affected.
-    pub fn trim(&self) -> Result<()> {
-        self.synchronize()?;
-        self.stream.lock().trim()?;
-        self.stream.device.release_cached_buffers();
-        self.stream.device.destroy_retired_semaphores()
-    }
-
-    /// Counts of the Vulkan objects the context holds.
-    pub fn live_objects(&self) -> LiveObjects {
-        self.stream.lock().live_objects()
-    }
-
-    /// How many streams of this context's device are alive (this one
-    /// included): a stream goes when its last handle (a context, a buffer
-    /// it owns, a graph waiting for it) is dropped, for finding leaks.
-    pub fn live_streams(&self) -> usize {
-        self.stream
-            .device
-            .streams
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// How many timeline semaphores of dropped streams of this device wait
-    /// to be destroyed: once the device is idle, which `trim` waits for,
-    /// and which making a stream waits for where 64 of them wait (on a
-    /// device vkcompute created), so that their number stays bounded.
-    pub fn retired_timelines(&self) -> usize {
-        self.stream.device.retired_semaphore_count()
-    }
-
-    /// Bytes the device allocator has handed out in all.
-    pub fn allocated_bytes(&self) -> u64 {
-        self.stream
-            .device
-            .allocator()
-            .generate_report()
-            .total_allocated_bytes
-    }
-
-    /// The `ash` device, for work outside vkcompute. Using it is `unsafe`
-    /// in the usual `ash` way; objects made with it are the caller's to destroy.
-    pub fn raw_device(&self) -> &ash::Device {
-        &self.stream.device.raw
-    }
-
-    /// The `ash` instance the device was created from.
-    pub fn raw_instance(&self) -> &ash::Instance {
-        &self.stream.device.instance.raw
-    }
-
-    /// The physical device.
-    pub fn raw_physical_device(&self) -> vk::PhysicalDevice {
-        self.stream.device.adapter.raw
-    }
-
-    /// The queue family the context submits to.
-    pub fn queue_family_index(&self) -> u32 {
-        self.stream.device.queue_family
-    }
-
-    /// The device's limits (`maxStorageBufferRange` and the like).
-    pub fn limits(&self) -> &vk::PhysicalDeviceLimits {
-        self.stream.device.limits()
     }
 }
 

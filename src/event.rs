@@ -92,6 +92,7 @@ impl fmt::Debug for Event {
     }
 }
 
+/// Events: points on a stream to wait for, await, or time.
 impl DeviceContext {
     /// An [`Event`] at this point of the stream: it is reached once
     /// everything enqueued on this context so far has completed. Where the

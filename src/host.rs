@@ -85,6 +85,7 @@ pub struct HostBuffer<T> {
 
 crate::buffer::typed_buffer!(HostBuffer, "HostBuffer");
 
+/// Host buffers: pinned, host-visible memory for transfers.
 impl DeviceContext {
     /// A buffer of `len` elements of `T` in pinned host memory. Its contents
     /// are undefined until written.

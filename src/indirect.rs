@@ -183,6 +183,7 @@ pub(crate) fn check_arguments(
     Ok(())
 }
 
+/// Indirect dispatch: workgroup counts read on the device.
 impl DeviceContext {
     /// Enqueues a dispatch of `kernel` whose workgroup counts are read on
     /// the device: elements `offset`, `offset + 1` and `offset + 2` of

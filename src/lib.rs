@@ -32,26 +32,41 @@
 // Feature badges on docs.rs (`--cfg docsrs`, nightly rustdoc).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The modules that add `DeviceContext` methods, in the reading order of
+// its documentation (rustdoc lists a type's `impl` blocks in module order):
+// contexts and streams, buffers, host buffers, kernels, indirect dispatch,
+// events, graphs, sharing, then diagnostics and raw handles.
+mod context;
+
+mod buffer;
+
+mod host;
+
+mod kernel;
+
+mod indirect;
+
+mod event;
+
+mod graph;
+
+mod external;
+
+mod introspect;
+
+// The rest.
 mod batch_pool;
 mod bounds;
-mod buffer;
 mod capabilities;
-mod context;
 mod display;
 mod error;
-mod event;
-mod external;
 mod fill;
 mod garbage;
 #[cfg(feature = "glsl")]
 mod glsl;
-mod graph;
 pub mod guide;
 mod hazard;
-mod host;
-mod indirect;
 mod interop;
-mod kernel;
 mod options;
 mod record;
 mod recorder;

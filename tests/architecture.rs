@@ -44,8 +44,21 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "public",
         &[
-            "options", "context", "view", "buffer", "host", "display", "kernel", "glsl", "graph",
-            "external", "event", "guide", "testing", "indirect",
+            "options",
+            "context",
+            "view",
+            "buffer",
+            "host",
+            "display",
+            "kernel",
+            "glsl",
+            "graph",
+            "external",
+            "event",
+            "guide",
+            "testing",
+            "indirect",
+            "introspect",
         ],
     ),
 ];

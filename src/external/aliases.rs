@@ -15,6 +15,7 @@ pub struct SharedAliases {
     pub imported: u64,
 }
 
+/// Sharing memory and semaphores with other devices, processes and APIs.
 impl DeviceContext {
     /// The aliases of other devices' exportable memory this context's
     /// device keeps for copies between contexts (see

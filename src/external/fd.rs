@@ -38,6 +38,7 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 }
 
+/// Sharing memory and semaphores with other devices, processes and APIs.
 impl DeviceContext {
     /// A buffer of `len` elements of `T` over imported memory: an fd
     /// exported by [`DeviceBuffer::export_fd`] in this or another process,

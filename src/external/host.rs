@@ -17,6 +17,7 @@ use crate::view::{dtype_name, View};
 use crate::vk::memory::{buffer_usage, Dedicated, DedicatedKind, HostAllocation, RawBuffer};
 use crate::vk::{buffer_support, host_memory_types, ExternalBuffer, MemoryUsage};
 
+/// Sharing memory and semaphores with other devices, processes and APIs.
 impl DeviceContext {
     /// The alignment (of address and size) that host memory imported with
     /// [`import_host_memory`](Self::import_host_memory) needs

@@ -14,6 +14,7 @@ use crate::interop::{
 use crate::resource::BufferMemory;
 use crate::view::{dtype_name, View};
 
+/// Sharing memory and semaphores with other devices, processes and APIs.
 impl DeviceContext {
     /// A buffer of `len` elements of `T` in device memory of its own that
     /// can be exported ([`DeviceBuffer::export_fd`]) to other contexts,

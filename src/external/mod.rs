@@ -21,12 +21,19 @@
 //! descriptor is device memory at all. The paths where vkcompute made the
 //! handle itself stay safe: `share_with` and copies between contexts.
 
-mod aliases;
+// In the reading order of `DeviceContext`'s documentation: exportable
+// buffers, their export, imports, host memory, aliases, semaphores.
+mod memory;
+
 #[cfg(unix)]
 mod fd;
-mod host;
+
 mod import;
-mod memory;
+
+mod host;
+
+mod aliases;
+
 mod ownership;
 mod semaphore;
 mod win32;

@@ -56,6 +56,7 @@ impl std::fmt::Debug for ExternalSemaphore {
     }
 }
 
+/// Sharing memory and semaphores with other devices, processes and APIs.
 impl DeviceContext {
     /// Orders the work enqueued on this context from now on after
     /// everything enqueued on `other` so far, by blocking the host until
@@ -91,6 +92,7 @@ impl DeviceContext {
     }
 }
 
+/// Sharing memory and semaphores with other devices, processes and APIs.
 impl DeviceContext {
     /// Submits the work enqueued so far and gives the value it signals on
     /// this stream's timeline, once the timeline is known to be exportable
@@ -166,6 +168,7 @@ impl DeviceContext {
 }
 
 #[cfg(unix)]
+/// Sharing memory and semaphores with other devices, processes and APIs.
 impl DeviceContext {
     /// This stream's timeline semaphore as a new opaque fd, with the value
     /// that the work enqueued so far signals (the work is submitted). Another

@@ -51,6 +51,7 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 }
 
+/// Sharing memory and semaphores with other devices, processes and APIs.
 impl DeviceContext {
     /// A buffer of `len` elements of `T` over memory imported from an
     /// opaque Win32 handle, with the checks of

@@ -94,6 +94,7 @@ pub struct GraphBuilder<'c> {
     label: Option<String>,
 }
 
+/// Graphs: capture once, replay many times.
 impl DeviceContext {
     /// Starts capturing a graph of operations on this context's device.
     ///
@@ -125,6 +126,26 @@ impl DeviceContext {
     /// command of this stream.
     pub fn enqueue_graph(&self, graph: &Graph) -> Result<()> {
         self.replay(graph, graph.inner.recording.clone())
+    }
+
+    /// Enqueues a replay of `graph` with `params`: other push constants for
+    /// some dispatches, other buffers in place of captured ones.
+    ///
+    /// Only the operations that `params` changes are recorded again, with
+    /// their parameters; the rest of the graph runs as recorded. Its cost
+    /// grows with the number of changed operations, not with the graph's
+    /// length, except on the first replay that changes a given set of
+    /// operations: that one records the rest of the graph once more around
+    /// them (the last four such sets stay recorded, so a loop that changes
+    /// the same dispatches every iteration pays it once).
+    ///
+    /// A substitute may start at any offset its type allows: fills are
+    /// planned again for it (a `vkCmdFillBuffer` needs 4-byte boundaries,
+    /// elsewhere the fill kernel runs), copies take any offset, and a
+    /// substitute bound to a kernel must start at a multiple of
+    /// `minStorageBufferOffsetAlignment` ([`Error::Misaligned`]).
+    pub fn enqueue_graph_with(&self, graph: &Graph, params: &GraphParams<'_>) -> Result<()> {
+        params::enqueue_with(self, graph, params)
     }
 
     fn replay(&self, graph: &Graph, recording: Arc<Recording>) -> Result<()> {

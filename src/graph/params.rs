@@ -146,128 +146,116 @@ impl Sink for StreamSink<'_> {
     }
 }
 
-impl DeviceContext {
-    /// Enqueues a replay of `graph` with `params`: other push constants for
-    /// some dispatches, other buffers in place of captured ones.
-    ///
-    /// Only the operations that `params` changes are recorded again, with
-    /// their parameters; the rest of the graph runs as recorded. Its cost
-    /// grows with the number of changed operations, not with the graph's
-    /// length, except on the first replay that changes a given set of
-    /// operations: that one records the rest of the graph once more around
-    /// them (the last four such sets stay recorded, so a loop that changes
-    /// the same dispatches every iteration pays it once).
-    ///
-    /// A substitute may start at any offset its type allows: fills are
-    /// planned again for it (a `vkCmdFillBuffer` needs 4-byte boundaries,
-    /// elsewhere the fill kernel runs), copies take any offset, and a
-    /// substitute bound to a kernel must start at a multiple of
-    /// `minStorageBufferOffsetAlignment` ([`Error::Misaligned`]).
-    pub fn enqueue_graph_with(&self, graph: &Graph, params: &GraphParams<'_>) -> Result<()> {
-        let op = "DeviceContext::enqueue_graph_with";
-        let inner = &graph.inner;
-        if inner.device.id != self.stream.device.id {
+/// [`DeviceContext::enqueue_graph_with`]: records the operations `params`
+/// changes between segments of the rest.
+pub(super) fn enqueue_with(
+    ctx: &DeviceContext,
+    graph: &Graph,
+    params: &GraphParams<'_>,
+) -> Result<()> {
+    let op = "DeviceContext::enqueue_graph_with";
+    let inner = &graph.inner;
+    if inner.device.id != ctx.stream.device.id {
+        return Err(Error::DifferentDevice {
+            op,
+            detail: "the graph was captured on another device".into(),
+        });
+    }
+    let mut subst = Substitutions::none();
+    let mut live = Vec::new();
+    let bad = |reason: String| Error::GraphParameter { reason };
+    for (captured, with) in &params.views {
+        if with.memory.device.id != inner.device.id {
             return Err(Error::DifferentDevice {
                 op,
-                detail: "the graph was captured on another device".into(),
+                detail: "a substitute buffer is on another device than the graph".into(),
             });
         }
-        let mut subst = Substitutions::none();
-        let mut live = Vec::new();
-        let bad = |reason: String| Error::GraphParameter { reason };
-        for (captured, with) in &params.views {
-            if with.memory.device.id != inner.device.id {
-                return Err(Error::DifferentDevice {
-                    op,
-                    detail: "a substitute buffer is on another device than the graph".into(),
-                });
-            }
-            let Some(users) = inner.index.by_view.get(&key(captured)) else {
-                return Err(bad(format!(
-                    "the graph does not use the buffer given as captured ({} bytes at byte {})",
-                    captured.bytes, captured.offset
-                )));
+        let Some(users) = inner.index.by_view.get(&key(captured)) else {
+            return Err(bad(format!(
+                "the graph does not use the buffer given as captured ({} bytes at byte {})",
+                captured.bytes, captured.offset
+            )));
+        };
+        live.extend_from_slice(users);
+        subst.views.push((captured, with));
+    }
+    for (id, bytes) in &params.push {
+        let found = inner
+            .index
+            .dispatches
+            .get(id.0)
+            .map(|&i| (i, &inner.ops[i]));
+        let Some((
+            index,
+            Op::Dispatch {
+                push_size, label, ..
+            },
+        )) = found
+        else {
+            return Err(bad(format!("the graph has no dispatch {}", id.0)));
+        };
+        if bytes.len() != *push_size {
+            return Err(Error::PushConstantSize {
+                kernel: label.to_string(),
+                expected: *push_size as u32,
+                given: bytes.len(),
+            });
+        }
+        live.push(index);
+        subst.push.push((id.0, bytes));
+    }
+    live.sort_unstable();
+    live.dedup();
+    for &index in &live {
+        check_substitution(&inner.device, index, &inner.ops[index], &subst)?;
+    }
+    if live.is_empty() {
+        return ctx.enqueue_graph(graph);
+    }
+    let split = graph.split(live)?;
+    for other in &inner.index.waits {
+        ctx.stream.wait_for(other)?;
+    }
+    let device = &ctx.stream.device;
+    let mut accesses: SmallVec<[BufferAccess<'_>; 8]> = use_accesses(&split.uses).collect();
+    for &index in &split.live {
+        inner.ops[index].accesses(device, &subst, &mut accesses);
+    }
+    let describe = || format!("{} with parameters", graph.label());
+    ctx.stream
+        .record_sequence(op, &describe, &accesses, |stream, hazards| {
+            // After the work before it, as a whole; each piece after the
+            // one before it, with a full barrier.
+            stream.order(hazards);
+            let mut sink = StreamSink {
+                stream,
+                commands: 0,
             };
-            live.extend_from_slice(users);
-            subst.views.push((captured, with));
-        }
-        for (id, bytes) in &params.push {
-            let found = inner
-                .index
-                .dispatches
-                .get(id.0)
-                .map(|&i| (i, &inner.ops[i]));
-            let Some((
-                index,
-                Op::Dispatch {
-                    push_size, label, ..
-                },
-            )) = found
-            else {
-                return Err(bad(format!("the graph has no dispatch {}", id.0)));
-            };
-            if bytes.len() != *push_size {
-                return Err(Error::PushConstantSize {
-                    kernel: label.to_string(),
-                    expected: *push_size as u32,
-                    given: bytes.len(),
-                });
-            }
-            live.push(index);
-            subst.push.push((id.0, bytes));
-        }
-        live.sort_unstable();
-        live.dedup();
-        for &index in &live {
-            check_substitution(&inner.device, index, &inner.ops[index], &subst)?;
-        }
-        if live.is_empty() {
-            return self.enqueue_graph(graph);
-        }
-        let split = graph.split(live)?;
-        for other in &inner.index.waits {
-            self.stream.wait_for(other)?;
-        }
-        let device = &self.stream.device;
-        let mut accesses: SmallVec<[BufferAccess<'_>; 8]> = use_accesses(&split.uses).collect();
-        for &index in &split.live {
-            inner.ops[index].accesses(device, &subst, &mut accesses);
-        }
-        let describe = || format!("{} with parameters", graph.label());
-        self.stream
-            .record_sequence(op, &describe, &accesses, |stream, hazards| {
-                // After the work before it, as a whole; each piece after the
-                // one before it, with a full barrier.
-                stream.order(hazards);
-                let mut sink = StreamSink {
-                    stream,
-                    commands: 0,
-                };
-                for (i, piece) in split.pieces.iter().enumerate() {
-                    if i > 0 {
-                        sink.stream.barrier();
+            for (i, piece) in split.pieces.iter().enumerate() {
+                if i > 0 {
+                    sink.stream.barrier();
+                }
+                match piece {
+                    Piece::Segment(commands) => {
+                        // The batch keeps the commands (see
+                        // `record::Commands`).
+                        sink.stream.keep_alive(commands.clone());
+                        sink.stream.record(&[], Command::Execute(commands.cmd))?;
                     }
-                    match piece {
-                        Piece::Segment(commands) => {
-                            // The batch keeps the commands (see
-                            // `record::Commands`).
-                            sink.stream.keep_alive(commands.clone());
-                            sink.stream.record(&[], Command::Execute(commands.cmd))?;
+                    Piece::Live(index) => {
+                        let op = &inner.ops[*index];
+                        if let Some(keep) = op.keeps() {
+                            sink.stream.keep_alive(keep);
                         }
-                        Piece::Live(index) => {
-                            let op = &inner.ops[*index];
-                            if let Some(keep) = op.keeps() {
-                                sink.stream.keep_alive(keep);
-                            }
-                            record_op(device, &mut sink, op, &subst)?;
-                        }
+                        record_op(device, &mut sink, op, &subst)?;
                     }
                 }
-                // Later commands are ordered against the replay as a whole.
-                sink.stream.note(hazards);
-                Ok(())
-            })
-    }
+            }
+            // Later commands are ordered against the replay as a whole.
+            sink.stream.note(hazards);
+            Ok(())
+        })
 }
 
 impl Graph {

@@ -139,6 +139,7 @@ impl Kernel {
     }
 }
 
+/// Dispatching kernels.
 impl DeviceContext {
     /// Enqueues a dispatch of `kernel` over `grid` workgroups (`n`, `(x, y)`
     /// or `(x, y, z)`), with `args` bound to its storage-buffer bindings in

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::recorder::Command;
 use crate::vk::command::TimestampPool;
 
+/// Timing work on the device.
 impl DeviceContext {
     /// The device time taken by the work `f` enqueues, run `iters` times:
     /// the total, measured with timestamp queries around it (the stream is
