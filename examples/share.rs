@@ -37,7 +37,7 @@ const LEN: usize = 1 << 20;
 #[cfg(unix)]
 fn parent() -> Result<(), Box<dyn std::error::Error>> {
     use std::os::fd::AsFd;
-    use vkcompute::{DeviceContext, MemoryHandleType};
+    use vkcompute::{sharing::MemoryHandleType, DeviceContext};
 
     let ctx = DeviceContext::new()?;
     let buf = ctx.enqueue_create_exportable_buffer::<u32>(LEN)?;

@@ -144,12 +144,58 @@ pub use buffer::{DeviceBuffer, OwnedRawBuffer};
 pub use context::{DeviceContext, RawContext};
 pub use error::{Error, Result};
 pub use event::Event;
-pub use external::{
+// The grouped names (`sharing`, `device`, `validation`, `reflection`)
+// stay at the root too, for code that names them there; the docs show
+// them in their modules.
+#[doc(hidden)]
+pub use device::{
+    ComputeLimits, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures, MemoryInfo,
+    SubgroupInfo,
+};
+#[doc(hidden)]
+pub use reflection::{BindingAlias, BindingInfo, BindingKind, SpecConstantInfo};
+#[doc(hidden)]
+pub use sharing::{
     AlignedHostMemory, ExportedWin32Memory, ExportedWin32Semaphore, ExternalMemoryInfo,
     ExternalSemaphore, MemoryHandleType, SharedAliases, EXTERNAL_MEMORY_INFO_BYTES,
 };
 #[cfg(unix)]
-pub use external::{ExportedMemory, ExportedSemaphore};
+#[doc(hidden)]
+pub use sharing::{ExportedMemory, ExportedSemaphore};
+#[doc(hidden)]
+pub use validation::{Severity, ValidationLog, ValidationMessage};
+
+/// Sharing memory and semaphores with other devices, processes and APIs:
+/// the types of `DeviceContext`'s sharing methods (see the
+/// [sharing guide](crate::guide::sharing)).
+pub mod sharing {
+    pub use crate::external::{
+        AlignedHostMemory, ExportedWin32Memory, ExportedWin32Semaphore, ExternalMemoryInfo,
+        ExternalSemaphore, MemoryHandleType, SharedAliases, EXTERNAL_MEMORY_INFO_BYTES,
+    };
+    #[cfg(unix)]
+    pub use crate::external::{ExportedMemory, ExportedSemaphore};
+}
+
+/// What a device is and offers: [`DeviceInfo`] (also at
+/// the root), its kind, limits, kernel features and memory, and how a
+/// context chooses one.
+pub mod device {
+    pub use crate::vk::{
+        ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures,
+        MemoryInfo, SubgroupInfo,
+    };
+}
+
+/// The validation layers' messages, as a context collects them.
+pub mod validation {
+    pub use crate::vk::{Severity, ValidationLog, ValidationMessage};
+}
+
+/// A kernel's interface, as vkcompute reads it from its SPIR-V.
+pub mod reflection {
+    pub use crate::reflect::{BindingAlias, BindingInfo, BindingKind, SpecConstantInfo};
+}
 #[cfg(feature = "glsl")]
 #[cfg_attr(docsrs, doc(cfg(feature = "glsl")))]
 pub use glsl::{GlslBuilder, GlslOptimization, GlslTarget};
@@ -157,13 +203,9 @@ pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use options::ContextOptions;
-pub use reflect::{BindingAlias, BindingInfo, BindingKind, SpecConstantInfo};
 pub use stream::LiveObjects;
 pub use view::{CopyDestination, CopySource, RawBufferRef};
-pub use vk::{
-    ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures,
-    MemoryInfo, Severity, SubgroupInfo, ValidationLog, ValidationMessage, Win32Handle,
-};
+pub use vk::{DeviceInfo, Win32Handle};
 
 /// Half-precision floats (`f16`, `bf16`) from the `half` crate, usable as
 /// buffer elements.
