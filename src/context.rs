@@ -88,7 +88,7 @@ impl DeviceContext {
             );
         }
         let tracer = match &settings.trace {
-            Some(path) => Some(Arc::new(Tracer::create(path)?)),
+            Some(path) => Some(Arc::new(Tracer::create(path, settings.trace_commands)?)),
             None => None,
         };
         if settings.force_staging {

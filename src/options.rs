@@ -20,6 +20,8 @@ pub(crate) struct Settings {
     pub(crate) force_staging: bool,
     /// Where the trace goes, if anywhere.
     pub(crate) trace: Option<PathBuf>,
+    /// Whether a trace times every command on the device.
+    pub(crate) trace_commands: bool,
     /// What the device is opened with (asked; the device grants what it has).
     pub(crate) device_options: DeviceOptions,
 }
@@ -34,6 +36,7 @@ pub struct ContextOptions {
     pub(crate) push_descriptors: Option<bool>,
     pub(crate) synchronization2: Option<bool>,
     pub(crate) trace: Option<std::path::PathBuf>,
+    pub(crate) trace_commands: Option<bool>,
     pub(crate) pipeline_cache_dir: Option<Option<PathBuf>>,
 }
 
@@ -98,6 +101,18 @@ impl ContextOptions {
         self
     }
 
+    /// Whether a trace also times every command on the device
+    /// (`VKCOMPUTE_TRACE_COMMANDS`), with timestamps around each: the
+    /// device track then shows each command's own slice inside its batch's.
+    /// Timestamps cost device time: on lavapipe 10,000 small dependent
+    /// dispatches took 3.4x and 23x as long as untraced in two runs on a
+    /// busy 2-core VM (`bench --case trace_overhead`, which measures it on
+    /// your machine); off, batches alone are timed. Default: on.
+    pub fn trace_commands(mut self, on: bool) -> Self {
+        self.trace_commands = Some(on);
+        self
+    }
+
     /// Where the pipeline cache is kept between processes: `Some(dir)`
     /// keeps it in `dir` (one file per physical device), `None` keeps none
     /// (`VKCOMPUTE_PIPELINE_CACHE=<dir>` or `=off`). Default: a per-user
@@ -131,6 +146,7 @@ impl ContextOptions {
                 .trace
                 .clone()
                 .or_else(|| std::env::var_os("VKCOMPUTE_TRACE").map(Into::into)),
+            trace_commands: setting(self.trace_commands, "VKCOMPUTE_TRACE_COMMANDS", true),
             device_options: DeviceOptions {
                 pipeline_cache_dir: self.resolved_pipeline_cache_dir(),
                 push_descriptors: setting(

@@ -23,7 +23,7 @@ use crate::vk::{Device, MemoryUsage, Timeline};
 /// let the host record far ahead (`scale_inflight`: 110,000 commands since
 /// the last wait go in 7 batches, within `MAX_IN_FLIGHT`, so no enqueue
 /// waits for the device) with a bounded number of command buffers.
-const MAX_BATCH_COMMANDS: usize = 4096;
+pub(crate) const MAX_BATCH_COMMANDS: usize = 4096;
 /// The most a batch's command limit grows.
 const MAX_BATCH_GROWTH: usize = 8;
 /// ... or once it has staged this many bytes.
@@ -290,7 +290,13 @@ impl Stream {
 
     /// Submits the open batch if it has grown large. Called after each command.
     pub(crate) fn maybe_flush(&mut self) -> Result<()> {
-        let commands = MAX_BATCH_COMMANDS * (1 + self.in_flight.len()).min(MAX_BATCH_GROWTH);
+        // A traced stream times every command in slots for batches of at
+        // most `MAX_BATCH_COMMANDS`: its batches do not grow.
+        let growth = match &self.trace {
+            Some(t) if t.times(0) => 1,
+            _ => (1 + self.in_flight.len()).min(MAX_BATCH_GROWTH),
+        };
+        let commands = MAX_BATCH_COMMANDS * growth;
         let large = self
             .batch
             .as_ref()

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::error::Result;
 use crate::garbage::{Garbage, GarbageList, FLUSH_GARBAGE_BYTES};
-use crate::stream::{Stream, MAX_IN_FLIGHT};
+use crate::stream::{Stream, MAX_BATCH_COMMANDS, MAX_IN_FLIGHT};
 use crate::trace::{StreamTrace, Tracer};
 use crate::vk::{Device, Timeline, Waiters};
 
@@ -96,7 +96,12 @@ impl StreamHandle {
         tracer: Option<Arc<Tracer>>,
     ) -> Result<Arc<Self>> {
         let trace = match &tracer {
-            Some(t) => Some(StreamTrace::new(&device, t.clone(), MAX_IN_FLIGHT)?),
+            Some(t) => Some(StreamTrace::new(
+                &device,
+                t.clone(),
+                MAX_IN_FLIGHT,
+                MAX_BATCH_COMMANDS,
+            )?),
             None => None,
         };
         // Dropped streams' semaphores stay bounded without `trim`.

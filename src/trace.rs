@@ -32,6 +32,8 @@ pub(crate) struct Tracer {
     /// far is the estimate (a batch that waited for another stream gives a
     /// loose bound, one that did not a tight one).
     device_offset: Mutex<Option<f64>>,
+    /// Whether streams time every command on the device.
+    pub(crate) commands: bool,
 }
 
 struct Output {
@@ -42,8 +44,9 @@ struct Output {
 }
 
 impl Tracer {
-    /// Creates (or truncates) the trace file at `path`.
-    pub(crate) fn create(path: &Path) -> Result<Self> {
+    /// Creates (or truncates) the trace file at `path`; streams time each
+    /// command on the device where `commands` says so.
+    pub(crate) fn create(path: &Path, commands: bool) -> Result<Self> {
         let file = File::create(path).map_err(|e| Error::Trace {
             path: path.display().to_string(),
             detail: e.to_string(),
@@ -57,6 +60,7 @@ impl Tracer {
             start: Instant::now(),
             next_stream: AtomicU64::new(1),
             device_offset: Mutex::new(None),
+            commands,
         };
         tracer.raw("[\n");
         tracer.event(&format!(
@@ -165,10 +169,6 @@ pub(crate) fn escape(text: &str) -> String {
     out
 }
 
-/// The commands of each batch timed on the device while tracing: the
-/// first this many (a batch may hold thousands).
-pub(crate) const TIMED_COMMANDS: u32 = 64;
-
 /// A stream's part of a trace (see `crate::trace`): its two tracks and the
 /// timestamp queries that measure each batch on the device.
 pub(crate) struct StreamTrace {
@@ -179,9 +179,10 @@ pub(crate) struct StreamTrace {
     pub(crate) batches: u64,
     /// Two timestamps per batch slot; `None` where the queue has none.
     queries: Option<TimestampPool>,
-    /// Two timestamps for each of the first [`TIMED_COMMANDS`] commands of
-    /// each batch slot.
+    /// Two timestamps for each command of each batch slot.
     command_queries: Option<TimestampPool>,
+    /// The most commands a batch of the stream holds.
+    batch_commands: u32,
     /// Slots in `queries`: more than can be in flight at once.
     slots: u64,
     /// Nanoseconds per timestamp tick.
@@ -192,12 +193,14 @@ pub(crate) struct StreamTrace {
 
 impl StreamTrace {
     /// A stream's tracks in `tracer`, with timestamp slots for more than
-    /// `max_in_flight` batches.
+    /// `max_in_flight` batches of at most `batch_commands` commands.
     pub(crate) fn new(
         device: &Arc<Device>,
         tracer: Arc<Tracer>,
         max_in_flight: usize,
+        batch_commands: usize,
     ) -> Result<Self> {
+        let batch_commands = batch_commands as u32;
         let (host, batches) = tracer.new_stream(device.name());
         let (queries, command_queries) = if TimestampPool::valid_bits(device) == 0 {
             (None, None)
@@ -205,7 +208,10 @@ impl StreamTrace {
             let slots = max_in_flight as u32 * 2;
             (
                 Some(TimestampPool::new(device, slots)?),
-                Some(TimestampPool::new(device, slots * TIMED_COMMANDS)?),
+                match tracer.commands {
+                    true => Some(TimestampPool::new(device, slots * batch_commands)?),
+                    false => None,
+                },
             )
         };
         Ok(StreamTrace {
@@ -214,6 +220,7 @@ impl StreamTrace {
             batches,
             queries,
             command_queries,
+            batch_commands,
             slots: max_in_flight as u64 * 2,
             period: f64::from(device.limits().timestamp_period),
             mask: TimestampPool::tick_mask(device),
@@ -242,12 +249,12 @@ impl StreamTrace {
 
     /// The query slot of command `index` of the batch signalling `value`.
     fn command_slot(&self, value: u64, index: usize) -> u32 {
-        self.slot(value) * TIMED_COMMANDS + index as u32
+        self.slot(value) * self.batch_commands + index as u32
     }
 
     /// Whether command `index` of a batch is timed on the device.
     pub(crate) fn times(&self, index: usize) -> bool {
-        self.command_queries.is_some() && index < TIMED_COMMANDS as usize
+        self.command_queries.is_some() && index < self.batch_commands as usize
     }
 
     /// Records the timestamp before command `index` (one that [`times`](Self::times))

@@ -237,3 +237,43 @@ fn transfers_on_both_paths_appear_in_the_trace() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// `trace_commands(false)` times batches only: the device track holds
+/// batch slices and no command's.
+#[test]
+fn a_trace_without_command_timing_has_batch_slices_only() {
+    let dir = std::env::temp_dir().join(format!("vkcompute-trace-batches-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.json");
+    {
+        let options = ContextOptions::new()
+            .validation(true)
+            .trace(&path)
+            .trace_commands(false);
+        let ctx = context_with(options);
+        let log = ctx.validation_log();
+        let buf = ctx.enqueue_create_buffer::<u32>(4096).unwrap();
+        buf.enqueue_fill(1).unwrap();
+        buf.enqueue_fill(2).unwrap();
+        ctx.synchronize().unwrap();
+        drop((buf, ctx));
+        assert_clean(&log, "a batches-only trace");
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: Vec<Value> = serde_json::from_str(&text).unwrap();
+    let batches: Vec<&Value> = events.iter().filter(|e| e["name"] == "batch").collect();
+    assert!(!batches.is_empty());
+    let device_track = batches[0]["tid"].as_u64();
+    let others: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"].as_u64() == device_track && e["name"] != "batch")
+        .collect();
+    assert!(others.is_empty(), "{others:?}");
+    // The host track still has both fills.
+    let fills = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"] == "DeviceBuffer::enqueue_fill")
+        .count();
+    assert_eq!(fills, 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
