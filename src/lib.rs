@@ -146,24 +146,25 @@ pub use error::{Error, Result};
 pub use event::Event;
 // The grouped names (`sharing`, `device`, `validation`, `reflection`)
 // stay at the root too, for code that names them there; the docs show
-// them in their modules.
+// them in their modules. (Named from the modules that define them, as
+// tests/architecture.rs reads root re-exports.)
 #[doc(hidden)]
-pub use device::{
-    ComputeLimits, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures, MemoryInfo,
-    SubgroupInfo,
-};
-#[doc(hidden)]
-pub use reflection::{BindingAlias, BindingInfo, BindingKind, SpecConstantInfo};
-#[doc(hidden)]
-pub use sharing::{
+pub use external::{
     AlignedHostMemory, ExportedWin32Memory, ExportedWin32Semaphore, ExternalMemoryInfo,
     ExternalSemaphore, MemoryHandleType, SharedAliases, EXTERNAL_MEMORY_INFO_BYTES,
 };
 #[cfg(unix)]
 #[doc(hidden)]
-pub use sharing::{ExportedMemory, ExportedSemaphore};
+pub use external::{ExportedMemory, ExportedSemaphore};
 #[doc(hidden)]
-pub use validation::{Severity, ValidationLog, ValidationMessage};
+pub use reflect::{BindingAlias, BindingInfo, BindingKind, SpecConstantInfo};
+#[doc(hidden)]
+pub use vk::{
+    ComputeLimits, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures, MemoryInfo,
+    SubgroupInfo,
+};
+#[doc(hidden)]
+pub use vk::{Severity, ValidationLog, ValidationMessage};
 
 /// Sharing memory and semaphores with other devices, processes and APIs:
 /// the types of `DeviceContext`'s sharing methods (see the
