@@ -88,6 +88,7 @@ mod header;
 mod kernels;
 mod message;
 mod message_op;
+mod pipeline;
 mod raw;
 mod request;
 mod threads;
