@@ -243,17 +243,22 @@ pub(crate) fn finish(
 ///
 /// With `until` covering all of `transfers` it returns only once `open`
 /// is empty, as [`finish`] does.
+///
+/// The timeout and the spin of [`pause`] count from `start`, when the
+/// transfers were posted, not from this call: the waits for a step's
+/// pieces one after the other are one wait (restarting the spin at each
+/// piece was measured to take the cores from ranks with work; see
+/// CONTRIBUTING.md).
 pub(crate) fn finish_until(
     op: &'static str,
     comm: &Comm,
     call: &'static str,
-    transfers: &mut [Transfer],
-    open: &mut Vec<usize>,
+    (transfers, open): (&mut [Transfer], &mut Vec<usize>),
     until: std::ops::Range<usize>,
+    start: Instant,
 ) -> Result<()> {
     let mut first = None;
     let timeout = comm.state.timeout();
-    let start = Instant::now();
     loop {
         open.retain(|&i| match transfers[i].test(op) {
             Ok(done) => !done,

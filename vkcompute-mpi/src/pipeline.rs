@@ -18,6 +18,7 @@
 
 use std::mem::size_of;
 use std::ops::Range;
+use std::time::Instant;
 
 use bytemuck::Pod;
 use vkcompute::{DeviceBuffer, HostBuffer, HostSlice, HostSliceMut};
@@ -349,6 +350,7 @@ impl Communicator {
             };
         }
         let mut open: Vec<usize> = (0..transfers.len()).collect();
+        let start = Instant::now();
         let mut result = posted;
         if result.is_ok() {
             for (p, range) in step.recvs.iter().enumerate() {
@@ -356,9 +358,9 @@ impl Communicator {
                     op,
                     comm,
                     call,
-                    &mut transfers,
-                    &mut open,
+                    (&mut transfers, &mut open),
                     recv_at[p].clone(),
+                    start,
                 );
                 if let Err(e) = waited {
                     result = Err(e);
@@ -374,7 +376,7 @@ impl Communicator {
             }
         }
         let all = 0..transfers.len();
-        let rest = deadline::finish_until(op, comm, call, &mut transfers, &mut open, all);
+        let rest = deadline::finish_until(op, comm, call, (&mut transfers, &mut open), all, start);
         // Only now may the memory go.
         drop(landings);
         drop(sources);
