@@ -38,6 +38,7 @@ use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
 use crate::header::{self, Failure, Header, Kind};
 use crate::kernels;
+use crate::pipeline;
 use crate::raw;
 
 /// The largest allreduce (in bytes) that takes recursive doubling rather
@@ -302,6 +303,7 @@ impl Communicator {
         all: &mut [T],
         chunks: &Chunks,
     ) -> Result<()> {
+        let piece = pipeline::piece_len::<T>(chunks.longest()) * size_of::<T>();
         let (rank, size) = (self.rank() as usize, self.size() as usize);
         let right = ((rank + 1) % size) as i32;
         let left = ((rank + size - 1) % size) as i32;
@@ -309,7 +311,7 @@ impl Communicator {
             let send = chunks.ranges[(rank + size - step) % size].clone();
             let recv = chunks.ranges[(rank + 2 * size - step - 1) % size].clone();
             let (out, into) = disjoint(all, send, recv);
-            raw::sendrecv(
+            raw::sendrecv_pieces(
                 op,
                 self.raw(),
                 bytemuck::cast_slice(out),
@@ -317,6 +319,7 @@ impl Communicator {
                 bytemuck::cast_slice_mut(into),
                 left,
                 COLLECTIVE_TAG,
+                piece,
             )?;
         }
         Ok(())
@@ -359,6 +362,13 @@ impl Communicator {
             ring.keep(self);
             return Ok(());
         }
+        if !trivial {
+            let chunks = Chunks::contiguous(n, size, self.stride::<T>(n));
+            let piece = pipeline::piece_len::<T>(chunks.longest());
+            if piece < chunks.longest() {
+                return self.allreduce_pipelined(op, buf, reduce, header, chunks, piece);
+            }
+        }
         let prepared = if trivial {
             Ok(None)
         } else {
@@ -381,6 +391,59 @@ impl Communicator {
         (buf.place().copy_from(&result.typed)).map_err(Error::device(op))?;
         result.keep(self);
         ring.keep(self);
+        Ok(())
+    }
+
+    /// The staged ring allreduce of chunks longer than one piece
+    /// (`pipeline`): in `buf` itself where it is a device buffer the
+    /// kernels bind in place, else in a device working copy of it, which
+    /// is copied back at the end. Failures after the ranks agreed: as in
+    /// `allreduce_mapped` (`buf` is then undefined).
+    fn allreduce_pipelined<T: Reducible, B: Buffer<T> + ?Sized>(
+        &self,
+        op: &'static str,
+        buf: &B,
+        reduce: ReduceOp,
+        header: Header,
+        chunks: Chunks,
+        piece: usize,
+    ) -> Result<()> {
+        let n = buf.elements();
+        let in_place = match buf.place() {
+            Place::Device(dev) if self.binds_in_place(dev) => Some(dev.clone()),
+            _ => None,
+        };
+        let copied = in_place.is_none();
+        let prepared = self
+            .reducer
+            .kernel::<T>(op, self.context(), reduce)
+            .and_then(|kernel| {
+                let work = match in_place {
+                    Some(dev) => dev,
+                    None => {
+                        let acc = self
+                            .context()
+                            .enqueue_create_buffer::<T>(n)
+                            .map_err(Error::device(op))?;
+                        (buf.place().copy_range_to(0, n, &acc)).map_err(Error::device(op))?;
+                        acc
+                    }
+                };
+                let count = pipeline::split(0..chunks.longest(), piece).len();
+                let slots = pipeline::Slots::new(self, op, piece * size_of::<T>(), count)?;
+                if let Err(e) = self.stage_first(op, &work, &chunks.ranges, piece, &slots) {
+                    slots.keep(self);
+                    return Err(e);
+                }
+                Ok((kernel, work, slots))
+            });
+        let (kernel, work, slots) = self.agree(op, header, prepared)?;
+        let done = self.ring_pipelined(op, &work, &kernel, &chunks.ranges, piece, &slots);
+        slots.keep(self);
+        done?;
+        if copied {
+            (buf.place().copy_from(&work)).map_err(Error::device(op))?;
+        }
         Ok(())
     }
 
@@ -491,6 +554,8 @@ impl Communicator {
         }
         let right = ((rank + 1) % size) as i32;
         let left = ((rank + size - 1) % size) as i32;
+        // The staged ring's pieces (`pipeline`), posted at once here.
+        let piece = pipeline::piece_len::<T>(chunks.longest()) * size_of::<T>();
         let mut failed: Option<Error> = None;
         // Stands in for `buf` once it cannot be mapped (zeros go out).
         let mut spare: Vec<T> = Vec::new();
@@ -505,7 +570,7 @@ impl Communicator {
             {
                 let out: &[T] = mapped.as_deref().unwrap_or(&spare);
                 let mut into = inbox.typed.as_mut_slice().map_err(Error::device(op))?;
-                raw::sendrecv(
+                raw::sendrecv_pieces(
                     op,
                     self.raw(),
                     bytemuck::cast_slice(&out[send]),
@@ -513,6 +578,7 @@ impl Communicator {
                     bytemuck::cast_slice_mut(&mut into[..recv.len()]),
                     left,
                     COLLECTIVE_TAG,
+                    piece,
                 )?;
             }
             if let Some(Err(e)) = mapped.map(|m| m.finish().map_err(Error::device(op))) {

@@ -31,6 +31,10 @@ pub(crate) const COLLECTIVE_TAG: i32 = 3 * (MAX_TAG + 1);
 /// The default size of the pieces a large message travels in (4 MiB).
 pub const DEFAULT_PIECE_BYTES: usize = 4 << 20;
 
+/// The most piece buffers a communicator keeps between pipelined
+/// collectives (four sets of `pipeline::MAX_PIECES`).
+const KEPT_PIECE_SLOTS: usize = 4 * crate::pipeline::MAX_PIECES;
+
 /// A trailer after the data of a message: 0, or the sender's `Failure`
 /// code where a piece could not be read after the header went out.
 pub(crate) const TRAILER_BYTES: usize = 8;
@@ -149,6 +153,9 @@ pub struct Communicator {
     piece_bytes: usize,
     /// Pinned host buffers kept for reuse between calls.
     staging: Mutex<Vec<HostBuffer<u8>>>,
+    /// The pinned host buffers of a pipelined collective's pieces, kept
+    /// for reuse between calls (`pipeline`).
+    piece_slots: Mutex<Vec<HostBuffer<u8>>>,
     /// Whether the context's device buffers map directly (probed once).
     maps_directly: OnceLock<bool>,
 }
@@ -173,6 +180,7 @@ impl Communicator {
             reducer: Reducer::new(),
             piece_bytes: DEFAULT_PIECE_BYTES,
             staging: Mutex::new(Vec::new()),
+            piece_slots: Mutex::new(Vec::new()),
             maps_directly: OnceLock::new(),
         })
     }
@@ -342,6 +350,51 @@ impl Communicator {
         if kept.len() > 4 {
             kept.sort_by_key(|b| std::cmp::Reverse(b.len()));
             kept.truncate(4);
+        }
+    }
+
+    /// `count` pinned host buffers of at least `bytes` bytes each for the
+    /// pieces of a pipelined collective, from those kept between calls
+    /// where large enough.
+    pub(crate) fn piece_slots(
+        &self,
+        op: &'static str,
+        bytes: usize,
+        count: usize,
+    ) -> Result<Vec<HostBuffer<u8>>> {
+        let mut slots = {
+            let mut kept = self.piece_slots.lock().unwrap_or_else(|e| e.into_inner());
+            let (fit, small): (Vec<_>, Vec<_>) = std::mem::take(&mut *kept)
+                .into_iter()
+                .partition(|b| b.len() >= bytes);
+            *kept = small;
+            fit
+        };
+        if slots.len() > count {
+            let rest = slots.split_off(count);
+            self.keep_piece_slots(rest);
+        }
+        while slots.len() < count {
+            let slot = self.ctx.enqueue_create_host_buffer::<u8>(bytes.max(1));
+            match slot {
+                Ok(slot) => slots.push(slot),
+                Err(e) => {
+                    self.keep_piece_slots(slots);
+                    return Err(Error::device(op)(e));
+                }
+            }
+        }
+        Ok(slots)
+    }
+
+    /// Keeps `slots` for a later pipelined collective (at most
+    /// [`KEPT_PIECE_SLOTS`], the largest).
+    pub(crate) fn keep_piece_slots(&self, slots: Vec<HostBuffer<u8>>) {
+        let mut kept = self.piece_slots.lock().unwrap_or_else(|e| e.into_inner());
+        kept.extend(slots);
+        if kept.len() > KEPT_PIECE_SLOTS {
+            kept.sort_by_key(|b| std::cmp::Reverse(b.len()));
+            kept.truncate(KEPT_PIECE_SLOTS);
         }
     }
 

@@ -233,6 +233,56 @@ pub(crate) fn finish(
     }
 }
 
+/// Waits until no transfer of `transfers` whose index is in `until` is
+/// still in `open` (the indices of those unfinished, which this keeps up
+/// to date), within the communicator's timeout, and returns the first
+/// error among them (an error finishes a transfer too). Where the timeout
+/// passes, every transfer still open is cancelled (the job is aborted
+/// where MPI does not finish them within [`CANCEL_GRACE`]) and `open` is
+/// left empty: MPI no longer touches their memory.
+///
+/// With `until` covering all of `transfers` it returns only once `open`
+/// is empty, as [`finish`] does.
+///
+/// The timeout and the spin of [`pause`] count from `start`, when the
+/// transfers were posted, not from this call: the waits for a step's
+/// pieces one after the other are one wait (restarting the spin at each
+/// piece was measured to take the cores from ranks with work; see
+/// CONTRIBUTING.md).
+pub(crate) fn finish_until(
+    op: &'static str,
+    comm: &Comm,
+    call: &'static str,
+    (transfers, open): (&mut [Transfer], &mut Vec<usize>),
+    until: std::ops::Range<usize>,
+    start: Instant,
+) -> Result<()> {
+    let mut first = None;
+    let timeout = comm.state.timeout();
+    loop {
+        open.retain(|&i| match transfers[i].test(op) {
+            Ok(done) => !done,
+            Err(e) => {
+                first.get_or_insert(e);
+                false
+            }
+        });
+        if !open.iter().any(|i| until.contains(i)) {
+            return first.map_or(Ok(()), Err);
+        }
+        comm.state.progress();
+        match timeout {
+            Some(after) if start.elapsed() >= after => {
+                let error = comm.state.timed_out(op, call, after);
+                cancel_or_abort(op, comm, transfers, open, &error);
+                open.clear();
+                return Err(error);
+            }
+            _ => pause(start),
+        }
+    }
+}
+
 /// Cancels the transfers `open` of `transfers` and waits up to
 /// [`CANCEL_GRACE`] for MPI to finish them; aborts the job otherwise.
 fn cancel_or_abort(

@@ -31,7 +31,11 @@
 //! through pinned host memory ([`vkcompute::HostBuffer`]): point-to-point
 //! messages travel in pieces ([`Communicator::piece_bytes`]) whose
 //! device-to-host (or host-to-device) copies overlap the MPI transfer of
-//! the piece before; the collectives stage the whole buffer.
+//! the piece before. `allreduce` whose ring chunks (the buffer over the
+//! ranks) exceed 4 MiB pipelines its ring the same way: each chunk travels in pieces, each piece's
+//! copies and reduction kernel overlapping the transfer of the others,
+//! in place in a device buffer the kernels can bind there. The other
+//! collectives stage the whole buffer.
 //!
 //! Non-blocking messages: [`Communicator::isend`] and
 //! [`Communicator::irecv`] return a [`Request`] (`wait`, `test`) over the
@@ -88,6 +92,7 @@ mod header;
 mod kernels;
 mod message;
 mod message_op;
+mod pipeline;
 mod raw;
 mod request;
 mod threads;

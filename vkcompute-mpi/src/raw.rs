@@ -141,6 +141,39 @@ pub(crate) fn sendrecv(
     exchange(op, comm, "MPI_Sendrecv", out, into, tag)
 }
 
+/// `out` to `dest` while `into` comes from `source`, both with `tag`, each
+/// as messages of `piece` bytes (the last shorter; one empty message for
+/// an empty range), all posted at once: the messages of a pipelined
+/// collective's step (see `pipeline::split`), which its peer may send or
+/// receive one piece at a time.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "MPI_Sendrecv's arguments and the piece"
+)]
+pub(crate) fn sendrecv_pieces(
+    op: &'static str,
+    comm: &Comm,
+    out: &[u8],
+    dest: i32,
+    into: &mut [u8],
+    source: i32,
+    tag: i32,
+    piece: usize,
+) -> Result<()> {
+    let piece = piece.max(1);
+    let outs: Vec<&[u8]> = if out.is_empty() {
+        vec![out]
+    } else {
+        out.chunks(piece).collect()
+    };
+    let ins: Vec<&mut [u8]> = if into.is_empty() {
+        vec![into]
+    } else {
+        into.chunks_mut(piece).collect()
+    };
+    exchange_all(op, comm, "MPI_Sendrecv", (outs, dest), (ins, source), tag)
+}
+
 /// Posts `MPI_Irecv`s into `into` from its rank and `MPI_Isend`s of `out`
 /// to its rank, all with `tag`, and waits for them within the
 /// communicator's timeout (as `call`).

@@ -90,14 +90,25 @@ pub(crate) fn allreduce_view_at_odd_offset(t: &Ranks) -> Check {
 /// Ranks on different paths in one allreduce: a device buffer on the even
 /// ranks (mapped where the context maps directly), a host buffer on the
 /// odd ones (always staged), for lengths that take recursive doubling on 4
-/// ranks (at most 64 KiB) and ones that take the ring: the messages must
-/// pair up whichever path each rank takes.
+/// ranks (at most 64 KiB), ones that take the ring, and 6,000,011 (24 MB:
+/// chunks of more than one piece on 2, 3 and 4 ranks, so the staged ring
+/// pipelines them, in place in a device buffer or through a working copy
+/// for a host buffer, and rank 2 passes a view at an odd offset, which
+/// the kernels cannot bind in place): the messages must pair up whichever
+/// path each rank takes.
 pub(crate) fn allreduce_across_paths(t: &Ranks) -> Check {
-    for len in [1usize, 7, 1003, 20_000, 100_003] {
+    for len in [1usize, 7, 1003, 20_000, 100_003, 6_000_011] {
         for op in [ReduceOp::Sum, ReduceOp::Min] {
             let what = format!("allreduce {op:?} of {len} f32 across paths");
             let mine = data::<f32>(t.rank, len);
-            let got = if t.rank % 2 == 0 {
+            let got = if t.rank == 2 {
+                let mut padded = vec![0.0f32; len + 1];
+                padded[1..].copy_from_slice(&mine);
+                let parent = upload(t.ctx, &padded)?;
+                let view = dev("view", parent.create_sub_buffer::<f32>(1, len))?;
+                ok(&what, t.comm.allreduce(&view, op))?;
+                dev("read", view.to_vec())?
+            } else if t.rank % 2 == 0 {
                 let buf = upload(t.ctx, &mine)?;
                 ok(&what, t.comm.allreduce(&buf, op))?;
                 dev("read", buf.to_vec())?

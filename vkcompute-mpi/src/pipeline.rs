@@ -1,0 +1,410 @@
+//! The staged ring allreduce in pieces: each step's chunk travels as
+//! several MPI messages, through pinned host buffers of one piece each
+//! (separate allocations, so that MPI holds one while the device copies
+//! another), and the device work of a piece is enqueued as soon as it has
+//! arrived. The device-to-host copy of a piece for the next step, the MPI
+//! transfers of the others and the reduction kernels so overlap; in the
+//! allgather a received piece is copied into the device buffer while MPI
+//! forwards it from the same host buffer (no copy back out).
+//!
+//! The messages are the same as those of the mapped ring
+//! (`Communicator::allreduce_mapped`, which posts a step's pieces at once),
+//! so ranks on either path work together: the piece length depends only on
+//! what the ranks agreed (the element type and the chunks).
+#![allow(
+    unsafe_code,
+    reason = "MPI_Isend/MPI_Irecv into host buffers held until each transfer ends"
+)]
+
+use std::mem::size_of;
+use std::ops::Range;
+use std::time::Instant;
+
+use bytemuck::Pod;
+use vkcompute::{DeviceBuffer, HostBuffer, HostSlice, HostSliceMut};
+
+use crate::communicator::{Communicator, COLLECTIVE_TAG};
+use crate::deadline;
+use crate::element::Reducible;
+use crate::error::{Error, Result};
+use crate::kernels::{self, ReduceKernels};
+use crate::raw::{self, Transfer};
+
+/// The shortest piece (bytes) a chunk is cut into: a chunk of at most this
+/// travels as one message.
+pub(crate) const MIN_PIECE_BYTES: usize = 4 << 20;
+/// The most pieces of one chunk: longer chunks take longer pieces, so the
+/// host buffers stay four times the longest chunk in all.
+pub(crate) const MAX_PIECES: usize = 8;
+/// Pieces are a multiple of this many bytes (so of any binding alignment,
+/// which Vulkan caps at 256).
+const PIECE_ROUND: usize = 64 << 10;
+
+/// The piece length, in elements of `T`, of chunks of at most `longest`
+/// elements. The same on every rank that agreed on `T` and the chunks.
+pub(crate) fn piece_len<T>(longest: usize) -> usize {
+    let size = size_of::<T>().max(1);
+    let bytes = longest.saturating_mul(size);
+    let pieces = bytes.div_ceil(MIN_PIECE_BYTES).clamp(1, MAX_PIECES);
+    (bytes.div_ceil(pieces).next_multiple_of(PIECE_ROUND) / size).max(1)
+}
+
+/// `range` cut into pieces of `piece` elements: at least one, empty for an
+/// empty range (which still travels as one empty message).
+pub(crate) fn split(range: Range<usize>, piece: usize) -> Vec<Range<usize>> {
+    if range.is_empty() {
+        let empty = range.start..range.start;
+        return std::iter::once(empty).collect();
+    }
+    let end = range.end;
+    range
+        .step_by(piece.max(1))
+        .map(|start| start..(start + piece).min(end))
+        .collect()
+}
+
+/// The pinned host buffers of a pipelined ring: for each parity of the
+/// step, one per piece of the longest chunk, for outgoing pieces copied
+/// from the device (`out`) and incoming ones (`inbox`).
+pub(crate) struct Slots {
+    out: [Vec<HostBuffer<u8>>; 2],
+    inbox: [Vec<HostBuffer<u8>>; 2],
+}
+
+impl Slots {
+    /// Slots for chunks cut into at most `count` pieces of `piece_bytes`.
+    pub(crate) fn new(
+        comm: &Communicator,
+        op: &'static str,
+        piece_bytes: usize,
+        count: usize,
+    ) -> Result<Slots> {
+        let mut all = comm.piece_slots(op, piece_bytes, 4 * count)?;
+        let mut take = || all.drain(..count).collect::<Vec<_>>();
+        Ok(Slots {
+            out: [take(), take()],
+            inbox: [take(), take()],
+        })
+    }
+
+    /// Gives the buffers back for reuse.
+    pub(crate) fn keep(self, comm: &Communicator) {
+        let [a, b] = self.out;
+        let [c, d] = self.inbox;
+        comm.keep_piece_slots(a.into_iter().chain(b).chain(c).chain(d).collect());
+    }
+}
+
+/// The host memory a piece is sent from: its slot, or zeros where the
+/// slot could not be read.
+enum Source<'a> {
+    Slot(HostSlice<'a, u8>),
+    Spare(Vec<u8>),
+}
+
+/// The host memory a piece is received into: its slot, or a scratch
+/// buffer where the slot could not be borrowed.
+enum Landing<'a> {
+    Slot(HostSliceMut<'a, u8>),
+    Spare(Vec<u8>),
+}
+
+/// Keeps the first error.
+fn note(failed: &mut Option<Error>, result: Result<()>) {
+    if let Err(e) = result {
+        failed.get_or_insert(e);
+    }
+}
+
+/// The first `len` elements of slot `slot` as a buffer of `T`.
+fn typed<T: Pod>(op: &'static str, slot: &HostBuffer<u8>, len: usize) -> Result<HostBuffer<T>> {
+    slot.create_sub_buffer::<T>(0, len)
+        .map_err(Error::device(op))
+}
+
+/// One step's messages: pieces `sends` of the working buffer from the host
+/// buffers `from` (one each) to `dest`, pieces `recvs` into `into` from
+/// `source`.
+struct Step<'s> {
+    dest: i32,
+    sends: Vec<Range<usize>>,
+    from: &'s [HostBuffer<u8>],
+    source: i32,
+    recvs: Vec<Range<usize>>,
+    into: &'s [HostBuffer<u8>],
+}
+
+impl Communicator {
+    /// The ring allreduce over `work` (the device buffer that holds this
+    /// rank's input and gets the result: the caller's buffer itself, or a
+    /// working copy), with `chunks` (one per rank, as the mapped ring's)
+    /// cut into pieces of `piece` elements, through `slots`, whose first
+    /// outgoing pieces `stage_first` enqueued.
+    ///
+    /// A device error after the ranks agreed does not stop this rank's
+    /// part of the messages (zeros or stale data go out in place of the
+    /// data) and is returned at the end; `work` is then undefined. An MPI
+    /// error or timeout ends it at once, once MPI no longer touches the
+    /// host buffers.
+    pub(crate) fn ring_pipelined<T: Reducible>(
+        &self,
+        op: &'static str,
+        work: &DeviceBuffer<T>,
+        kernel: &ReduceKernels,
+        chunks: &[Range<usize>],
+        piece: usize,
+        slots: &Slots,
+    ) -> Result<()> {
+        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let right = ((rank + 1) % size) as i32;
+        let left = ((rank + size - 1) % size) as i32;
+        let mut failed = None;
+        let steps = 2 * (size - 1);
+        for g in 0..steps {
+            let reducing = g < size - 1;
+            let (send, recv) = if reducing {
+                (
+                    (rank + 2 * size - g - 1) % size,
+                    (rank + 2 * size - g - 2) % size,
+                )
+            } else {
+                let t = g - (size - 1);
+                ((rank + size - t) % size, (rank + 2 * size - t - 1) % size)
+            };
+            // The reduce-scatter and the first allgather step send what the
+            // device copied out; later allgather steps forward what came in
+            // the step before, from where it landed.
+            let from = if g < size {
+                &slots.out[g % 2]
+            } else {
+                &slots.inbox[(g - 1) % 2]
+            };
+            let step = Step {
+                dest: right,
+                sends: split(chunks[send].clone(), piece),
+                from,
+                source: left,
+                recvs: split(chunks[recv].clone(), piece),
+                into: &slots.inbox[g % 2],
+            };
+            let next_out = &slots.out[(g + 1) % 2];
+            self.exchange_step::<T>(op, &step, &mut failed, |p, range| {
+                if range.is_empty() {
+                    return Ok(());
+                }
+                let incoming = typed::<T>(op, &step.into[p], range.len())?;
+                let part = work
+                    .create_sub_buffer::<T>(range.start, range.len())
+                    .map_err(Error::device(op))?;
+                if reducing {
+                    kernels::enqueue_reduce(op, self.context(), kernel, &part, &incoming)?;
+                    // This piece goes out in the next step (the allgather's
+                    // first, after the last reduction: this rank's chunk).
+                    self.stage_out(op, work, range, &next_out[p])?;
+                } else {
+                    (part.enqueue_copy_from(&incoming)).map_err(Error::device(op))?;
+                }
+                self.flush(op)
+            })?;
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Starts the first step's outgoing pieces of `work` on their way to
+    /// the host (before the ranks agree: a buffer mapped to the host fails
+    /// here).
+    pub(crate) fn stage_first<T: Pod>(
+        &self,
+        op: &'static str,
+        work: &DeviceBuffer<T>,
+        chunks: &[Range<usize>],
+        piece: usize,
+        slots: &Slots,
+    ) -> Result<()> {
+        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let first = split(chunks[(rank + size - 1) % size].clone(), piece);
+        for (p, range) in first.iter().enumerate() {
+            self.stage_out(op, work, range, &slots.out[0][p])?;
+        }
+        self.flush(op)
+    }
+
+    /// Submits the work enqueued so far.
+    fn flush(&self, op: &'static str) -> Result<()> {
+        self.context().flush().map_err(Error::device(op))
+    }
+
+    /// Enqueues the copy of `range` of `work` into `slot`.
+    fn stage_out<T: Pod>(
+        &self,
+        op: &'static str,
+        work: &DeviceBuffer<T>,
+        range: &Range<usize>,
+        slot: &HostBuffer<u8>,
+    ) -> Result<()> {
+        if range.is_empty() {
+            return Ok(());
+        }
+        let host = typed::<T>(op, slot, range.len())?;
+        work.create_sub_buffer::<T>(range.start, range.len())
+            .and_then(|part| part.enqueue_copy_to(&host))
+            .map_err(Error::device(op))
+    }
+
+    /// Posts the receives of `step`, then its sends one by one as each
+    /// outgoing piece reaches the host, then waits for the incoming pieces
+    /// in order, calling `arrived(p, range)` for each once it is in its
+    /// slot (and the slot free for the device), and last for the sends.
+    /// Device errors go to `failed`; MPI errors are returned, once MPI no
+    /// longer touches any of the step's memory.
+    fn exchange_step<T: Pod>(
+        &self,
+        op: &'static str,
+        step: &Step<'_>,
+        failed: &mut Option<Error>,
+        mut arrived: impl FnMut(usize, &Range<usize>) -> Result<()>,
+    ) -> Result<()> {
+        let comm = self.raw();
+        comm.state.usable(op)?;
+        let call = "MPI_Sendrecv";
+        let size = size_of::<T>();
+        let mut transfers: Vec<Transfer> = Vec::new();
+        // The transfers of each incoming piece (one, unless over MAX_MESSAGE).
+        let mut recv_at: Vec<Range<usize>> = Vec::new();
+        let mut landings: Vec<Option<Landing<'_>>> = Vec::new();
+        let mut sources: Vec<Source<'_>> = Vec::new();
+        let mut posted = Ok(());
+        for (p, range) in step.recvs.iter().enumerate() {
+            let bytes = range.len() * size;
+            let mut landing = match step.into[p].as_mut_slice() {
+                Ok(slice) => Landing::Slot(slice),
+                Err(e) => {
+                    failed.get_or_insert(Error::device(op)(e));
+                    Landing::Spare(vec![0u8; bytes])
+                }
+            };
+            let memory: &mut [u8] = match &mut landing {
+                Landing::Slot(slice) => &mut slice[..bytes],
+                Landing::Spare(spare) => &mut spare[..],
+            };
+            let (ptr, len) = (memory.as_mut_ptr(), memory.len());
+            let before = transfers.len();
+            landings.push(Some(landing));
+            // SAFETY: `ptr..ptr + len` is the start of a slot borrowed for
+            // the host (or of a heap buffer) held in `landings`, which
+            // outlives every transfer: it is dropped only once its piece's
+            // transfers are over, or at the end, after `finish_until` over
+            // every transfer (which returns only once MPI no longer touches
+            // any, cancelling or aborting on a timeout). Each piece has its
+            // own memory, so no two transfers overlap.
+            posted = unsafe {
+                raw::irecv(
+                    op,
+                    comm,
+                    ptr,
+                    len,
+                    step.source,
+                    COLLECTIVE_TAG,
+                    &mut transfers,
+                )
+            };
+            recv_at.push(before..transfers.len());
+            if posted.is_err() {
+                break;
+            }
+        }
+        for (p, range) in step.sends.iter().enumerate() {
+            if posted.is_err() {
+                break;
+            }
+            let bytes = range.len() * size;
+            // Waits for the copy of this piece to the host.
+            let source = match step.from[p].as_slice() {
+                Ok(slice) if failed.is_none() => Source::Slot(slice),
+                Ok(_) => Source::Spare(vec![0u8; bytes]),
+                Err(e) => {
+                    failed.get_or_insert(Error::device(op)(e));
+                    Source::Spare(vec![0u8; bytes])
+                }
+            };
+            let memory: &[u8] = match &source {
+                Source::Slot(slice) => &slice[..bytes],
+                Source::Spare(spare) => &spare[..],
+            };
+            let (ptr, len) = (memory.as_ptr(), memory.len());
+            sources.push(source);
+            // SAFETY: `ptr..ptr + len` lies in a slot borrowed for reading
+            // (or a heap buffer) held in `sources` until the end, after
+            // `finish_until` over every transfer, as above; nothing writes
+            // it meanwhile (the slot's borrow keeps device writes out).
+            posted = unsafe {
+                raw::isend(
+                    op,
+                    comm,
+                    ptr,
+                    len,
+                    step.dest,
+                    COLLECTIVE_TAG,
+                    &mut transfers,
+                )
+            };
+        }
+        let mut open: Vec<usize> = (0..transfers.len()).collect();
+        let start = Instant::now();
+        let mut result = posted;
+        if result.is_ok() {
+            for (p, range) in step.recvs.iter().enumerate() {
+                let waited = deadline::finish_until(
+                    op,
+                    comm,
+                    call,
+                    (&mut transfers, &mut open),
+                    recv_at[p].clone(),
+                    start,
+                );
+                if let Err(e) = waited {
+                    result = Err(e);
+                    break;
+                }
+                // The piece is in: its slot goes back to the device.
+                let landed = landings[p].take();
+                let in_slot = matches!(landed, Some(Landing::Slot(_)));
+                drop(landed);
+                if in_slot && failed.is_none() {
+                    note(failed, arrived(p, range));
+                }
+            }
+        }
+        let all = 0..transfers.len();
+        let rest = deadline::finish_until(op, comm, call, (&mut transfers, &mut open), all, start);
+        // Only now may the memory go.
+        drop(landings);
+        drop(sources);
+        result.and(rest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_the_range() {
+        assert_eq!(split(5..5, 4), vec![5..5]);
+        assert_eq!(split(0..10, 4), vec![0..4, 4..8, 8..10]);
+        assert_eq!(split(3..7, 4), vec![3..7]);
+    }
+
+    #[test]
+    fn piece_lengths_depend_on_the_chunk() {
+        // At most MIN_PIECE_BYTES: one piece.
+        assert!(piece_len::<f32>(1000) >= 1000);
+        assert!(piece_len::<f32>((4 << 20) / 4) >= (4 << 20) / 4);
+        // 32 MiB of f32: eight pieces of 4 MiB.
+        assert_eq!(piece_len::<f32>((32 << 20) / 4), (4 << 20) / 4);
+        // 256 MiB of f64: eight pieces, not 64.
+        assert_eq!(piece_len::<f64>((256 << 20) / 8), (32 << 20) / 8);
+        assert_eq!(piece_len::<f32>(0), 1);
+        assert_eq!((piece_len::<u64>(12345) * 8) % PIECE_ROUND, 0);
+    }
+}
