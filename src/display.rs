@@ -76,7 +76,7 @@ impl View {
         let mut rest: &mut [u8] = bytemuck::cast_slice_mut(&mut out);
         for view in &views {
             let (part, after) = std::mem::take(&mut rest).split_at_mut(view.bytes as usize);
-            ctx.download_held(op, &view.memory, view.offset, part)?;
+            crate::transfer::download_held(&ctx, op, &view.memory, view.offset, part)?;
             rest = after;
         }
         Ok(out)

@@ -109,9 +109,8 @@ impl DeviceContext {
         } else {
             None
         };
-        let (value, queue) = self
-            .stream
-            .record("DeviceContext::record_event", &[], |stream| {
+        let (value, queue) =
+            crate::record::record(&self.stream, "DeviceContext::record_event", &[], |stream| {
                 let point = (stream.pending_value(), stream.queue_index());
                 let Some(pool) = &timestamp else {
                     return Ok((Command::Mark, point));

@@ -305,49 +305,47 @@ pub(crate) fn tile_copy(
     }
 }
 
-impl StreamHandle {
-    /// Fills `len` bytes of `dst` at byte `offset` with copies of `element`.
-    pub(crate) fn fill(
-        &self,
-        op: &'static str,
-        dst: &Arc<BufferMemory>,
-        offset: u64,
-        len: u64,
-        element: &[u8],
-    ) -> Result<()> {
-        if len == 0 {
-            return Ok(());
-        }
-        debug_assert_eq!(len % element.len() as u64, 0);
-        let write = |offset, len| BufferAccess {
-            memory: dst,
-            offset,
-            len,
-            write: true,
-        };
-        let handle = dst.handle();
-        let Some(fill) = FillSteps::new(&self.device, handle, offset, len, element)? else {
-            let tile = tile_len(len, element.len() as u64);
-            return self.record(op, &[write(offset, len)], |stream| {
-                let slice = stream.stage_upload(tile)?;
-                // No device work uses the slice yet.
-                slice.mapped.fill(element);
-                let src = (slice.buffer, slice.offset, tile);
-                Ok((tile_copy(src, handle, offset, len), ()))
-            });
-        };
-        // A fill of several dispatches holds the buffer's operations from
-        // the first to the last, so no other operation on it sees the fill
-        // half done.
-        let _ops = dst.lock_ops(fill.steps.len() > 1);
-        for step in &fill.steps {
-            let access = [write(step.offset, step.len)];
-            self.record_held(op, &access, Some(dst), |_| {
-                Ok((step.command(&self.device, handle), ()))
-            })?;
-        }
-        Ok(())
+/// Fills `len` bytes of `dst` at byte `offset` with copies of `element`.
+pub(crate) fn fill(
+    handle: &StreamHandle,
+    op: &'static str,
+    dst: &Arc<BufferMemory>,
+    offset: u64,
+    len: u64,
+    element: &[u8],
+) -> Result<()> {
+    if len == 0 {
+        return Ok(());
     }
+    debug_assert_eq!(len % element.len() as u64, 0);
+    let write = |offset, len| BufferAccess {
+        memory: dst,
+        offset,
+        len,
+        write: true,
+    };
+    let buffer = dst.handle();
+    let Some(fill) = FillSteps::new(&handle.device, buffer, offset, len, element)? else {
+        let tile = tile_len(len, element.len() as u64);
+        return crate::record::record(handle, op, &[write(offset, len)], |stream| {
+            let slice = stream.stage_upload(tile)?;
+            // No device work uses the slice yet.
+            slice.mapped.fill(element);
+            let src = (slice.buffer, slice.offset, tile);
+            Ok((tile_copy(src, buffer, offset, len), ()))
+        });
+    };
+    // A fill of several dispatches holds the buffer's operations from
+    // the first to the last, so no other operation on it sees the fill
+    // half done.
+    let _ops = dst.lock_ops(fill.steps.len() > 1);
+    for step in &fill.steps {
+        let access = [write(step.offset, step.len)];
+        crate::record::record_held(handle, op, &access, Some(dst), |_| {
+            Ok((step.command(&handle.device, buffer), ()))
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

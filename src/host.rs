@@ -465,9 +465,7 @@ impl<T: Pod> DeviceBuffer<T> {
         // SAFETY: the caller guarantees `len()` elements (the view's bytes)
         // writable at `dst` and untouched until the stream passes the copy.
         let dst = unsafe { RawDestination::new(dst.cast(), view.bytes as usize) };
-        view.memory
-            .owner()
-            .download_later(op, &view.memory, view.offset, dst)
+        crate::transfer::download_later(&view.memory.owner(), op, &view.memory, view.offset, dst)
     }
 }
 
@@ -517,7 +515,8 @@ impl<T: Pod> MappedBuffer<'_, T> {
                     memory.release_host();
                 }
                 if self.written && !std::thread::panicking() {
-                    memory.owner().upload_held(
+                    crate::transfer::upload_held(
+                        &memory.owner(),
                         op,
                         memory,
                         self.view.offset,

@@ -249,17 +249,16 @@ impl DeviceContext {
         let all: Vec<BufferAccess<'_>> = guard.iter().chain(&dispatch).copied().collect();
         let keep = d.kernel.clone();
         let describe = || format!("kernel {} indirect", kernel.label());
-        self.stream
-            .record_sequence(op, &describe, &all, |stream, _| {
-                stream.keep_alive(keep);
-                stream.record(&hazards(&guard), steps.guard())?;
-                let command = Command::Dispatch {
-                    pipeline: d.kernel.pipeline(),
-                    buffers: &d.infos,
-                    push: &d.push,
-                    groups: steps.groups(),
-                };
-                stream.record(&hazards(&dispatch), command)
-            })
+        crate::record::record_sequence(&self.stream, op, &describe, &all, |stream, _| {
+            stream.keep_alive(keep);
+            stream.record(&hazards(&guard), steps.guard())?;
+            let command = Command::Dispatch {
+                pipeline: d.kernel.pipeline(),
+                buffers: &d.infos,
+                push: &d.push,
+                groups: steps.groups(),
+            };
+            stream.record(&hazards(&dispatch), command)
+        })
     }
 }

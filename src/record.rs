@@ -40,172 +40,179 @@ pub(crate) fn hazards(accesses: &[BufferAccess<'_>]) -> SmallVec<[Access; 8]> {
     accesses.iter().map(BufferAccess::hazard).collect()
 }
 
-impl StreamHandle {
-    /// Records one command on this stream: checks the buffers, makes the
-    /// command wait for other streams' work on them, notes the uses on the
-    /// buffers, and gives the recorder the command `body` makes (it may
-    /// stage data, keep objects alive with the batch or run work on its
-    /// completion first). Returns `body`'s other result.
-    pub(crate) fn record<'c, R>(
-        &self,
-        op: &'static str,
-        accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
-    ) -> Result<R> {
-        self.record_command(op, accesses, None, None, body)
-    }
+/// Records one command on this stream: checks the buffers, makes the
+/// command wait for other streams' work on them, notes the uses on the
+/// buffers, and gives the recorder the command `body` makes (it may
+/// stage data, keep objects alive with the batch or run work on its
+/// completion first). Returns `body`'s other result.
+pub(crate) fn record<'c, R>(
+    handle: &StreamHandle,
+    op: &'static str,
+    accesses: &[BufferAccess<'_>],
+    body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
+) -> Result<R> {
+    record_command(handle, op, accesses, None, None, body)
+}
 
-    /// [`record`](Self::record) with a description of the command for the
-    /// trace (called only where the context traces).
-    pub(crate) fn record_described<'c, R>(
-        &self,
-        op: &'static str,
-        describe: &dyn Fn() -> String,
-        accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
-    ) -> Result<R> {
-        self.record_command(op, accesses, None, Some(describe), body)
-    }
+/// [`record`](record) with a description of the command for the
+/// trace (called only where the context traces).
+pub(crate) fn record_described<'c, R>(
+    handle: &StreamHandle,
+    op: &'static str,
+    describe: &dyn Fn() -> String,
+    accesses: &[BufferAccess<'_>],
+    body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
+) -> Result<R> {
+    record_command(handle, op, accesses, None, Some(describe), body)
+}
 
-    /// [`record`](Self::record) for one command of an operation that holds
-    /// `held`'s operation lock (see `BufferMemory::lock_ops`).
-    pub(crate) fn record_held<'c, R>(
-        &self,
-        op: &'static str,
-        accesses: &[BufferAccess<'_>],
-        held: Option<&BufferMemory>,
-        body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
-    ) -> Result<R> {
-        self.record_command(op, accesses, held, None, body)
-    }
+/// [`record`](record) for one command of an operation that holds
+/// `held`'s operation lock (see `BufferMemory::lock_ops`).
+pub(crate) fn record_held<'c, R>(
+    handle: &StreamHandle,
+    op: &'static str,
+    accesses: &[BufferAccess<'_>],
+    held: Option<&BufferMemory>,
+    body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
+) -> Result<R> {
+    record_command(handle, op, accesses, held, None, body)
+}
 
-    /// The recorder behind every `record*`, for one command.
-    fn record_command<'c, R>(
-        &self,
-        op: &'static str,
-        accesses: &[BufferAccess<'_>],
-        held: Option<&BufferMemory>,
-        describe: Option<&dyn Fn() -> String>,
-        body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
-    ) -> Result<R> {
-        self.record_parts(op, accesses, held, describe, |stream, hazards| {
-            let (command, result) = body(stream)?;
-            stream.record(hazards, command)?;
-            Ok(result)
-        })
-    }
-
-    /// [`record`](Self::record) for a command of several parts (a graph
-    /// replay with parameters): `body` orders and records them itself with
-    /// the command's hazard ranges (`Stream::order`, `record`, `note`).
-    pub(crate) fn record_sequence<R>(
-        &self,
-        op: &'static str,
-        describe: &dyn Fn() -> String,
-        accesses: &[BufferAccess<'_>],
-        body: impl FnOnce(&mut Stream, &[Access]) -> Result<R>,
-    ) -> Result<R> {
-        self.record_parts(op, accesses, None, Some(describe), body)
-    }
-
-    /// Locks the buffers and the stream, makes the stream wait for other
-    /// streams' work on the buffers, notes the uses, and runs `body` to
-    /// record the command with its hazard ranges.
-    fn record_parts<R>(
-        &self,
-        op: &'static str,
-        accesses: &[BufferAccess<'_>],
-        held: Option<&BufferMemory>,
-        describe: Option<&dyn Fn() -> String>,
-        body: impl FnOnce(&mut Stream, &[Access]) -> Result<R>,
-    ) -> Result<R> {
-        let started = self.tracer.as_ref().map(|t| t.now_us());
-        // One command is atomic: no operation of several commands on these
-        // buffers is half done while it is recorded. The stream is taken
-        // with room for one more batch (see `Stream::over_limit`); where
-        // it has none, every lock is let go while the host waits for it.
-        let (_ops, waits, mut stream) = loop {
-            let ops = lock_all(accesses.iter().map(|a| a.memory), held);
-            let waits = self.foreign_waits(op, accesses)?;
-            let mut stream = self.lock();
-            match stream.over_limit()? {
-                None => break (ops, waits, stream),
-                Some(value) => {
-                    drop(stream);
-                    drop(ops);
-                    self.timeline.wait_submitted(value)?;
-                }
-            }
-        };
-        let waits = waits
-            .into_iter()
-            .map(|p| (p.stream.timeline, p.value))
-            .collect();
-        stream.begin_command(waits)?;
-        // Note the uses before recording: a host borrow that starts from now
-        // on sees them and waits, and one that already started fails this.
-        let value = stream.pending_value();
-        for a in accesses {
-            a.memory.note_device_use(op, self, value, a.write)?;
-        }
-        let timed = stream.begin_timed();
-        let result = body(&mut stream, &hazards(accesses))?;
-        stream.end_timed(timed, || match describe {
-            Some(describe) => format!("{op}: {}", describe()),
-            None => op.to_string(),
-        });
-        if let (Some(t), Some(start)) = (&stream.trace, started) {
-            trace_command(t, op, start, accesses, describe);
-        }
-        stream.maybe_flush()?;
+/// The recorder behind every `record*`, for one command.
+fn record_command<'c, R>(
+    handle: &StreamHandle,
+    op: &'static str,
+    accesses: &[BufferAccess<'_>],
+    held: Option<&BufferMemory>,
+    describe: Option<&dyn Fn() -> String>,
+    body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
+) -> Result<R> {
+    record_parts(handle, op, accesses, held, describe, |stream, hazards| {
+        let (command, result) = body(stream)?;
+        stream.record(hazards, command)?;
         Ok(result)
-    }
+    })
+}
 
-    /// The trace's clock now, where the context traces.
-    pub(crate) fn trace_start(&self) -> Option<f64> {
-        self.tracer.as_ref().map(|t| t.now_us())
-    }
+/// [`record`](record) for a command of several parts (a graph
+/// replay with parameters): `body` orders and records them itself with
+/// the command's hazard ranges (`Stream::order`, `record`, `note`).
+pub(crate) fn record_sequence<R>(
+    handle: &StreamHandle,
+    op: &'static str,
+    describe: &dyn Fn() -> String,
+    accesses: &[BufferAccess<'_>],
+    body: impl FnOnce(&mut Stream, &[Access]) -> Result<R>,
+) -> Result<R> {
+    record_parts(handle, op, accesses, None, Some(describe), body)
+}
 
-    /// Where the context traces, a slice for a transfer the host made
-    /// straight into or out of the buffer's mapped memory (no command, so
-    /// nothing on the device track), from `started` (`trace_start`) to now.
-    pub(crate) fn trace_direct(&self, op: &str, started: Option<f64>, access: BufferAccess<'_>) {
-        let Some(start) = started else {
-            return;
-        };
-        let stream = self.lock();
-        if let Some(t) = &stream.trace {
-            let describe = || "direct: the host copied through the mapping".to_string();
-            trace_command(t, op, start, &[access], Some(&describe));
-        }
-    }
-
-    /// What a command making `accesses` waits for on other streams, each
-    /// submitted by now; fails for a buffer of another device, or with an
-    /// error a buffer kept from a `Drop`.
-    fn foreign_waits(&self, op: &'static str, accesses: &[BufferAccess<'_>]) -> Result<Vec<Point>> {
-        let mut waits = Vec::new();
-        for a in accesses {
-            if a.memory.device.id != self.device.id {
-                return Err(Error::DifferentDevice {
-                    op,
-                    detail: format!(
-                        "a buffer of device `{}` (#{}) cannot be used on a context of device `{}` (#{})",
-                        a.memory.device.name(),
-                        a.memory.device.id,
-                        self.device.name(),
-                        self.device.id
-                    ),
-                });
+/// Locks the buffers and the stream, makes the stream wait for other
+/// streams' work on the buffers, notes the uses, and runs `body` to
+/// record the command with its hazard ranges.
+fn record_parts<R>(
+    handle: &StreamHandle,
+    op: &'static str,
+    accesses: &[BufferAccess<'_>],
+    held: Option<&BufferMemory>,
+    describe: Option<&dyn Fn() -> String>,
+    body: impl FnOnce(&mut Stream, &[Access]) -> Result<R>,
+) -> Result<R> {
+    let started = handle.tracer.as_ref().map(|t| t.now_us());
+    // One command is atomic: no operation of several commands on these
+    // buffers is half done while it is recorded. The stream is taken
+    // with room for one more batch (see `Stream::over_limit`); where
+    // it has none, every lock is let go while the host waits for it.
+    let (_ops, waits, mut stream) = loop {
+        let ops = lock_all(accesses.iter().map(|a| a.memory), held);
+        let waits = foreign_waits(handle, op, accesses)?;
+        let mut stream = handle.lock();
+        match stream.over_limit()? {
+            None => break (ops, waits, stream),
+            Some(value) => {
+                drop(stream);
+                drop(ops);
+                handle.timeline.wait_submitted(value)?;
             }
-            a.memory
-                .foreign_waits(&self.timeline, a.write, &mut waits)?;
         }
-        for point in &waits {
-            point.ensure_submitted()?;
-        }
-        Ok(waits)
+    };
+    let waits = waits
+        .into_iter()
+        .map(|p| (p.stream.timeline, p.value))
+        .collect();
+    stream.begin_command(waits)?;
+    // Note the uses before recording: a host borrow that starts from now
+    // on sees them and waits, and one that already started fails this.
+    let value = stream.pending_value();
+    for a in accesses {
+        a.memory.note_device_use(op, handle, value, a.write)?;
     }
+    let timed = stream.begin_timed();
+    let result = body(&mut stream, &hazards(accesses))?;
+    stream.end_timed(timed, || match describe {
+        Some(describe) => format!("{op}: {}", describe()),
+        None => op.to_string(),
+    });
+    if let (Some(t), Some(start)) = (&stream.trace, started) {
+        trace_command(t, op, start, accesses, describe);
+    }
+    stream.maybe_flush()?;
+    Ok(result)
+}
+
+/// The trace's clock now, where the context traces.
+pub(crate) fn trace_start(handle: &StreamHandle) -> Option<f64> {
+    handle.tracer.as_ref().map(|t| t.now_us())
+}
+
+/// Where the context traces, a slice for a transfer the host made
+/// straight into or out of the buffer's mapped memory (no command, so
+/// nothing on the device track), from `started` (`trace_start`) to now.
+pub(crate) fn trace_direct(
+    handle: &StreamHandle,
+    op: &str,
+    started: Option<f64>,
+    access: BufferAccess<'_>,
+) {
+    let Some(start) = started else {
+        return;
+    };
+    let stream = handle.lock();
+    if let Some(t) = &stream.trace {
+        let describe = || "direct: the host copied through the mapping".to_string();
+        trace_command(t, op, start, &[access], Some(&describe));
+    }
+}
+
+/// What a command making `accesses` waits for on other streams, each
+/// submitted by now; fails for a buffer of another device, or with an
+/// error a buffer kept from a `Drop`.
+fn foreign_waits(
+    handle: &StreamHandle,
+    op: &'static str,
+    accesses: &[BufferAccess<'_>],
+) -> Result<Vec<Point>> {
+    let mut waits = Vec::new();
+    for a in accesses {
+        if a.memory.device.id != handle.device.id {
+            return Err(Error::DifferentDevice {
+                op,
+                detail: format!(
+                    "a buffer of device `{}` (#{}) cannot be used on a context of device `{}` (#{})",
+                    a.memory.device.name(),
+                    a.memory.device.id,
+                    handle.device.name(),
+                    handle.device.id
+                ),
+            });
+        }
+        a.memory
+            .foreign_waits(&handle.timeline, a.write, &mut waits)?;
+    }
+    for point in &waits {
+        point.ensure_submitted()?;
+    }
+    Ok(waits)
 }
 
 /// Writes a recorded command's slice: its operation, the byte ranges it

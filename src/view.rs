@@ -70,14 +70,15 @@ impl View {
         match src {
             Source::Host(bytes) => {
                 check_len(op, self.bytes, bytes.len() as u64, elem)?;
-                ctx.upload(op, &self.memory, self.offset, bytes)
+                crate::transfer::upload(&ctx, op, &self.memory, self.offset, bytes)
             }
             Source::View(src) => {
                 check_len(op, self.bytes, src.bytes, elem)?;
                 if src.memory.device.id != self.memory.device.id {
                     return src.copy_between_devices(op, self);
                 }
-                ctx.copy(
+                crate::transfer::copy(
+                    &ctx,
                     op,
                     (&src.memory, src.offset),
                     (&self.memory, self.offset),
@@ -103,9 +104,7 @@ impl View {
     fn copy_through_host(&self, op: &'static str, dst: &View) -> Result<()> {
         let mut bytes = vec![0u8; self.bytes as usize];
         self.read_into(op, &mut bytes, 1)?;
-        dst.memory
-            .owner()
-            .upload(op, &dst.memory, dst.offset, &bytes)
+        crate::transfer::upload(&dst.memory.owner(), op, &dst.memory, dst.offset, &bytes)
     }
 
     /// Enqueues a copy of this view into `dst` (which must have its length),
@@ -116,7 +115,8 @@ impl View {
             return self.copy_between_devices(op, dst);
         }
         let ctx = self.memory.owner();
-        ctx.copy(
+        crate::transfer::copy(
+            &ctx,
             op,
             (&self.memory, self.offset),
             (&dst.memory, dst.offset),
@@ -128,9 +128,7 @@ impl View {
     /// writes it; `elem` as for [`copy_from`](Self::copy_from).
     pub(crate) fn read_into(&self, op: &'static str, out: &mut [u8], elem: usize) -> Result<()> {
         check_len(op, out.len() as u64, self.bytes, elem)?;
-        self.memory
-            .owner()
-            .download(op, &self.memory, self.offset, out)
+        crate::transfer::download(&self.memory.owner(), op, &self.memory, self.offset, out)
     }
 
     /// The view's contents as a new vector of `T`.
@@ -146,7 +144,8 @@ impl View {
         if size_of::<T>() == 0 {
             return Ok(());
         }
-        self.memory.owner().fill(
+        crate::fill::fill(
+            &self.memory.owner(),
             op,
             &self.memory,
             self.offset,

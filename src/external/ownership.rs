@@ -87,6 +87,6 @@ impl<T: Pod> DeviceBuffer<T> {
             range,
             release,
         };
-        ctx.record(op, &access, |_| Ok((command, ())))
+        crate::record::record(&ctx, op, &access, |_| Ok((command, ())))
     }
 }

@@ -168,12 +168,11 @@ impl DeviceContext {
         // The batch keeps the commands, not the recording's buffers (see
         // `record::Commands`).
         let keep = recording.commands.clone();
-        self.stream
-            .record_described(op, &describe, &accesses, |stream| {
-                let secondary = keep.cmd;
-                stream.keep_alive(keep);
-                Ok((Command::Execute(secondary), ()))
-            })
+        crate::record::record_described(&self.stream, op, &describe, &accesses, |stream| {
+            let secondary = keep.cmd;
+            stream.keep_alive(keep);
+            Ok((Command::Execute(secondary), ()))
+        })
     }
 }
 

@@ -223,39 +223,38 @@ pub(super) fn enqueue_with(
         inner.ops[index].accesses(device, &subst, &mut accesses);
     }
     let describe = || format!("{} with parameters", graph.label());
-    ctx.stream
-        .record_sequence(op, &describe, &accesses, |stream, hazards| {
-            // After the work before it, as a whole; each piece after the
-            // one before it, with a full barrier.
-            stream.order(hazards);
-            let mut sink = StreamSink {
-                stream,
-                commands: 0,
-            };
-            for (i, piece) in split.pieces.iter().enumerate() {
-                if i > 0 {
-                    sink.stream.barrier();
+    crate::record::record_sequence(&ctx.stream, op, &describe, &accesses, |stream, hazards| {
+        // After the work before it, as a whole; each piece after the
+        // one before it, with a full barrier.
+        stream.order(hazards);
+        let mut sink = StreamSink {
+            stream,
+            commands: 0,
+        };
+        for (i, piece) in split.pieces.iter().enumerate() {
+            if i > 0 {
+                sink.stream.barrier();
+            }
+            match piece {
+                Piece::Segment(commands) => {
+                    // The batch keeps the commands (see
+                    // `record::Commands`).
+                    sink.stream.keep_alive(commands.clone());
+                    sink.stream.record(&[], Command::Execute(commands.cmd))?;
                 }
-                match piece {
-                    Piece::Segment(commands) => {
-                        // The batch keeps the commands (see
-                        // `record::Commands`).
-                        sink.stream.keep_alive(commands.clone());
-                        sink.stream.record(&[], Command::Execute(commands.cmd))?;
+                Piece::Live(index) => {
+                    let op = &inner.ops[*index];
+                    if let Some(keep) = op.keeps() {
+                        sink.stream.keep_alive(keep);
                     }
-                    Piece::Live(index) => {
-                        let op = &inner.ops[*index];
-                        if let Some(keep) = op.keeps() {
-                            sink.stream.keep_alive(keep);
-                        }
-                        record_op(device, &mut sink, op, &subst)?;
-                    }
+                    record_op(device, &mut sink, op, &subst)?;
                 }
             }
-            // Later commands are ordered against the replay as a whole.
-            sink.stream.note(hazards);
-            Ok(())
-        })
+        }
+        // Later commands are ordered against the replay as a whole.
+        sink.stream.note(hazards);
+        Ok(())
+    })
 }
 
 impl Graph {

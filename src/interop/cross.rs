@@ -98,7 +98,7 @@ fn copy_through_alias(
     } else {
         ((&alias, src.1), (dst.0, dst.1))
     };
-    ctx.copy_held(op, (s, so), (d, dof), src.2, Some(runner.0))?;
+    crate::transfer::copy_held(&ctx, op, (s, so), (d, dof), src.2, Some(runner.0))?;
     // The alias's uses are the copy: wait for it on the host.
     alias.wait_for_host_access(true)?;
     // Idle again: keep it for the next copy (else it is freed as any

@@ -239,17 +239,16 @@ impl DeviceContext {
         let k = d.kernel;
         let keep = k.clone();
         let describe = || format!("kernel {} grid {:?}", kernel.label, d.grid);
-        self.stream
-            .record_described(op, &describe, &d.accesses, |stream| {
-                stream.keep_alive(keep);
-                let command = Command::Dispatch {
-                    pipeline: &k.pipeline,
-                    buffers: &d.infos,
-                    push: &d.push,
-                    groups: Groups::Count(d.grid),
-                };
-                Ok((command, ()))
-            })
+        crate::record::record_described(&self.stream, op, &describe, &d.accesses, |stream| {
+            stream.keep_alive(keep);
+            let command = Command::Dispatch {
+                pipeline: &k.pipeline,
+                buffers: &d.infos,
+                push: &d.push,
+                groups: Groups::Count(d.grid),
+            };
+            Ok((command, ()))
+        })
     }
 
     /// Checks a dispatch (everything `enqueue_function` documents) and
