@@ -1,0 +1,937 @@
+//! Hostile review tests (review2) of today's commits: indirect dispatch,
+//! parameterized graph replays (live operations), the mapping future,
+//! the shared recorder / growing batches, joined waiter threads and the
+//! per-command trace. Every test runs under validation; a validation
+//! message fails it. Tests that FAIL are marked `FINDING:` in comments.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
+
+mod common;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use common::{assert_clean, context_with, options, Path, TempDir};
+use vkcompute::{shaders, ContextOptions, DeviceBuffer, DeviceContext, Error, GraphParams, Kernel};
+
+/// Both descriptor paths on both memory paths.
+fn each_context(mut f: impl FnMut(&DeviceContext, &str)) {
+    for push_descriptors in [true, false] {
+        for path in [Path::Direct, Path::Staging] {
+            let opts = options(path).push_descriptors(push_descriptors);
+            let ctx = context_with(opts);
+            let log = ctx.validation_log();
+            let what = format!("push descriptors {push_descriptors}, {path:?}");
+            f(&ctx, &what);
+            ctx.synchronize().unwrap();
+            drop(ctx);
+            assert_clean(&log, &what);
+        }
+    }
+}
+
+/// Polls `f` to completion on this thread, parking between polls.
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "block_on: the future hangs");
+        std::thread::park_timeout(Duration::from_millis(200));
+    }
+}
+
+fn store(ctx: &DeviceContext, k: &Kernel, buf: &DeviceBuffer<u32>, at: usize, v: [u32; 3]) {
+    for (i, v) in v.into_iter().enumerate() {
+        ctx.enqueue_function(k, 1, &[buf.arg()], &[(at + i) as u32, v])
+            .unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Indirect dispatch
+
+/// An indirect dispatch inside a graph, made live by a push-constant
+/// change (recorded straight into the stream through the StreamSink) and
+/// by a substituted counts buffer at an odd offset view, both at once.
+#[test]
+fn indirect_dispatch_as_a_live_operation_of_a_parameterized_replay() {
+    each_context(|ctx, what| {
+        let st = Kernel::new(ctx, shaders::STORE, "main").unwrap();
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
+        let n = 64 * 8;
+        let data = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        data.enqueue_fill(0).unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        counts.enqueue_copy_from(&[2u32, 1, 1][..]).unwrap();
+        let big = ctx.enqueue_create_buffer::<u32>(11).unwrap();
+        big.enqueue_fill(9).unwrap();
+        let other = big.create_sub_buffer::<u32>(5, 3).unwrap(); // byte 20
+        store(ctx, &st, &big, 5, [4, 1, 1]);
+        let mut g = ctx.capture_graph();
+        let src3 = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        src3.enqueue_copy_from(&[2u32, 1, 1][..]).unwrap();
+        g.fill(&data, 0).unwrap(); // an op before: a segment
+        g.copy(&src3, &counts).unwrap(); // counts written in the graph
+        let id = g
+            .dispatch_indirect(&add_one, &counts, 0, &[data.arg()], &(n as u32))
+            .unwrap();
+        g.fill(&big, 9).unwrap(); // an op after, touching the substitute's memory
+        let graph = g.finish().unwrap();
+        let mut want = vec![0u32; n];
+        // Plain, then push changed (only 64 elements).
+        ctx.enqueue_graph(&graph).unwrap();
+        want[..128].iter_mut().for_each(|v| *v += 1);
+        ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &64u32))
+            .unwrap();
+        want.iter_mut().for_each(|v| *v = 0);
+        want[..64].iter_mut().for_each(|v| *v += 1);
+        assert_eq!(data.to_vec().unwrap(), want, "{what}: push");
+        // Counts substituted by a view at byte 20: the copy writes it
+        // ([2,1,1] from src3) and the dispatch reads it.
+        let params = GraphParams::new().buffer(&counts, &other).unwrap();
+        ctx.enqueue_graph_with(&graph, &params).unwrap();
+        want.iter_mut().for_each(|v| *v = 0);
+        want[..128].iter_mut().for_each(|v| *v += 1);
+        assert_eq!(data.to_vec().unwrap(), want, "{what}: substituted counts");
+        let params = GraphParams::new()
+            .buffer(&counts, &other)
+            .unwrap()
+            .push(id, &100u32);
+        ctx.enqueue_graph_with(&graph, &params).unwrap();
+        want.iter_mut().for_each(|v| *v = 0);
+        want[..100].iter_mut().for_each(|v| *v += 1);
+        assert_eq!(data.to_vec().unwrap(), want, "{what}: both");
+        assert_eq!(big.to_vec().unwrap(), vec![9; 11], "{what}");
+        assert_eq!(counts.to_vec().unwrap(), [2, 1, 1], "{what}");
+    });
+}
+
+#[allow(dead_code)]
+fn store_graph(
+    g: &mut vkcompute::GraphBuilder<'_>,
+    st: &Kernel,
+    buf: &DeviceBuffer<u32>,
+    v: [u32; 3],
+) {
+    for (i, v) in v.into_iter().enumerate() {
+        g.dispatch(st, 1, &[buf.arg()], &[i as u32, v]).unwrap();
+    }
+}
+
+/// The kernel writes its own counts buffer (documented as allowed), on a
+/// stream and in a graph replayed several times.
+#[test]
+fn an_indirect_kernel_that_writes_its_own_counts() {
+    // The counts at elements 63..66 of the buffer the kernel adds one to
+    // (n = 64): x grows by one per dispatch, y and z (64, 65) stay 1, so
+    // no two workgroups write one element.
+    each_context(|ctx, what| {
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(66).unwrap();
+        counts.enqueue_fill(1).unwrap();
+        let mut want = vec![1u32; 66];
+        let sim = |want: &mut Vec<u32>, n: usize| {
+            for v in want.iter_mut().take(n) {
+                *v += 1;
+            }
+        };
+        ctx.enqueue_function_indirect(&add_one, &counts, 63, &[counts.arg()], &64u32)
+            .unwrap();
+        sim(&mut want, 64);
+        assert_eq!(counts.to_vec().unwrap(), want, "{what}: stream");
+        let mut g = ctx.capture_graph();
+        let id = g
+            .dispatch_indirect(&add_one, &counts, 63, &[counts.arg()], &64u32)
+            .unwrap();
+        let graph = g.finish().unwrap();
+        for _ in 0..3 {
+            ctx.enqueue_graph(&graph).unwrap();
+            ctx.enqueue_function_indirect(&add_one, &counts, 63, &[counts.arg()], &64u32)
+                .unwrap();
+            sim(&mut want, 64);
+            sim(&mut want, 64);
+        }
+        assert_eq!(counts.to_vec().unwrap(), want, "{what}: graph");
+        // Through the live path too (push changed: only 32 elements).
+        for _ in 0..3 {
+            ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &32u32))
+                .unwrap();
+            sim(&mut want, 32);
+        }
+        assert_eq!(counts.to_vec().unwrap(), want, "{what}: live");
+    });
+}
+
+/// Counts read through a view whose aligned-down binding covers bytes the
+/// same dispatch writes through another view of the same memory.
+#[test]
+fn indirect_counts_next_to_what_the_dispatch_writes() {
+    each_context(|ctx, what| {
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
+        let st = Kernel::new(ctx, shaders::STORE, "main").unwrap();
+        let align = ctx.limits().min_storage_buffer_offset_alignment.max(4) as usize / 4;
+        let mem = ctx.enqueue_create_buffer::<u32>(align * 4 + 64).unwrap();
+        mem.enqueue_fill(0).unwrap();
+        // The data the kernel writes: the first `align` elements.
+        let data = mem.create_sub_buffer::<u32>(0, align).unwrap();
+        // The counts right after it, at odd element offset align + 1.
+        store(ctx, &st, &mem, align + 1, [1, 1, 1]);
+        let counts = mem.create_sub_buffer::<u32>(align + 1, 3).unwrap();
+        for _ in 0..3 {
+            ctx.enqueue_function_indirect(&add_one, &counts, 0, &[data.arg()], &(align as u32))
+                .unwrap();
+        }
+        let out = mem.to_vec().unwrap();
+        assert_eq!(out[..align], vec![3; align][..], "{what}");
+        assert_eq!(out[align + 1..align + 4], [1, 1, 1], "{what}");
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Graph replays with parameters
+
+/// One graph replayed with substitutes and push constants from two
+/// threads at once, on one context and on two streams.
+#[test]
+fn a_graph_replayed_with_parameters_from_two_threads() {
+    for streams in [false, true] {
+        for push in [true, false] {
+            let ctx = context_with(options(Path::Direct).push_descriptors(push));
+            let log = ctx.validation_log();
+            let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+            let n = 256;
+            let x = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+            x.enqueue_fill(0).unwrap();
+            let y = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+            y.enqueue_fill(0).unwrap();
+            let mut g = ctx.capture_graph();
+            g.fill(&y, 5).unwrap();
+            let id = g.dispatch(&add_one, 4, &[x.arg()], &(n as u32)).unwrap();
+            g.fill(&y, 6).unwrap();
+            let graph = g.finish().unwrap();
+            let outs: Vec<DeviceBuffer<u32>> = (0..2)
+                .map(|_| {
+                    let b = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+                    b.enqueue_fill(0).unwrap();
+                    b
+                })
+                .collect();
+            let reps = 40u32;
+            std::thread::scope(|s| {
+                for (t, out) in outs.iter().enumerate() {
+                    let ctx2 = if streams {
+                        ctx.new_stream().unwrap()
+                    } else {
+                        ctx.clone()
+                    };
+                    let graph = &graph;
+                    let x = &x;
+                    s.spawn(move || {
+                        for r in 0..reps {
+                            let limit = if (r + t as u32) % 2 == 0 { n as u32 } else { 128 };
+                            let params = GraphParams::new()
+                                .buffer(x, out)
+                                .unwrap()
+                                .push(id, &limit);
+                            ctx2.enqueue_graph_with(graph, &params).unwrap();
+                            if r % 7 == 0 {
+                                ctx2.enqueue_graph(graph).unwrap();
+                            }
+                        }
+                        ctx2.synchronize().unwrap();
+                    });
+                }
+            });
+            for (t, out) in outs.iter().enumerate() {
+                let got = out.to_vec().unwrap();
+                let high = (0..reps).filter(|r| (r + t as u32) % 2 == 0).count() as u32;
+                assert_eq!(got[..128], vec![reps; 128][..], "streams {streams} t {t}");
+                assert_eq!(got[128..], vec![high; 128][..], "streams {streams} t {t}");
+            }
+            let plain = (0..reps).filter(|r| r % 7 == 0).count() as u32 * 2;
+            assert_eq!(x.to_vec().unwrap(), vec![plain; n], "streams {streams}");
+            assert_eq!(y.to_vec().unwrap(), vec![6; n]);
+            drop((graph, outs, x, y, add_one));
+            ctx.synchronize().unwrap();
+            drop(ctx);
+            assert_clean(&log, &format!("streams {streams} push {push}"));
+        }
+    }
+}
+
+/// The graph, its captured buffers and the substitute all dropped right
+/// after a parameterized replay is enqueued (nothing synchronized).
+#[test]
+fn dropping_everything_while_a_parameterized_replay_runs() {
+    each_context(|ctx, what| {
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
+        let n = 1 << 16;
+        let keep = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        keep.enqueue_fill(1).unwrap();
+        for round in 0..4 {
+            let x = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+            let sub = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+            sub.enqueue_fill(0).unwrap();
+            let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+            counts.enqueue_copy_from(&[(n / 64) as u32, 1, 1][..]).unwrap();
+            let mut g = ctx.capture_graph();
+            g.fill(&x, 3).unwrap();
+            let id = g
+                .dispatch_indirect(&add_one, &counts, 0, &[x.arg()], &(n as u32))
+                .unwrap();
+            g.copy(&x, &keep).unwrap();
+            let graph = g.finish().unwrap();
+            let nn = n as u32;
+            let params = GraphParams::new().buffer(&x, &sub).unwrap().push(id, &nn);
+            ctx.enqueue_graph_with(&graph, &params).unwrap();
+            if round % 2 == 0 {
+                drop(graph);
+                drop(x);
+                drop(counts);
+                drop(sub);
+            } else {
+                drop(sub);
+                drop(counts);
+                drop(x);
+                ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &1u32))
+                    .unwrap();
+                drop(graph);
+            }
+            if std::env::var("REVIEW_DEBUG").is_ok() {
+                let g = keep.to_vec().unwrap();
+                eprintln!("{what} round {round}: keep[0] {} keep[n-1] {}", g[0], g[n - 1]);
+            }
+        }
+        let got = keep.to_vec().unwrap();
+        assert_eq!(got[0], 4, "{what}");
+        assert_eq!(got[n - 1], 3, "{what}"); // round 3's last replay adds to x[0] only
+    });
+}
+
+/// Substitutes that alias buffers the unchanged segments use.
+#[test]
+fn substitutes_that_alias_what_the_segments_use() {
+    each_context(|ctx, what| {
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
+        let n = 128;
+        let a = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        let b = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        let c = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        for buf in [&a, &b, &c] {
+            buf.enqueue_fill(0).unwrap();
+        }
+        let mut g = ctx.capture_graph();
+        g.fill(&a, 1).unwrap(); // 0
+        g.copy(&a, &b).unwrap(); // 1
+        g.dispatch(&add_one, 2, &[c.arg()], &(n as u32)).unwrap(); // 2
+        g.copy(&b, &a).unwrap(); // 3
+        let graph = g.finish().unwrap();
+        // c -> b: the live dispatch writes what segment 0..2 wrote and 3 reads.
+        ctx.enqueue_graph_with(&graph, &GraphParams::new().buffer(&c, &b).unwrap())
+            .unwrap();
+        assert_eq!(a.to_vec().unwrap(), vec![2; n], "{what}: a");
+        assert_eq!(b.to_vec().unwrap(), vec![2; n], "{what}: b");
+        assert_eq!(c.to_vec().unwrap(), vec![0; n], "{what}: c");
+        // c -> a, and b -> c (b's uses become live: copies 1 and 3).
+        let params = GraphParams::new()
+            .buffer(&c, &a)
+            .unwrap()
+            .buffer(&b, &c)
+            .unwrap();
+        ctx.enqueue_graph_with(&graph, &params).unwrap();
+        // fill a=1; copy a->c (c=1); a+=1 (a=2); copy c->a (a=1)
+        assert_eq!(a.to_vec().unwrap(), vec![1; n], "{what}: a 2");
+        assert_eq!(c.to_vec().unwrap(), vec![1; n], "{what}: c 2");
+        assert_eq!(b.to_vec().unwrap(), vec![2; n], "{what}: b 2");
+        // A substitute that is a view of a captured buffer at an aligned offset.
+        let align = ctx.limits().min_storage_buffer_offset_alignment.max(4) as usize / 4;
+        let big = ctx.enqueue_create_buffer::<u32>(n + align).unwrap();
+        big.enqueue_fill(7).unwrap();
+        let view = big.create_sub_buffer::<u32>(align, n).unwrap();
+        ctx.enqueue_graph_with(&graph, &GraphParams::new().buffer(&c, &view).unwrap())
+            .unwrap();
+        let got = big.to_vec().unwrap();
+        assert_eq!(got[..align], vec![7; align][..], "{what}: big head");
+        assert_eq!(got[align..], vec![8; n][..], "{what}: big view");
+        // A copy's substitute that overlaps its other end: refused, usable after.
+        let e = ctx
+            .enqueue_graph_with(&graph, &GraphParams::new().buffer(&b, &a).unwrap())
+            .unwrap_err();
+        assert!(matches!(e, Error::GraphParameter { .. }), "{what}: {e}");
+        ctx.enqueue_graph(&graph).unwrap();
+        assert_eq!(a.to_vec().unwrap(), vec![1; n], "{what}: after refusal");
+    });
+}
+
+/// Zero-length buffers everywhere a graph or a dispatch takes one.
+#[test]
+fn zero_length_buffers() {
+    each_context(|ctx, what| {
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
+        let empty = ctx.enqueue_create_buffer::<u32>(0).unwrap();
+        let empty2 = ctx.enqueue_create_buffer::<u32>(0).unwrap();
+        let r = ctx.enqueue_function(&add_one, 1, &[empty.arg()], &0u32);
+        eprintln!("{what}: dispatch on an empty buffer: {r:?}");
+        let r = ctx.enqueue_function_indirect(&add_one, &empty, 0, &[empty.arg()], &0u32);
+        assert!(r.is_err(), "{what}");
+        let mut g = ctx.capture_graph();
+        g.fill(&empty, 1).unwrap();
+        g.copy(&empty, &empty2).unwrap();
+        let r = g.dispatch(&add_one, 1, &[empty.arg()], &0u32);
+        eprintln!("{what}: graph dispatch on an empty buffer: {r:?}");
+        let graph = g.finish().unwrap();
+        ctx.enqueue_graph(&graph).unwrap();
+        let r = ctx.enqueue_graph_with(&graph, &GraphParams::new().buffer(&empty, &empty2).unwrap());
+        eprintln!("{what}: substituting an empty buffer: {r:?}");
+        let m = block_on(empty.map_to_host_async()).unwrap();
+        assert!(m.is_empty());
+        drop(m);
+        ctx.synchronize().unwrap();
+    });
+}
+
+// ---------------------------------------------------------------------------
+// The mapping future
+
+/// A mapping future polled once then dropped, another thread writing the
+/// buffer meanwhile, then a future raced with writes from another thread.
+#[test]
+fn mapping_futures_dropped_and_raced_with_writes() {
+    each_context(|ctx, what| {
+        let n = 1 << 18;
+        let buf = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        buf.enqueue_fill(1).unwrap();
+        {
+            let mut f = std::pin::pin!(buf.map_to_host_async());
+            let mut cx = Context::from_waker(Waker::noop());
+            let _ = f.as_mut().poll(&mut cx); // maybe pending, maybe mapped
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| buf.enqueue_fill(9).unwrap());
+        });
+        assert_eq!(buf.map_to_host().unwrap()[n - 1], 9, "{what}");
+        // The future made, then other threads enqueue writes before it is
+        // polled: the mapping must see them all (it waits for later work).
+        for round in 0..5u32 {
+            let fut = buf.map_to_host_async();
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let ctx2 = buf.context();
+                    buf.enqueue_fill(100 + round).unwrap();
+                    ctx2.flush().unwrap();
+                });
+            });
+            let m = block_on(fut).unwrap();
+            assert!(m.iter().all(|&v| v == 100 + round), "{what}: round {round}");
+        }
+        // A write from another thread while a mapping from the future is
+        // held is refused, and the context stays usable.
+        let m = block_on(buf.map_to_host_async()).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let e = buf.enqueue_fill(3).unwrap_err();
+                assert!(matches!(e, Error::BufferMapped { .. }), "{e}");
+            });
+        });
+        drop(m);
+        buf.enqueue_fill(4).unwrap();
+        assert_eq!(buf.to_vec().unwrap()[0], 4, "{what}");
+    });
+}
+
+/// Futures of work on two streams: the buffer written on one stream, the
+/// mapping future's pending point is on the other.
+#[test]
+fn mapping_future_after_work_on_two_streams() {
+    each_context(|ctx, what| {
+        let other = ctx.new_stream().unwrap();
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
+        let n = 64 * 64;
+        let buf = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        buf.enqueue_fill(0).unwrap();
+        for _ in 0..20 {
+            ctx.enqueue_function(&add_one, 64, &[buf.arg()], &(n as u32))
+                .unwrap();
+            other
+                .enqueue_function(&add_one, 64, &[buf.arg()], &(n as u32))
+                .unwrap();
+        }
+        let fut = buf.map_to_host_async();
+        drop(other);
+        let m = block_on(fut).unwrap();
+        assert!(m.iter().all(|&v| v == 40), "{what}: {}", m[0]);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Waiter threads
+
+struct DropsContext {
+    held: std::sync::Mutex<Option<DeviceContext>>,
+    woke: AtomicBool,
+}
+
+impl Wake for DropsContext {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        // The last context is dropped on the waiter thread.
+        let ctx = self.held.lock().unwrap().take();
+        drop(ctx);
+        self.woke.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A waker that owns the last handle of the context: the context is
+/// dropped on its own waiter thread (which cannot join itself).
+#[test]
+fn the_last_context_dropped_by_a_waker_on_the_waiter_thread() {
+    for path in [Path::Direct, Path::Staging] {
+        let ctx = context_with(options(path));
+        let log = ctx.validation_log();
+        let buf = ctx.enqueue_create_buffer::<u32>(1 << 20).unwrap();
+        let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+        for _ in 0..10 {
+            ctx.enqueue_function(&add_one, (1 << 20) / 64, &[buf.arg()], &(1u32 << 20))
+                .unwrap();
+        }
+        let event = ctx.record_event().unwrap();
+        let w = Arc::new(DropsContext {
+            held: std::sync::Mutex::new(Some(ctx.clone())),
+            woke: AtomicBool::new(false),
+        });
+        let waker = Waker::from(w.clone());
+        let mut event = std::pin::pin!(event);
+        let pending = event
+            .as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending();
+        drop(waker);
+        drop(buf);
+        drop(add_one);
+        drop(ctx);
+        if pending {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !w.woke.load(Ordering::SeqCst) {
+                assert!(Instant::now() < deadline, "{path:?}: never woken");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        } else {
+            w.held.lock().unwrap().take();
+        }
+        // The event outlives the context.
+        assert!(event.is_complete().unwrap(), "{path:?}");
+        std::thread::sleep(Duration::from_millis(200));
+        assert_clean(&log, &format!("{path:?}"));
+    }
+}
+
+/// Dropping the context while another thread awaits an event on it and a
+/// third enqueues on a clone.
+#[test]
+fn dropping_a_context_while_futures_wait_on_other_threads() {
+    for path in [Path::Direct, Path::Staging] {
+        let ctx = context_with(options(path));
+        let log = ctx.validation_log();
+        let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+        let buf = ctx.enqueue_create_buffer::<u32>(1 << 18).unwrap();
+        buf.enqueue_fill(0).unwrap();
+        for _ in 0..8 {
+            ctx.enqueue_function(&add_one, (1 << 18) / 64, &[buf.arg()], &(1u32 << 18))
+                .unwrap();
+        }
+        let ev = ctx.record_event().unwrap();
+        let read = buf.to_vec_async();
+        let t1 = std::thread::spawn(move || block_on(ev));
+        let t2 = std::thread::spawn(move || block_on(read));
+        let clone = ctx.new_stream().unwrap();
+        drop(ctx);
+        let t3 = {
+            let buf = buf.clone();
+            std::thread::spawn(move || {
+                for _ in 0..4 {
+                    clone
+                        .enqueue_function(&add_one, (1 << 18) / 64, &[buf.arg()], &(1u32 << 18))
+                        .unwrap();
+                }
+                drop(clone);
+            })
+        };
+        t1.join().unwrap().unwrap();
+        let v = t2.join().unwrap().unwrap();
+        assert_eq!(v[0], 8, "{path:?}");
+        t3.join().unwrap();
+        assert_eq!(buf.to_vec().unwrap()[5], 12, "{path:?}");
+        drop(buf);
+        assert_clean(&log, &format!("{path:?}"));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Growing batches, two threads
+
+#[test]
+fn many_commands_from_two_threads_while_the_device_is_behind() {
+    let ctx = context_with(options(Path::Direct));
+    let log = ctx.validation_log();
+    let st = Kernel::new(&ctx, shaders::STORE, "main").unwrap();
+    let bufs: Vec<DeviceBuffer<u32>> = (0..2)
+        .map(|_| ctx.enqueue_create_buffer::<u32>(64).unwrap())
+        .collect();
+    let per = 9000u32;
+    std::thread::scope(|s| {
+        for (t, b) in bufs.iter().enumerate() {
+            let ctx = ctx.clone();
+            let st = &st;
+            s.spawn(move || {
+                for i in 0..per {
+                    ctx.enqueue_function(st, 1, &[b.arg()], &[i % 64, i + t as u32])
+                        .unwrap();
+                    if i == per / 2 {
+                        let v = b.to_vec().unwrap();
+                        assert_eq!(v[(i % 64) as usize], i + t as u32);
+                    }
+                }
+            });
+        }
+    });
+    for (t, b) in bufs.iter().enumerate() {
+        let v = b.to_vec().unwrap();
+        for (j, got) in v.iter().enumerate() {
+            let last = (0..per).rev().find(|i| (i % 64) as usize == j).unwrap();
+            assert_eq!(*got, last + t as u32, "t {t} j {j}");
+        }
+    }
+    drop(bufs);
+    ctx.synchronize().unwrap();
+    drop(ctx);
+    assert_clean(&log, "two threads");
+}
+
+// ---------------------------------------------------------------------------
+// Trace, with faults in the middle of commands
+
+/// Allocation failures injected at every point of an indirect dispatch and
+/// of a parameterized replay on a traced context with pooled descriptors:
+/// each is an error, the context stays usable, validation stays clean
+/// (timestamps of a failed command's slot are not written twice).
+#[test]
+fn faults_inside_traced_indirect_and_live_replays() {
+    for push in [false, true] {
+        let dir = TempDir::new(&format!("review2-trace-{push}"));
+        let opts = options(Path::Direct)
+            .push_descriptors(push)
+            .trace(dir.0.join("t.json"))
+            .trace_commands(true);
+        let ctx = context_with(opts);
+        let log = ctx.validation_log();
+        let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+        let data = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+        data.enqueue_fill(0).unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        counts.enqueue_copy_from(&[1u32, 1, 1][..]).unwrap();
+        let mut g = ctx.capture_graph();
+        let id = g
+            .dispatch_indirect(&add_one, &counts, 0, &[data.arg()], &64u32)
+            .unwrap();
+        g.dispatch(&add_one, 1, &[data.arg()], &64u32).unwrap();
+        let graph = g.finish().unwrap();
+        let mut want = 0u32;
+        let mut failures = 0;
+        for nth in 1..12u64 {
+            for which in 0..2 {
+                ctx.synchronize().unwrap();
+                vkcompute::testing::fail_allocation(&ctx, nth);
+                let r = if which == 0 {
+                    ctx.enqueue_function_indirect(&add_one, &counts, 0, &[data.arg()], &64u32)
+                } else {
+                    ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &64u32))
+                };
+                let fired = vkcompute::testing::fault_injected(&ctx);
+                vkcompute::testing::fail_allocation(&ctx, 0);
+                match r {
+                    Ok(()) => want += if which == 0 { 1 } else { 2 },
+                    Err(e) => {
+                        assert!(fired, "an error without a fault: {e}");
+                        failures += 1;
+                    }
+                }
+                // Usable after: a plain dispatch and a readback.
+                ctx.enqueue_function(&add_one, 1, &[data.arg()], &64u32)
+                    .unwrap();
+                want += 1;
+                let got = data.to_vec();
+                match got {
+                    Ok(v) => {
+                        // A failed live replay may have run part of itself:
+                        // report rather than assume.
+                        if v[0] != want {
+                            eprintln!("push {push} nth {nth} which {which}: got {} want {want}", v[0]);
+                            want = v[0];
+                        }
+                    }
+                    Err(e) => panic!("push {push} nth {nth} which {which}: readback {e}"),
+                }
+            }
+        }
+        eprintln!("push {push}: {failures} injected failures");
+        drop(graph);
+        ctx.synchronize().unwrap();
+        drop(ctx);
+        assert_clean(&log, &format!("push descriptors {push}"));
+    }
+}
+
+/// A traced stream with more commands in one batch than the timing slots
+/// (batches must not grow), indirect dispatches and parameterized replays
+/// among them.
+#[test]
+fn a_traced_stream_with_long_batches() {
+    let dir = TempDir::new("review2-trace-long");
+    let opts: ContextOptions = options(Path::Direct).trace(dir.0.join("t.json"));
+    let ctx = context_with(opts);
+    let log = ctx.validation_log();
+    let st = Kernel::new(&ctx, shaders::STORE, "main").unwrap();
+    let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+    let b = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+    b.enqueue_fill(0).unwrap();
+    let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+    counts.enqueue_copy_from(&[1u32, 1, 1][..]).unwrap();
+    let mut g = ctx.capture_graph();
+    let id = g.dispatch(&add_one, 1, &[b.arg()], &64u32).unwrap();
+    let graph = g.finish().unwrap();
+    let other = ctx.new_stream().unwrap();
+    for i in 0..9000u32 {
+        match i % 5 {
+            0 => ctx
+                .enqueue_function_indirect(&add_one, &counts, 0, &[b.arg()], &64u32)
+                .unwrap(),
+            1 => ctx
+                .enqueue_graph_with(&graph, &GraphParams::new().push(id, &64u32))
+                .unwrap(),
+            2 => ctx.enqueue_graph(&graph).unwrap(),
+            _ => ctx
+                .enqueue_function(&st, 1, &[counts.arg()], &[1u32, 1u32])
+                .unwrap(),
+        }
+        if i == 4500 {
+            other.enqueue_wait_for(&ctx).unwrap();
+        }
+    }
+    let v = b.to_vec().unwrap();
+    assert_eq!(v[0], 9000 / 5 * 3, "adds");
+    drop((graph, b, counts, other));
+    ctx.synchronize().unwrap();
+    drop(ctx);
+    assert_clean(&log, "long traced batches");
+    let text = std::fs::read_to_string(dir.0.join("t.json")).unwrap();
+    assert!(text.trim_end().ends_with(']') || text.trim_end().ends_with('}'), "trace file ends badly");
+}
+
+#[test]
+fn debug_live_indirect_between_segments() {
+    for drop_counts in [false, true] {
+        for indirect in [false, true] {
+            let ctx = context_with(options(Path::Direct));
+            let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+            let n = 1 << 16;
+            let keep = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+            keep.enqueue_fill(1).unwrap();
+            let x = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+            let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+            counts.enqueue_copy_from(&[(n / 64) as u32, 1, 1][..]).unwrap();
+            let mut g = ctx.capture_graph();
+            g.fill(&x, 3).unwrap();
+            let id = if indirect {
+                g.dispatch_indirect(&add_one, &counts, 0, &[x.arg()], &(n as u32))
+                    .unwrap()
+            } else {
+                g.dispatch(&add_one, (n / 64) as u32, &[x.arg()], &(n as u32))
+                    .unwrap()
+            };
+            g.copy(&x, &keep).unwrap();
+            let graph = g.finish().unwrap();
+            let sub = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+            let nn = n as u32;
+            if drop_counts {
+                ctx.enqueue_graph_with(&graph, &GraphParams::new().buffer(&x, &sub).unwrap().push(id, &nn))
+                    .unwrap();
+            }
+            drop(x);
+            ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &1u32))
+                .unwrap();
+            let got = keep.to_vec().unwrap();
+            eprintln!(
+                "subst first {drop_counts} indirect {indirect}: keep[0] {} keep[1] {}",
+                got[0],
+                got[1],
+            );
+        }
+    }
+}
+
+/// Many distinct live sets from two threads at once (more than the four
+/// kept splits, so they are evicted while the other thread replays).
+#[test]
+fn live_sets_churning_from_two_threads() {
+    for push in [true, false] {
+        let ctx = context_with(options(Path::Direct).push_descriptors(push));
+        let log = ctx.validation_log();
+        let st = Kernel::new(&ctx, shaders::STORE, "main").unwrap();
+        let k = 6usize;
+        let x = ctx.enqueue_create_buffer::<u32>(k).unwrap();
+        x.enqueue_fill(0).unwrap();
+        let mut g = ctx.capture_graph();
+        let ids: Vec<_> = (0..k)
+            .map(|i| g.dispatch(&st, 1, &[x.arg()], &[i as u32, 1000 + i as u32]).unwrap())
+            .collect();
+        let graph = g.finish().unwrap();
+        std::thread::scope(|s| {
+            for t in 0..2u64 {
+                let (ctx, graph, ids, x) = (ctx.clone(), &graph, &ids, &x);
+                s.spawn(move || {
+                    let out = ctx.enqueue_create_buffer::<u32>(k).unwrap();
+                    let mut rng = common::Rng::new(t + 77);
+                    for r in 0..60u32 {
+                        let mask = rng.below(1 << k) as usize;
+                        let values: Vec<[u32; 2]> = (0..k)
+                            .map(|i| [i as u32, (t as u32 + 1) * 100_000 + r * 10 + i as u32])
+                            .collect();
+                        let mut params = GraphParams::new().buffer(x, &out).unwrap();
+                        for i in 0..k {
+                            if mask & (1 << i) != 0 {
+                                params = params.push(ids[i], &values[i]);
+                            }
+                        }
+                        ctx.enqueue_graph_with(graph, &params).unwrap();
+                        let got = out.to_vec().unwrap();
+                        for i in 0..k {
+                            let want = if mask & (1 << i) != 0 {
+                                values[i][1]
+                            } else {
+                                1000 + i as u32
+                            };
+                            assert_eq!(got[i], want, "t {t} r {r} mask {mask:b} i {i}");
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(x.to_vec().unwrap(), vec![0; k]);
+        drop(graph);
+        ctx.synchronize().unwrap();
+        drop(ctx);
+        assert_clean(&log, &format!("push {push}"));
+    }
+}
+
+/// Fills made live by a substitute at an offset that changes their plan
+/// (word fill captured, kernel or tile fill replayed), of 1-, 2-, 3-, 8-
+/// and 16-byte elements.
+#[test]
+fn live_fills_at_odd_offsets() {
+    each_context(|ctx, what| {
+        fn case<T: bytemuck::Pod + PartialEq + std::fmt::Debug>(
+            ctx: &DeviceContext,
+            what: &str,
+            len: usize,
+            value: T,
+            at: usize,
+        ) {
+            let buf = ctx.enqueue_create_buffer::<T>(len).unwrap();
+            let out = ctx.enqueue_create_buffer::<T>(len).unwrap();
+            let mut g = ctx.capture_graph();
+            g.fill(&buf, value).unwrap();
+            g.copy(&buf, &out).unwrap();
+            let graph = g.finish().unwrap();
+            let big = ctx.enqueue_create_buffer::<T>(len + at + 3).unwrap();
+            big.enqueue_fill(T::zeroed()).unwrap();
+            let view = match big.create_sub_buffer::<T>(at, len) {
+                Ok(v) => v,
+                Err(e) => panic!("{what}: view at {at}: {e}"),
+            };
+            let r = ctx.enqueue_graph_with(&graph, &GraphParams::new().buffer(&buf, &view).unwrap());
+            match r {
+                Ok(()) => {
+                    let got = big.to_vec().unwrap();
+                    let mut want = vec![T::zeroed(); len + at + 3];
+                    want[at..at + len].iter_mut().for_each(|v| *v = value);
+                    assert_eq!(got, want, "{what}: {} at {at}", std::any::type_name::<T>());
+                    assert_eq!(out.to_vec().unwrap(), vec![value; len], "{what}");
+                }
+                Err(e) => panic!("{what}: {} at {at}: {e}", std::any::type_name::<T>()),
+            }
+        }
+        for at in [1, 2, 3, 5] {
+            case::<u8>(ctx, what, 64, 0xab, at);
+            case::<u8>(ctx, what, 7, 0xcd, at);
+            case::<u16>(ctx, what, 33, 0x1234, at);
+            case::<[u8; 3]>(ctx, what, 21, [1, 2, 3], at);
+            case::<u64>(ctx, what, 9, 0x0102_0304_0506_0708, at);
+            case::<[u32; 4]>(ctx, what, 5, [9, 8, 7, 6], at);
+        }
+    });
+}
+
+/// A graph captured on one context, the context dropped, the graph
+/// replayed with parameters on another stream of the device.
+#[test]
+fn a_graph_outliving_its_context_replayed_on_another_stream() {
+    for path in [Path::Direct, Path::Staging] {
+        let ctx = context_with(options(path));
+        let log = ctx.validation_log();
+        let other = ctx.new_stream().unwrap();
+        let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+        let x = ctx.enqueue_create_buffer::<u32>(256).unwrap();
+        x.enqueue_fill(0).unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        counts.enqueue_copy_from(&[4u32, 1, 1][..]).unwrap();
+        let mut g = ctx.capture_graph();
+        let id = g
+            .dispatch_indirect(&add_one, &counts, 0, &[x.arg()], &256u32)
+            .unwrap();
+        g.wait_for(&other).unwrap();
+        let graph = g.finish().unwrap();
+        ctx.enqueue_graph(&graph).unwrap();
+        drop(counts);
+        drop(add_one);
+        drop(ctx);
+        let sub = other.enqueue_create_buffer::<u32>(256).unwrap();
+        sub.enqueue_fill(10).unwrap();
+        for _ in 0..3 {
+            other
+                .enqueue_graph_with(&graph, &GraphParams::new().push(id, &128u32))
+                .unwrap();
+            other
+                .enqueue_graph_with(&graph, &GraphParams::new().buffer(&x, &sub).unwrap())
+                .unwrap();
+        }
+        drop(graph);
+        let got = x.to_vec().unwrap();
+        assert_eq!(got[..128], vec![4; 128][..], "{path:?}");
+        assert_eq!(got[128..], vec![1; 128][..], "{path:?}");
+        assert_eq!(sub.to_vec().unwrap(), vec![13; 256], "{path:?}");
+        drop((x, sub));
+        other.synchronize().unwrap();
+        drop(other);
+        assert_clean(&log, &format!("{path:?}"));
+    }
+}
