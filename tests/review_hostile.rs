@@ -935,3 +935,297 @@ fn a_graph_outliving_its_context_replayed_on_another_stream() {
         assert_clean(&log, &format!("{path:?}"));
     }
 }
+
+#[derive(Clone, Debug)]
+enum ROp {
+    Fill(usize, u32),
+    Copy(usize, usize),
+    Add(usize, u32),
+    /// add_one over counts[c] groups on buffer b with n
+    AddIndirect(usize, usize, u32),
+}
+
+/// Random graphs of fills, copies, direct and indirect dispatches,
+/// replayed with random substitutes and push constants, against a model,
+/// traced, on both memory and descriptor paths.
+#[test]
+fn random_graphs_with_indirect_dispatches_and_parameters() {
+    for push_descriptors in [true, false] {
+        for path in [Path::Direct, Path::Staging] {
+            let dir = TempDir::new(&format!("review2-rand-{push_descriptors}-{path:?}"));
+            let opts = options(path)
+                .push_descriptors(push_descriptors)
+                .trace(dir.0.join("t.json"));
+            let ctx = context_with(opts);
+            let log = ctx.validation_log();
+            let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+            let len = 128usize;
+            let nb = 6usize; // 4 captured + 2 spares
+            let bufs: Vec<DeviceBuffer<u32>> = (0..nb)
+                .map(|_| ctx.enqueue_create_buffer::<u32>(len).unwrap())
+                .collect();
+            // Two counts buffers, views of one memory at odd element offsets.
+            let cmem = ctx.enqueue_create_buffer::<u32>(16).unwrap();
+            cmem.enqueue_copy_from(&[0, 1, 1, 1, 2, 1, 1, 9, 9, 9, 9, 9, 9, 9, 9, 9][..])
+                .unwrap();
+            let counts = [
+                cmem.create_sub_buffer::<u32>(1, 3).unwrap(), // [1,1,1]
+                cmem.create_sub_buffer::<u32>(4, 3).unwrap(), // [2,1,1]
+            ];
+            let groups = [1u32, 2];
+            let mut model: Vec<Vec<u32>> = vec![vec![0; len]; nb];
+            for b in &bufs {
+                b.enqueue_fill(0).unwrap();
+            }
+            let apply = |model: &mut Vec<Vec<u32>>, ops: &[ROp], map: &[usize], ns: &[u32]| {
+                let mut d = 0;
+                for op in ops {
+                    match *op {
+                        ROp::Fill(b, v) => model[map[b]].iter_mut().for_each(|x| *x = v),
+                        ROp::Copy(s, t) => {
+                            let src = model[map[s]].clone();
+                            model[map[t]] = src;
+                        }
+                        ROp::Add(b, _) => {
+                            let n = ns[d] as usize;
+                            d += 1;
+                            model[map[b]].iter_mut().take(n.min(len)).for_each(|x| *x += 1);
+                        }
+                        ROp::AddIndirect(b, c, _) => {
+                            let n = (ns[d] as usize).min(64 * groups[c] as usize);
+                            d += 1;
+                            model[map[b]].iter_mut().take(n.min(len)).for_each(|x| *x += 1);
+                        }
+                    }
+                }
+            };
+            let mut replays = 0;
+            let mut refused = 0;
+            for seed in 0..12u64 {
+                let mut rng = common::Rng::new(seed * 31 + 5);
+                let count = 3 + rng.below(5) as usize;
+                let mut ops = Vec::new();
+                for _ in 0..count {
+                    let b = rng.below(4) as usize;
+                    ops.push(match rng.below(4) {
+                        0 => ROp::Fill(b, rng.below(100) as u32),
+                        1 => {
+                            let t = (b + 1 + rng.below(3) as usize) % 4;
+                            ROp::Copy(b, t)
+                        }
+                        2 => ROp::Add(b, 1 + rng.below(len as u64) as u32),
+                        _ => ROp::AddIndirect(b, rng.below(2) as usize, 1 + rng.below(len as u64) as u32),
+                    });
+                }
+                let mut g = ctx.capture_graph();
+                let mut ids = Vec::new();
+                let mut default_ns = Vec::new();
+                for op in &ops {
+                    match *op {
+                        ROp::Fill(b, v) => {
+                            g.fill(&bufs[b], v).unwrap();
+                        }
+                        ROp::Copy(s, t) => {
+                            g.copy(&bufs[s], &bufs[t]).unwrap();
+                        }
+                        ROp::Add(b, n) => {
+                            ids.push(g.dispatch(&add_one, 2, &[bufs[b].arg()], &n).unwrap());
+                            default_ns.push(n);
+                        }
+                        ROp::AddIndirect(b, c, n) => {
+                            ids.push(
+                                g.dispatch_indirect(&add_one, &counts[c], 0, &[bufs[b].arg()], &n)
+                                    .unwrap(),
+                            );
+                            default_ns.push(n);
+                        }
+                    }
+                }
+                let graph = g.finish().unwrap();
+                for rep in 0..5 {
+                    let mut map: Vec<usize> = (0..nb).collect();
+                    let mut params = GraphParams::new();
+                    if rep > 0 {
+                        for i in 0..4 {
+                            if rng.below(3) == 0 {
+                                let with = rng.below(nb as u64) as usize;
+                                if with != i {
+                                    map[i] = with;
+                                    params = params.buffer(&bufs[i], &bufs[with]).unwrap();
+                                }
+                            }
+                        }
+                    }
+                    let mut ns = default_ns.clone();
+                    let pushed: Vec<u32> = (0..ids.len())
+                        .map(|_| 1 + rng.below(len as u64) as u32)
+                        .collect();
+                    for (i, id) in ids.iter().enumerate() {
+                        if rep > 0 && rng.below(2) == 0 {
+                            ns[i] = pushed[i];
+                            params = params.push(*id, &pushed[i]);
+                        }
+                    }
+                    // Substituting a counts view by the other.
+                    if rep > 0 && rng.below(3) == 0 {
+                        params = params.buffer(&counts[0], &counts[1]).unwrap();
+                        // model: counts[0] users see groups of counts[1]
+                        let mut model_ops = ops.clone();
+                        for op in &mut model_ops {
+                            if let ROp::AddIndirect(_, c, _) = op {
+                                *c = 1;
+                            }
+                        }
+                        match ctx.enqueue_graph_with(&graph, &params) {
+                            Ok(()) => {
+                                apply(&mut model, &model_ops, &map, &ns);
+                                replays += 1;
+                            }
+                            Err(Error::GraphParameter { .. }) => refused += 1,
+                            Err(e) => panic!("seed {seed}: {e}"),
+                        }
+                        continue;
+                    }
+                    match ctx.enqueue_graph_with(&graph, &params) {
+                        Ok(()) => {
+                            apply(&mut model, &ops, &map, &ns);
+                            replays += 1;
+                        }
+                        Err(Error::GraphParameter { .. }) => refused += 1,
+                        Err(e) => panic!("seed {seed}: {e}"),
+                    }
+                }
+                for (i, b) in bufs.iter().enumerate() {
+                    assert_eq!(
+                        b.to_vec().unwrap(),
+                        model[i],
+                        "seed {seed} buffer {i} ({push_descriptors}, {path:?}): {ops:?}"
+                    );
+                }
+            }
+            eprintln!("{push_descriptors} {path:?}: {replays} replays, {refused} refused");
+            assert_eq!(
+                cmem.to_vec().unwrap(),
+                [0, 1, 1, 1, 2, 1, 1, 9, 9, 9, 9, 9, 9, 9, 9, 9]
+            );
+            drop((bufs, counts, cmem));
+            ctx.synchronize().unwrap();
+            drop(ctx);
+            assert_clean(&log, &format!("{push_descriptors} {path:?}"));
+        }
+    }
+}
+
+/// Host borrows in the way of a parameterized replay and an indirect
+/// dispatch: a mapped segment buffer, a mapped substitute, mapped counts.
+/// Each is refused with nothing half-recorded, and the context stays usable.
+#[test]
+fn mappings_in_the_way_of_live_replays_and_indirect_counts() {
+    each_context(|ctx, what| {
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
+        let n = 64;
+        let a = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        let b = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        let s = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        counts.enqueue_copy_from(&[1u32, 1, 1][..]).unwrap();
+        for x in [&a, &b, &s] {
+            x.enqueue_fill(0).unwrap();
+        }
+        let mut g = ctx.capture_graph();
+        g.fill(&a, 5).unwrap();
+        let id = g
+            .dispatch_indirect(&add_one, &counts, 0, &[b.arg()], &(n as u32))
+            .unwrap();
+        g.copy(&a, &b).unwrap();
+        g.dispatch(&add_one, 1, &[b.arg()], &(n as u32)).unwrap();
+        let graph = g.finish().unwrap();
+        // A segment's buffer mapped.
+        {
+            let m = block_on(a.map_to_host_async()).unwrap();
+            let recorded = ctx.live_objects().commands_recorded;
+            let e = ctx
+                .enqueue_graph_with(&graph, &GraphParams::new().push(id, &1u32))
+                .unwrap_err();
+            assert!(matches!(e, Error::BufferMapped { .. }), "{what}: {e}");
+            assert_eq!(ctx.live_objects().commands_recorded, recorded, "{what}");
+            drop(m);
+        }
+        // The substitute mapped.
+        {
+            let m = s.map_to_host().unwrap();
+            let recorded = ctx.live_objects().commands_recorded;
+            let e = ctx
+                .enqueue_graph_with(&graph, &GraphParams::new().buffer(&b, &s).unwrap())
+                .unwrap_err();
+            assert!(matches!(e, Error::BufferMapped { .. }), "{what}: {e}");
+            assert_eq!(ctx.live_objects().commands_recorded, recorded, "{what}");
+            drop(m);
+        }
+        // The counts mapped and written: the indirect dispatch reads them.
+        {
+            let mut m = block_on(counts.map_to_host_async()).unwrap();
+            m[0] = 0; // no workgroups
+            let r = ctx.enqueue_function_indirect(&add_one, &counts, 0, &[b.arg()], &(n as u32));
+            let r2 = ctx.enqueue_graph(&graph);
+            eprintln!("{what}: indirect with mapped counts: {r:?}; replay: {r2:?}");
+            assert!(r.is_err() == r2.is_err(), "{what}: {r:?} {r2:?}");
+            drop(m);
+        }
+        assert_eq!(counts.to_vec().unwrap(), [0, 1, 1], "{what}");
+        ctx.enqueue_graph_with(&graph, &GraphParams::new().buffer(&b, &s).unwrap())
+            .unwrap();
+        ctx.enqueue_graph(&graph).unwrap();
+        // graph: a=5; b+=0 (counts 0); b=a; b+=1 -> 6
+        assert_eq!(b.to_vec().unwrap(), vec![6; n], "{what}: b");
+        assert_eq!(s.to_vec().unwrap(), vec![6; n], "{what}: s");
+    });
+}
+
+/// map_to_host_async on views of one memory from two threads, each
+/// writing through its mapping while the other's dispatches run.
+#[test]
+fn mapping_futures_on_views_from_two_threads() {
+    each_context(|ctx, what| {
+        let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
+        let align = ctx.limits().min_storage_buffer_offset_alignment.max(4) as usize / 4;
+        let half = 64 * align.max(1);
+        let mem = ctx.enqueue_create_buffer::<u32>(2 * half).unwrap();
+        mem.enqueue_fill(0).unwrap();
+        let views = [
+            mem.create_sub_buffer::<u32>(0, half).unwrap(),
+            mem.create_sub_buffer::<u32>(half, half).unwrap(),
+        ];
+        let errors = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|sc| {
+            for (t, v) in views.iter().enumerate() {
+                let (add_one, errors) = (&add_one, &errors);
+                sc.spawn(move || {
+                    for r in 0..20u32 {
+                        match ctx.enqueue_function(add_one, (half / 64) as u32, &[v.arg()], &(half as u32)) {
+                            Ok(()) => {}
+                            Err(Error::BufferMapped { .. }) => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                        match block_on(v.map_to_host_async()) {
+                            Ok(mut m) => {
+                                m[0] += 1000;
+                                let _ = (t, r);
+                            }
+                            Err(Error::BufferMapped { .. }) => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                });
+            }
+        });
+        eprintln!("{what}: {} refusals (the borrow is per memory)", errors.load(Ordering::Relaxed));
+        let got = mem.to_vec().unwrap();
+        // Not asserting exact values where refusals happened; check sanity.
+        assert!(got[0] >= 20 * 1000 || errors.load(Ordering::Relaxed) > 0, "{what}: {}", got[0]);
+    });
+}
