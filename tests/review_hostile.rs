@@ -1229,3 +1229,246 @@ fn mapping_futures_on_views_from_two_threads() {
         assert!(got[0] >= 20 * 1000 || errors.load(Ordering::Relaxed) > 0, "{what}: {}", got[0]);
     });
 }
+
+/// Four threads on two streams sharing buffers, each doing random
+/// operations: indirect dispatches, parameterized replays of one graph,
+/// mapping futures, readback futures, cross-stream waits and events,
+/// copies between the shared buffers. Looks for hangs (a watchdog),
+/// panics and synchronization-validation messages.
+#[test]
+fn a_storm_of_operations_on_two_streams() {
+    for push in [true, false] {
+        for path in [Path::Direct, Path::Staging] {
+            let ctx = context_with(options(path).push_descriptors(push));
+            let log = ctx.validation_log();
+            let other = ctx.new_stream().unwrap();
+            let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+            let n = 256usize;
+            let shared: Vec<DeviceBuffer<u32>> = (0..4)
+                .map(|_| {
+                    let b = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+                    b.enqueue_fill(0).unwrap();
+                    b
+                })
+                .collect();
+            let counts = ctx.enqueue_create_buffer::<u32>(6).unwrap();
+            counts.enqueue_copy_from(&[2u32, 1, 1, 4, 1, 1][..]).unwrap();
+            let c2 = counts.create_sub_buffer::<u32>(3, 3).unwrap();
+            let mut g = ctx.capture_graph();
+            let id = g
+                .dispatch_indirect(&add_one, &counts, 0, &[shared[0].arg()], &(n as u32))
+                .unwrap();
+            g.copy(&shared[0], &shared[1]).unwrap();
+            g.wait_for(&other).unwrap();
+            let graph = g.finish().unwrap();
+            let done = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let done = &done;
+                s.spawn(move || {
+                    let start = Instant::now();
+                    while !done.load(Ordering::SeqCst) {
+                        assert!(start.elapsed() < Duration::from_secs(120), "the storm hangs");
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                });
+                let mut workers = Vec::new();
+                for t in 0..4u64 {
+                    let stream = if t % 2 == 0 { ctx.clone() } else { other.clone() };
+                    let peer = if t % 2 == 0 { other.clone() } else { ctx.clone() };
+                    let (shared, counts, c2, graph, add_one) = (&shared, &counts, &c2, &graph, &add_one);
+                    workers.push(s.spawn(move || {
+                        let mut rng = common::Rng::new(t + 1234);
+                        let mut futures = Vec::new();
+                        for _ in 0..150 {
+                            let b = &shared[rng.below(4) as usize];
+                            let r = match rng.below(9) {
+                                0 => stream.enqueue_function_indirect(
+                                    add_one,
+                                    if rng.below(2) == 0 { counts } else { c2 },
+                                    0,
+                                    &[b.arg()],
+                                    &(n as u32),
+                                ),
+                                1 => {
+                                    let k = 1 + rng.below(n as u64) as u32;
+                                    let with = &shared[2 + rng.below(2) as usize];
+                                    let p = GraphParams::new().push(id, &k);
+                                    let p = if rng.below(2) == 0 {
+                                        p.buffer(&shared[0], with).unwrap()
+                                    } else {
+                                        p
+                                    };
+                                    let p = if rng.below(3) == 0 {
+                                        p.buffer(counts, counts).unwrap()
+                                    } else {
+                                        p
+                                    };
+                                    stream.enqueue_graph_with(graph, &p)
+                                }
+                                2 => stream.enqueue_graph(graph),
+                                3 => {
+                                    futures.push(b.to_vec_async());
+                                    Ok(())
+                                }
+                                4 => match block_on(b.map_to_host_async()) {
+                                    Ok(mut m) => {
+                                        m[1] = m[1].wrapping_add(1);
+                                        Ok(())
+                                    }
+                                    Err(e) => Err(e),
+                                },
+                                5 => stream.enqueue_wait_for(&peer),
+                                6 => peer
+                                    .record_event()
+                                    .and_then(|e| stream.enqueue_wait_event(&e)),
+                                7 => {
+                                    let d = &shared[rng.below(4) as usize];
+                                    if std::ptr::eq(b, d) {
+                                        Ok(())
+                                    } else {
+                                        d.enqueue_copy_from(b)
+                                    }
+                                }
+                                _ => stream.enqueue_function(add_one, 4, &[b.arg()], &(n as u32)),
+                            };
+                            match r {
+                                Ok(()) | Err(Error::BufferMapped { .. }) => {}
+                                Err(Error::GraphParameter { .. }) => {}
+                                Err(e) => panic!("t {t}: {e}"),
+                            }
+                            if futures.len() > 4 {
+                                for f in futures.drain(..) {
+                                    match block_on(f) {
+                                        Ok(v) => assert_eq!(v.len(), n),
+                                        Err(Error::BufferMapped { .. }) => {}
+                                        Err(e) => panic!("t {t}: {e}"),
+                                    }
+                                }
+                            }
+                        }
+                        drop(futures); // some never awaited
+                        stream.synchronize().unwrap();
+                    }));
+                }
+                for w in workers {
+                    let r = w.join();
+                    if r.is_err() {
+                        done.store(true, Ordering::SeqCst);
+                        std::panic::resume_unwind(r.unwrap_err());
+                    }
+                }
+                done.store(true, Ordering::SeqCst);
+            });
+            drop((graph, shared, counts, c2, other));
+            ctx.synchronize().unwrap();
+            drop(ctx);
+            assert_clean(&log, &format!("storm push {push} {path:?}"));
+        }
+    }
+}
+
+/// A kernel without bindings or push constants, dispatched indirectly
+/// (the guard's bound state in front of it), and an empty graph.
+#[cfg(feature = "glsl")]
+#[test]
+fn an_indirect_kernel_without_bindings_and_an_empty_graph() {
+    const NOTHING: &str = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {}\n";
+    const COUNTER: &str = "#version 450\nlayout(local_size_x = 1) in;\n\
+        layout(std430, binding = 0) buffer C { uint invocations; };\n\
+        void main() { atomicAdd(invocations, 1u); }\n";
+    each_context(|ctx, what| {
+        let nothing = Kernel::from_glsl(ctx, NOTHING, "main").unwrap();
+        let counter = Kernel::from_glsl(ctx, COUNTER, "main").unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        counts.enqueue_copy_from(&[3u32, 2, 1][..]).unwrap();
+        let hits = ctx.enqueue_create_buffer::<u32>(1).unwrap();
+        hits.enqueue_fill(0).unwrap();
+        for _ in 0..3 {
+            ctx.enqueue_function_indirect(&nothing, &counts, 0, &[], &()).unwrap();
+            ctx.enqueue_function_indirect(&counter, &counts, 0, &[hits.arg()], &())
+                .unwrap();
+            ctx.enqueue_function(&nothing, 1, &[], &()).unwrap();
+        }
+        let mut g = ctx.capture_graph();
+        let id = g.dispatch_indirect(&nothing, &counts, 0, &[], &()).unwrap();
+        g.dispatch_indirect(&counter, &counts, 0, &[hits.arg()], &())
+            .unwrap();
+        g.dispatch_indirect(&nothing, &counts, 0, &[], &()).unwrap();
+        let graph = g.finish().unwrap();
+        ctx.enqueue_graph(&graph).unwrap();
+        ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &())).unwrap();
+        assert_eq!(hits.to_vec().unwrap(), [6 * 5], "{what}");
+        let empty = ctx.capture_graph().finish().unwrap();
+        for _ in 0..3 {
+            ctx.enqueue_graph(&empty).unwrap();
+        }
+        let e = ctx
+            .enqueue_graph_with(&empty, &GraphParams::new().push(id, &()))
+            .unwrap_err();
+        assert!(matches!(e, Error::GraphParameter { .. }), "{what}: {e}");
+        let e = ctx
+            .enqueue_graph_with(&empty, &GraphParams::new().buffer(&hits, &hits).unwrap())
+            .unwrap_err();
+        assert!(matches!(e, Error::GraphParameter { .. }), "{what}: {e}");
+    });
+}
+
+/// Buffers, counts and graphs of another device (a second context made
+/// with `with_options`, so another VkDevice): clear errors, both contexts
+/// stay usable.
+#[test]
+fn another_devices_buffers_in_indirect_dispatches_and_replays() {
+    let a = context_with(options(Path::Direct));
+    let b = context_with(options(Path::Staging));
+    let (la, lb) = (a.validation_log(), b.validation_log());
+    let ka = Kernel::new(&a, shaders::ADD_ONE, "main").unwrap();
+    let xa = a.enqueue_create_buffer::<u32>(64).unwrap();
+    xa.enqueue_fill(0).unwrap();
+    let ca = a.enqueue_create_buffer::<u32>(3).unwrap();
+    ca.enqueue_copy_from(&[1u32, 1, 1][..]).unwrap();
+    let xb = b.enqueue_create_buffer::<u32>(64).unwrap();
+    let cb = b.enqueue_create_buffer::<u32>(3).unwrap();
+    cb.enqueue_copy_from(&[1u32, 1, 1][..]).unwrap();
+    let e = a
+        .enqueue_function_indirect(&ka, &cb, 0, &[xa.arg()], &64u32)
+        .unwrap_err();
+    assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
+    let e = a
+        .enqueue_function_indirect(&ka, &ca, 0, &[xb.arg()], &64u32)
+        .unwrap_err();
+    assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
+    let e = b
+        .enqueue_function_indirect(&ka, &cb, 0, &[xb.arg()], &64u32)
+        .unwrap_err();
+    eprintln!("kernel of another device: {e}");
+    let mut g = a.capture_graph();
+    assert!(g.dispatch_indirect(&ka, &cb, 0, &[xa.arg()], &64u32).is_err());
+    let id = g.dispatch_indirect(&ka, &ca, 0, &[xa.arg()], &64u32).unwrap();
+    let graph = g.finish().unwrap();
+    let e = b.enqueue_graph(&graph).unwrap_err();
+    assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
+    let e = b
+        .enqueue_graph_with(&graph, &GraphParams::new().push(id, &1u32))
+        .unwrap_err();
+    assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
+    let e = a
+        .enqueue_graph_with(&graph, &GraphParams::new().buffer(&ca, &cb).unwrap())
+        .unwrap_err();
+    assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
+    let e = a
+        .enqueue_graph_with(&graph, &GraphParams::new().buffer(&xa, &xb).unwrap())
+        .unwrap_err();
+    assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
+    a.enqueue_graph_with(&graph, &GraphParams::new().push(id, &64u32)).unwrap();
+    assert_eq!(xa.to_vec().unwrap(), vec![1; 64]);
+    let fut = xa.to_vec_async();
+    drop((graph, ka, ca, cb, xb));
+    drop(b);
+    assert_clean(&lb, "b");
+    let kept = xa.clone();
+    drop(xa);
+    drop(a);
+    assert_eq!(block_on(fut).unwrap(), vec![1; 64]);
+    drop(kept);
+    assert_clean(&la, "a");
+}
