@@ -1580,3 +1580,135 @@ fn faults_in_staged_mapping_futures_and_their_write_back() {
         assert_clean(&log, &format!("{path:?}"));
     }
 }
+
+/// A parameterized replay that fails part-way (an allocation of its live
+/// dispatch's descriptor set, pooled descriptors) after a segment before
+/// it was recorded: is the error all-or-nothing?
+///
+/// FINDING (fails, push_descriptors(false), second loop once the split is
+/// kept): `enqueue_graph_with` returns `Err(OutOfMemory
+/// "vkAllocateDescriptorSets")` yet part of the graph runs: x,y,z =
+/// [2,1,2] where [1,1,2] was expected (segment 0 ran, live op 1 did not),
+/// then [3,2,3] (segments and the first live op ran, the second live
+/// indirect dispatch's guard allocation failed), then [4,3,4] (the guard
+/// ran, its dispatch did not). Cause: src/graph/params.rs `enqueue_with`
+/// records the pieces straight into the open batch inside
+/// `record_sequence`; `record_op` (src/graph/record.rs) can fail in the
+/// descriptor allocation of `record_dispatch_into` after earlier pieces
+/// were recorded, and nothing rolls them back (the batch is submitted
+/// with them). The same holds for `enqueue_function_indirect`
+/// (src/indirect.rs): the guard is recorded, the dispatch fails (harmless
+/// there: only the slot is written). Ordering stays sound (a full barrier
+/// precedes every live piece: see the next test, which passes).
+#[test]
+fn a_live_replay_that_fails_part_way_is_all_or_nothing() {
+    for push in [false, true] {
+        let ctx = context_with(options(Path::Direct).push_descriptors(push));
+        let log = ctx.validation_log();
+        let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+        let x = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+        let y = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+        let z = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        counts.enqueue_copy_from(&[1u32, 1, 1][..]).unwrap();
+        for b in [&x, &y, &z] {
+            b.enqueue_fill(0).unwrap();
+        }
+        let mut g = ctx.capture_graph();
+        g.dispatch(&add_one, 1, &[x.arg()], &64u32).unwrap(); // segment
+        let id = g.dispatch(&add_one, 1, &[y.arg()], &64u32).unwrap(); // live
+        g.dispatch_indirect(&add_one, &counts, 0, &[z.arg()], &64u32).unwrap(); // segment
+        let id2 = g.dispatch_indirect(&add_one, &counts, 0, &[z.arg()], &64u32).unwrap(); // live
+        let graph = g.finish().unwrap();
+        let mut want = [0u32; 3];
+        let mut failures = Vec::new();
+        for nth in (1..12u64).chain(1..12u64) { // the second run with the split kept
+            ctx.synchronize().unwrap();
+            vkcompute::testing::fail_allocation(&ctx, nth);
+            let r = ctx.enqueue_graph_with(
+                &graph,
+                &GraphParams::new().push(id, &64u32).push(id2, &64u32),
+            );
+            let passed = vkcompute::testing::allocations_passed(&ctx);
+            vkcompute::testing::fail_allocation(&ctx, 0);
+            if std::env::var("REVIEW_DEBUG").is_ok() {
+                eprintln!("push {push} nth {nth}: {r:?} (points passed {passed})");
+            }
+            if r.is_ok() {
+                want[0] += 1;
+                want[1] += 1;
+                want[2] += 2;
+            }
+            let got = [x.to_vec().unwrap()[0], y.to_vec().unwrap()[0], z.to_vec().unwrap()[0]];
+            if got != want {
+                failures.push(format!(
+                    "push {push} nth {nth}: the replay returned {r:?} yet ran part of itself: x,y,z = {got:?}, want {want:?}"
+                ));
+                want = got;
+            }
+        }
+        drop(graph);
+        ctx.synchronize().unwrap();
+        drop(ctx);
+        assert_clean(&log, &format!("push {push}"));
+        assert!(failures.is_empty(), "FINDING:\n{}", failures.join("\n"));
+    }
+}
+
+/// After a parameterized replay fails part-way (see the test above), the
+/// pieces it recorded stay in the batch, but the replay's uses were never
+/// noted in the stream's recorder (`sink.stream.note(hazards)` is skipped
+/// by the `?`): the next command on what a recorded segment wrote may get
+/// no barrier. Sync validation and the copied values tell.
+#[test]
+fn the_command_after_a_failed_live_replay_is_ordered_after_its_pieces() {
+    let ctx = context_with(options(Path::Direct).push_descriptors(false));
+    let log = ctx.validation_log();
+    let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+    let n = 1 << 16;
+    let x = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+    let y = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+    let w = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+    for b in [&x, &w] {
+        b.enqueue_fill(0).unwrap();
+    }
+    y.enqueue_fill(0).unwrap();
+    let mut g = ctx.capture_graph();
+    g.dispatch(&add_one, (n / 64) as u32, &[x.arg()], &(n as u32)).unwrap(); // segment
+    let id = g.dispatch(&add_one, 1, &[y.arg()], &64u32).unwrap(); // live
+    let graph = g.finish().unwrap();
+    // Keep the split recorded.
+    ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &64u32)).unwrap();
+    ctx.synchronize().unwrap();
+    let mut found = None;
+    for nth in 1..6u64 {
+        // An open batch first, so the failing replay is recorded into it.
+        y.enqueue_fill(0).unwrap();
+        vkcompute::testing::fail_allocation(&ctx, nth);
+        let r = ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &64u32));
+        vkcompute::testing::fail_allocation(&ctx, 0);
+        if r.is_err() {
+            // Straight after, in the same batch: read what the segment wrote.
+            w.enqueue_copy_from(&x).unwrap();
+            ctx.enqueue_function(&add_one, (n / 64) as u32, &[x.arg()], &(n as u32))
+                .unwrap();
+            let (xv, wv) = (x.to_vec().unwrap(), w.to_vec().unwrap());
+            found = Some((nth, r, xv[n - 1], wv[n - 1]));
+            break;
+        }
+        ctx.synchronize().unwrap();
+    }
+    let (nth, r, xl, wl) = found.expect("no injected failure inside the replay");
+    eprintln!("nth {nth}: {r:?}; x[n-1] {xl}, w[n-1] {wl}");
+    drop(graph);
+    ctx.synchronize().unwrap();
+    let messages = log.messages();
+    drop(ctx);
+    assert!(
+        messages.is_empty(),
+        "FINDING: {} validation message(s) after a failed live replay:\n{}",
+        messages.len(),
+        messages.iter().map(|m| m.to_string()).collect::<Vec<_>>().join("\n")
+    );
+    assert_eq!(wl + 1, xl, "the copy saw the segment's write and the add came after it");
+}
