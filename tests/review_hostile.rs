@@ -1761,3 +1761,111 @@ fn host_dummy(ctx: &DeviceContext) -> DeviceBuffer<u32> {
     b.enqueue_fill(0).unwrap();
     b
 }
+
+/// A traced context used from four threads on two streams (indirect
+/// dispatches, live replays, events, readback futures), one stream made
+/// and dropped meanwhile: the trace is valid JSON, every device slice of
+/// a command lies inside its batch's slice, no slice has a negative or
+/// absurd duration.
+#[test]
+fn a_trace_written_from_four_threads_is_valid() {
+    let dir = TempDir::new("review2-trace-threads");
+    let path = dir.0.join("t.json");
+    {
+        let ctx = context_with(options(Path::Direct).trace(&path));
+        let log = ctx.validation_log();
+        let other = ctx.new_stream().unwrap();
+        let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        counts.enqueue_copy_from(&[2u32, 1, 1][..]).unwrap();
+        let bufs: Vec<DeviceBuffer<u32>> = (0..4)
+            .map(|i| {
+                let b = ctx
+                    .enqueue_create_buffer::<u32>(256)
+                    .unwrap()
+                    .with_label(format!("buf \"{i}\"\n\\"));
+                b.enqueue_fill(0).unwrap();
+                b
+            })
+            .collect();
+        let mut g = ctx.capture_graph();
+        g.label("graph \"quoted\"");
+        let id = g
+            .dispatch_indirect(&add_one, &counts, 0, &[bufs[0].arg()], &256u32)
+            .unwrap();
+        let graph = g.finish().unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4usize {
+                let stream = if t % 2 == 0 { ctx.clone() } else { other.clone() };
+                let (bufs, counts, graph, add_one) = (&bufs, &counts, &graph, &add_one);
+                s.spawn(move || {
+                    for i in 0..300u32 {
+                        let b = &bufs[t];
+                        match i % 4 {
+                            0 => stream
+                                .enqueue_function_indirect(add_one, counts, 0, &[b.arg()], &256u32)
+                                .unwrap(),
+                            1 => stream
+                                .enqueue_graph_with(
+                                    graph,
+                                    &GraphParams::new().buffer(&bufs[0], b).unwrap().push(id, &i),
+                                )
+                                .unwrap(),
+                            2 => {
+                                let _ = block_on(b.to_vec_async()).unwrap();
+                            }
+                            _ => {
+                                let e = stream.record_event().unwrap();
+                                if t == 3 && i % 40 == 3 {
+                                    let tmp = stream.new_stream().unwrap();
+                                    tmp.enqueue_wait_event(&e).unwrap();
+                                    tmp.enqueue_function(add_one, 4, &[b.arg()], &256u32).unwrap();
+                                    drop(tmp);
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        drop((graph, bufs, counts, other));
+        ctx.synchronize().unwrap();
+        drop(ctx);
+        assert_clean(&log, "traced threads");
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => panic!("FINDING: the trace is not valid JSON: {e}"),
+    };
+    let events = events.as_array().expect("an array of events");
+    let mut batches = std::collections::HashMap::<u64, Vec<(f64, f64)>>::new();
+    let mut commands = Vec::new();
+    for ev in events {
+        if ev["ph"] != "X" {
+            continue;
+        }
+        let tid = ev["tid"].as_u64().unwrap();
+        let (ts, dur) = (ev["ts"].as_f64().unwrap(), ev["dur"].as_f64().unwrap());
+        assert!(dur >= 0.0 && dur < 600e6, "absurd duration {dur} in {ev}");
+        if ev["name"] == "batch" {
+            batches.entry(tid).or_default().push((ts, ts + dur));
+        } else if ev["args"]["index"].is_u64() {
+            commands.push((tid, ts, ts + dur, ev.clone()));
+        }
+    }
+    assert!(!commands.is_empty(), "timed commands in the trace");
+    let mut outside = 0;
+    for (tid, start, end, ev) in &commands {
+        let inside = batches
+            .get(tid)
+            .is_some_and(|bs| bs.iter().any(|(s, e)| *start >= s - 1.0 && *end <= e + 1.0));
+        if !inside {
+            outside += 1;
+            if outside < 5 {
+                eprintln!("command slice outside every batch of its track: {ev}");
+            }
+        }
+    }
+    assert_eq!(outside, 0, "FINDING: {outside} of {} command slices lie outside their batches", commands.len());
+}
