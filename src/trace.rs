@@ -312,7 +312,10 @@ impl StreamTrace {
             let Ok(t) = pool.read(self.command_slot(value, index)) else {
                 continue;
             };
-            let at = self.tracer.device_to_host(us(t[0]), submitted);
+            // On the batch's clock mapping, so that the command lies in
+            // the batch's slice whatever other streams' batches have made
+            // of the estimate since.
+            let at = start + (us(t[0]) - us(ticks[0]));
             let args = format!(r#""index":{index}"#);
             let took = us(t[1].wrapping_sub(t[0]) & self.mask);
             self.tracer.slice(self.batches, label, at, took, &args);
