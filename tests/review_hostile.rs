@@ -1423,9 +1423,9 @@ fn a_storm_of_operations_on_two_streams() {
                 }
                 for w in workers {
                     let r = w.join();
-                    if r.is_err() {
+                    if let Err(panic) = r {
                         done.store(true, Ordering::SeqCst);
-                        std::panic::resume_unwind(r.unwrap_err());
+                        std::panic::resume_unwind(panic);
                     }
                 }
                 done.store(true, Ordering::SeqCst);
@@ -1964,7 +1964,7 @@ fn a_trace_written_from_four_threads_is_valid() {
         }
         let tid = ev["tid"].as_u64().unwrap();
         let (ts, dur) = (ev["ts"].as_f64().unwrap(), ev["dur"].as_f64().unwrap());
-        assert!(dur >= 0.0 && dur < 600e6, "absurd duration {dur} in {ev}");
+        assert!((0.0..600e6).contains(&dur), "absurd duration {dur} in {ev}");
         if ev["name"] == "batch" {
             batches.entry(tid).or_default().push((ts, ts + dur));
         } else if ev["args"]["index"].is_u64() {
