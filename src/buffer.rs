@@ -259,9 +259,9 @@ macro_rules! typed_buffer {
             }
 
             /// Labels the buffer's memory (every clone and view of it):
-            /// `Debug` shows the label, and where validation is on it is
-            /// the `VkBuffer`'s debug-utils object name, so that validation
-            /// messages name it. A buffer is named its type and length
+            /// `Debug` shows the label, and where validation or tracing is
+            /// on it is the `VkBuffer`'s debug-utils object name, so that
+            /// validation messages and external tools name it. A buffer is named its type and length
             /// until labelled.
             pub fn with_label(self, label: impl AsRef<str>) -> Self {
                 self.view.memory.set_label(label.as_ref());

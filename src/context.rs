@@ -69,7 +69,11 @@ impl DeviceContext {
     /// Opens a device as `options` say.
     pub fn with_options(options: ContextOptions) -> Result<Self> {
         let settings = options.resolve();
-        let instance = Instance::new(settings.validation, settings.validation_fatal)?;
+        let instance = Instance::new(
+            settings.validation,
+            settings.validation_fatal,
+            settings.trace.is_some(),
+        )?;
         let adapter = Adapter::choose(&instance, settings.device)?;
         log::info!("using Vulkan device {}", adapter.info);
         let asked = settings.device_options;
@@ -229,7 +233,7 @@ impl DeviceContext {
 
     /// Every Vulkan device the loader sees, usable or not.
     pub fn devices() -> Result<Vec<DeviceInfo>> {
-        let instance = Instance::new(false, false)?;
+        let instance = Instance::new(false, false, false)?;
         Ok(Adapter::enumerate(&instance)?
             .into_iter()
             .map(|a| a.info)

@@ -277,3 +277,43 @@ fn a_trace_without_command_timing_has_batch_slices_only() {
     assert_eq!(fills, 2);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Tracing without validation names objects too (`VK_EXT_debug_utils` is
+/// enabled for the tools that read the trace beside it): labelled buffers,
+/// kernels, graphs and streams work there, and the trace is written.
+#[test]
+fn a_trace_without_validation_names_objects_and_runs() {
+    let dir = std::env::temp_dir().join(format!("vkcompute-trace-names-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.json");
+    {
+        let ctx = vkcompute::DeviceContext::with_options(
+            ContextOptions::new().validation(false).trace(&path),
+        )
+        .unwrap()
+        .with_label("named stream");
+        let saxpy = Kernel::new(&ctx, shaders::SAXPY, "main").unwrap();
+        let x = ctx
+            .enqueue_create_buffer::<f32>(256)
+            .unwrap()
+            .with_label("x");
+        let y = ctx
+            .enqueue_create_buffer::<f32>(256)
+            .unwrap()
+            .with_label("y");
+        x.enqueue_fill(1.0).unwrap();
+        y.enqueue_fill(0.0).unwrap();
+        let mut g = ctx.capture_graph();
+        g.label("named graph");
+        g.dispatch(&saxpy, 1, &[x.arg(), y.arg()], &Saxpy { a: 2.0, n: 256 })
+            .unwrap();
+        ctx.enqueue_graph(&g.finish().unwrap()).unwrap();
+        assert_eq!(y.to_vec().unwrap(), vec![2.0; 256]);
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: Vec<Value> = serde_json::from_str(&text).unwrap();
+    assert!(events.iter().any(|e| e["name"]
+        .as_str()
+        .is_some_and(|n| n.contains("named graph"))));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -241,7 +241,7 @@ impl BufferMemory {
     }
 
     /// Labels the memory: for `Debug`, errors, the trace, and as its
-    /// `VkBuffer`'s debug name where validation is on.
+    /// `VkBuffer`'s debug name where validation or tracing is on.
     pub(crate) fn set_label(&self, label: &str) {
         if let Some(raw) = &self.raw {
             name_object(&self.device, raw.buffer, label);

@@ -18,6 +18,8 @@ pub(crate) struct Instance {
     pub(crate) api_version: u32,
     pub(crate) validation: bool,
     debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
+    /// Whether `VK_EXT_debug_utils` is enabled, so that objects can be named.
+    named: bool,
     /// Where the messenger writes; its address is the messenger's user data.
     pub(crate) messages: Arc<MessageLog>,
     /// False for an instance the application lent us (`from_raw`).
@@ -27,8 +29,10 @@ pub(crate) struct Instance {
 impl Instance {
     /// Loads the Vulkan loader and creates an instance, with
     /// `VK_LAYER_KHRONOS_validation` and synchronization validation when
-    /// `validation` is true; with `fatal`, the first message aborts the process.
-    pub(crate) fn new(validation: bool, fatal: bool) -> Result<Self> {
+    /// `validation` is true; with `fatal`, the first message aborts the
+    /// process; with `validation` or `names`, `VK_EXT_debug_utils` where the
+    /// loader has it (object names).
+    pub(crate) fn new(validation: bool, fatal: bool, names: bool) -> Result<Self> {
         // SAFETY: loading the system's Vulkan loader runs its initialisers,
         // which is what every Vulkan application does.
         let entry = unsafe { ash::Entry::load() }.map_err(|e| Error::LoaderMissing {
@@ -75,7 +79,10 @@ impl Instance {
             enabled.push(ash::khr::portability_enumeration::NAME.as_ptr());
             flags |= vk::InstanceCreateFlags::ENUMERATE_PORTABILITY_KHR;
         }
-        let debug_utils = validation && has(ash::ext::debug_utils::NAME);
+        // Object names for validation messages, and (where the context
+        // traces) for the tools that read them; the messenger only with
+        // validation.
+        let debug_utils = (validation || names) && has(ash::ext::debug_utils::NAME);
         if debug_utils {
             enabled.push(ash::ext::debug_utils::NAME.as_ptr());
         }
@@ -103,7 +110,7 @@ impl Instance {
             .application_info(&app)
             .enabled_layer_names(&layer_names)
             .enabled_extension_names(&enabled);
-        if debug_utils {
+        if debug_utils && validation {
             // Chained too, so that instance creation and destruction are reported.
             info = info.push_next(&mut messenger);
         }
@@ -128,10 +135,11 @@ impl Instance {
             api_version,
             validation,
             debug: None,
+            named: debug_utils,
             messages,
             owned: true,
         };
-        if debug_utils {
+        if debug_utils && validation {
             let loader = ash::ext::debug_utils::Instance::new(&instance.entry, &instance.raw);
             let info = messenger_info(&instance.messages);
             // SAFETY: `info` is valid; the log it points to is kept in
@@ -151,16 +159,17 @@ impl Instance {
             api_version,
             validation: false,
             debug: None,
+            named: false,
             messages: Arc::new(MessageLog::default()),
             owned: false,
         }
     }
 
     /// The physical devices, or [`Error::NoDevice`] when there are none.
-    /// Whether `VK_EXT_debug_utils` is enabled (with validation), so that
-    /// objects can be named.
+    /// Whether `VK_EXT_debug_utils` is enabled (with validation or
+    /// tracing), so that objects can be named.
     pub(crate) fn has_debug_utils(&self) -> bool {
-        self.debug.is_some()
+        self.named
     }
 
     pub(crate) fn physical_devices(&self) -> Result<Vec<vk::PhysicalDevice>> {
