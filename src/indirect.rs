@@ -194,7 +194,9 @@ impl DeviceContext {
     /// The counts never reach the device unbounded: a guard kernel, run
     /// just before on the device, copies them into a buffer of vkcompute's
     /// own, each clamped to `maxComputeWorkGroupCount` (a count of 0 runs
-    /// no workgroup). The dispatch is ordered after earlier work that
+    /// no workgroup). Each count is bounded, not their product: counts of
+    /// `u32::MAX` run the largest grid the device allows (65,535³
+    /// workgroups on many devices), which takes as long as it takes. The dispatch is ordered after earlier work that
     /// writes `args` and before later work that writes it, like a read;
     /// the kernel may write `args` itself (the counts were copied first).
     ///
