@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 use std::time::{Duration, Instant};
 
-use common::{assert_clean, context_with, options, Path};
+use common::{assert_clean, block_on, context_with, options, Path};
 
 const N: usize = 1 << 22;
 
@@ -272,28 +272,6 @@ fn waiting_for_an_event_of_a_dropped_stream() {
     drop(ctx);
     drop(e);
     assert_clean(&log, "the context");
-}
-
-fn block_on<F: Future>(f: F) -> (F::Output, usize) {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    let mut polls = 0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        polls += 1;
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return (v, polls);
-        }
-        std::thread::park_timeout(Duration::from_secs(5));
-        assert!(Instant::now() < deadline, "never resolved");
-    }
 }
 
 /// The process exits after a future was dropped before it resolved: the

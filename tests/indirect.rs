@@ -13,26 +13,8 @@
 
 mod common;
 
-use common::{assert_clean, context_with, Path};
-use vkcompute::{shaders, ContextOptions, DeviceBuffer, DeviceContext, Error, GraphParams, Kernel};
-
-/// Both descriptor paths on both memory paths.
-fn each_context(mut f: impl FnMut(&DeviceContext, &str)) {
-    for push_descriptors in [true, false] {
-        for path in [Path::Direct, Path::Staging] {
-            let options = ContextOptions::new()
-                .validation(true)
-                .force_staging(path == Path::Staging)
-                .push_descriptors(push_descriptors);
-            let ctx = context_with(options);
-            let log = ctx.validation_log();
-            let what = format!("push descriptors {push_descriptors}, {path:?}");
-            f(&ctx, &what);
-            drop(ctx);
-            assert_clean(&log, &what);
-        }
-    }
-}
+use common::on_each_context;
+use vkcompute::{shaders, DeviceBuffer, DeviceContext, Error, GraphParams, Kernel};
 
 /// Writes `values` into `counts` at `at..` with the `STORE` kernel, one
 /// dispatch per element: counts written on the device.
@@ -60,7 +42,7 @@ fn count(data: &DeviceBuffer<u32>, want: u32) -> usize {
 
 #[test]
 fn counts_written_by_an_earlier_kernel_size_the_dispatch() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let store_kernel = Kernel::new(ctx, shaders::STORE, "main").unwrap();
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap(); // 64 per group
         let n = 64 * 8;
@@ -99,7 +81,7 @@ fn counts_beyond_the_device_limit_are_clamped_and_zero_runs_nothing() {
     const COUNTER: &str = "#version 450\nlayout(local_size_x = 1) in;\n\
         layout(std430, binding = 0) buffer C { uint invocations; };\n\
         void main() { atomicAdd(invocations, 1u); }\n";
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let counter = Kernel::from_glsl(ctx, COUNTER, "main").unwrap();
         let max = ctx.limits().max_compute_work_group_count;
         let hits = ctx.enqueue_create_buffer::<u32>(1).unwrap();
@@ -124,7 +106,7 @@ fn counts_beyond_the_device_limit_are_clamped_and_zero_runs_nothing() {
 
 #[test]
 fn graphs_read_the_counts_on_every_replay() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let store_kernel = Kernel::new(ctx, shaders::STORE, "main").unwrap();
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let n = 64 * 6;
@@ -157,7 +139,7 @@ fn graphs_read_the_counts_on_every_replay() {
 
 #[test]
 fn bad_indirect_arguments_are_clear_errors_and_the_context_stays_usable() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let data = ctx.enqueue_create_buffer::<u32>(64).unwrap();
         data.enqueue_fill(0).unwrap();

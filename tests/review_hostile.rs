@@ -23,47 +23,15 @@ mod common;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use common::{assert_clean, context_with, options, Path, TempDir};
+use common::{assert_clean, context_with, on_each_context, options, Path, TempDir};
 use vkcompute::{shaders, ContextOptions, DeviceBuffer, DeviceContext, Error, GraphParams, Kernel};
 
-/// Both descriptor paths on both memory paths.
-fn each_context(mut f: impl FnMut(&DeviceContext, &str)) {
-    for push_descriptors in [true, false] {
-        for path in [Path::Direct, Path::Staging] {
-            let opts = options(path).push_descriptors(push_descriptors);
-            let ctx = context_with(opts);
-            let log = ctx.validation_log();
-            let what = format!("push descriptors {push_descriptors}, {path:?}");
-            f(&ctx, &what);
-            ctx.synchronize().unwrap();
-            drop(ctx);
-            assert_clean(&log, &what);
-        }
-    }
-}
-
-/// Polls `f` to completion on this thread, parking between polls.
+/// [`common::block_on`], without the count of polls.
 fn block_on<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "block_on: the future hangs");
-        std::thread::park_timeout(Duration::from_millis(200));
-    }
+    common::block_on(f).0
 }
 
 fn store(ctx: &DeviceContext, k: &Kernel, buf: &DeviceBuffer<u32>, at: usize, v: [u32; 3]) {
@@ -81,7 +49,7 @@ fn store(ctx: &DeviceContext, k: &Kernel, buf: &DeviceBuffer<u32>, at: usize, v:
 /// by a substituted counts buffer at an odd offset view, both at once.
 #[test]
 fn indirect_dispatch_as_a_live_operation_of_a_parameterized_replay() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let st = Kernel::new(ctx, shaders::STORE, "main").unwrap();
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let n = 64 * 8;
@@ -151,7 +119,7 @@ fn an_indirect_kernel_that_writes_its_own_counts() {
     // The counts at elements 63..66 of the buffer the kernel adds one to
     // (n = 64): x grows by one per dispatch, y and z (64, 65) stay 1, so
     // no two workgroups write one element.
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let counts = ctx.enqueue_create_buffer::<u32>(66).unwrap();
         counts.enqueue_fill(1).unwrap();
@@ -192,7 +160,7 @@ fn an_indirect_kernel_that_writes_its_own_counts() {
 /// same dispatch writes through another view of the same memory.
 #[test]
 fn indirect_counts_next_to_what_the_dispatch_writes() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let st = Kernel::new(ctx, shaders::STORE, "main").unwrap();
         let align = ctx.limits().min_storage_buffer_offset_alignment.max(4) as usize / 4;
@@ -291,7 +259,7 @@ fn a_graph_replayed_with_parameters_from_two_threads() {
 /// after a parameterized replay is enqueued (nothing synchronized).
 #[test]
 fn dropping_everything_while_a_parameterized_replay_runs() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let n = 1 << 16;
         let keep = ctx.enqueue_create_buffer::<u32>(n).unwrap();
@@ -345,7 +313,7 @@ fn dropping_everything_while_a_parameterized_replay_runs() {
 /// Substitutes that alias buffers the unchanged segments use.
 #[test]
 fn substitutes_that_alias_what_the_segments_use() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let n = 128;
         let a = ctx.enqueue_create_buffer::<u32>(n).unwrap();
@@ -400,7 +368,7 @@ fn substitutes_that_alias_what_the_segments_use() {
 /// Zero-length buffers everywhere a graph or a dispatch takes one.
 #[test]
 fn zero_length_buffers() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let empty = ctx.enqueue_create_buffer::<u32>(0).unwrap();
         let empty2 = ctx.enqueue_create_buffer::<u32>(0).unwrap();
@@ -432,7 +400,7 @@ fn zero_length_buffers() {
 /// buffer meanwhile, then a future raced with writes from another thread.
 #[test]
 fn mapping_futures_dropped_and_raced_with_writes() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let n = 1 << 18;
         let buf = ctx.enqueue_create_buffer::<u32>(n).unwrap();
         buf.enqueue_fill(1).unwrap();
@@ -478,7 +446,7 @@ fn mapping_futures_dropped_and_raced_with_writes() {
 /// mapping future's pending point is on the other.
 #[test]
 fn mapping_future_after_work_on_two_streams() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let other = ctx.new_stream().unwrap();
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let n = 64 * 64;
@@ -882,7 +850,7 @@ fn live_sets_churning_from_two_threads() {
 /// and 16-byte elements.
 #[test]
 fn live_fills_at_odd_offsets() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         fn case<T: bytemuck::Pod + PartialEq + std::fmt::Debug>(
             ctx: &DeviceContext,
             what: &str,
@@ -1166,7 +1134,7 @@ fn random_graphs_with_indirect_dispatches_and_parameters() {
 /// Each is refused with nothing half-recorded, and the context stays usable.
 #[test]
 fn mappings_in_the_way_of_live_replays_and_indirect_counts() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let n = 64;
         let a = ctx.enqueue_create_buffer::<u32>(n).unwrap();
@@ -1231,7 +1199,7 @@ fn mappings_in_the_way_of_live_replays_and_indirect_counts() {
 /// writing through its mapping while the other's dispatches run.
 #[test]
 fn mapping_futures_on_views_from_two_threads() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let align = ctx.limits().min_storage_buffer_offset_alignment.max(4) as usize / 4;
         let half = 64 * align.max(1);
@@ -1447,7 +1415,7 @@ fn an_indirect_kernel_without_bindings_and_an_empty_graph() {
     const COUNTER: &str = "#version 450\nlayout(local_size_x = 1) in;\n\
         layout(std430, binding = 0) buffer C { uint invocations; };\n\
         void main() { atomicAdd(invocations, 1u); }\n";
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let nothing = Kernel::from_glsl(ctx, NOTHING, "main").unwrap();
         let counter = Kernel::from_glsl(ctx, COUNTER, "main").unwrap();
         let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
@@ -1845,7 +1813,7 @@ fn operations_on_a_buffer_mapped_by_the_same_thread_never_hang() {
             }
         })
     };
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let buf = ctx.enqueue_create_buffer::<u32>(1024).unwrap();
         buf.enqueue_fill(2).unwrap();
@@ -1997,7 +1965,7 @@ fn a_trace_written_from_four_threads_is_valid() {
 /// with substitutes at byte offsets that are not multiples of the size.
 #[test]
 fn live_fills_of_wide_elements_at_offsets_below_their_size() {
-    each_context(|ctx, what| {
+    on_each_context(|ctx, what| {
         fn case<T: bytemuck::Pod + PartialEq + std::fmt::Debug>(
             ctx: &DeviceContext,
             what: &str,

@@ -84,6 +84,46 @@ pub fn on_each_descriptor_path(test: impl Fn(&DeviceContext)) {
     }
 }
 
+/// Runs `test` on both descriptor paths on both memory paths, each on a
+/// fresh validated context; `test` gets a description of the context.
+pub fn on_each_context(mut test: impl FnMut(&DeviceContext, &str)) {
+    for push in [true, false] {
+        for path in PATHS {
+            let what = format!("push descriptors {push}, {path:?}");
+            run_with(options(path).push_descriptors(push), &what, |ctx| {
+                test(ctx, &what)
+            });
+        }
+    }
+}
+
+/// Polls `f` to completion on this thread, parking until its waker wakes
+/// it (at most 5 s at a time; the future must resolve within 60 s).
+/// Returns the output and how many polls it took.
+pub fn block_on<F: std::future::Future>(f: F) -> (F::Output, usize) {
+    use std::task::{Context, Poll, Wake, Waker};
+    use std::time::{Duration, Instant};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut polls = 0;
+    loop {
+        polls += 1;
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return (v, polls);
+        }
+        std::thread::park_timeout(Duration::from_secs(5));
+        assert!(Instant::now() < deadline, "never resolved");
+    }
+}
+
 /// A fresh directory under the system's temporary directory, removed
 /// when dropped.
 pub struct TempDir(pub std::path::PathBuf);
