@@ -221,13 +221,7 @@ macro_rules! typed_buffer {
             /// This buffer as a kernel argument (bound as a storage buffer),
             /// for [`DeviceContext::enqueue_function`](crate::DeviceContext::enqueue_function).
             pub fn arg(&self) -> $crate::KernelArg<'_> {
-                $crate::KernelArg {
-                    view: &self.view,
-                    element_size: std::mem::size_of::<T>(),
-                    type_name: Self::type_name,
-                    element: std::any::type_name::<T>,
-                    reinterpret: false,
-                }
+                self.kernel_arg(false)
             }
 
             /// The buffer as a kernel argument whose element type may
@@ -236,10 +230,17 @@ macro_rules! typed_buffer {
             /// [`arg`](Self::arg) refuses such a binding. Element sizes are
             /// checked either way.
             pub fn arg_reinterpret(&self) -> $crate::KernelArg<'_> {
-                $crate::KernelArg {
-                    reinterpret: true,
-                    ..self.arg()
-                }
+                self.kernel_arg(true)
+            }
+
+            fn kernel_arg(&self, reinterpret: bool) -> $crate::KernelArg<'_> {
+                $crate::KernelArg::buffer($crate::kernel::BufferArg {
+                    view: &self.view,
+                    element_size: std::mem::size_of::<T>(),
+                    type_name: Self::type_name,
+                    element: std::any::type_name::<T>,
+                    reinterpret,
+                })
             }
 
             /// The `VkBuffer`, byte offset and byte size behind this buffer,

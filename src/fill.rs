@@ -190,7 +190,7 @@ fn build_fill_pipeline(device: &Device) -> Result<ComputePipeline> {
         device,
         crate::shaders::FILL,
         c"main",
-        vec![(0, vk::DescriptorType::STORAGE_BUFFER)],
+        vec![(0, vk::DescriptorType::STORAGE_BUFFER, 1)],
         std::mem::size_of::<FillParams>() as u32,
         None,
     )

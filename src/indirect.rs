@@ -61,8 +61,8 @@ impl IndirectSteps {
                 crate::shaders::CLAMP_GROUPS,
                 c"main",
                 vec![
-                    (0, vk::DescriptorType::STORAGE_BUFFER),
-                    (1, vk::DescriptorType::STORAGE_BUFFER),
+                    (0, vk::DescriptorType::STORAGE_BUFFER, 1),
+                    (1, vk::DescriptorType::STORAGE_BUFFER, 1),
                 ],
                 std::mem::size_of::<ClampParams>() as u32,
                 None,

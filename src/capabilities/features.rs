@@ -114,6 +114,13 @@ features! {
     ShaderInt64 = field("shaderInt64", |s| &mut s.v10.shader_int64);
     ShaderFloat64 = field("shaderFloat64", |s| &mut s.v10.shader_float64);
     ShaderInt16 = field("shaderInt16", |s| &mut s.v10.shader_int16);
+    /// Arrays of buffers indexed by dynamically uniform values.
+    ShaderStorageBufferArrayDynamicIndexing = field("shaderStorageBufferArrayDynamicIndexing", |s| {
+        &mut s.v10.shader_storage_buffer_array_dynamic_indexing
+    });
+    ShaderUniformBufferArrayDynamicIndexing = field("shaderUniformBufferArrayDynamicIndexing", |s| {
+        &mut s.v10.shader_uniform_buffer_array_dynamic_indexing
+    });
     StorageBuffer16Bit = field("storageBuffer16BitAccess", |s| {
         &mut s.v11.storage_buffer16_bit_access
     });
@@ -139,6 +146,14 @@ features! {
     BufferDeviceAddress = field("bufferDeviceAddress", |s| &mut s.v12.buffer_device_address);
     HostQueryReset = field("hostQueryReset", |s| &mut s.v12.host_query_reset);
     ScalarBlockLayout = field("scalarBlockLayout", |s| &mut s.v12.scalar_block_layout);
+    /// Arrays of buffers indexed by values that differ between invocations
+    /// (GLSL `nonuniformEXT`).
+    ShaderStorageBufferArrayNonUniformIndexing = field("shaderStorageBufferArrayNonUniformIndexing", |s| {
+        &mut s.v12.shader_storage_buffer_array_non_uniform_indexing
+    });
+    ShaderUniformBufferArrayNonUniformIndexing = field("shaderUniformBufferArrayNonUniformIndexing", |s| {
+        &mut s.v12.shader_uniform_buffer_array_non_uniform_indexing
+    });
     ShaderBufferInt64Atomics = field("shaderBufferInt64Atomics", |s| {
         &mut s.v12.shader_buffer_int64_atomics
     });

@@ -332,8 +332,8 @@ impl GraphBuilder<'_> {
         let args = checked
             .accesses
             .iter()
-            .zip(args)
-            .map(|(a, arg)| (arg.view.clone(), a.write))
+            .zip(&checked.views)
+            .map(|(a, view)| (View::clone(view), a.write))
             .collect();
         self.ops.push(Op::Dispatch {
             id: self.dispatches,

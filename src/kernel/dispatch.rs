@@ -8,7 +8,7 @@ use ash::vk;
 use bytemuck::Pod;
 use smallvec::SmallVec;
 
-use super::{Grid, Kernel, KernelArg, KernelPipeline};
+use super::{ArgKind, BufferArg, Grid, Kernel, KernelArg, KernelPipeline};
 use crate::capabilities::Feature;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
@@ -24,6 +24,8 @@ pub(crate) struct CheckedDispatch<'a> {
     pub(crate) kernel: &'a Arc<KernelPipeline>,
     pub(crate) accesses: SmallVec<[BufferAccess<'a>; 8]>,
     pub(crate) infos: SmallVec<[vk::DescriptorBufferInfo; 8]>,
+    /// The view behind each of `infos`.
+    pub(crate) views: SmallVec<[&'a View; 8]>,
     pub(crate) push: SmallVec<[u8; 128]>,
     pub(crate) grid: [u32; 3],
 }
@@ -49,18 +51,29 @@ pub(crate) fn write_extent(device: &Device, view: &View) -> (u64, u64) {
 
 /// How an argument is named in errors: its buffer's label and type, else
 /// its type.
-fn arg_name(arg: &KernelArg<'_>) -> String {
+fn arg_name(arg: &BufferArg<'_>) -> String {
     match arg.view.memory.label() {
         Some(label) => format!("`{label}` ({})", (arg.type_name)()),
         None => (arg.type_name)(),
     }
 }
 
+/// Every buffer of `args`, arrays and nested arrays opened.
+fn flatten_any<'a>(args: &[KernelArg<'a>]) -> impl Iterator<Item = &'a View> {
+    let mut stack: Vec<KernelArg<'a>> = args.iter().rev().copied().collect();
+    std::iter::from_fn(move || loop {
+        match stack.pop()?.kind {
+            ArgKind::Buffer(b) => return Some(b.view),
+            ArgKind::Array(elements) => stack.extend(elements.iter().rev().copied()),
+        }
+    })
+}
+
 /// Refuses a buffer of numbers whose element type is not the one the
 /// binding declares (a `u32` buffer for a `float[]`), unless it was passed
 /// with `arg_reinterpret`.
 fn check_element_type(
-    arg: &KernelArg<'_>,
+    arg: &BufferArg<'_>,
     binding: &crate::reflect::BindingInfo,
 ) -> Result<(), String> {
     if arg.reinterpret {
@@ -92,30 +105,115 @@ fn check_element_type(
     ))
 }
 
-/// Refuses two arguments whose byte ranges overlap in one buffer where the
-/// kernel writes at least one of their bindings.
-fn check_aliasing(k: &KernelPipeline, label: &str, args: &[KernelArg<'_>]) -> Result<()> {
-    let bindings = &k.interface.bindings;
-    let range = |arg: &KernelArg<'_>| arg.view.offset..arg.view.offset + arg.view.bytes;
-    for (first, (a, a_binding)) in args.iter().zip(bindings).enumerate() {
-        for (second, (b, b_binding)) in args.iter().zip(bindings).enumerate().skip(first + 1) {
-            if a_binding.read_only && b_binding.read_only {
+/// One buffer a dispatch binds: argument `index` (element `element` of
+/// it, where the argument is an array of buffers) at `binding`.
+struct Bound<'a> {
+    index: usize,
+    element: Option<usize>,
+    arg: BufferArg<'a>,
+    binding: &'a crate::reflect::BindingInfo,
+}
+
+impl Bound<'_> {
+    /// How errors name it: "argument 2" or "element 1 of argument 2".
+    fn position(&self) -> String {
+        match self.element {
+            Some(e) => format!("element {e} of argument {}", self.index),
+            None => format!("argument {}", self.index),
+        }
+    }
+}
+
+/// Every buffer `args` bind, in descriptor order: an array argument gives
+/// one per element. Refuses an array where the binding takes one buffer,
+/// one buffer where it takes an array, and an array of the wrong length.
+fn flatten<'a>(
+    label: &str,
+    bindings: &'a [crate::reflect::BindingInfo],
+    args: &[KernelArg<'a>],
+) -> Result<SmallVec<[Bound<'a>; 8]>> {
+    let mut out = SmallVec::with_capacity(args.len());
+    for (index, (arg, binding)) in args.iter().zip(bindings).enumerate() {
+        let bad = |reason: String| Error::Argument {
+            kernel: label.to_string(),
+            index,
+            binding: binding.binding,
+            reason,
+        };
+        let wanted = binding.array_len.unwrap_or(1) as usize;
+        match (arg.kind, binding.array_len) {
+            (ArgKind::Buffer(arg), None) => out.push(Bound {
+                index,
+                element: None,
+                arg,
+                binding,
+            }),
+            (ArgKind::Buffer(_), Some(n)) => {
+                return Err(bad(format!(
+                    "the binding is an array of {n} buffers; pass `KernelArg::array` of {n} \
+                     buffers"
+                )))
+            }
+            (ArgKind::Array(elements), _) if elements.len() != wanted => {
+                return Err(bad(format!(
+                    "an array of {} buffers was given but the binding takes {}",
+                    elements.len(),
+                    match binding.array_len {
+                        Some(n) => format!("an array of {n}"),
+                        None => "one buffer (or an array of one)".into(),
+                    }
+                )))
+            }
+            (ArgKind::Array(elements), _) => {
+                for (element, e) in elements.iter().enumerate() {
+                    let ArgKind::Buffer(arg) = e.kind else {
+                        return Err(bad(format!(
+                            "element {element} is itself an array; an array argument holds \
+                             buffers"
+                        )));
+                    };
+                    out.push(Bound {
+                        index,
+                        element: Some(element),
+                        arg,
+                        binding,
+                    });
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses two bound buffers whose byte ranges overlap in one buffer where
+/// the kernel writes at least one of their bindings.
+fn check_aliasing(label: &str, bound: &[Bound<'_>]) -> Result<()> {
+    let range = |b: &Bound<'_>| b.arg.view.offset..b.arg.view.offset + b.arg.view.bytes;
+    for (first, a) in bound.iter().enumerate() {
+        for b in &bound[first + 1..] {
+            let (a_read, b_read) = (a.binding.read_only, b.binding.read_only);
+            if a_read && b_read {
                 continue;
             }
             let (ra, rb) = (range(a), range(b));
-            if Arc::ptr_eq(&a.view.memory, &b.view.memory) && ra.start < rb.end && rb.start < ra.end
+            if Arc::ptr_eq(&a.arg.view.memory, &b.arg.view.memory)
+                && ra.start < rb.end
+                && rb.start < ra.end
             {
-                let written = match (a_binding.read_only, b_binding.read_only) {
+                let written = match (a_read, b_read) {
                     (false, false) => "both".to_string(),
-                    (false, true) => format!("argument {first}"),
-                    _ => format!("argument {second}"),
+                    (false, true) => a.position(),
+                    _ => b.position(),
                 };
                 return Err(Error::AliasedArguments {
                     kernel: label.to_string(),
-                    first,
-                    second,
+                    first: a.index,
+                    second: b.index,
                     detail: format!(
-                        "bytes {ra:?} and {rb:?} of one buffer, and the kernel writes {written}"
+                        "{} (bytes {ra:?}) and {} (bytes {rb:?}) share one buffer, and the \
+                         kernel writes {written}",
+                        a.position(),
+                        b.position()
                     ),
                 });
             }
@@ -313,15 +411,21 @@ impl DeviceContext {
                 });
             }
         }
-        check_aliasing(k, &kernel.label, args)?;
-        let mut accesses = SmallVec::with_capacity(args.len() + addressed.len());
-        let mut infos = SmallVec::with_capacity(args.len());
-        for (index, (arg, binding)) in args.iter().zip(bindings).enumerate() {
+        let bound = flatten(&kernel.label, bindings, args)?;
+        check_aliasing(&kernel.label, &bound)?;
+        let mut accesses = SmallVec::with_capacity(bound.len() + addressed.len());
+        let mut infos = SmallVec::with_capacity(bound.len());
+        let mut views = SmallVec::with_capacity(bound.len());
+        for each in &bound {
+            let (arg, binding) = (&each.arg, each.binding);
             let bad = |reason: String| Error::Argument {
                 kernel: name(),
-                index,
+                index: each.index,
                 binding: binding.binding,
-                reason,
+                reason: match each.element {
+                    Some(e) => format!("element {e}: {reason}"),
+                    None => reason,
+                },
             };
             let view = arg.view;
             if view.bytes == 0 {
@@ -405,11 +509,15 @@ impl DeviceContext {
                 offset: view.offset,
                 range: view.bytes,
             });
+            views.push(view);
         }
-        accesses.extend(addressed.iter().map(|arg| BufferAccess {
-            memory: &arg.view.memory,
-            offset: arg.view.offset,
-            len: arg.view.bytes,
+        // The buffers reached through addresses (every element of an
+        // array argument among them).
+        let listed = flatten_any(addressed);
+        accesses.extend(listed.map(|view| BufferAccess {
+            memory: &view.memory,
+            offset: view.offset,
+            len: view.bytes,
             write: true,
         }));
         let mut push = SmallVec::from_slice(push_bytes);
@@ -418,6 +526,7 @@ impl DeviceContext {
             kernel: k,
             accesses,
             infos,
+            views,
             push,
             grid,
         })

@@ -11,13 +11,14 @@ use super::cache::{self, Load};
 use super::{Kernel, KernelPipeline};
 use crate::bounds;
 use crate::capabilities;
+use crate::capabilities::Feature;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
-use crate::reflect::{self, BindingKind};
+use crate::reflect::{self, BindingInfo, BindingKind};
 use crate::spirv_check;
 use crate::spirv_rules;
 use crate::spirv_words;
-use crate::vk::pipeline::ComputePipeline;
+use crate::vk::pipeline::{ComputePipeline, DESCRIPTORS_PER_POOL};
 use crate::vk::Device;
 
 /// Checks that `device` can run a kernel of workgroup `local_size` with
@@ -227,6 +228,7 @@ fn build(
     }
     check_workgroup_memory(&prepared.workgroup, limits.max_compute_shared_memory_size)
         .map_err(unsupported)?;
+    check_descriptor_counts(device, &reflected.bindings).map_err(unsupported)?;
     if reflected.push_size > limits.max_push_constants_size {
         return Err(unsupported(format!(
             "{} bytes of push constants exceed the device's maxPushConstantsSize of {}",
@@ -247,7 +249,7 @@ fn build(
                     BindingKind::StorageBuffer => vk::DescriptorType::STORAGE_BUFFER,
                     BindingKind::UniformBuffer => vk::DescriptorType::UNIFORM_BUFFER,
                 };
-                (b.binding, ty)
+                (b.binding, ty, b.array_len.unwrap_or(1))
             })
             .collect(),
         reflected.push_size.next_multiple_of(4),
@@ -308,6 +310,87 @@ fn check_workgroup_memory(used: &[bounds::WorkgroupVariable], limit: u32) -> Res
             None => "has no size that".to_string(),
         }
     ))
+}
+
+/// Checks that the buffers `bindings` declare fit the device's descriptor
+/// limits (per stage, per set, and the descriptor pools vkcompute makes),
+/// and that a device binding an array of buffers can index it
+/// (`shader*BufferArrayDynamicIndexing`; the bounds pass clamps every
+/// index into such an array, which makes even a constant index dynamic).
+fn check_descriptor_counts(device: &Device, bindings: &[BindingInfo]) -> Result<(), String> {
+    let limits = device.limits();
+    let count = |kind: BindingKind| -> u64 {
+        bindings
+            .iter()
+            .filter(|b| b.kind == kind)
+            .map(|b| u64::from(b.array_len.unwrap_or(1)))
+            .sum()
+    };
+    let kinds = [
+        (
+            BindingKind::StorageBuffer,
+            "storage",
+            limits.max_per_stage_descriptor_storage_buffers,
+            "maxPerStageDescriptorStorageBuffers",
+            limits.max_descriptor_set_storage_buffers,
+            "maxDescriptorSetStorageBuffers",
+            Feature::ShaderStorageBufferArrayDynamicIndexing,
+        ),
+        (
+            BindingKind::UniformBuffer,
+            "uniform",
+            limits.max_per_stage_descriptor_uniform_buffers,
+            "maxPerStageDescriptorUniformBuffers",
+            limits.max_descriptor_set_uniform_buffers,
+            "maxDescriptorSetUniformBuffers",
+            Feature::ShaderUniformBufferArrayDynamicIndexing,
+        ),
+    ];
+    for (kind, what, stage, stage_name, set, set_name, indexing) in kinds {
+        let n = count(kind);
+        let (limit, name) = [
+            (u64::from(stage), stage_name),
+            (u64::from(set), set_name),
+            (
+                u64::from(DESCRIPTORS_PER_POOL),
+                "the 2048 of one kind vkcompute binds",
+            ),
+        ]
+        .into_iter()
+        .min_by_key(|(l, _)| *l)
+        .unwrap_or((0, stage_name));
+        if n > limit {
+            return Err(format!(
+                "it binds {n} {what} buffers, more than the device's {name} ({limit})"
+            ));
+        }
+        let arrays = bindings
+            .iter()
+            .any(|b| b.kind == kind && b.array_len.is_some());
+        if arrays && !device.capabilities.has(indexing) {
+            return Err(format!(
+                "it declares an array of {what} buffers, which needs the device feature {} \
+                 (its indices are clamped into range, so they are dynamic); `{}` lacks it",
+                indexing.name(),
+                device.name()
+            ));
+        }
+    }
+    let total = count(BindingKind::StorageBuffer) + count(BindingKind::UniformBuffer);
+    for (limit, name) in [
+        (limits.max_per_stage_resources, "maxPerStageResources"),
+        (
+            device.adapter.max_per_set_descriptors,
+            "maxPerSetDescriptors",
+        ),
+    ] {
+        if total > u64::from(limit) {
+            return Err(format!(
+                "it binds {total} buffers, more than the device's {name} ({limit})"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// SPIR-V words from bytes, in either byte order.

@@ -101,9 +101,24 @@ impl From<[u32; 3]> for Grid {
     }
 }
 
-/// A buffer (or view) passed to a kernel: made by `DeviceBuffer::arg`.
+/// A buffer (or view) passed to a kernel, made by `DeviceBuffer::arg`, or
+/// several buffers passed to one binding that declares an array of
+/// buffers, made by [`KernelArg::array`].
 #[derive(Clone, Copy)]
 pub struct KernelArg<'a> {
+    pub(crate) kind: ArgKind<'a>,
+}
+
+/// What a [`KernelArg`] holds.
+#[derive(Clone, Copy)]
+pub(crate) enum ArgKind<'a> {
+    Buffer(BufferArg<'a>),
+    Array(&'a [KernelArg<'a>]),
+}
+
+/// One buffer (or view) as a kernel argument.
+#[derive(Clone, Copy)]
+pub(crate) struct BufferArg<'a> {
     pub(crate) view: &'a View,
     pub(crate) element_size: usize,
     pub(crate) type_name: fn() -> String,
@@ -111,6 +126,41 @@ pub struct KernelArg<'a> {
     pub(crate) element: fn() -> &'static str,
     /// Made by `arg_reinterpret`: no element type check.
     pub(crate) reinterpret: bool,
+}
+
+impl<'a> KernelArg<'a> {
+    /// One buffer as an argument (what `arg` and `arg_reinterpret` make).
+    pub(crate) fn buffer(arg: BufferArg<'a>) -> Self {
+        KernelArg {
+            kind: ArgKind::Buffer(arg),
+        }
+    }
+
+    /// Several buffers (or views) as one argument, for a binding that
+    /// declares an array of buffers (GLSL `buffer B { float d[]; } bufs[4];`):
+    /// element `i` binds to `bufs[i]`. The array must have exactly the
+    /// binding's length ([`BindingInfo::array_len`]), and each element is
+    /// checked as a single argument is (element type and size, offset
+    /// alignment, range, device), and for overlap with every other buffer
+    /// the kernel writes. The elements may have different element types
+    /// where the kernel's block allows it, and need not be distinct buffers
+    /// where the kernel only reads them.
+    ///
+    /// ```
+    /// # fn main() -> vkcompute::Result<()> {
+    /// # let ctx = vkcompute::DeviceContext::new()?;
+    /// let a = ctx.enqueue_create_buffer::<f32>(16)?;
+    /// let b = ctx.enqueue_create_buffer::<f32>(16)?;
+    /// let parts = [a.arg(), b.arg()];
+    /// let arg = vkcompute::KernelArg::array(&parts);
+    /// # let _ = arg;
+    /// # Ok(()) }
+    /// ```
+    pub fn array(elements: &'a [KernelArg<'a>]) -> Self {
+        KernelArg {
+            kind: ArgKind::Array(elements),
+        }
+    }
 }
 
 /// The pipeline and interface behind a [`Kernel`], shared by every kernel
@@ -139,13 +189,19 @@ impl KernelPipeline {
         &self.pipeline
     }
 
-    /// Whether argument `index` binds a uniform buffer (which must start
+    /// Whether descriptor `index` (counting each element of an array of
+    /// buffers, in binding order) binds a uniform buffer (which must start
     /// at a multiple of `minUniformBufferOffsetAlignment`).
     pub(crate) fn binds_uniform(&self, index: usize) -> bool {
-        self.interface
-            .bindings
-            .get(index)
-            .is_some_and(|b| b.kind == crate::reflect::BindingKind::UniformBuffer)
+        let mut first = 0;
+        for b in &self.interface.bindings {
+            let end = first + b.array_len.unwrap_or(1) as usize;
+            if index < end {
+                return b.kind == crate::reflect::BindingKind::UniformBuffer;
+            }
+            first = end;
+        }
+        false
     }
 }
 

@@ -46,6 +46,11 @@ pub enum BindingKind {
 pub struct BindingInfo {
     /// The binding number (in descriptor set 0).
     pub binding: u32,
+    /// For a binding that declares an array of `n` buffers (GLSL
+    /// `buffer B { float d[]; } bufs[n];`, `n` of 2 or more), `Some(n)`: it
+    /// takes a [`KernelArg::array`](crate::KernelArg::array) of `n` buffers.
+    /// `None` for one buffer (an array of one buffer is one buffer).
+    pub array_len: Option<u32>,
     /// A storage or a uniform buffer.
     pub kind: BindingKind,
     /// For a uniform buffer, the bytes its block spans: a buffer bound
@@ -192,11 +197,14 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                         desc_bind.bind()
                     ));
                 }
-                if *nbind != 1 {
+                if *nbind == 0 {
                     return Err(format!(
-                        "`{what}` is an array of {nbind} buffers: bind one buffer per binding"
+                        "`{what}` is an array of buffers without a constant length (a runtime-sized \
+                         array): vkcompute binds arrays of buffers of a constant length (declare \
+                         `{what}[N]`)"
                     ));
                 }
+                let array_len = (*nbind > 1).then_some(*nbind);
                 let alias = BindingAlias {
                     name: name.clone(),
                     read_only: access == AccessType::ReadOnly,
@@ -213,12 +221,21 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                             b.binding
                         ))
                     }
+                    Some(b) if b.array_len != array_len => {
+                        return Err(format!(
+                            "binding {} is declared as arrays of different lengths ({} and {})",
+                            b.binding,
+                            b.array_len.unwrap_or(1),
+                            array_len.unwrap_or(1)
+                        ))
+                    }
                     Some(b) => {
                         b.uniform_size = b.uniform_size.max(uniform_size);
                         b.aliases.push(alias)
                     }
                     None => bindings.push(BindingInfo {
                         binding: desc_bind.bind(),
+                        array_len,
                         kind,
                         uniform_size,
                         name: name.clone(),

@@ -42,6 +42,12 @@ pub(crate) struct Adapter {
     /// `minImportedHostPointerAlignment` (`VK_EXT_external_memory_host`),
     /// 0 where the device lacks the extension.
     pub(crate) min_imported_host_pointer_alignment: u64,
+    /// `maxPushDescriptors` (`VK_KHR_push_descriptor`), 0 where the device
+    /// lacks the extension.
+    pub(crate) max_push_descriptors: u32,
+    /// `maxPerSetDescriptors` (Vulkan 1.1): a descriptor set layout with
+    /// more may fail to be created.
+    pub(crate) max_per_set_descriptors: u32,
 }
 
 impl Adapter {
@@ -85,11 +91,16 @@ impl Adapter {
         let mut ids = vk::PhysicalDeviceIDProperties::default();
         let mut host_import = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
         let has_host_import = has(ash::ext::external_memory_host::NAME);
+        let mut push_descriptor = vk::PhysicalDevicePushDescriptorPropertiesKHR::default();
+        let has_push_descriptor = has(ash::khr::push_descriptor::NAME);
         let mut props2 = vk::PhysicalDeviceProperties2::default()
             .push_next(&mut maintenance3)
             .push_next(&mut ids);
         if has_host_import {
             props2 = props2.push_next(&mut host_import);
+        }
+        if has_push_descriptor {
+            props2 = props2.push_next(&mut push_descriptor);
         }
         if new_enough {
             props2 = props2
@@ -224,6 +235,12 @@ impl Adapter {
             } else {
                 0
             },
+            max_push_descriptors: if has_push_descriptor {
+                push_descriptor.max_push_descriptors
+            } else {
+                0
+            },
+            max_per_set_descriptors: maintenance3.max_per_set_descriptors,
         })
     }
 

@@ -19,9 +19,14 @@ pub(crate) struct ComputePipeline {
     pub(crate) set_layout: vk::DescriptorSetLayout,
     pub(crate) layout: vk::PipelineLayout,
     pub(crate) pipeline: vk::Pipeline,
-    /// The binding numbers and descriptor types (storage or uniform
-    /// buffer), in the order arguments are given.
-    pub(crate) bindings: Vec<(u32, vk::DescriptorType)>,
+    /// The binding numbers, descriptor types (storage or uniform buffer)
+    /// and descriptor counts (buffers in the binding), in the order
+    /// arguments are given.
+    pub(crate) bindings: Vec<(u32, vk::DescriptorType, u32)>,
+    /// Whether its buffers bind through push descriptors: where the
+    /// device has them and the pipeline's descriptors fit in
+    /// `maxPushDescriptors` (else through descriptor sets).
+    pub(crate) pushes: bool,
     /// Bytes of push constants the shader declares.
     pub(crate) push_size: u32,
 }
@@ -33,7 +38,7 @@ impl ComputePipeline {
         device: &Device,
         spirv: &[u32],
         entry: &CStr,
-        bindings: Vec<(u32, vk::DescriptorType)>,
+        bindings: Vec<(u32, vk::DescriptorType, u32)>,
         push_size: u32,
         required_subgroup_size: Option<u32>,
     ) -> Result<Self> {
@@ -46,6 +51,8 @@ impl ComputePipeline {
             set_layout: vk::DescriptorSetLayout::null(),
             layout: vk::PipelineLayout::null(),
             pipeline: vk::Pipeline::null(),
+            pushes: device.push_descriptor.is_some()
+                && bindings.iter().map(|b| b.2).sum::<u32>() <= device.adapter.max_push_descriptors,
             bindings,
             push_size,
         };
@@ -72,15 +79,15 @@ impl ComputePipeline {
         let layout_bindings: Vec<_> = self
             .bindings
             .iter()
-            .map(|&(b, ty)| {
+            .map(|&(b, ty, count)| {
                 vk::DescriptorSetLayoutBinding::default()
                     .binding(b)
                     .descriptor_type(ty)
-                    .descriptor_count(1)
+                    .descriptor_count(count)
                     .stage_flags(vk::ShaderStageFlags::COMPUTE)
             })
             .collect();
-        let flags = if device.push_descriptor.is_some() {
+        let flags = if self.pushes {
             vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR
         } else {
             vk::DescriptorSetLayoutCreateFlags::empty()
@@ -153,7 +160,8 @@ pub(crate) struct DescriptorPool {
 }
 
 const SETS_PER_POOL: u32 = 256;
-const DESCRIPTORS_PER_POOL: u32 = 2048;
+/// Descriptors of each type in one pool: the most one kernel may bind.
+pub(crate) const DESCRIPTORS_PER_POOL: u32 = 2048;
 
 impl DescriptorPool {
     /// A new pool on `device`.
@@ -279,24 +287,32 @@ pub(crate) fn record_dispatch_into(
     push: &[u8],
     groups: Groups,
 ) -> Result<()> {
-    debug_assert_eq!(buffers.len(), pipeline.bindings.len());
+    debug_assert_eq!(
+        buffers.len(),
+        pipeline
+            .bindings
+            .iter()
+            .map(|b| b.2 as usize)
+            .sum::<usize>()
+    );
     let cmd = cmd.raw();
     let same_pipeline = bound.pipeline == pipeline.pipeline;
     let rebind_buffers = !same_pipeline || !same_buffers(&bound.buffers, buffers);
     let repush = !push.is_empty() && (!same_pipeline || bound.push[..] != *push);
-    let infos: smallvec::SmallVec<[[vk::DescriptorBufferInfo; 1]; 8]> =
-        buffers.iter().map(|b| [*b]).collect();
+    // Each binding takes the next `count` buffers (one write per binding).
     let writes = |set: vk::DescriptorSet| -> smallvec::SmallVec<[vk::WriteDescriptorSet<'_>; 8]> {
+        let mut rest = buffers;
         pipeline
             .bindings
             .iter()
-            .zip(&infos)
-            .map(|(&(binding, ty), info)| {
+            .map(|&(binding, ty, count)| {
+                let (these, after) = rest.split_at((count as usize).min(rest.len()));
+                rest = after;
                 vk::WriteDescriptorSet::default()
                     .dst_set(set)
                     .dst_binding(binding)
                     .descriptor_type(ty)
-                    .buffer_info(info)
+                    .buffer_info(these)
             })
             .collect()
     };
@@ -307,7 +323,7 @@ pub(crate) fn record_dispatch_into(
         // kept alive with the batch).
         unsafe { raw.cmd_bind_pipeline(cmd, bind, pipeline.pipeline) };
     }
-    match &device.push_descriptor {
+    match device.push_descriptor.as_ref().filter(|_| pipeline.pushes) {
         // A kernel without bindings needs no descriptors, and a push of
         // none is invalid (descriptorWriteCount must be at least 1).
         _ if pipeline.bindings.is_empty() || !rebind_buffers => {}
