@@ -220,7 +220,7 @@ impl Stream {
     /// device: records the timestamp before it (after the copy being
     /// merged, which is not part of it), and returns its index for
     /// [`end_timed`](Self::end_timed).
-    pub(crate) fn begin_timed(&mut self) -> Option<usize> {
+    pub(crate) fn begin_timed(&mut self) -> Option<(u64, usize)> {
         let (Some(t), Some(batch)) = (&self.trace, &self.batch) else {
             return None;
         };
@@ -230,18 +230,24 @@ impl Stream {
         }
         self.recorder.emit_copy(&self.device);
         t.begin_command(batch.cmd, batch.value, index);
-        Some(index)
+        Some((batch.value, index))
     }
 
     /// Records the timestamp after the command that
     /// [`begin_timed`](Self::begin_timed) started (its copy recorded
     /// first: a traced stream merges no copies across commands), labelled
     /// `label` in the trace.
-    pub(crate) fn end_timed(&mut self, index: Option<usize>, label: impl FnOnce() -> String) {
-        let (Some(index), Some(t), Some(batch)) = (index, &self.trace, &mut self.batch) else {
+    pub(crate) fn end_timed(
+        &mut self,
+        timed: Option<(u64, usize)>,
+        label: impl FnOnce() -> String,
+    ) {
+        let (Some((value, index)), Some(t), Some(batch)) = (timed, &self.trace, &mut self.batch)
+        else {
             return;
         };
-        if batch.timed.len() != index {
+        // Not where the command moved on to a new batch (`restart_batch`).
+        if batch.value != value || batch.timed.len() != index {
             return;
         }
         self.recorder.emit_copy(&self.device);
@@ -330,6 +336,18 @@ impl Stream {
             timed: Vec::new(),
         });
         Ok(())
+    }
+
+    /// Submits the open batch, waits (with the stream locked) until every
+    /// submitted batch has completed, gives back what they held, and opens
+    /// a new batch: for a command of several parts that ran out of memory
+    /// part-way, before it tries the rest again. Waits of other streams
+    /// the old batch had are behind it, as it has completed.
+    pub(crate) fn restart_batch(&mut self) -> Result<()> {
+        self.flush()?;
+        self.timeline.wait_submitted(self.timeline.submitted())?;
+        self.reclaim()?;
+        self.begin_batch()
     }
 
     /// Submits the open batch, if any, signalling its timeline value.

@@ -90,28 +90,43 @@ pub(crate) fn upload_held(
     for (i, (start, piece)) in pieces(bytes.len()).enumerate() {
         let chunk = &bytes[start..start + piece];
         let start = start as u64;
-        if i > 0 {
-            // Submit the chunk staged before, so that the device copies
-            // it while the host stages this one.
-            handle.flush()?;
-        }
-        let access = BufferAccess {
-            memory: dst,
-            offset: offset + start,
-            len: chunk.len() as u64,
-            write: true,
-        };
-        crate::record::record_held(handle, op, &[access], Some(dst), |stream| {
-            let slice = stream.stage_upload(chunk.len() as u64)?;
-            // No device work uses the slice yet.
-            slice.mapped.write(chunk);
-            let region = vk::BufferCopy {
-                src_offset: slice.offset,
-                dst_offset: offset + start,
-                size: chunk.len() as u64,
+        let stage = || -> Result<()> {
+            if i > 0 {
+                // Submit the chunk staged before, so that the device
+                // copies it while the host stages this one.
+                handle.flush()?;
+            }
+            let access = BufferAccess {
+                memory: dst,
+                offset: offset + start,
+                len: chunk.len() as u64,
+                write: true,
             };
-            Ok((Command::copy(slice.buffer, dst.handle(), region), ()))
-        })?;
+            crate::record::record_held(handle, op, &[access], Some(dst), |stream| {
+                let slice = stream.stage_upload(chunk.len() as u64)?;
+                // No device work uses the slice yet.
+                slice.mapped.write(chunk);
+                let region = vk::BufferCopy {
+                    src_offset: slice.offset,
+                    dst_offset: offset + start,
+                    size: chunk.len() as u64,
+                };
+                Ok((Command::copy(slice.buffer, dst.handle(), region), ()))
+            })
+        };
+        match stage() {
+            // A piece after the first found no memory (a command buffer,
+            // staging): earlier pieces are on their way, so failing now
+            // would leave the range half written. Once the work in flight
+            // is done, which gives back what it holds, the piece is tried
+            // once more.
+            Err(Error::OutOfMemory { .. }) if i > 0 => {
+                log::debug!("{op}: piece {i} found no memory; retrying once the device is idle");
+                handle.synchronize()?;
+                stage()?;
+            }
+            other => other?,
+        }
     }
     Ok(())
 }

@@ -1574,7 +1574,9 @@ fn traced_streams_dropped_with_work_in_flight() {
 /// the buffer's next operation), nothing hangs, and the buffer and the
 /// context stay usable.
 ///
-/// FINDING (fails on the Staging path; the failing nth varies with timing,
+/// Was a FINDING, fixed (a piece after the first that finds no memory is
+/// tried once more once the device is idle, `transfer::upload_held`).
+/// It failed on the Staging path (the failing nth varies with timing,
 /// hence three passes): a write-back of more than
 /// one TRANSFER_CHUNK (8 MiB) that fails after its first piece (here
 /// vkBeginCommandBuffer of the batch after the flush between pieces in
@@ -1584,7 +1586,6 @@ fn traced_streams_dropped_with_work_in_flight() {
 /// buffer's next operation, which cannot tell the caller what was written.
 #[cfg(feature = "fault-injection")]
 #[test]
-#[ignore = "known bug, open: a write-back or upload in pieces that fails after its first piece leaves the buffer half written (transfer::upload_held records piece by piece)"]
 fn faults_in_staged_mapping_futures_and_their_write_back() {
     for path in [Path::Staging, Path::Direct] {
         let ctx = context_with(options(path));
@@ -1645,8 +1646,10 @@ fn faults_in_staged_mapping_futures_and_their_write_back() {
 /// dispatch's descriptor set, pooled descriptors) after a segment before
 /// it was recorded: is the error all-or-nothing?
 ///
-/// FINDING (fails, push_descriptors(false), second loop once the split is
-/// kept): `enqueue_graph_with` returns `Err(OutOfMemory
+/// Was a FINDING, fixed (a piece after the first that runs out of memory
+/// is recorded again in a new batch once the device is idle,
+/// `Stream::restart_batch`). It failed with push_descriptors(false), in
+/// the second loop once the split is kept: `enqueue_graph_with` returned `Err(OutOfMemory
 /// "vkAllocateDescriptorSets")` yet part of the graph runs: x,y,z =
 /// [2,1,2] where [1,1,2] was expected (segment 0 ran, live op 1 did not),
 /// then [3,2,3] (segments and the first live op ran, the second live
@@ -1662,7 +1665,6 @@ fn faults_in_staged_mapping_futures_and_their_write_back() {
 /// precedes every live piece: see the next test, which passes).
 #[cfg(feature = "fault-injection")]
 #[test]
-#[ignore = "known bug, open: a parameterized replay whose descriptor allocation fails after its first piece still runs that piece (graph::params::enqueue_with records piece by piece)"]
 fn a_live_replay_that_fails_part_way_is_all_or_nothing() {
     for push in [false, true] {
         let ctx = context_with(options(Path::Direct).push_descriptors(push));
@@ -1725,11 +1727,13 @@ fn a_live_replay_that_fails_part_way_is_all_or_nothing() {
     }
 }
 
-/// After a parameterized replay fails part-way (see the test above), the
-/// pieces it recorded stay in the batch, but the replay's uses were never
-/// noted in the stream's recorder (`sink.stream.note(hazards)` is skipped
-/// by the `?`): the next command on what a recorded segment wrote may get
-/// no barrier. Sync validation and the copied values tell.
+/// After a parameterized replay fails part-way with memory exhausted for
+/// good (the retry of the test above fails too), the pieces it recorded
+/// stay in the batch, but the replay's uses are not noted in the stream's
+/// recorder (`sink.stream.note(hazards)` is skipped by the `?`): the next
+/// command on what a recorded segment wrote must still get a barrier (the
+/// failed replay records a full one). Sync validation and the copied
+/// values tell.
 #[cfg(feature = "fault-injection")]
 #[test]
 fn the_command_after_a_failed_live_replay_is_ordered_after_its_pieces() {
@@ -1757,7 +1761,7 @@ fn the_command_after_a_failed_live_replay_is_ordered_after_its_pieces() {
     for nth in 1..6u64 {
         // An open batch first, so the failing replay is recorded into it.
         y.enqueue_fill(0).unwrap();
-        vkcompute::testing::fail_allocation(&ctx, nth);
+        vkcompute::testing::fail_allocations_from(&ctx, nth);
         let r = ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &64u32));
         vkcompute::testing::fail_allocation(&ctx, 0);
         if r.is_err() {

@@ -231,26 +231,58 @@ pub(super) fn enqueue_with(
             stream,
             commands: 0,
         };
-        for (i, piece) in split.pieces.iter().enumerate() {
-            if i > 0 {
-                sink.stream.barrier();
-            }
+        let record_piece = |sink: &mut StreamSink<'_>, piece: &Piece| -> Result<()> {
             match piece {
                 Piece::Segment(commands) => {
                     // The batch keeps the commands (see
                     // `record::Commands`).
                     sink.stream.keep_alive(commands.clone());
-                    sink.stream.record(&[], Command::Execute(commands.cmd))?;
+                    sink.stream.record(&[], Command::Execute(commands.cmd))
                 }
                 Piece::Live(index) => {
                     let op = &inner.ops[*index];
                     if let Some(keep) = op.keeps() {
                         sink.stream.keep_alive(keep);
                     }
-                    record_op(device, &mut sink, op, &subst)?;
+                    record_op(device, sink, op, &subst)
                 }
             }
+        };
+        let mut pieces = || -> Result<()> {
+            for (i, piece) in split.pieces.iter().enumerate() {
+                if i > 0 {
+                    sink.stream.barrier();
+                }
+                match record_piece(&mut sink, piece) {
+                    // Out of memory (descriptor sets, say) after earlier
+                    // pieces were recorded: failing now would run part of the
+                    // replay. Once the device is idle, which gives back what
+                    // completed batches hold, the piece is tried once more in
+                    // a new batch (a guard recorded before the failure only
+                    // clamps counts again).
+                    Err(Error::OutOfMemory { .. }) if i > 0 => {
+                        log::debug!("{op}: piece {i} of a replay found no memory; retrying");
+                        sink.stream.restart_batch()?;
+                        // The rest is in a later batch: its buffers are in use
+                        // until that one completes.
+                        let value = sink.stream.pending_value();
+                        for a in &accesses {
+                            a.memory.note_device_use(op, &ctx.stream, value, a.write)?;
+                        }
+                        record_piece(&mut sink, piece)?;
+                    }
+                    other => other?,
+                }
+            }
+            Ok(())
+        };
+        let recorded = pieces();
+        if recorded.is_err() {
+            // Part of the replay may be recorded (and a piece may be half
+            // recorded): it is ordered before every later command.
+            sink.stream.barrier();
         }
+        recorded?;
         // Later commands are ordered against the replay as a whole.
         sink.stream.note(hazards);
         Ok(())
