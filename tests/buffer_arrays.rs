@@ -4,8 +4,11 @@
 //! into the array is clamped into range (an index past the end reaches the
 //! last element); a non-uniform index (`nonuniformEXT`) runs where the
 //! device offers `shaderStorageBufferArrayNonUniformIndexing` and is refused
-//! by name where not; an array larger than `maxPushDescriptors` binds
-//! through descriptor sets; graphs capture and substitute array elements.
+//! by name where not; a runtime-sized array (`ins[]`) binds as many
+//! buffers as a dispatch gives where the device offers
+//! `runtimeDescriptorArray`; an array larger than `maxPushDescriptors`
+//! binds through descriptor sets; graphs capture and substitute array
+//! elements.
 //! On both descriptor paths and both memory paths, under validation.
 #![allow(
     clippy::unwrap_used,
@@ -60,6 +63,23 @@ layout(push_constant) uniform P { uint n; } p;
 void main() {
     uint i = gl_GlobalInvocationID.x;
     if (i < p.n) o[i] = ins[nonuniformEXT(i % 4u)].d[i];
+}
+"#;
+
+/// `o[i] = sum of ins[k].d[i] for k < count, + 1000 * ins[pick].d[i]`
+/// over a runtime-sized array: as many buffers as the dispatch binds.
+const RUNTIME_SUM: &str = r#"#version 450
+#extension GL_EXT_nonuniform_qualifier : require
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer In { uint d[]; } ins[];
+layout(std430, binding = 1) buffer Out { uint o[]; };
+layout(push_constant) uniform P { uint n; uint count; uint pick; } p;
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i >= p.n) return;
+    uint s = 0u;
+    for (uint k = 0u; k < p.count; k++) s += ins[k].d[i];
+    o[i] = s + 1000u * ins[p.pick].d[i];
 }
 "#;
 
@@ -177,9 +197,8 @@ fn a_written_array_takes_writes_at_clamped_indices() {
     });
 }
 
-/// Whether the device offers `shaderStorageBufferArrayNonUniformIndexing`,
-/// read from the driver itself.
-fn offers_non_uniform(ctx: &DeviceContext) -> bool {
+/// The device's Vulkan 1.2 features, read from the driver itself.
+fn vulkan12_features(ctx: &DeviceContext) -> vk::PhysicalDeviceVulkan12Features<'static> {
     let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
     let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut v12);
     // SAFETY: a valid chain (Vulkan 1.2 structs, which every vkcompute
@@ -188,7 +207,158 @@ fn offers_non_uniform(ctx: &DeviceContext) -> bool {
         ctx.raw_instance()
             .get_physical_device_features2(ctx.raw_physical_device(), &mut features)
     };
-    v12.shader_storage_buffer_array_non_uniform_indexing == vk::TRUE
+    v12.p_next = std::ptr::null_mut();
+    v12
+}
+
+/// Whether the device offers `runtimeDescriptorArray`.
+fn offers_runtime_arrays(ctx: &DeviceContext) -> bool {
+    vulkan12_features(ctx).runtime_descriptor_array == vk::TRUE
+}
+
+/// Whether the device offers `shaderStorageBufferArrayNonUniformIndexing`.
+fn offers_non_uniform(ctx: &DeviceContext) -> bool {
+    vulkan12_features(ctx).shader_storage_buffer_array_non_uniform_indexing == vk::TRUE
+}
+
+/// What `RUNTIME_SUM` computes on the CPU: every index clamped to the
+/// last buffer bound.
+fn runtime_sum(inputs: &[Vec<u32>], count: u32, pick: u32) -> Vec<u32> {
+    let last = inputs.len() - 1;
+    (0..inputs[0].len())
+        .map(|i| {
+            let s: u32 = (0..count as usize).map(|k| inputs[k.min(last)][i]).sum();
+            s + 1000 * inputs[(pick as usize).min(last)][i]
+        })
+        .collect()
+}
+
+#[test]
+fn a_runtime_sized_array_binds_as_many_buffers_as_given_where_offered() {
+    on_each_context(|ctx, what| {
+        let loaded = Kernel::from_glsl(ctx, RUNTIME_SUM, "main");
+        if !offers_runtime_arrays(ctx) {
+            let e = loaded.expect_err("refused without the feature");
+            assert!(matches!(e, Error::UnsupportedKernel { .. }), "{what}: {e}");
+            assert!(
+                e.to_string().contains("runtimeDescriptorArray"),
+                "{what}: {e}"
+            );
+            eprintln!("{what}: runtime-sized arrays of buffers skipped: the device lacks runtimeDescriptorArray");
+            return;
+        }
+        let kernel = loaded.unwrap();
+        let b = &kernel.bindings()[0];
+        assert!(b.runtime_sized && b.array_len.is_none(), "{what}: {b:?}");
+        let n = 150;
+        let ins: Vec<DeviceBuffer<u32>> = (0..6u32)
+            .map(|k| upload(ctx, &(0..n as u32).map(|i| k * 100 + i).collect::<Vec<_>>()))
+            .collect();
+        let host: Vec<Vec<u32>> = ins.iter().map(|b| b.to_vec().unwrap()).collect();
+        let out = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        let parts: Vec<KernelArg<'_>> = ins.iter().map(|b| b.arg()).collect();
+        let groups = n.div_ceil(64) as u32;
+        // Lengths 3, 6, 1 and 3 again (its pipeline kept); counts and picks
+        // past the end clamp to the last buffer bound.
+        for (len, count, pick) in [
+            (3, 3, 10),
+            (6, 6, u32::MAX),
+            (1, 4, 0),
+            (3, 10, 1),
+            (6, 2, 5),
+        ] {
+            ctx.enqueue_function(
+                &kernel,
+                groups,
+                &[KernelArg::array(&parts[..len]), out.arg()],
+                &[n as u32, count, pick],
+            )
+            .unwrap();
+            assert_eq!(
+                out.to_vec().unwrap(),
+                runtime_sum(&host[..len], count, pick),
+                "{what}: {len} buffers, count {count}, pick {pick}"
+            );
+        }
+        // One buffer given as itself is an array of one.
+        ctx.enqueue_function(
+            &kernel,
+            groups,
+            &[ins[4].arg(), out.arg()],
+            &[n as u32, 2u32, 0u32],
+        )
+        .unwrap();
+        assert_eq!(
+            out.to_vec().unwrap(),
+            runtime_sum(&host[4..5], 2, 0),
+            "{what}"
+        );
+        // An empty array is refused; so is a written buffer among the read.
+        let e = ctx
+            .enqueue_function(
+                &kernel,
+                groups,
+                &[KernelArg::array(&[]), out.arg()],
+                &[n as u32, 1u32, 0u32],
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Argument { index: 0, reason, .. } if reason.contains("empty")),
+            "{what}: {e}"
+        );
+        let with_out = [parts[0], out.arg()];
+        let e = ctx
+            .enqueue_function(
+                &kernel,
+                groups,
+                &[KernelArg::array(&with_out), out.arg()],
+                &[n as u32, 1u32, 0u32],
+            )
+            .unwrap_err();
+        assert!(matches!(e, Error::AliasedArguments { .. }), "{what}: {e}");
+        // More buffers than a kernel may bind is refused before any
+        // per-element work.
+        let many = vec![parts[0]; 5000];
+        let e = ctx
+            .enqueue_function(
+                &kernel,
+                groups,
+                &[KernelArg::array(&many), out.arg()],
+                &[n as u32, 1u32, 0u32],
+            )
+            .unwrap_err();
+        assert!(matches!(e, Error::Argument { index: 0, .. }), "{what}: {e}");
+        // In a graph, with an element substituted.
+        let mut builder = ctx.capture_graph();
+        builder
+            .dispatch(
+                &kernel,
+                groups,
+                &[KernelArg::array(&parts[..4]), out.arg()],
+                &[n as u32, 4u32, 3u32],
+            )
+            .unwrap();
+        let graph = builder.finish().unwrap();
+        ctx.enqueue_graph(&graph).unwrap();
+        assert_eq!(
+            out.to_vec().unwrap(),
+            runtime_sum(&host[..4], 4, 3),
+            "{what}: graph"
+        );
+        let params = GraphParams::new().buffer(&ins[3], &ins[5]).unwrap();
+        ctx.enqueue_graph_with(&graph, &params).unwrap();
+        let substituted = [
+            host[0].clone(),
+            host[1].clone(),
+            host[2].clone(),
+            host[5].clone(),
+        ];
+        assert_eq!(
+            out.to_vec().unwrap(),
+            runtime_sum(&substituted, 4, 3),
+            "{what}: substituted"
+        );
+    });
 }
 
 #[test]
@@ -459,5 +629,91 @@ fn graphs_capture_array_arguments_and_substitute_their_elements() {
         );
         ctx.enqueue_graph(&graph).unwrap();
         assert_eq!(out.to_vec().unwrap(), sum(&host, 4, 2), "{what}");
+    });
+}
+
+/// `o[i] = sum of ins[k].d[i]` over an array whose length is a
+/// specialization constant.
+const SPECIALIZED: &str = r#"#version 450
+layout(local_size_x = 64) in;
+layout(constant_id = 0) const uint N = 2u;
+layout(std430, binding = 0) readonly buffer In { uint d[]; } ins[N];
+layout(std430, binding = 1) buffer Out { uint o[]; };
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    uint s = 0u;
+    for (uint k = 0u; k < N; k++) s += ins[k].d[i];
+    o[i] = s;
+}
+"#;
+
+#[test]
+fn an_array_length_set_by_a_specialization_constant_binds_that_many() {
+    on_each_context(|ctx, what| {
+        let ins: Vec<DeviceBuffer<u32>> = (0..5u32).map(|k| upload(ctx, &[k + 1; 64])).collect();
+        let out = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+        let parts: Vec<KernelArg<'_>> = ins.iter().map(|b| b.arg()).collect();
+        for n in [2usize, 5] {
+            let kernel = Kernel::glsl(SPECIALIZED)
+                .specialize(0, n as u32)
+                .build(ctx)
+                .unwrap();
+            assert_eq!(kernel.bindings()[0].array_len, Some(n as u32), "{what}");
+            ctx.enqueue_function(&kernel, 1, &[KernelArg::array(&parts[..n]), out.arg()], &())
+                .unwrap();
+            let want: u32 = (1..=n as u32).sum();
+            assert_eq!(out.to_vec().unwrap(), vec![want; 64], "{what}: N = {n}");
+            let e = ctx
+                .enqueue_function(
+                    &kernel,
+                    1,
+                    &[KernelArg::array(&parts[..n - 1]), out.arg()],
+                    &(),
+                )
+                .unwrap_err();
+            assert!(matches!(e, Error::Argument { index: 0, .. }), "{what}: {e}");
+        }
+    });
+}
+
+#[test]
+fn two_threads_dispatch_one_runtime_sized_kernel_at_different_lengths() {
+    on_each_context(|ctx, what| {
+        let Ok(kernel) = Kernel::from_glsl(ctx, RUNTIME_SUM, "main") else {
+            assert!(
+                !offers_runtime_arrays(ctx),
+                "{what}: refused although offered"
+            );
+            eprintln!("{what}: skipped: the device lacks runtimeDescriptorArray");
+            return;
+        };
+        let n = 64;
+        let ins: Vec<DeviceBuffer<u32>> = (0..8u32).map(|k| upload(ctx, &[k; 64])).collect();
+        std::thread::scope(|s| {
+            for t in 0..2usize {
+                let (kernel, ins) = (&kernel, &ins);
+                s.spawn(move || {
+                    let out = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+                    let parts: Vec<KernelArg<'_>> = ins.iter().map(|b| b.arg()).collect();
+                    for round in 0..12usize {
+                        // The threads walk the lengths in opposite orders.
+                        let len = if t == 0 { 1 + round % 8 } else { 8 - round % 8 };
+                        ctx.enqueue_function(
+                            kernel,
+                            1,
+                            &[KernelArg::array(&parts[..len]), out.arg()],
+                            &[n as u32, len as u32, 0u32],
+                        )
+                        .unwrap();
+                        let want: u32 = (0..len as u32).sum();
+                        assert_eq!(
+                            out.to_vec().unwrap(),
+                            vec![want; n],
+                            "{what}: thread {t}, {len}"
+                        );
+                    }
+                });
+            }
+        });
     });
 }

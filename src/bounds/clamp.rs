@@ -128,16 +128,7 @@ impl<'a> Clamp<'a> {
     }
 
     fn fresh_id(&mut self) -> Result<u32, String> {
-        let header = self
-            .module
-            .header
-            .as_mut()
-            .ok_or_else(|| "the module has no header".to_string())?;
-        let id = header.bound;
-        header.bound = id
-            .checked_add(1)
-            .ok_or_else(|| "the module's id bound is exhausted".to_string())?;
-        Ok(id)
+        super::fresh_id(self.module)
     }
 
     /// Clamps every index that needs it; returns how many.

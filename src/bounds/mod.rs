@@ -21,11 +21,13 @@
 //! range; and the index of `OpVectorExtractDynamic` and
 //! `OpVectorInsertDynamic`. Runtime arrays (`T data[]`, the last member of
 //! a storage buffer) are left to `robustBufferAccess`, which bounds them to
-//! the bound range at no cost here; a runtime array of descriptors is
-//! refused. Array lengths are the specialized ones (the module's
-//! specialization constants are frozen first, and specialization
-//! expressions evaluated), so a length set by a specialization constant
-//! bounds its array at the length the pipeline has.
+//! the bound range at no cost here; a runtime-sized array of buffers
+//! (`bufs[]`) is first given the length its dispatch binds
+//! (`arrays.rs`: one pipeline per length), and then clamped as any array.
+//! Array lengths are the specialized ones (the module's specialization
+//! constants are frozen first, and specialization expressions evaluated),
+//! so a length set by a specialization constant bounds its array at the
+//! length the pipeline has.
 //!
 //! The pass is written on `rspirv`'s data representation (load, edit,
 //! assemble) rather than on raw words: inserting instructions and ids into
@@ -34,6 +36,7 @@
 //! information, which `rspirv` cannot place in the global section) are
 //! stripped first; by definition they do not change what a module does.
 
+mod arrays;
 mod clamp;
 mod constants;
 mod entry;
@@ -66,10 +69,16 @@ pub(crate) struct Prepared {
 }
 
 /// Prepares `words` (a module with its specialization constants frozen)
-/// for entry point `entry`: measures its workgroup memory and, where
-/// `clamp` is set, bounds its indices. The error says what could not be
-/// analysed.
-pub(crate) fn prepare(words: &[u32], entry: &str, clamp: bool) -> Result<Prepared, String> {
+/// for entry point `entry`: gives each runtime-sized array of buffers the
+/// length `lengths` names for its binding (1 where none), measures its
+/// workgroup memory and, where `clamp` is set, bounds its indices. The
+/// error says what could not be analysed.
+pub(crate) fn prepare(
+    words: &[u32],
+    entry: &str,
+    clamp: bool,
+    lengths: &[(u32, u32)],
+) -> Result<Prepared, String> {
     let (stripped, changed) = strip_non_semantic(words);
     // rspirv's loader does not place OpExecutionModeId: set aside, and put
     // back after the execution modes once assembled.
@@ -80,6 +89,7 @@ pub(crate) fn prepare(words: &[u32], entry: &str, clamp: bool) -> Result<Prepare
         Ok(Err(e)) => return Err(format!("the module could not be parsed: {e}")),
         Err(_) => return Err("the module could not be parsed".into()),
     };
+    let sized = arrays::size_runtime_arrays(&mut module, lengths, &mut fresh_id)?;
     let values = constants::evaluate(&module)?;
     let workgroup = workgroup::variables(&module, &values, entry)?;
     let stripped = entry::keep_only(&mut module, entry);
@@ -89,7 +99,7 @@ pub(crate) fn prepare(words: &[u32], entry: &str, clamp: bool) -> Result<Prepare
     } else {
         0
     };
-    let words = if clamped > 0 || changed || stripped || folded > 0 {
+    let words = if clamped > 0 || changed || stripped || folded > 0 || sized > 0 {
         put_back(module.assemble(), &modes_by_id)
     } else {
         words.to_vec()
@@ -99,6 +109,19 @@ pub(crate) fn prepare(words: &[u32], entry: &str, clamp: bool) -> Result<Prepare
         clamped,
         workgroup,
     })
+}
+
+/// A new id of `module` (its bound raised by one).
+pub(super) fn fresh_id(module: &mut Module) -> Result<u32, String> {
+    let header = module
+        .header
+        .as_mut()
+        .ok_or_else(|| "the module has no header".to_string())?;
+    let id = header.bound;
+    header.bound = id
+        .checked_add(1)
+        .ok_or_else(|| "the module's id bound is exhausted".to_string())?;
+    Ok(id)
 }
 
 /// Replaces each specialization expression whose value is known by a

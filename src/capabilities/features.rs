@@ -151,6 +151,8 @@ features! {
     ShaderStorageBufferArrayNonUniformIndexing = field("shaderStorageBufferArrayNonUniformIndexing", |s| {
         &mut s.v12.shader_storage_buffer_array_non_uniform_indexing
     });
+    /// Runtime-sized arrays of buffers (`bufs[]`).
+    RuntimeDescriptorArray = field("runtimeDescriptorArray", |s| &mut s.v12.runtime_descriptor_array);
     ShaderUniformBufferArrayNonUniformIndexing = field("shaderUniformBufferArrayNonUniformIndexing", |s| {
         &mut s.v12.shader_uniform_buffer_array_non_uniform_indexing
     });

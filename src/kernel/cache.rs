@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::spirv_check::Trust;
 
 /// How a kernel is loaded beside its module and entry point.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Load {
     /// Specialization constants (id, value bytes), sorted by id.
     pub(super) specialization: Vec<(u32, Vec<u8>)>,
@@ -25,6 +25,9 @@ pub(super) struct Load {
     pub(super) trust: Trust,
     /// Loaded without bounds on its indices (the caller answers for them).
     pub(super) unchecked_indices: bool,
+    /// The length of each runtime-sized array of buffers (binding,
+    /// length), in binding order; 1 for any not named.
+    pub(super) array_lengths: Vec<(u32, u32)>,
     /// The kernel's label (not part of what identifies its pipeline).
     pub(super) label: Option<String>,
 }
@@ -52,6 +55,7 @@ impl KernelPipeline {
             && self.subgroup_size == key.load.subgroup_size
             && self.unchecked_indices == key.load.unchecked_indices
             && self.specialization == key.load.specialization
+            && self.array_lengths == key.load.array_lengths
             && self.words == key.words
     }
 }

@@ -15,13 +15,15 @@ use crate::error::{Error, Result};
 use crate::record::BufferAccess;
 use crate::recorder::Command;
 use crate::view::View;
-use crate::vk::pipeline::Groups;
+use crate::vk::pipeline::{Groups, DESCRIPTORS_PER_POOL};
 use crate::vk::Device;
 
 /// A dispatch that passed every check: the buffer ranges it reads and
 /// writes, its descriptors, push constants (padded to whole words) and grid.
 pub(crate) struct CheckedDispatch<'a> {
-    pub(crate) kernel: &'a Arc<KernelPipeline>,
+    /// The pipeline to dispatch: the kernel's own, or the one for the
+    /// lengths of the runtime-sized arrays of buffers it binds.
+    pub(crate) kernel: Arc<KernelPipeline>,
     pub(crate) accesses: SmallVec<[BufferAccess<'a>; 8]>,
     pub(crate) infos: SmallVec<[vk::DescriptorBufferInfo; 8]>,
     /// The view behind each of `infos`.
@@ -142,6 +144,22 @@ fn flatten<'a>(
         };
         let wanted = binding.array_len.unwrap_or(1) as usize;
         match (arg.kind, binding.array_len) {
+            (ArgKind::Array([]), _) if binding.runtime_sized => {
+                return Err(bad(
+                    "an empty array was given; a runtime-sized array binds at least one buffer"
+                        .into(),
+                ))
+            }
+            // Refused before any check that grows with the length.
+            (ArgKind::Array(elements), _)
+                if binding.runtime_sized && elements.len() > DESCRIPTORS_PER_POOL as usize =>
+            {
+                return Err(bad(format!(
+                    "an array of {} buffers was given; vkcompute binds at most \
+                     {DESCRIPTORS_PER_POOL} buffers of one kind in a kernel",
+                    elements.len()
+                )))
+            }
             (ArgKind::Buffer(arg), None) => out.push(Bound {
                 index,
                 element: None,
@@ -154,7 +172,7 @@ fn flatten<'a>(
                      buffers"
                 )))
             }
-            (ArgKind::Array(elements), _) if elements.len() != wanted => {
+            (ArgKind::Array(elements), _) if elements.len() != wanted && !binding.runtime_sized => {
                 return Err(bad(format!(
                     "an array of {} buffers was given but the binding takes {}",
                     elements.len(),
@@ -334,7 +352,7 @@ impl DeviceContext {
         push_bytes: &[u8],
     ) -> Result<()> {
         let d = self.check_dispatch(op, kernel, grid, args, addressed, push_bytes)?;
-        let k = d.kernel;
+        let k = &d.kernel;
         let keep = k.clone();
         let describe = || format!("kernel {} grid {:?}", kernel.label, d.grid);
         crate::record::record_described(&self.stream, op, &describe, &d.accesses, |stream| {
@@ -413,6 +431,20 @@ impl DeviceContext {
         }
         let bound = flatten(&kernel.label, bindings, args)?;
         check_aliasing(&kernel.label, &bound)?;
+        let pipeline = if k.has_runtime_arrays() {
+            let lengths: SmallVec<[u32; 4]> = args
+                .iter()
+                .zip(bindings)
+                .filter(|(_, b)| b.runtime_sized)
+                .map(|(arg, _)| match arg.kind {
+                    ArgKind::Array(elements) => elements.len() as u32,
+                    ArgKind::Buffer(_) => 1,
+                })
+                .collect();
+            k.variant(self, &kernel.label, &lengths)?
+        } else {
+            k.clone()
+        };
         let mut accesses = SmallVec::with_capacity(bound.len() + addressed.len());
         let mut infos = SmallVec::with_capacity(bound.len());
         let mut views = SmallVec::with_capacity(bound.len());
@@ -523,7 +555,7 @@ impl DeviceContext {
         let mut push = SmallVec::from_slice(push_bytes);
         push.resize(push_bytes.len().next_multiple_of(4), 0);
         Ok(CheckedDispatch {
-            kernel: k,
+            kernel: pipeline,
             accesses,
             infos,
             views,

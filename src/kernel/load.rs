@@ -95,6 +95,7 @@ fn build(
         subgroup_size,
         trust,
         unchecked_indices,
+        ref array_lengths,
         label: _,
     } = *load;
     let unsupported = |reason: String| Error::UnsupportedKernel {
@@ -209,26 +210,58 @@ fn build(
     if frozen != words {
         spirv_check::check_specialized(&frozen, words, label, vulkan_1_3, trust)?;
     }
-    // The module as the pipeline runs it: specialized, with its indices
-    // bounded (src/bounds).
-    let prepared = bounds::prepare(&frozen, entry, !unchecked_indices).map_err(unsupported)?;
-    if prepared.words != frozen {
-        spirv_check::check_instrumented(&prepared.words, vulkan_1_3)?;
-    }
+    // The length this pipeline gives each runtime-sized array of buffers
+    // (which specialization does not change).
+    let runtime_lengths: Vec<(u32, u32)> = reflected
+        .bindings
+        .iter()
+        .filter(|b| b.runtime_sized)
+        .map(|b| {
+            let n = array_lengths
+                .iter()
+                .find(|(binding, _)| *binding == b.binding)
+                .map_or(1, |&(_, n)| n);
+            (b.binding, n)
+        })
+        .collect();
+    // The module as the pipeline runs it: specialized, its runtime-sized
+    // arrays of buffers sized, with its indices bounded (src/bounds).
+    let prepared = bounds::prepare(&frozen, entry, !unchecked_indices, &runtime_lengths)
+        .map_err(unsupported)?;
     let mut reflected = reflected;
     if frozen != words {
-        // The push-constant block as specialized (an array in it may have
-        // a specialization constant for its length).
-        reflected.push_size = std::panic::catch_unwind(|| reflect::reflect(&frozen, entry))
+        // The interface as specialized (an array in the push-constant
+        // block, or an array of buffers, may have a specialization
+        // constant for its length).
+        let specialized = std::panic::catch_unwind(|| reflect::reflect(&frozen, entry))
             .map_err(|_| Error::InvalidSpirv {
                 reason: "the specialized module could not be parsed".into(),
             })?
-            .map_err(unsupported)?
-            .push_size;
+            .map_err(unsupported)?;
+        reflected.push_size = specialized.push_size;
+        reflected.bindings = specialized.bindings;
+    }
+    // The descriptors each binding holds: a runtime-sized array has the
+    // length this pipeline is built for.
+    let counts: Vec<u32> = reflected
+        .bindings
+        .iter()
+        .map(|b| {
+            match runtime_lengths
+                .iter()
+                .find(|(binding, _)| *binding == b.binding)
+            {
+                Some(&(_, n)) => n,
+                None => b.array_len.unwrap_or(1),
+            }
+        })
+        .collect();
+    check_descriptor_counts(device, &reflected.bindings, &counts).map_err(unsupported)?;
+    if prepared.words != frozen {
+        spirv_check::check_instrumented(&prepared.words, vulkan_1_3)?;
     }
     check_workgroup_memory(&prepared.workgroup, limits.max_compute_shared_memory_size)
         .map_err(unsupported)?;
-    check_descriptor_counts(device, &reflected.bindings).map_err(unsupported)?;
     if reflected.push_size > limits.max_push_constants_size {
         return Err(unsupported(format!(
             "{} bytes of push constants exceed the device's maxPushConstantsSize of {}",
@@ -244,12 +277,13 @@ fn build(
         reflected
             .bindings
             .iter()
-            .map(|b| {
+            .zip(&counts)
+            .map(|(b, &count)| {
                 let ty = match b.kind {
                     BindingKind::StorageBuffer => vk::DescriptorType::STORAGE_BUFFER,
                     BindingKind::UniformBuffer => vk::DescriptorType::UNIFORM_BUFFER,
                 };
-                (b.binding, ty, b.array_len.unwrap_or(1))
+                (b.binding, ty, count)
             })
             .collect(),
         reflected.push_size.next_multiple_of(4),
@@ -278,6 +312,10 @@ fn build(
         subgroup_size,
         unchecked_indices,
         clamped: prepared.clamped,
+        counts,
+        array_lengths: array_lengths.clone(),
+        trust,
+        variants: std::sync::Mutex::new(Vec::new()),
     })
 }
 
@@ -317,13 +355,18 @@ fn check_workgroup_memory(used: &[bounds::WorkgroupVariable], limit: u32) -> Res
 /// and that a device binding an array of buffers can index it
 /// (`shader*BufferArrayDynamicIndexing`; the bounds pass clamps every
 /// index into such an array, which makes even a constant index dynamic).
-fn check_descriptor_counts(device: &Device, bindings: &[BindingInfo]) -> Result<(), String> {
+fn check_descriptor_counts(
+    device: &Device,
+    bindings: &[BindingInfo],
+    counts: &[u32],
+) -> Result<(), String> {
     let limits = device.limits();
     let count = |kind: BindingKind| -> u64 {
         bindings
             .iter()
-            .filter(|b| b.kind == kind)
-            .map(|b| u64::from(b.array_len.unwrap_or(1)))
+            .zip(counts)
+            .filter(|(b, _)| b.kind == kind)
+            .map(|(_, &n)| u64::from(n))
             .sum()
     };
     let kinds = [

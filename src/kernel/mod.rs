@@ -14,6 +14,7 @@ mod load;
 #[cfg(test)]
 mod tests;
 mod timing;
+mod variants;
 
 use std::sync::Arc;
 
@@ -182,6 +183,19 @@ pub(crate) struct KernelPipeline {
     unchecked_indices: bool,
     /// How many indices the bounds instrumentation clamped.
     clamped: usize,
+    /// The descriptors each binding holds in this pipeline (in binding
+    /// order): 1, a fixed array's length, or the length a runtime-sized
+    /// array was built for.
+    counts: Vec<u32>,
+    /// The lengths of runtime-sized arrays it was loaded with (its cache key).
+    array_lengths: Vec<(u32, u32)>,
+    /// Who answered for the module's validity, for its variants.
+    trust: Trust,
+    /// Pipelines of the same kernel for other lengths of its runtime-sized
+    /// arrays of buffers, by those lengths (in binding order). Locked to
+    /// look up, and held while a new length is built (rare: once per
+    /// length a kernel is dispatched with).
+    variants: std::sync::Mutex<Vec<(Vec<u32>, Arc<KernelPipeline>)>>,
 }
 
 impl KernelPipeline {
@@ -194,8 +208,8 @@ impl KernelPipeline {
     /// at a multiple of `minUniformBufferOffsetAlignment`).
     pub(crate) fn binds_uniform(&self, index: usize) -> bool {
         let mut first = 0;
-        for b in &self.interface.bindings {
-            let end = first + b.array_len.unwrap_or(1) as usize;
+        for (b, &count) in self.interface.bindings.iter().zip(&self.counts) {
+            let end = first + count as usize;
             if index < end {
                 return b.kind == crate::reflect::BindingKind::UniformBuffer;
             }
@@ -364,6 +378,7 @@ impl KernelBuilder<'_> {
                 subgroup_size: self.subgroup_size,
                 trust,
                 unchecked_indices: self.unchecked_indices,
+                array_lengths: Vec::new(),
                 label: self.label,
             },
         )

@@ -58,6 +58,36 @@ pub(crate) fn check_descriptors(words: &[u32]) -> Result<(), String> {
     Ok(())
 }
 
+/// The binding numbers of the runtime-sized arrays of buffers `words`
+/// declares (`buffer B { ... } bufs[];`): storage or uniform variables
+/// whose type is a runtime array.
+pub(crate) fn runtime_descriptor_arrays(words: &[u32]) -> Vec<u32> {
+    let mut runtime_arrays = Vec::new();
+    let mut pointers = Vec::new();
+    let mut variables = Vec::new();
+    let mut bindings: HashMap<u32, u32> = HashMap::new();
+    for (op, operands) in instructions(words) {
+        match (op, operands) {
+            (OP_TYPE_RUNTIME_ARRAY, [id, ..]) => runtime_arrays.push(*id),
+            (OP_TYPE_POINTER, [id, class, pointee])
+                if (*class == STORAGE_CLASS_STORAGE_BUFFER || *class == STORAGE_CLASS_UNIFORM)
+                    && runtime_arrays.contains(pointee) =>
+            {
+                pointers.push(*id)
+            }
+            (OP_VARIABLE, [ty, id, ..]) if pointers.contains(ty) => variables.push(*id),
+            (OP_DECORATE, [id, DECORATION_BINDING, binding, ..]) => {
+                bindings.insert(*id, *binding);
+            }
+            _ => {}
+        }
+    }
+    variables
+        .iter()
+        .filter_map(|v| bindings.get(v).copied())
+        .collect()
+}
+
 /// Checks that `words` has a compute entry point named `entry`.
 pub(crate) fn check_entry_point(words: &[u32], entry: &str) -> Result<(), String> {
     let mut names = Vec::new();

@@ -17,6 +17,7 @@ use spirq::ty::{AccessType, DescriptorType, Type};
 use spirq::var::Variable;
 use spirq::ReflectConfig;
 
+use descriptors::runtime_descriptor_arrays;
 pub(crate) use descriptors::{check_descriptors, check_entry_point};
 pub(crate) use local_size::local_size;
 pub(crate) use module_use::module_use;
@@ -49,8 +50,17 @@ pub struct BindingInfo {
     /// For a binding that declares an array of `n` buffers (GLSL
     /// `buffer B { float d[]; } bufs[n];`, `n` of 2 or more), `Some(n)`: it
     /// takes a [`KernelArg::array`](crate::KernelArg::array) of `n` buffers.
-    /// `None` for one buffer (an array of one buffer is one buffer).
+    /// `None` for one buffer (an array of one buffer is one buffer), and
+    /// for a runtime-sized array ([`runtime_sized`](Self::runtime_sized)).
     pub array_len: Option<u32>,
+    /// Whether the binding declares a runtime-sized array of buffers (GLSL
+    /// `buffer B { float d[]; } bufs[];`, which needs the device feature
+    /// `runtimeDescriptorArray`): it takes a
+    /// [`KernelArg::array`](crate::KernelArg::array) of any length from 1
+    /// up to the device's limits, and each length a dispatch binds gets a
+    /// pipeline of its own (built at the first dispatch of that length,
+    /// then kept with the kernel).
+    pub runtime_sized: bool,
     /// A storage or a uniform buffer.
     pub kind: BindingKind,
     /// For a uniform buffer, the bytes its block spans: a buffer bound
@@ -150,6 +160,7 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
             ep.exec_model
         ));
     }
+    let runtime = runtime_descriptor_arrays(words);
     let mut bindings = Vec::new();
     let mut push_size = 0u32;
     let mut spec_constants = Vec::new();
@@ -197,11 +208,10 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                         desc_bind.bind()
                     ));
                 }
-                if *nbind == 0 {
+                let runtime_sized = runtime.contains(&desc_bind.bind());
+                if *nbind == 0 && !runtime_sized {
                     return Err(format!(
-                        "`{what}` is an array of buffers without a constant length (a runtime-sized \
-                         array): vkcompute binds arrays of buffers of a constant length (declare \
-                         `{what}[N]`)"
+                        "`{what}` is an array of buffers whose length vkcompute cannot evaluate"
                     ));
                 }
                 let array_len = (*nbind > 1).then_some(*nbind);
@@ -221,7 +231,7 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                             b.binding
                         ))
                     }
-                    Some(b) if b.array_len != array_len => {
+                    Some(b) if b.array_len != array_len || b.runtime_sized != runtime_sized => {
                         return Err(format!(
                             "binding {} is declared as arrays of different lengths ({} and {})",
                             b.binding,
@@ -236,6 +246,7 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
                     None => bindings.push(BindingInfo {
                         binding: desc_bind.bind(),
                         array_len,
+                        runtime_sized,
                         kind,
                         uniform_size,
                         name: name.clone(),

@@ -24,7 +24,7 @@ fn assert_valid_for(words: &[u32], what: &str, versions: &[bool]) {
 fn every_shipped_kernel_instruments_to_a_valid_module() {
     let mut clamped = 0;
     for words in crate::shaders::SHIPPED {
-        let prepared = prepare(words, "main", true).unwrap();
+        let prepared = prepare(words, "main", true, &[]).unwrap();
         assert_valid(&prepared.words, "a shipped kernel");
         clamped += prepared.clamped;
     }
@@ -34,11 +34,11 @@ fn every_shipped_kernel_instruments_to_a_valid_module() {
 
 #[test]
 fn a_module_with_nothing_to_bound_is_handed_on_unchanged() {
-    let prepared = prepare(crate::shaders::STORE, "main", true).unwrap();
+    let prepared = prepare(crate::shaders::STORE, "main", true, &[]).unwrap();
     assert_eq!(prepared.clamped, 0);
     assert_eq!(prepared.words, crate::shaders::STORE);
     assert!(prepared.workgroup.is_empty());
-    let reduce = prepare(crate::shaders::REDUCE_SUM, "main", false).unwrap();
+    let reduce = prepare(crate::shaders::REDUCE_SUM, "main", false, &[]).unwrap();
     assert_eq!(reduce.words, crate::shaders::REDUCE_SUM);
     // The shipped SPIR-V is optimized, without names.
     assert_eq!(
@@ -96,13 +96,13 @@ mod glsl {
                 o[p.i] = s[gl_LocalInvocationID.x][2] + fixed_.v[p.i][p.i] + fixed_.rest[p.i];
             }"#,
         );
-        let prepared = prepare(&words, "main", true).unwrap();
+        let prepared = prepare(&words, "main", true, &[]).unwrap();
         assert_valid(&prepared.words, "the instrumented module");
         // s (two), pc, f, priv, v, m (two), s's first index, fixed_.v (two):
         // the optimizer may merge a few, but each kind stays.
         assert!(prepared.clamped >= 9, "{}", prepared.clamped);
         // Storage-buffer runtime arrays are left to robust buffer access.
-        let again = prepare(&prepared.words, "main", true).unwrap();
+        let again = prepare(&prepared.words, "main", true, &[]).unwrap();
         assert!(again.clamped <= prepared.clamped);
         assert_valid(&again.words, "instrumented twice");
     }
@@ -134,7 +134,7 @@ mod glsl {
                 (2, m.to_le_bytes().to_vec()),
             ];
             let frozen = crate::spirv_rules::freeze(&words, &spec);
-            let prepared = prepare(&frozen, "main", true).unwrap();
+            let prepared = prepare(&frozen, "main", true, &[]).unwrap();
             assert_valid(&prepared.words, "specialized");
             let sizes: Vec<(String, Option<u64>)> = prepared
                 .workgroup
@@ -178,7 +178,7 @@ mod glsl {
                 .count()
         };
         assert_eq!(modes(&words), 1);
-        let prepared = prepare(&words, "main", true).unwrap();
+        let prepared = prepare(&words, "main", true, &[]).unwrap();
         assert!(prepared.clamped >= 2);
         assert_eq!(modes(&prepared.words), 1);
         assert_valid_for(&prepared.words, "with LocalSizeId", &[true]);
@@ -197,7 +197,7 @@ mod glsl {
             void never(uint i) { unused[i] = i; }
             void main() { o[0] = helper(gl_LocalInvocationID.x); }"#,
         );
-        let prepared = prepare(&words, "main", true).unwrap();
+        let prepared = prepare(&words, "main", true, &[]).unwrap();
         let names: Vec<&str> = prepared.workgroup.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["used"]);
     }
