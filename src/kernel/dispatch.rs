@@ -109,14 +109,14 @@ fn check_element_type(
 
 /// One buffer a dispatch binds: argument `index` (element `element` of
 /// it, where the argument is an array of buffers) at `binding`.
-struct Bound<'a> {
+struct Bound<'b, 'a> {
     index: usize,
     element: Option<usize>,
-    arg: BufferArg<'a>,
+    arg: &'b BufferArg<'a>,
     binding: &'a crate::reflect::BindingInfo,
 }
 
-impl Bound<'_> {
+impl Bound<'_, '_> {
     /// How errors name it: "argument 2" or "element 1 of argument 2".
     fn position(&self) -> String {
         match self.element {
@@ -129,11 +129,11 @@ impl Bound<'_> {
 /// Every buffer `args` bind, in descriptor order: an array argument gives
 /// one per element. Refuses an array where the binding takes one buffer,
 /// one buffer where it takes an array, and an array of the wrong length.
-fn flatten<'a>(
+fn flatten<'b, 'a>(
     label: &str,
     bindings: &'a [crate::reflect::BindingInfo],
-    args: &[KernelArg<'a>],
-) -> Result<SmallVec<[Bound<'a>; 8]>> {
+    args: &'b [KernelArg<'a>],
+) -> Result<SmallVec<[Bound<'b, 'a>; 8]>> {
     let mut out = SmallVec::with_capacity(args.len());
     for (index, (arg, binding)) in args.iter().zip(bindings).enumerate() {
         let bad = |reason: String| Error::Argument {
@@ -143,7 +143,7 @@ fn flatten<'a>(
             reason,
         };
         let wanted = binding.array_len.unwrap_or(1) as usize;
-        match (arg.kind, binding.array_len) {
+        match (&arg.kind, binding.array_len) {
             (ArgKind::Array([]), _) if binding.runtime_sized => {
                 return Err(bad(
                     "an empty array was given; a runtime-sized array binds at least one buffer"
@@ -184,7 +184,7 @@ fn flatten<'a>(
             }
             (ArgKind::Array(elements), _) => {
                 for (element, e) in elements.iter().enumerate() {
-                    let ArgKind::Buffer(arg) = e.kind else {
+                    let ArgKind::Buffer(arg) = &e.kind else {
                         return Err(bad(format!(
                             "element {element} is itself an array; an array argument holds \
                              buffers"
@@ -205,8 +205,8 @@ fn flatten<'a>(
 
 /// Refuses two bound buffers whose byte ranges overlap in one buffer where
 /// the kernel writes at least one of their bindings.
-fn check_aliasing(label: &str, bound: &[Bound<'_>]) -> Result<()> {
-    let range = |b: &Bound<'_>| b.arg.view.offset..b.arg.view.offset + b.arg.view.bytes;
+fn check_aliasing(label: &str, bound: &[Bound<'_, '_>]) -> Result<()> {
+    let range = |b: &Bound<'_, '_>| b.arg.view.offset..b.arg.view.offset + b.arg.view.bytes;
     for (first, a) in bound.iter().enumerate() {
         for b in &bound[first + 1..] {
             let (a_read, b_read) = (a.binding.read_only, b.binding.read_only);
@@ -449,7 +449,7 @@ impl DeviceContext {
         let mut infos = SmallVec::with_capacity(bound.len());
         let mut views = SmallVec::with_capacity(bound.len());
         for each in &bound {
-            let (arg, binding) = (&each.arg, each.binding);
+            let (arg, binding) = (each.arg, each.binding);
             let bad = |reason: String| Error::Argument {
                 kernel: name(),
                 index: each.index,
