@@ -9,15 +9,20 @@
 //! 1; `sendrecv_host`: `MPI_Send`/`MPI_Recv` of a `Vec<f32>`), `bytes`,
 //! `ranks`, `algbw` and `busbw` in GB/s as nccl-tests defines them (algbw
 //! = bytes / time; for allreduce busbw = algbw * 2 (n - 1) / n, for a
-//! message busbw = algbw), `time_us` (per operation, the slowest rank's)
-//! and `iters`. Each device case and its host case take turns run by run
-//! (see `time_pair`).
+//! message busbw = algbw), `time_us` (per operation, the slowest rank's),
+//! `iters` and `path`: how the data went (`same_node`, `direct` or
+//! `staged`: `Communicator::path_to`; `host` for the host cases). Where
+//! rank 1 is on the same-node path from rank 0, `sendrecv` is measured on
+//! it and again over MPI (a communicator with the path off), each beside
+//! its own `sendrecv_host`. Each device case and its host case take turns
+//! run by run (see `time_pair`).
 //!
 //! Options: `--quick` (4 KiB to 1 MiB, few iterations: a smoke test),
 //! `--min-bytes N` (default 4 KiB) and `--max-bytes N` (default 256 MiB),
 //! `--iters N` (runs per case and size; default 64 MiB / size, clamped to
 //! 3..=50: on a noisy VM, more runs at the large sizes steady the figures),
-//! `--staging` (force vkcompute's staging path).
+//! `--staging` (force vkcompute's staging path), `--no-same-node` (the
+//! same-node path off: `Communicator::with_same_node(.., false)`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -29,7 +34,7 @@ use std::time::Instant;
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use vkcompute::{ContextOptions, DeviceContext};
-use vkcompute_mpi::ReduceOp;
+use vkcompute_mpi::{Path, ReduceOp};
 
 struct Options {
     quick: bool,
@@ -37,6 +42,7 @@ struct Options {
     max_bytes: usize,
     iters: Option<usize>,
     staging: bool,
+    same_node: bool,
 }
 
 fn options() -> Options {
@@ -46,6 +52,7 @@ fn options() -> Options {
         max_bytes: 256 << 20,
         iters: None,
         staging: false,
+        same_node: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -55,6 +62,7 @@ fn options() -> Options {
                 o.max_bytes = o.max_bytes.min(1 << 20);
             }
             "--staging" => o.staging = true,
+            "--no-same-node" => o.same_node = false,
             "--min-bytes" => {
                 o.min_bytes = args
                     .next()
@@ -76,7 +84,7 @@ fn options() -> Options {
             }
             other => panic!(
                 "unknown option {other:?} (--quick, --min-bytes N, --max-bytes N, --iters N, \
-                 --staging)"
+                 --staging, --no-same-node)"
             ),
         }
     }
@@ -118,7 +126,30 @@ fn main() {
     let (rank, size) = (world.rank(), world.size());
     let ctx = DeviceContext::with_options(ContextOptions::new().force_staging(o.staging))
         .expect("a Vulkan device");
-    let comm = vkcompute_mpi::Communicator::new(&world, &ctx).expect("a communicator");
+    let comm = vkcompute_mpi::Communicator::with_same_node(&world, &ctx, o.same_node)
+        .expect("a communicator");
+    let wire =
+        vkcompute_mpi::Communicator::with_same_node(&world, &ctx, false).expect("a communicator");
+    let collective_path = if comm.maps_device_memory() {
+        "direct"
+    } else {
+        "staged"
+    };
+    // The paths between ranks 0 and 1, as rank 0 sees them (every rank
+    // takes part in every case, so every rank follows rank 0).
+    let mut paths = [
+        comm.path_to(1.min(size - 1)).expect("rank 1"),
+        wire.path_to(1.min(size - 1)).expect("rank 1"),
+    ]
+    .map(|p| {
+        [Path::SameNode, Path::Direct, Path::Staged]
+            .iter()
+            .position(|&q| q == p)
+            .unwrap() as u8
+    });
+    world.process_at_rank(0).broadcast_into(&mut paths[..]);
+    let named = |code: u8| [Path::SameNode, Path::Direct, Path::Staged][code as usize].name();
+    let (peer_path, wire_path) = (named(paths[0]), named(paths[1]));
     if rank == 0 {
         eprintln!(
             "mpi_bench: {size} ranks on `{}`{}",
@@ -126,12 +157,12 @@ fn main() {
             if o.staging { " (staging forced)" } else { "" }
         );
     }
-    let report = |case: &str, bytes: usize, seconds: f64, factor: f64, iters: usize| {
+    let report = |case: &str, path: &str, bytes: usize, seconds: f64, factor: f64, iters: usize| {
         if rank == 0 {
             let algbw = bytes as f64 / seconds / 1e9;
             println!(
                 "{{\"case\":\"{case}\",\"bytes\":{bytes},\"ranks\":{size},\"algbw\":{algbw:.4},\
-                 \"busbw\":{:.4},\"time_us\":{:.2},\"iters\":{iters}}}",
+                 \"busbw\":{:.4},\"time_us\":{:.2},\"iters\":{iters},\"path\":\"{path}\"}}",
                 algbw * factor,
                 seconds * 1e6
             );
@@ -164,17 +195,22 @@ fn main() {
             },
             || world.all_reduce_into(&host[..], &mut out[..], SystemOperation::sum()),
         );
-        report("allreduce", bytes, device, ring, iters);
-        report("allreduce_host", bytes, plain, ring, iters);
+        report("allreduce", collective_path, bytes, device, ring, iters);
+        report("allreduce_host", "host", bytes, plain, ring, iters);
 
-        if size >= 2 {
+        // On the same-node path where rank 1 is on it, then over MPI.
+        let mut sendrecv = vec![(&comm, peer_path)];
+        if peer_path != wire_path {
+            sendrecv.push((&wire, wire_path));
+        }
+        for (c, path) in sendrecv.into_iter().filter(|_| size >= 2) {
             let (device, plain) = time_pair(
                 &world,
                 iters,
                 || match rank {
-                    0 => comm.send(&buf, 1, 0).unwrap(),
+                    0 => c.send(&buf, 1, 0).unwrap(),
                     1 => {
-                        comm.recv(&buf, 0, 0).unwrap();
+                        c.recv(&buf, 0, 0).unwrap();
                         ctx.synchronize().unwrap();
                     }
                     _ => {}
@@ -187,8 +223,8 @@ fn main() {
                     _ => {}
                 },
             );
-            report("sendrecv", bytes, device, 1.0, iters);
-            report("sendrecv_host", bytes, plain, 1.0, iters);
+            report("sendrecv", path, bytes, device, 1.0, iters);
+            report("sendrecv_host", "host", bytes, plain, 1.0, iters);
         }
         bytes *= 4;
     }

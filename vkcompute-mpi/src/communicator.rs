@@ -2,7 +2,7 @@
 //! point-to-point messages of device and host buffers.
 
 use std::mem::size_of;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use mpi::raw::AsRaw;
 use mpi::traits::Communicator as _;
@@ -14,6 +14,7 @@ use crate::header::{Failure, Header, Kind, HEADER_BYTES};
 use crate::kernels::Reducer;
 use crate::message::{Incoming, Outgoing};
 use crate::raw::{self, Comm};
+use crate::same_node::{self, Path, SameNode};
 use crate::threads::{OwnedComm, ThreadRule};
 
 /// The largest tag [`Communicator::send`] and [`Communicator::recv`] take.
@@ -158,19 +159,54 @@ pub struct Communicator {
     piece_slots: Mutex<Vec<HostBuffer<u8>>>,
     /// Whether the context's device buffers map directly (probed once).
     maps_directly: OnceLock<bool>,
+    /// The peers on the same-node path, and its sockets and memory.
+    pub(crate) same_node: Arc<SameNode>,
 }
 
 impl Communicator {
     /// A communicator over the ranks of `comm` (duplicated, a collective
     /// call: every rank of `comm` makes it), bound to `ctx`, whose stream
     /// and device run the copies and kernels.
+    ///
+    /// It finds the peers it exchanges with over the same-node path
+    /// ([`path_to`](Self::path_to); logged, `info`) unless the environment
+    /// variable [`VKCOMPUTE_MPI_SAME_NODE`](crate::SAME_NODE_VAR) is `0`
+    /// (or `off`, `false`, `no`); [`with_same_node`](Self::with_same_node)
+    /// chooses in code.
     pub fn new(comm: &impl mpi::traits::Communicator, ctx: &DeviceContext) -> Result<Communicator> {
+        Self::with_same_node(comm, ctx, true)
+    }
+
+    /// As [`new`](Self::new), with the same-node path allowed on this rank
+    /// where `same_node` is true (and the environment does not turn it
+    /// off) and never where it is false. A pair of ranks takes the path
+    /// only where both allow it, so a rank that turns it off turns it off
+    /// for its pairs; the ranks need not pass the same value.
+    ///
+    /// Finding the peers (collective, here): `MPI_Comm_split_type` with
+    /// `MPI_COMM_TYPE_SHARED` gives each rank's node; every rank gathers
+    /// every other's device UUID and driver UUID, and whether its context
+    /// can export and import opaque file descriptors; the ranks of one
+    /// node with equal UUIDs that both can connect a Unix socket (abstract
+    /// namespace, named by random bytes sent over MPI only) to pass
+    /// descriptors over. A pair whose socket cannot be connected takes the
+    /// other paths, on both ends.
+    pub fn with_same_node(
+        comm: &impl mpi::traits::Communicator,
+        ctx: &DeviceContext,
+        same_node: bool,
+    ) -> Result<Communicator> {
         let op = "Communicator::new";
         let thread = ThreadRule::here(op)?;
         let comm = comm.duplicate();
         let raw = Comm::new(comm.as_raw());
         raw::set_errors_return(op, &raw)?;
+        let (rank, size) = (comm.rank(), comm.size());
+        let wanted = same_node
+            && same_node::allowed_by(std::env::var(same_node::SAME_NODE_VAR).ok().as_deref());
+        let same_node = SameNode::detect(op, &raw, (rank, size), ctx, wanted)?;
         Ok(Communicator {
+            same_node: Arc::new(same_node),
             raw,
             rank: comm.rank(),
             size: comm.size(),
@@ -218,6 +254,34 @@ impl Communicator {
                 }
             );
             direct
+        })
+    }
+
+    /// The path that point-to-point messages of device buffers between
+    /// this rank and `peer` take, chosen when the communicator was made
+    /// and logged then (`info`): [`Path::SameNode`] where both ranks are
+    /// on one node, on one device, and can export and import opaque file
+    /// descriptors (see [`with_same_node`](Self::with_same_node));
+    /// otherwise [`Path::Direct`] where this rank's device buffers map
+    /// directly ([`maps_device_memory`](Self::maps_device_memory)), else
+    /// [`Path::Staged`]. For `peer` this rank itself, how its buffers meet
+    /// MPI: `Direct` or `Staged`.
+    ///
+    /// What takes the same-node path: a blocking [`send`](Self::send) of a
+    /// non-empty buffer, received by [`recv`](Self::recv) or
+    /// [`irecv`](Self::irecv) (which copies it out of the shared memory
+    /// into the memory it owns when the header arrives, and lands it when
+    /// it completes, as for a message over MPI). [`isend`](Self::isend)
+    /// copies its buffer to host memory at once and sends it over MPI;
+    /// the collectives travel over MPI on every path.
+    pub fn path_to(&self, peer: i32) -> Result<Path> {
+        self.check_rank("Communicator::path_to", peer)?;
+        Ok(if self.same_node.is_peer(peer) {
+            Path::SameNode
+        } else if self.maps_device_memory() {
+            Path::Direct
+        } else {
+            Path::Staged
         })
     }
 
@@ -408,7 +472,10 @@ impl Communicator {
     /// [`piece_bytes`](Self::piece_bytes): from its mapping where it maps
     /// directly ([`maps_device_memory`](Self::maps_device_memory)), else
     /// through pinned host memory, the copy of each piece overlapping the
-    /// transfer of the one before.
+    /// transfer of the one before. To a peer on the same-node path
+    /// ([`path_to`](Self::path_to) is [`Path::SameNode`]), a non-empty
+    /// buffer is copied on the device into memory exported to the peer,
+    /// and the receiver copies it out on its device before it answers.
     ///
     /// Errors: a receiver that expects another type or length makes
     /// [`Error::Mismatch`] on both ranks; a mapped buffer is vkcompute's
@@ -425,6 +492,9 @@ impl Communicator {
         let len = buf.elements();
         let header = Header::new(Kind::Send, T::TYPE, len)
             .pieces(self.piece_elements::<T>() * size_of::<T>());
+        if len > 0 && self.same_node.is_peer(dest) {
+            return self.send_shared::<T>(op, buf.place(), (dest, tag), header);
+        }
         let prepared = Outgoing::prepare(self, op, buf.place(), self.piece_elements::<T>());
         let outgoing = match prepared {
             Ok(outgoing) => outgoing,
@@ -436,30 +506,9 @@ impl Communicator {
         raw::send(op, comm, header.bytes(), dest, tag)?;
         let mut answer = [0u8; HEADER_BYTES];
         raw::recv(op, comm, &mut answer, dest, ACK_TAGS + tag)?;
-        let answer = Header::from_bytes(&answer);
-        answer.check_protocol(op, dest)?;
-        if let Some(reason) = answer.failure_reason() {
+        if let Err(e) = self.refusal::<T>(op, dest, len, &answer) {
             outgoing.finish(self);
-            return Err(if !answer.is_mismatch() {
-                Error::RemoteFailure {
-                    op,
-                    rank: self.rank,
-                    failed: dest,
-                    reason,
-                }
-            } else {
-                Error::Mismatch {
-                    op,
-                    rank: self.rank,
-                    detail: format!(
-                        "rank {} sent {} elements of {}, rank {dest} expects {}",
-                        self.rank,
-                        len,
-                        T::TYPE,
-                        answer.describe()
-                    ),
-                }
-            });
+            return Err(e);
         }
         let sent = outgoing.send_all(op, comm, dest, DATA_TAGS + tag);
         let status = match &sent {
@@ -472,6 +521,97 @@ impl Communicator {
         let local = sent?;
         raw::send(op, comm, &status.to_le_bytes(), dest, DATA_TAGS + tag)?;
         match local {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The sender's error where the receiver's `answer` to a message of
+    /// `len` elements of `T` refuses it (or is not this crate's).
+    fn refusal<T: Element>(
+        &self,
+        op: &'static str,
+        dest: i32,
+        len: usize,
+        answer: &[u8; HEADER_BYTES],
+    ) -> Result<()> {
+        let answer = Header::from_bytes(answer);
+        answer.check_protocol(op, dest)?;
+        let Some(reason) = answer.failure_reason() else {
+            return Ok(());
+        };
+        Err(if !answer.is_mismatch() {
+            Error::RemoteFailure {
+                op,
+                rank: self.rank,
+                failed: dest,
+                reason,
+            }
+        } else {
+            Error::Mismatch {
+                op,
+                rank: self.rank,
+                detail: format!(
+                    "rank {} sent {} elements of {}, rank {dest} expects {}",
+                    self.rank,
+                    len,
+                    T::TYPE,
+                    answer.describe()
+                ),
+            }
+        })
+    }
+
+    /// [`send`](Self::send) over the same-node path: the data goes into
+    /// the memory exported to `dest` (the device waited for) before the
+    /// header goes out, and the receiver's answer says that it has copied
+    /// the data out (or refuses the message).
+    fn send_shared<T: Element>(
+        &self,
+        op: &'static str,
+        place: Place<'_, T>,
+        (dest, tag): (i32, i32),
+        header: Header,
+    ) -> Result<()> {
+        let comm = self.raw();
+        let len = header.len();
+        let header = match self.same_node.stage_out(op, place, len, dest) {
+            Ok((generation, new)) => header.in_shared_memory(generation, new),
+            Err(e) => {
+                raw::send(op, comm, header.failed(Failure::of(&e)).bytes(), dest, tag)?;
+                return Err(e);
+            }
+        };
+        raw::send(op, comm, header.bytes(), dest, tag)?;
+        let mut answer = [0u8; HEADER_BYTES];
+        raw::recv(op, comm, &mut answer, dest, ACK_TAGS + tag)?;
+        self.refusal::<T>(op, dest, len, &answer)
+    }
+
+    /// [`recv`](Self::recv) of a message in `source`'s shared memory
+    /// (`inbox`, or why it could not be had): copies it into `place`,
+    /// waits for the device and answers (`wanted`, or failed), so the
+    /// sender may reuse its memory. A destination that cannot be written
+    /// (mapped) is this rank's error only: the message was taken, as over
+    /// MPI.
+    fn recv_shared<T: Element>(
+        &self,
+        op: &'static str,
+        place: Place<'_, T>,
+        (source, tag): (i32, i32),
+        inbox: Result<DeviceBuffer<u8>>,
+        wanted: Header,
+    ) -> Result<()> {
+        let len = wanted.len();
+        let taken = inbox.and_then(|inbox| {
+            (self.same_node).take::<T>(op, source, &inbox, len, |part| place.copy_from(part))
+        });
+        let answer = match &taken {
+            Ok(_) => wanted,
+            Err(e) => wanted.failed(Failure::of(e)),
+        };
+        raw::send(op, self.raw(), answer.bytes(), source, ACK_TAGS + tag)?;
+        match taken? {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -515,6 +655,9 @@ impl Communicator {
                 reason,
             });
         }
+        // A new generation's descriptor comes off the socket whatever
+        // becomes of the message.
+        let inbox = (sent.shared_memory()).map(|shared| self.same_node.inbox(op, source, shared));
         let size = size_of::<T>() as u64;
         let piece_ok = sent.piece_bytes() > 0 && sent.piece_bytes() % size == 0;
         if !wanted.accepts(&sent) || !piece_ok {
@@ -535,6 +678,9 @@ impl Communicator {
                     T::TYPE
                 ),
             });
+        }
+        if let Some(inbox) = inbox {
+            return self.recv_shared(op, buf.place(), (source, tag), inbox, wanted);
         }
         let piece = (sent.piece_bytes() / size) as usize;
         let mut incoming = match Incoming::prepare(self, op, buf.place(), piece) {

@@ -22,7 +22,21 @@
 //! # Ok(()) }
 //! ```
 //!
-//! What goes where: nothing goes GPU to GPU directly yet. Where device
+//! What goes where, chosen at run time per peer
+//! ([`Communicator::path_to`], logged when the communicator is made):
+//! - **Same node, same device** ([`Path::SameNode`]): where two ranks
+//!   share a node (`MPI_Comm_split_type(SHARED)`), their contexts are on
+//!   one device (equal device and driver UUIDs) and both can export and
+//!   import opaque file descriptors, a blocking [`Communicator::send`]
+//!   copies the buffer on the device into memory it exports to the
+//!   receiver (the descriptor passed once over a Unix socket, the memory
+//!   kept for later messages), and the receiver copies it out on its
+//!   device; MPI carries only the header and the answer. `recv` and
+//!   `irecv` receive such messages; `isend` and the collectives travel
+//!   over MPI as below. [`Communicator::with_same_node`] or
+//!   `VKCOMPUTE_MPI_SAME_NODE=0` ([`SAME_NODE_VAR`]) turns the path off.
+//!
+//! Over MPI, nothing goes GPU to GPU directly. Where device
 //! memory is host visible and staging is not forced (lavapipe, integrated
 //! GPUs; [`Communicator::maps_device_memory`] says which, and logs it),
 //! `send`, `recv`, `broadcast` and `allreduce` map a device buffer and MPI
@@ -88,6 +102,7 @@ mod communicator;
 mod deadline;
 mod element;
 mod error;
+mod fdpass;
 mod header;
 mod kernels;
 mod message;
@@ -95,12 +110,14 @@ mod message_op;
 mod pipeline;
 mod raw;
 mod request;
+mod same_node;
 mod threads;
 
 pub use communicator::{Buffer, Communicator, Place, DEFAULT_PIECE_BYTES, MAX_TAG};
 pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};
 pub use error::{Error, Result};
 pub use request::Request;
+pub use same_node::{Path, SAME_NODE_VAR};
 
 /// The checked-in SPIR-V of the reduction kernels, by the name of the GLSL
 /// file (`shaders/<name>.comp`) each comes from, for the test that checks

@@ -10,6 +10,10 @@
 //! prints each failure, and exits non-zero if any failed, or if the
 //! validation layer reported anything.
 //!
+//! Every check runs on a communicator that takes the same-node path where
+//! the ranks can (`same_node.rs` checks which they take), and the
+//! point-to-point checks again on one with it off, over MPI.
+//!
 //! `VKCOMPUTE_MPI_LARGE=0` leaves out the 64 MiB cases.
 #![allow(
     clippy::unwrap_used,
@@ -32,10 +36,12 @@ type Named = (&'static str, fn(&Ranks) -> Check);
 mod collectives;
 mod p2p;
 mod requests;
+mod same_node;
 
 use collectives::*;
 use p2p::*;
 use requests::*;
+use same_node::*;
 
 fn main() -> ExitCode {
     let under_mpi = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
@@ -113,6 +119,7 @@ fn rank_main() -> ExitCode {
             ctx: &ctx,
             rank: comm.rank(),
             size: comm.size(),
+            same_node: true,
         };
         let mut checks: Vec<Named> = vec![
             ("errors_return_is_set", errors_return_is_set),
@@ -189,24 +196,47 @@ fn rank_main() -> ExitCode {
                 allreduce_with_borrowed_host_buffer,
             ),
         ];
+        let on_the_path: [Named; 4] = [
+            (
+                "paths_follow_node_device_and_capabilities",
+                paths_follow_node_device_and_capabilities,
+            ),
+            (
+                "messages_as_shared_memory_grows_and_is_reused",
+                messages_as_shared_memory_grows_and_is_reused,
+            ),
+            (
+                "refusing_a_new_generation_keeps_the_pair_in_step",
+                refusing_a_new_generation_keeps_the_pair_in_step,
+            ),
+            (
+                "a_rank_that_turns_it_off_turns_off_its_pairs",
+                a_rank_that_turns_it_off_turns_off_its_pairs,
+            ),
+        ];
+        checks.extend(on_the_path);
         if large {
             checks.push(("large_64_mib", large_64_mib));
+            checks.push((
+                "send_to_recv_and_irecv_64_mib",
+                send_to_recv_and_irecv_64_mib,
+            ));
         }
-        for (name, check) in checks {
-            let start = std::time::Instant::now();
-            let result = check(&t);
-            if t.rank == 0 {
-                eprintln!(
-                    "  [{} ranks, {path}] {name}: {} ({:.2} s)",
-                    t.size,
-                    if result.is_ok() { "ok" } else { "FAILED" },
-                    start.elapsed().as_secs_f64()
-                );
-            }
-            if let Err(e) = result {
-                failures.push(format!("rank {} [{path}] {name}: {e}", t.rank));
-            }
-        }
+        run_checks(&t, path, checks, &mut failures);
+        // The point-to-point checks again with the same-node path off.
+        let wire = Communicator::with_same_node(&world, &ctx, false).expect("a communicator");
+        let w = Ranks {
+            comm: &wire,
+            same_node: false,
+            ..t
+        };
+        run_checks(
+            &w,
+            &format!("{path}, over MPI"),
+            over_mpi(large),
+            &mut failures,
+        );
+        drop(wire);
         drop(comm);
         if let Err(e) = ctx.synchronize() {
             failures.push(format!("rank {rank} [{path}] synchronize: {e}"));
@@ -227,11 +257,34 @@ fn rank_main() -> ExitCode {
     }
 }
 
+/// Runs `checks` on every rank, rank 0 reporting each, and notes failures.
+fn run_checks(t: &Ranks, path: &str, checks: Vec<Named>, failures: &mut Vec<String>) {
+    for (name, check) in checks {
+        let start = std::time::Instant::now();
+        let result = check(t);
+        if t.rank == 0 {
+            eprintln!(
+                "  [{} ranks, {path}] {name}: {} ({:.2} s)",
+                t.size,
+                if result.is_ok() { "ok" } else { "FAILED" },
+                start.elapsed().as_secs_f64()
+            );
+        }
+        if let Err(e) = result {
+            failures.push(format!("rank {} [{path}] {name}: {e}", t.rank));
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
 struct Ranks<'a> {
     comm: &'a Communicator,
     ctx: &'a DeviceContext,
     rank: i32,
     size: i32,
+    /// Whether `comm` was made with the same-node path allowed (it takes
+    /// it where the ranks can: `same_node.rs`).
+    same_node: bool,
 }
 
 /// Fails with `what` unless `cond`.

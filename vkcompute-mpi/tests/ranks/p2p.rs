@@ -304,19 +304,18 @@ pub(crate) fn send_recv_host_and_device_ends(t: &Ranks) -> Check {
 /// many pieces, each copy overlapping the transfer before it; the sender
 /// and receiver may use different piece sizes.
 pub(crate) fn send_recv_in_many_pieces(t: &Ranks) -> Check {
-    let mut small = Communicator::new(&mpi::topology::SimpleCommunicator::world(), t.ctx)
-        .map_err(|e| format!("communicator: {e}"))?;
+    let mut small = Communicator::with_same_node(
+        &mpi::topology::SimpleCommunicator::world(),
+        t.ctx,
+        t.same_node,
+    )
+    .map_err(|e| format!("communicator: {e}"))?;
     small.set_piece_bytes(if t.rank == 0 { 256 } else { 1000 });
     ensure(
         small.piece_bytes() == if t.rank == 0 { 256 } else { 1024 },
         || format!("piece size {}", small.piece_bytes()),
     )?;
-    let st = Ranks {
-        comm: &small,
-        ctx: t.ctx,
-        rank: t.rank,
-        size: t.size,
-    };
+    let st = Ranks { comm: &small, ..*t };
     for len in [63usize, 64, 65, 1003, 10_001] {
         exchange_with_zero::<f32>(&st, &format!("f32 x {len} in pieces"), len, device_end(t))?;
         exchange_with_zero::<u16>(
@@ -422,8 +421,12 @@ pub(crate) fn send_from_mapped_buffer(t: &Ranks) -> Check {
 /// message between the two arrives whole).
 pub(crate) fn recv_into_mapped_buffer(t: &Ranks) -> Check {
     let last = t.size - 1;
-    let mut small = Communicator::new(&mpi::topology::SimpleCommunicator::world(), t.ctx)
-        .map_err(|e| format!("communicator: {e}"))?;
+    let mut small = Communicator::with_same_node(
+        &mpi::topology::SimpleCommunicator::world(),
+        t.ctx,
+        t.same_node,
+    )
+    .map_err(|e| format!("communicator: {e}"))?;
     small.set_piece_bytes(256);
     let len = 300;
     if t.rank == 0 {

@@ -72,12 +72,7 @@ pub(crate) fn isend_irecv_lengths_and_ends(t: &Ranks) -> Check {
     let mut small = Communicator::new(&mpi::topology::SimpleCommunicator::world(), t.ctx)
         .map_err(|e| format!("communicator: {e}"))?;
     small.set_piece_bytes(if t.rank == 0 { 256 } else { 1000 });
-    let st = Ranks {
-        comm: &small,
-        ctx: t.ctx,
-        rank: t.rank,
-        size: t.size,
-    };
+    let st = Ranks { comm: &small, ..*t };
     for len in [63usize, 10_001] {
         let what = format!("f32 x {len} in pieces");
         nonblocking_with_zero::<f32>(&st, &what, len, &device_end(t))?;
