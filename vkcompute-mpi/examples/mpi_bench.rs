@@ -12,17 +12,17 @@
 //! message busbw = algbw), `time_us` (per operation, the slowest rank's),
 //! `iters` and `path`: how the data went (`same_node`, `direct` or
 //! `staged`: `Communicator::path_to`; `host` for the host cases). Where
-//! rank 1 is on the same-node path from rank 0, `sendrecv` is measured on
-//! it and again over MPI (a communicator with the path off), each beside
-//! its own `sendrecv_host`. Each device case and its host case take turns
+//! ranks 0 and 1 can take the same-node path, `sendrecv` is measured on
+//! it (`SameNodePolicy::Always`) and over MPI (`SameNodePolicy::Off`),
+//! each beside its own `sendrecv_host`; rank 0 says on stderr which of
+//! them `Communicator::new` takes (`SameNodePolicy::Auto`). Each device case and its host case take turns
 //! run by run (see `time_pair`).
 //!
 //! Options: `--quick` (4 KiB to 1 MiB, few iterations: a smoke test),
 //! `--min-bytes N` (default 4 KiB) and `--max-bytes N` (default 256 MiB),
 //! `--iters N` (runs per case and size; default 64 MiB / size, clamped to
 //! 3..=50: on a noisy VM, more runs at the large sizes steady the figures),
-//! `--staging` (force vkcompute's staging path), `--no-same-node` (the
-//! same-node path off: `Communicator::with_same_node(.., false)`).
+//! `--staging` (force vkcompute's staging path).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -34,7 +34,7 @@ use std::time::Instant;
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use vkcompute::{ContextOptions, DeviceContext};
-use vkcompute_mpi::{Path, ReduceOp};
+use vkcompute_mpi::{Communicator as DeviceComm, Path, ReduceOp, SameNodePolicy};
 
 struct Options {
     quick: bool,
@@ -42,7 +42,6 @@ struct Options {
     max_bytes: usize,
     iters: Option<usize>,
     staging: bool,
-    same_node: bool,
 }
 
 fn options() -> Options {
@@ -52,7 +51,6 @@ fn options() -> Options {
         max_bytes: 256 << 20,
         iters: None,
         staging: false,
-        same_node: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -62,7 +60,6 @@ fn options() -> Options {
                 o.max_bytes = o.max_bytes.min(1 << 20);
             }
             "--staging" => o.staging = true,
-            "--no-same-node" => o.same_node = false,
             "--min-bytes" => {
                 o.min_bytes = args
                     .next()
@@ -84,7 +81,7 @@ fn options() -> Options {
             }
             other => panic!(
                 "unknown option {other:?} (--quick, --min-bytes N, --max-bytes N, --iters N, \
-                 --staging, --no-same-node)"
+                 --staging)"
             ),
         }
     }
@@ -126,10 +123,11 @@ fn main() {
     let (rank, size) = (world.rank(), world.size());
     let ctx = DeviceContext::with_options(ContextOptions::new().force_staging(o.staging))
         .expect("a Vulkan device");
-    let comm = vkcompute_mpi::Communicator::with_same_node(&world, &ctx, o.same_node)
-        .expect("a communicator");
-    let wire =
-        vkcompute_mpi::Communicator::with_same_node(&world, &ctx, false).expect("a communicator");
+    let comm = DeviceComm::new(&world, &ctx).expect("a communicator");
+    let always =
+        DeviceComm::with_same_node(&world, &ctx, SameNodePolicy::Always).expect("a communicator");
+    let off =
+        DeviceComm::with_same_node(&world, &ctx, SameNodePolicy::Off).expect("a communicator");
     let collective_path = if comm.maps_device_memory() {
         "direct"
     } else {
@@ -137,22 +135,16 @@ fn main() {
     };
     // The paths between ranks 0 and 1, as rank 0 sees them (every rank
     // takes part in every case, so every rank follows rank 0).
-    let mut paths = [
-        comm.path_to(1.min(size - 1)).expect("rank 1"),
-        wire.path_to(1.min(size - 1)).expect("rank 1"),
-    ]
-    .map(|p| {
-        [Path::SameNode, Path::Direct, Path::Staged]
-            .iter()
-            .position(|&q| q == p)
-            .unwrap() as u8
+    let all = [Path::SameNode, Path::Direct, Path::Staged];
+    let mut paths = [&comm, &always, &off].map(|c| {
+        let path = c.path_to(1.min(size - 1)).expect("rank 1");
+        all.iter().position(|&p| p == path).expect("a known path") as u8
     });
     world.process_at_rank(0).broadcast_into(&mut paths[..]);
-    let named = |code: u8| [Path::SameNode, Path::Direct, Path::Staged][code as usize].name();
-    let (peer_path, wire_path) = (named(paths[0]), named(paths[1]));
+    let [default_path, always_path, off_path] = paths.map(|code| all[code as usize].name());
     if rank == 0 {
         eprintln!(
-            "mpi_bench: {size} ranks on `{}`{}",
+            "mpi_bench: {size} ranks on `{}`{}; send from rank 0 to 1 by default: {default_path}",
             ctx.name(),
             if o.staging { " (staging forced)" } else { "" }
         );
@@ -198,10 +190,10 @@ fn main() {
         report("allreduce", collective_path, bytes, device, ring, iters);
         report("allreduce_host", "host", bytes, plain, ring, iters);
 
-        // On the same-node path where rank 1 is on it, then over MPI.
-        let mut sendrecv = vec![(&comm, peer_path)];
-        if peer_path != wire_path {
-            sendrecv.push((&wire, wire_path));
+        // On the same-node path where ranks 0 and 1 can take it, and over MPI.
+        let mut sendrecv = vec![(&always, always_path)];
+        if always_path != off_path {
+            sendrecv.push((&off, off_path));
         }
         for (c, path) in sendrecv.into_iter().filter(|_| size >= 2) {
             let (device, plain) = time_pair(

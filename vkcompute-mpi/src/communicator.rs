@@ -2,7 +2,7 @@
 //! point-to-point messages of device and host buffers.
 
 use std::mem::size_of;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use mpi::raw::AsRaw;
 use mpi::traits::Communicator as _;
@@ -14,7 +14,7 @@ use crate::header::{Failure, Header, Kind, HEADER_BYTES};
 use crate::kernels::Reducer;
 use crate::message::{Incoming, Outgoing};
 use crate::raw::{self, Comm};
-use crate::same_node::{self, Path, SameNode};
+use crate::same_node::{self, Path, SameNode, SameNodePolicy};
 use crate::threads::{OwnedComm, ThreadRule};
 
 /// The largest tag [`Communicator::send`] and [`Communicator::recv`] take.
@@ -158,7 +158,7 @@ pub struct Communicator {
     /// for reuse between calls (`pipeline`).
     piece_slots: Mutex<Vec<HostBuffer<u8>>>,
     /// Whether the context's device buffers map directly (probed once).
-    maps_directly: OnceLock<bool>,
+    maps_directly: bool,
     /// The peers on the same-node path, and its sockets and memory.
     pub(crate) same_node: Arc<SameNode>,
 }
@@ -169,32 +169,44 @@ impl Communicator {
     /// and device run the copies and kernels.
     ///
     /// It finds the peers it exchanges with over the same-node path
-    /// ([`path_to`](Self::path_to); logged, `info`) unless the environment
-    /// variable [`VKCOMPUTE_MPI_SAME_NODE`](crate::SAME_NODE_VAR) is `0`
-    /// (or `off`, `false`, `no`); [`with_same_node`](Self::with_same_node)
+    /// ([`path_to`](Self::path_to); logged, `info`) with
+    /// [`SameNodePolicy::Auto`], or as the environment variable
+    /// [`VKCOMPUTE_MPI_SAME_NODE`](crate::SAME_NODE_VAR) says (`0` or
+    /// `off`: never; `always`); [`with_same_node`](Self::with_same_node)
     /// chooses in code.
     pub fn new(comm: &impl mpi::traits::Communicator, ctx: &DeviceContext) -> Result<Communicator> {
-        Self::with_same_node(comm, ctx, true)
+        Self::build(comm, ctx, None)
     }
 
-    /// As [`new`](Self::new), with the same-node path allowed on this rank
-    /// where `same_node` is true (and the environment does not turn it
-    /// off) and never where it is false. A pair of ranks takes the path
-    /// only where both allow it, so a rank that turns it off turns it off
-    /// for its pairs; the ranks need not pass the same value.
+    /// As [`new`](Self::new), with the same-node path taken as `policy`
+    /// says on this rank ([`SameNodePolicy::Off`] whatever it says where
+    /// the environment variable [`VKCOMPUTE_MPI_SAME_NODE`](crate::SAME_NODE_VAR)
+    /// is `0` or `off`). A pair of ranks takes the path only where neither
+    /// has it off, so a rank that turns it off turns it off for its
+    /// pairs; the ranks need not pass the same policy.
     ///
     /// Finding the peers (collective, here): `MPI_Comm_split_type` with
     /// `MPI_COMM_TYPE_SHARED` gives each rank's node; every rank gathers
-    /// every other's device UUID and driver UUID, and whether its context
-    /// can export and import opaque file descriptors; the ranks of one
-    /// node with equal UUIDs that both can connect a Unix socket (abstract
-    /// namespace, named by random bytes sent over MPI only) to pass
-    /// descriptors over. A pair whose socket cannot be connected takes the
-    /// other paths, on both ends.
+    /// every other's device UUID and driver UUID, whether its context can
+    /// export and import opaque file descriptors, whether its device
+    /// buffers map directly, and its policy; a pair of one node with equal
+    /// UUIDs, both able, takes the path (under `Auto`, not where both map
+    /// directly) once it has connected a Unix socket (abstract namespace,
+    /// named by random bytes sent over MPI only) to pass descriptors over.
+    /// A pair whose socket cannot be connected takes the other paths, on
+    /// both ends.
     pub fn with_same_node(
         comm: &impl mpi::traits::Communicator,
         ctx: &DeviceContext,
-        same_node: bool,
+        policy: SameNodePolicy,
+    ) -> Result<Communicator> {
+        Self::build(comm, ctx, Some(policy))
+    }
+
+    fn build(
+        comm: &impl mpi::traits::Communicator,
+        ctx: &DeviceContext,
+        policy: Option<SameNodePolicy>,
     ) -> Result<Communicator> {
         let op = "Communicator::new";
         let thread = ThreadRule::here(op)?;
@@ -202,14 +214,15 @@ impl Communicator {
         let raw = Comm::new(comm.as_raw());
         raw::set_errors_return(op, &raw)?;
         let (rank, size) = (comm.rank(), comm.size());
-        let wanted = same_node
-            && same_node::allowed_by(std::env::var(same_node::SAME_NODE_VAR).ok().as_deref());
-        let same_node = SameNode::detect(op, &raw, (rank, size), ctx, wanted)?;
+        let env = std::env::var(same_node::SAME_NODE_VAR).ok();
+        let wanted = same_node::policy(policy, env.as_deref());
+        let maps_directly = maps_directly(ctx, rank);
+        let same_node = SameNode::detect(op, &raw, (rank, size), ctx, (wanted, maps_directly))?;
         Ok(Communicator {
             same_node: Arc::new(same_node),
             raw,
-            rank: comm.rank(),
-            size: comm.size(),
+            rank,
+            size,
             comm: OwnedComm::new(comm),
             thread,
             ctx: ctx.clone(),
@@ -217,7 +230,7 @@ impl Communicator {
             piece_bytes: DEFAULT_PIECE_BYTES,
             staging: Mutex::new(Vec::new()),
             piece_slots: Mutex::new(Vec::new()),
-            maps_directly: OnceLock::new(),
+            maps_directly,
         })
     }
 
@@ -229,39 +242,22 @@ impl Communicator {
     /// without copies through pinned host buffers; the reductions' kernels
     /// still do the arithmetic on the device, between the mappings.
     /// Elsewhere (`false`) device memory is staged through pinned host
-    /// buffers in pieces. Probed once, with a small buffer, on first use;
-    /// logged (`info`).
+    /// buffers in pieces. Probed once, with a small buffer, when the
+    /// communicator is made; logged (`info`).
     ///
     /// While such an operation runs, its buffer is mapped whenever MPI
     /// touches it: work enqueued on that buffer meanwhile from another
     /// thread fails with vkcompute's `BufferMapped`.
     pub fn maps_device_memory(&self) -> bool {
-        *self.maps_directly.get_or_init(|| {
-            let direct = !self.ctx.is_staging_forced()
-                && self
-                    .ctx
-                    .enqueue_create_buffer::<u32>(64)
-                    .and_then(|probe| probe.map_to_host().map(|m| m.is_direct()))
-                    .unwrap_or(false);
-            log::info!(
-                "vkcompute-mpi: rank {}: device buffers on `{}` {}",
-                self.rank,
-                self.ctx.name(),
-                if direct {
-                    "are mapped: MPI moves them where they lie"
-                } else {
-                    "are staged through pinned host buffers"
-                }
-            );
-            direct
-        })
+        self.maps_directly
     }
 
     /// The path that point-to-point messages of device buffers between
     /// this rank and `peer` take, chosen when the communicator was made
     /// and logged then (`info`): [`Path::SameNode`] where both ranks are
     /// on one node, on one device, and can export and import opaque file
-    /// descriptors (see [`with_same_node`](Self::with_same_node));
+    /// descriptors, and their policies ask for it (see
+    /// [`with_same_node`](Self::with_same_node));
     /// otherwise [`Path::Direct`] where this rank's device buffers map
     /// directly ([`maps_device_memory`](Self::maps_device_memory)), else
     /// [`Path::Staged`]. For `peer` this rank itself, how its buffers meet
@@ -724,6 +720,27 @@ impl Communicator {
     pub(crate) fn piece_elements<T>(&self) -> usize {
         (self.piece_bytes / size_of::<T>()).max(1)
     }
+}
+
+/// Whether `ctx`'s device buffers map directly (staging not forced, and a
+/// small probe buffer's mapping is the memory itself); logged (`info`) as
+/// rank `rank`'s.
+fn maps_directly(ctx: &DeviceContext, rank: i32) -> bool {
+    let direct = !ctx.is_staging_forced()
+        && ctx
+            .enqueue_create_buffer::<u32>(64)
+            .and_then(|probe| probe.map_to_host().map(|m| m.is_direct()))
+            .unwrap_or(false);
+    log::info!(
+        "vkcompute-mpi: rank {rank}: device buffers on `{}` {}",
+        ctx.name(),
+        if direct {
+            "are mapped: MPI moves them where they lie"
+        } else {
+            "are staged through pinned host buffers"
+        }
+    );
+    direct
 }
 
 impl Drop for Communicator {

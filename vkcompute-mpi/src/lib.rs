@@ -33,8 +33,11 @@
 //!   kept for later messages), and the receiver copies it out on its
 //!   device; MPI carries only the header and the answer. `recv` and
 //!   `irecv` receive such messages; `isend` and the collectives travel
-//!   over MPI as below. [`Communicator::with_same_node`] or
-//!   `VKCOMPUTE_MPI_SAME_NODE=0` ([`SAME_NODE_VAR`]) turns the path off.
+//!   over MPI as below. By default ([`SameNodePolicy::Auto`]) a pair whose
+//!   device buffers both map directly keeps to MPI, which moves mapped
+//!   memory in one copy (measured faster on lavapipe than two device
+//!   copies); [`Communicator::with_same_node`] or
+//!   `VKCOMPUTE_MPI_SAME_NODE` ([`SAME_NODE_VAR`]: `0`, `always`) choose.
 //!
 //! Over MPI, nothing goes GPU to GPU directly. Where device
 //! memory is host visible and staging is not forced (lavapipe, integrated
@@ -117,7 +120,7 @@ pub use communicator::{Buffer, Communicator, Place, DEFAULT_PIECE_BYTES, MAX_TAG
 pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};
 pub use error::{Error, Result};
 pub use request::Request;
-pub use same_node::{Path, SAME_NODE_VAR};
+pub use same_node::{Path, SameNodePolicy, SAME_NODE_VAR};
 
 /// The checked-in SPIR-V of the reduction kernels, by the name of the GLSL
 /// file (`shaders/<name>.comp`) each comes from, for the test that checks

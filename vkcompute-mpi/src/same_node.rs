@@ -98,16 +98,38 @@ impl Path {
     }
 }
 
-/// The environment variable that turns the same-node path off for every
-/// communicator of a process: `0`, `off`, `false` or `no`.
+/// Where a rank takes the same-node path
+/// ([`Communicator::with_same_node`](crate::Communicator::with_same_node)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SameNodePolicy {
+    /// Never: messages to and from this rank travel over MPI.
+    Off,
+    /// Where the pair can take it, except where both ranks' device
+    /// buffers map directly ([`Path::Direct`] on both ends): there MPI
+    /// reads and writes the memory where it lies, one copy by Open MPI's
+    /// CMA, which measured faster on lavapipe than the path's two device
+    /// copies (CONTRIBUTING.md). The default.
+    Auto,
+    /// Wherever the pair can take it.
+    Always,
+}
+
+/// The environment variable that chooses the same-node policy of every
+/// communicator of a process: `0`, `off`, `false` or `no` turn the path
+/// off (whatever the code asks); `always` makes
+/// [`Communicator::new`](crate::Communicator::new) take it wherever it
+/// can ([`SameNodePolicy::Always`]).
 pub const SAME_NODE_VAR: &str = "VKCOMPUTE_MPI_SAME_NODE";
 
-/// Whether `value` of [`SAME_NODE_VAR`] leaves the path on.
-pub(crate) fn allowed_by(value: Option<&str>) -> bool {
-    !matches!(
-        value.map(|v| v.trim().to_ascii_lowercase()).as_deref(),
-        Some("0" | "off" | "false" | "no")
-    )
+/// The policy of a communicator asked for with `asked` (`None`: by
+/// `Communicator::new`) where [`SAME_NODE_VAR`] is `value`.
+pub(crate) fn policy(asked: Option<SameNodePolicy>, value: Option<&str>) -> SameNodePolicy {
+    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        Some("0" | "off" | "false" | "no") => SameNodePolicy::Off,
+        Some("always") if asked.is_none() => SameNodePolicy::Always,
+        _ => asked.unwrap_or(SameNodePolicy::Auto),
+    }
 }
 
 /// "vkSN", little-endian: a record of this crate's same-node detection.
@@ -168,9 +190,7 @@ impl Offer {
     fn why_not(self) -> &'static str {
         match self {
             Offer::Yes => "it offers the path",
-            Offer::TurnedOff => {
-                "turned off (Communicator::with_same_node or VKCOMPUTE_MPI_SAME_NODE)"
-            }
+            Offer::TurnedOff => "turned off (SameNodePolicy::Off, or VKCOMPUTE_MPI_SAME_NODE=0)",
             Offer::NoExport => "its device cannot export opaque fds",
             Offer::NoImport => "its device cannot import opaque fds",
             Offer::NoSocket => "it could not open its node-local socket",
@@ -187,11 +207,15 @@ struct Record {
     offer: u32,
     /// The node: its lowest rank (`raw::node_leader`).
     node: i32,
-    _reserved: u32,
     device_uuid: [u8; 16],
     driver_uuid: [u8; 16],
     /// The random name of the rank's socket.
     name: [u8; 16],
+    /// 1 where the rank asks for the path wherever it can
+    /// ([`SameNodePolicy::Always`]).
+    always: u32,
+    /// 1 where the rank's device buffers map directly.
+    maps: u32,
 }
 
 const RECORD_BYTES: usize = size_of::<Record>();
@@ -216,6 +240,13 @@ impl Record {
         }
         if self.device_uuid != other.device_uuid || self.driver_uuid != other.driver_uuid {
             return Err("another device or driver (deviceUUID or driverUUID differs)".into());
+        }
+        if self.maps == 1 && other.maps == 1 && self.always == 0 && other.always == 0 {
+            return Err(
+                "both map device memory directly, where MPI moves it in one copy \
+                        (SameNodePolicy::Auto)"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -270,8 +301,8 @@ fn random_name() -> io::Result<[u8; 16]> {
 }
 
 /// This rank's offer and, where it offers the path, its listening socket.
-fn open(ctx: &DeviceContext, wanted: bool) -> (Offer, [u8; 16], Option<UnixListener>) {
-    if !wanted {
+fn open(ctx: &DeviceContext, wanted: SameNodePolicy) -> (Offer, [u8; 16], Option<UnixListener>) {
+    if wanted == SameNodePolicy::Off {
         return (Offer::TurnedOff, [0; 16], None);
     }
     if !ctx
@@ -362,16 +393,17 @@ fn accept(
 
 impl SameNode {
     /// Finds the ranks of `comm` that this one (`rank` of `size`) takes
-    /// the path with, and connects to them (see the module
-    /// documentation). Collective: every rank calls it, `wanted` or not
-    /// (a rank that does not want the path takes part, so that its peers
+    /// the path with under policy `wanted` (`maps`: whether this rank's
+    /// device buffers map directly), and connects to them (see the module
+    /// documentation). Collective: every rank calls it, whatever its
+    /// policy (a rank with the path off takes part, so that its peers
     /// learn it). Logs the outcome (`info`).
     pub(crate) fn detect(
         op: &'static str,
         comm: &Comm,
         (rank, size): (i32, i32),
         ctx: &DeviceContext,
-        wanted: bool,
+        (wanted, maps): (SameNodePolicy, bool),
     ) -> Result<SameNode> {
         let node = raw::node_leader(op, comm, rank)?;
         let (offer, name, listener) = open(ctx, wanted);
@@ -380,10 +412,11 @@ impl SameNode {
             magic: MAGIC,
             offer: offer.code(),
             node,
-            _reserved: 0,
             device_uuid: info.uuid,
             driver_uuid: info.driver_uuid,
             name,
+            always: u32::from(wanted == SameNodePolicy::Always),
+            maps: u32::from(maps),
         };
         let mut all = vec![0u8; RECORD_BYTES * size as usize];
         raw::allgather(op, comm, bytemuck::bytes_of(&mine), &mut all)?;
@@ -686,13 +719,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_variable_turns_the_path_off_only_when_it_says_so() {
+    fn the_variable_turns_the_path_off_or_on_only_when_it_says_so() {
+        use SameNodePolicy::{Always, Auto, Off};
         for off in ["0", "off", "FALSE", " no "] {
-            assert!(!allowed_by(Some(off)), "{off:?}");
+            assert_eq!(policy(None, Some(off)), Off, "{off:?}");
+            assert_eq!(policy(Some(Always), Some(off)), Off, "{off:?}");
         }
-        for on in [None, Some("1"), Some("on"), Some("")] {
-            assert!(allowed_by(on), "{on:?}");
+        for other in [None, Some("1"), Some("on"), Some("")] {
+            assert_eq!(policy(None, other), Auto, "{other:?}");
+            assert_eq!(policy(Some(Always), other), Always, "{other:?}");
         }
+        assert_eq!(policy(None, Some("Always")), Always);
+        assert_eq!(policy(Some(Auto), Some("always")), Auto);
     }
 
     fn record(node: i32, offer: Offer, uuid: u8) -> Record {
@@ -700,11 +738,28 @@ mod tests {
             magic: MAGIC,
             offer: offer.code(),
             node,
-            _reserved: 0,
             device_uuid: [uuid; 16],
             driver_uuid: [7; 16],
             name: [1; 16],
+            always: 0,
+            maps: 0,
         }
+    }
+
+    #[test]
+    fn two_ranks_that_map_directly_pair_only_where_one_insists() {
+        let mapped = Record {
+            maps: 1,
+            ..record(0, Offer::Yes, 1)
+        };
+        assert!(mapped.pairs_with(&mapped).unwrap_err().contains("directly"));
+        assert!(mapped.pairs_with(&record(0, Offer::Yes, 1)).is_ok());
+        let insists = Record {
+            always: 1,
+            ..mapped
+        };
+        assert!(mapped.pairs_with(&insists).is_ok());
+        assert!(insists.pairs_with(&mapped).is_ok());
     }
 
     #[test]

@@ -10,9 +10,10 @@
 //! prints each failure, and exits non-zero if any failed, or if the
 //! validation layer reported anything.
 //!
-//! Every check runs on a communicator that takes the same-node path where
-//! the ranks can (`same_node.rs` checks which they take), and the
-//! point-to-point checks again on one with it off, over MPI.
+//! Every check runs on a communicator that takes the same-node path
+//! wherever the ranks can (`SameNodePolicy::Always`; `same_node.rs` checks
+//! which they take, under each policy), and the point-to-point checks
+//! again on one with it off, over MPI.
 //!
 //! `VKCOMPUTE_MPI_LARGE=0` leaves out the 64 MiB cases.
 #![allow(
@@ -27,7 +28,7 @@ use std::process::{Command, ExitCode};
 
 use vkcompute::half::f16;
 use vkcompute::{ContextOptions, DeviceBuffer, DeviceContext, HostBuffer};
-use vkcompute_mpi::{Communicator, Element, Error, ReduceOp, Reducible, Request};
+use vkcompute_mpi::{Communicator, Element, Error, ReduceOp, Reducible, Request, SameNodePolicy};
 
 type Check = Result<(), String>;
 /// A named check that every rank runs.
@@ -112,7 +113,8 @@ fn rank_main() -> ExitCode {
         )
         .expect("a validated lavapipe context (run `make setup`)");
         let log = ctx.validation_log();
-        let comm = Communicator::new(&world, &ctx).expect("a communicator");
+        let comm = Communicator::with_same_node(&world, &ctx, SameNodePolicy::Always)
+            .expect("a communicator");
         rank = comm.rank();
         let t = Ranks {
             comm: &comm,
@@ -224,7 +226,8 @@ fn rank_main() -> ExitCode {
         }
         run_checks(&t, path, checks, &mut failures);
         // The point-to-point checks again with the same-node path off.
-        let wire = Communicator::with_same_node(&world, &ctx, false).expect("a communicator");
+        let wire = Communicator::with_same_node(&world, &ctx, SameNodePolicy::Off)
+            .expect("a communicator");
         let w = Ranks {
             comm: &wire,
             same_node: false,
@@ -282,9 +285,22 @@ struct Ranks<'a> {
     ctx: &'a DeviceContext,
     rank: i32,
     size: i32,
-    /// Whether `comm` was made with the same-node path allowed (it takes
-    /// it where the ranks can: `same_node.rs`).
+    /// Whether `comm` was made with the same-node path on
+    /// (`SameNodePolicy::Always`: it takes it where the ranks can,
+    /// `same_node.rs`) or off.
     same_node: bool,
+}
+
+impl Ranks<'_> {
+    /// The same-node policy `comm` was made with, for other communicators
+    /// of a check.
+    fn policy(&self) -> SameNodePolicy {
+        if self.same_node {
+            SameNodePolicy::Always
+        } else {
+            SameNodePolicy::Off
+        }
+    }
 }
 
 /// Fails with `what` unless `cond`.

@@ -307,7 +307,7 @@ pub(crate) fn send_recv_in_many_pieces(t: &Ranks) -> Check {
     let mut small = Communicator::with_same_node(
         &mpi::topology::SimpleCommunicator::world(),
         t.ctx,
-        t.same_node,
+        t.policy(),
     )
     .map_err(|e| format!("communicator: {e}"))?;
     small.set_piece_bytes(if t.rank == 0 { 256 } else { 1000 });
@@ -424,7 +424,7 @@ pub(crate) fn recv_into_mapped_buffer(t: &Ranks) -> Check {
     let mut small = Communicator::with_same_node(
         &mpi::topology::SimpleCommunicator::world(),
         t.ctx,
-        t.same_node,
+        t.policy(),
     )
     .map_err(|e| format!("communicator: {e}"))?;
     small.set_piece_bytes(256);

@@ -7,18 +7,22 @@
 
 use mpi::traits::{Communicator as _, CommunicatorCollectives as _};
 use vkcompute::MemoryHandleType;
-use vkcompute_mpi::Path;
+use vkcompute_mpi::{Path, SameNodePolicy};
 
 use super::*;
 
 /// What each rank reports, gathered on every rank: its world rank's node
 /// (the lowest world rank in its `split_shared` communicator), whether
-/// its context exports and imports opaque fds, and its device's UUIDs.
+/// its context exports and imports opaque fds, whether its device buffers
+/// map directly, and its device's UUIDs.
 struct Reported {
     node: Vec<i32>,
     capable: Vec<bool>,
+    maps: Vec<bool>,
     ids: Vec<[u8; 32]>,
 }
+
+const REPORT_BYTES: usize = 38;
 
 fn reported(t: &Ranks) -> Reported {
     let world = mpi::topology::SimpleCommunicator::world();
@@ -34,38 +38,44 @@ fn reported(t: &Ranks) -> Reported {
             .importable_handle_types()
             .contains(&MemoryHandleType::OpaqueFd);
     let info = t.ctx.info();
-    let mut mine = [0u8; 37];
+    let mut mine = [0u8; REPORT_BYTES];
     mine[..4].copy_from_slice(&leader.to_le_bytes());
     mine[4] = u8::from(capable);
-    mine[5..21].copy_from_slice(&info.uuid);
-    mine[21..37].copy_from_slice(&info.driver_uuid);
-    let mut all = vec![0u8; 37 * t.size as usize];
+    mine[5] = u8::from(t.comm.maps_device_memory());
+    mine[6..22].copy_from_slice(&info.uuid);
+    mine[22..38].copy_from_slice(&info.driver_uuid);
+    let mut all = vec![0u8; REPORT_BYTES * t.size as usize];
     world.all_gather_into(&mine[..], &mut all[..]);
     let mut r = Reported {
         node: Vec::new(),
         capable: Vec::new(),
+        maps: Vec::new(),
         ids: Vec::new(),
     };
-    for rec in all.chunks_exact(37) {
+    for rec in all.chunks_exact(REPORT_BYTES) {
         r.node
             .push(i32::from_le_bytes(rec[..4].try_into().unwrap()));
         r.capable.push(rec[4] == 1);
-        r.ids.push(rec[5..37].try_into().unwrap());
+        r.maps.push(rec[5] == 1);
+        r.ids.push(rec[6..38].try_into().unwrap());
     }
     r
 }
 
 /// The path the communicator should report from `me` to `peer`, where
-/// the ranks in `allowed` allow the same-node path.
-fn expected(t: &Ranks, r: &Reported, (me, peer): (i32, i32), allowed: &[bool]) -> Path {
+/// the ranks have the policies `policies`.
+fn expected(t: &Ranks, r: &Reported, (me, peer): (i32, i32), policies: &[SameNodePolicy]) -> Path {
     let (a, b) = (me as usize, peer as usize);
+    let on = |k: usize| policies[k] != SameNodePolicy::Off;
+    let insists = |k: usize| policies[k] == SameNodePolicy::Always;
     if a != b
-        && allowed[a]
-        && allowed[b]
+        && on(a)
+        && on(b)
         && r.node[a] == r.node[b]
         && r.capable[a]
         && r.capable[b]
         && r.ids[a] == r.ids[b]
+        && (insists(a) || insists(b) || !(r.maps[a] && r.maps[b]))
     {
         Path::SameNode
     } else if t.comm.maps_device_memory() {
@@ -75,16 +85,16 @@ fn expected(t: &Ranks, r: &Reported, (me, peer): (i32, i32), allowed: &[bool]) -
     }
 }
 
-fn check_paths(t: &Ranks, comm: &Communicator, allowed: &[bool], what: &str) -> Check {
+fn check_paths(t: &Ranks, comm: &Communicator, policies: &[SameNodePolicy], what: &str) -> Check {
     let r = reported(t);
     for peer in 0..t.size {
         let got = ok(&format!("{what}: path_to({peer})"), comm.path_to(peer))?;
-        let want = expected(t, &r, (t.rank, peer), allowed);
+        let want = expected(t, &r, (t.rank, peer), policies);
         ensure(got == want, || {
             format!(
                 "{what}: path to rank {peer} is {got:?}, expected {want:?} (node {:?}, \
-                 capable {:?})",
-                r.node, r.capable
+                 capable {:?}, maps {:?})",
+                r.node, r.capable, r.maps
             )
         })?;
     }
@@ -94,24 +104,26 @@ fn check_paths(t: &Ranks, comm: &Communicator, allowed: &[bool], what: &str) -> 
     }
 }
 
+/// The paths of this check's communicator, and of new ones under each
+/// policy, against what the ranks report.
 pub(crate) fn paths_follow_node_device_and_capabilities(t: &Ranks) -> Check {
-    let allowed = vec![t.same_node; t.size as usize];
-    check_paths(t, t.comm, &allowed, "the communicator")?;
+    let n = t.size as usize;
+    check_paths(t, t.comm, &vec![t.policy(); n], "the communicator")?;
     if t.rank == 0 {
         let paths: Vec<_> = (0..t.size).filter_map(|p| t.comm.path_to(p).ok()).collect();
         eprintln!("    paths from rank 0: {paths:?}");
     }
     let world = mpi::topology::SimpleCommunicator::world();
-    let off = ok(
-        "a communicator without the path",
-        Communicator::with_same_node(&world, t.ctx, false),
-    )?;
-    check_paths(
-        t,
-        &off,
-        &vec![false; t.size as usize],
-        "with_same_node(false)",
-    )
+    for policy in [
+        SameNodePolicy::Off,
+        SameNodePolicy::Auto,
+        SameNodePolicy::Always,
+    ] {
+        let what = format!("with_same_node({policy:?})");
+        let c = ok(&what, Communicator::with_same_node(&world, t.ctx, policy))?;
+        check_paths(t, &c, &vec![policy; n], &what)?;
+    }
+    Ok(())
 }
 
 /// Messages between rank 0 and every other rank whose sizes grow past
@@ -139,7 +151,7 @@ pub(crate) fn refusing_a_new_generation_keeps_the_pair_in_step(t: &Ranks) -> Che
     for nonblocking in [false, true] {
         let c = ok(
             "a new communicator",
-            Communicator::with_same_node(&world, t.ctx, t.same_node),
+            Communicator::with_same_node(&world, t.ctx, t.policy()),
         )?;
         if t.rank == 0 {
             let five = upload(t.ctx, &data::<f32>(1, 5))?;
@@ -183,12 +195,20 @@ pub(crate) fn refusing_a_new_generation_keeps_the_pair_in_step(t: &Ranks) -> Che
 /// ways on both kinds of pair.
 pub(crate) fn a_rank_that_turns_it_off_turns_off_its_pairs(t: &Ranks) -> Check {
     let world = mpi::topology::SimpleCommunicator::world();
-    let allowed: Vec<bool> = (0..t.size).map(|r| r != 0 && t.same_node).collect();
+    let policies: Vec<SameNodePolicy> = (0..t.size)
+        .map(|r| {
+            if r == 0 {
+                SameNodePolicy::Off
+            } else {
+                t.policy()
+            }
+        })
+        .collect();
     let c = ok(
         "a communicator without the path on rank 0",
-        Communicator::with_same_node(&world, t.ctx, allowed[t.rank as usize]),
+        Communicator::with_same_node(&world, t.ctx, policies[t.rank as usize]),
     )?;
-    check_paths(t, &c, &allowed, "rank 0 off")?;
+    check_paths(t, &c, &policies, "rank 0 off")?;
     let mixed = Ranks { comm: &c, ..*t };
     exchange_with_zero::<i32>(&mixed, "i32 x 1001 with rank 0", 1001, device_end(t))?;
     // Rank 1 and the last rank, both allowing it.
