@@ -492,13 +492,7 @@ impl Communicator {
             return self.send_shared::<T>(op, buf.place(), (dest, tag), header);
         }
         let prepared = Outgoing::prepare(self, op, buf.place(), self.piece_elements::<T>());
-        let outgoing = match prepared {
-            Ok(outgoing) => outgoing,
-            Err(e) => {
-                raw::send(op, comm, header.failed(Failure::of(&e)).bytes(), dest, tag)?;
-                return Err(e);
-            }
-        };
+        let outgoing = self.prepared_or_told(op, prepared, header, (dest, tag))?;
         raw::send(op, comm, header.bytes(), dest, tag)?;
         let mut answer = [0u8; HEADER_BYTES];
         raw::recv(op, comm, &mut answer, dest, ACK_TAGS + tag)?;
@@ -522,6 +516,28 @@ impl Communicator {
         }
     }
 
+    /// `prepared`, or, where the sender's preparation failed, its error
+    /// once `header` marked failed has gone to `dest` (the receiver then
+    /// answers nothing, and no data follows).
+    fn prepared_or_told<P>(
+        &self,
+        op: &'static str,
+        prepared: Result<P>,
+        header: Header,
+        (dest, tag): (i32, i32),
+    ) -> Result<P> {
+        prepared.or_else(|e| {
+            raw::send(
+                op,
+                self.raw(),
+                header.failed(Failure::of(&e)).bytes(),
+                dest,
+                tag,
+            )?;
+            Err(e)
+        })
+    }
+
     /// The sender's error where the receiver's `answer` to a message of
     /// `len` elements of `T` refuses it (or is not this crate's).
     fn refusal<T: Element>(
@@ -531,31 +547,7 @@ impl Communicator {
         len: usize,
         answer: &[u8; HEADER_BYTES],
     ) -> Result<()> {
-        let answer = Header::from_bytes(answer);
-        answer.check_protocol(op, dest)?;
-        let Some(reason) = answer.failure_reason() else {
-            return Ok(());
-        };
-        Err(if !answer.is_mismatch() {
-            Error::RemoteFailure {
-                op,
-                rank: self.rank,
-                failed: dest,
-                reason,
-            }
-        } else {
-            Error::Mismatch {
-                op,
-                rank: self.rank,
-                detail: format!(
-                    "rank {} sent {} elements of {}, rank {dest} expects {}",
-                    self.rank,
-                    len,
-                    T::TYPE,
-                    answer.describe()
-                ),
-            }
-        })
+        Header::from_bytes(answer).refusal(op, (self.rank, dest), (len, T::TYPE))
     }
 
     /// [`send`](Self::send) over the same-node path: the data goes into
@@ -571,13 +563,9 @@ impl Communicator {
     ) -> Result<()> {
         let comm = self.raw();
         let len = header.len();
-        let header = match self.same_node.stage_out(op, place, len, dest) {
-            Ok((generation, new)) => header.in_shared_memory(generation, new),
-            Err(e) => {
-                raw::send(op, comm, header.failed(Failure::of(&e)).bytes(), dest, tag)?;
-                return Err(e);
-            }
-        };
+        let staged = self.same_node.stage_out(op, place, len, dest);
+        let (generation, new) = self.prepared_or_told(op, staged, header, (dest, tag))?;
+        let header = header.in_shared_memory(generation, new);
         raw::send(op, comm, header.bytes(), dest, tag)?;
         let mut answer = [0u8; HEADER_BYTES];
         raw::recv(op, comm, &mut answer, dest, ACK_TAGS + tag)?;

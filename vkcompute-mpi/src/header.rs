@@ -224,6 +224,38 @@ impl Header {
         self.status == Failure::Mismatch.code()
     }
 
+    /// A sender's error where this answer of rank `dest` to `rank`'s
+    /// message of `len` elements of `element` refuses it (or is not this
+    /// crate's).
+    pub(crate) fn refusal(
+        &self,
+        op: &'static str,
+        (rank, dest): (i32, i32),
+        (len, element): (usize, ElementType),
+    ) -> Result<()> {
+        self.check_protocol(op, dest)?;
+        let Some(reason) = self.failure_reason() else {
+            return Ok(());
+        };
+        Err(if !self.is_mismatch() {
+            Error::RemoteFailure {
+                op,
+                rank,
+                failed: dest,
+                reason,
+            }
+        } else {
+            Error::Mismatch {
+                op,
+                rank,
+                detail: format!(
+                    "rank {rank} sent {len} elements of {element}, rank {dest} expects {}",
+                    self.describe()
+                ),
+            }
+        })
+    }
+
     pub(crate) fn is_kind(&self, kind: Kind) -> bool {
         self.kind == kind.code()
     }

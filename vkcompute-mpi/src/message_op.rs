@@ -184,29 +184,7 @@ impl<T: Element> Op<T> {
     pub(crate) fn answered(&mut self) -> Result<Phase> {
         let (op, dest) = (self.op, self.peer);
         let answer = Header::from_bytes(&self.in_header);
-        answer.check_protocol(op, dest)?;
-        if let Some(reason) = answer.failure_reason() {
-            return Err(if !answer.is_mismatch() {
-                Error::RemoteFailure {
-                    op,
-                    rank: self.rank,
-                    failed: dest,
-                    reason,
-                }
-            } else {
-                Error::Mismatch {
-                    op,
-                    rank: self.rank,
-                    detail: format!(
-                        "rank {} sent {} elements of {}, rank {dest} expects {}",
-                        self.rank,
-                        self.data.len(),
-                        T::TYPE,
-                        answer.describe()
-                    ),
-                }
-            });
-        }
+        answer.refusal(op, (self.rank, dest), (self.data.len(), T::TYPE))?;
         let bytes: &[u8] = bytemuck::cast_slice(&self.data);
         let piece = self.piece_bytes.max(1);
         for start in (0..bytes.len()).step_by(piece) {

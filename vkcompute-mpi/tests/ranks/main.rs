@@ -129,25 +129,9 @@ fn rank_main() -> ExitCode {
                 "bad_arguments_are_refused_locally",
                 bad_arguments_are_refused_locally,
             ),
-            (
-                "send_recv_device_lengths_and_types",
-                send_recv_device_lengths_and_types,
-            ),
-            (
-                "send_recv_views_at_odd_offsets",
-                send_recv_views_at_odd_offsets,
-            ),
-            (
-                "send_recv_host_and_device_ends",
-                send_recv_host_and_device_ends,
-            ),
-            ("send_recv_in_many_pieces", send_recv_in_many_pieces),
-            (
-                "send_recv_mismatch_fails_on_both_ranks",
-                send_recv_mismatch_fails_on_both_ranks,
-            ),
-            ("send_from_mapped_buffer", send_from_mapped_buffer),
-            ("recv_into_mapped_buffer", recv_into_mapped_buffer),
+        ];
+        checks.extend(blocking_sends());
+        let rest: Vec<Named> = vec![
             ("barrier_returns", barrier_returns),
             ("broadcast_matches_root", broadcast_matches_root),
             ("allreduce_every_type_and_op", allreduce_every_type_and_op),
@@ -198,6 +182,7 @@ fn rank_main() -> ExitCode {
                 allreduce_with_borrowed_host_buffer,
             ),
         ];
+        checks.extend(rest);
         let on_the_path: [Named; 4] = [
             (
                 "paths_follow_node_device_and_capabilities",

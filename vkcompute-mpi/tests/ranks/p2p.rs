@@ -5,6 +5,31 @@ use super::*;
 
 pub(crate) const LENGTHS: [usize; 4] = [0, 1, 7, 1003];
 
+/// The checks of blocking `send` and `recv` (run on every path).
+pub(crate) fn blocking_sends() -> Vec<Named> {
+    vec![
+        (
+            "send_recv_device_lengths_and_types",
+            send_recv_device_lengths_and_types,
+        ),
+        (
+            "send_recv_views_at_odd_offsets",
+            send_recv_views_at_odd_offsets,
+        ),
+        (
+            "send_recv_host_and_device_ends",
+            send_recv_host_and_device_ends,
+        ),
+        ("send_recv_in_many_pieces", send_recv_in_many_pieces),
+        (
+            "send_recv_mismatch_fails_on_both_ranks",
+            send_recv_mismatch_fails_on_both_ranks,
+        ),
+        ("send_from_mapped_buffer", send_from_mapped_buffer),
+        ("recv_into_mapped_buffer", recv_into_mapped_buffer),
+    ]
+}
+
 // ---------------------------------------------------------------- errors
 
 pub(crate) fn errors_return_is_set(t: &Ranks) -> Check {

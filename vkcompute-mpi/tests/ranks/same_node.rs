@@ -265,39 +265,19 @@ pub(crate) fn send_to_recv_and_irecv_64_mib(t: &Ranks) -> Check {
 /// The point-to-point checks that `send` takes part in, run again on a
 /// communicator with the same-node path off (over MPI, mapped or staged).
 pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
-    let mut checks: Vec<Named> = vec![
-        (
-            "paths_follow_node_device_and_capabilities",
-            paths_follow_node_device_and_capabilities,
-        ),
-        (
-            "send_recv_device_lengths_and_types",
-            send_recv_device_lengths_and_types,
-        ),
-        (
-            "send_recv_views_at_odd_offsets",
-            send_recv_views_at_odd_offsets,
-        ),
-        (
-            "send_recv_host_and_device_ends",
-            send_recv_host_and_device_ends,
-        ),
-        ("send_recv_in_many_pieces", send_recv_in_many_pieces),
-        (
-            "send_recv_mismatch_fails_on_both_ranks",
-            send_recv_mismatch_fails_on_both_ranks,
-        ),
-        ("send_from_mapped_buffer", send_from_mapped_buffer),
-        ("recv_into_mapped_buffer", recv_into_mapped_buffer),
-        (
-            "blocking_and_nonblocking_ends_pair",
-            blocking_and_nonblocking_ends_pair,
-        ),
-        (
-            "blocking_calls_move_pending_requests_on",
-            blocking_calls_move_pending_requests_on,
-        ),
-    ];
+    let mut checks: Vec<Named> = vec![(
+        "paths_follow_node_device_and_capabilities",
+        paths_follow_node_device_and_capabilities,
+    )];
+    checks.extend(blocking_sends());
+    checks.push((
+        "blocking_and_nonblocking_ends_pair",
+        blocking_and_nonblocking_ends_pair,
+    ));
+    checks.push((
+        "blocking_calls_move_pending_requests_on",
+        blocking_calls_move_pending_requests_on,
+    ));
     if large {
         checks.push((
             "send_to_recv_and_irecv_64_mib",
