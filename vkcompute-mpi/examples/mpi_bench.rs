@@ -14,8 +14,10 @@
 //! `staged`: `Communicator::path_to`; `host` for the host cases). Where
 //! ranks 0 and 1 can take the same-node path, `sendrecv` is measured on
 //! it (`SameNodePolicy::Always`) and over MPI (`SameNodePolicy::Off`),
-//! each beside its own `sendrecv_host`; rank 0 says on stderr which of
-//! them `Communicator::new` takes (`SameNodePolicy::Auto`). Each device case and its host case take turns
+//! each beside its own `sendrecv_host`, and so is `allreduce` where every
+//! pair can take it (`Communicator::allreduce_path`); rank 0 says on
+//! stderr which path `Communicator::new` takes for a send
+//! (`SameNodePolicy::Auto`). Each device case and its host case take turns
 //! run by run (see `time_pair`).
 //!
 //! Options: `--quick` (4 KiB to 1 MiB, few iterations: a smoke test),
@@ -128,20 +130,17 @@ fn main() {
         DeviceComm::with_same_node(&world, &ctx, SameNodePolicy::Always).expect("a communicator");
     let off =
         DeviceComm::with_same_node(&world, &ctx, SameNodePolicy::Off).expect("a communicator");
-    let collective_path = if comm.maps_device_memory() {
-        "direct"
-    } else {
-        "staged"
-    };
     // The paths between ranks 0 and 1, as rank 0 sees them (every rank
     // takes part in every case, so every rank follows rank 0).
     let all = [Path::SameNode, Path::Direct, Path::Staged];
-    let mut paths = [&comm, &always, &off].map(|c| {
-        let path = c.path_to(1.min(size - 1)).expect("rank 1");
-        all.iter().position(|&p| p == path).expect("a known path") as u8
-    });
+    let code = |path: Path| all.iter().position(|&p| p == path).expect("a known path") as u8;
+    let mut paths =
+        [&comm, &always, &off].map(|c| code(c.path_to(1.min(size - 1)).expect("rank 1")));
+    let mut collective = [&always, &off].map(|c| code(c.allreduce_path()));
     world.process_at_rank(0).broadcast_into(&mut paths[..]);
+    world.process_at_rank(0).broadcast_into(&mut collective[..]);
     let [default_path, always_path, off_path] = paths.map(|code| all[code as usize].name());
+    let [always_collective, off_collective] = collective.map(|code| all[code as usize].name());
     if rank == 0 {
         eprintln!(
             "mpi_bench: {size} ranks on `{}`{}; send from rank 0 to 1 by default: {default_path}",
@@ -178,17 +177,24 @@ fn main() {
 
         let ring = 2.0 * (size - 1) as f64 / size as f64;
         let mut out = vec![0.0f32; len];
-        let (device, plain) = time_pair(
-            &world,
-            iters,
-            || {
-                comm.allreduce(&buf, ReduceOp::Sum).unwrap();
-                ctx.synchronize().unwrap();
-            },
-            || world.all_reduce_into(&host[..], &mut out[..], SystemOperation::sum()),
-        );
-        report("allreduce", collective_path, bytes, device, ring, iters);
-        report("allreduce_host", "host", bytes, plain, ring, iters);
+        // On the same-node path where every pair can take it, and over MPI.
+        let mut allreduce = vec![(&always, always_collective)];
+        if always_collective != off_collective {
+            allreduce.push((&off, off_collective));
+        }
+        for (c, path) in allreduce {
+            let (device, plain) = time_pair(
+                &world,
+                iters,
+                || {
+                    c.allreduce(&buf, ReduceOp::Sum).unwrap();
+                    ctx.synchronize().unwrap();
+                },
+                || world.all_reduce_into(&host[..], &mut out[..], SystemOperation::sum()),
+            );
+            report("allreduce", path, bytes, device, ring, iters);
+            report("allreduce_host", "host", bytes, plain, ring, iters);
+        }
 
         // On the same-node path where ranks 0 and 1 can take it, and over MPI.
         let mut sendrecv = vec![(&always, always_path)];

@@ -65,6 +65,25 @@ impl<T: bytemuck::Pod> Place<'_, T> {
         }
     }
 
+    /// Enqueues a copy of `src` into these elements from `start` on (as
+    /// many as `src` holds), on their buffer's stream, and submits it.
+    pub(crate) fn copy_into_range(
+        &self,
+        start: usize,
+        src: &DeviceBuffer<T>,
+    ) -> vkcompute::Result<()> {
+        match self {
+            Place::Device(b) => b
+                .create_sub_buffer::<T>(start, src.len())
+                .and_then(|part| part.enqueue_copy_from(src))
+                .and_then(|()| b.context().flush()),
+            Place::Host(b) => b
+                .create_sub_buffer::<T>(start, src.len())
+                .and_then(|part| part.enqueue_copy_from(src))
+                .and_then(|()| b.context().flush()),
+        }
+    }
+
     /// Enqueues a copy of elements `start..start + len` into `dst` on
     /// their buffer's stream, and submits it.
     pub(crate) fn copy_range_to<D: CopyDestination<T> + ?Sized>(
@@ -268,8 +287,10 @@ impl Communicator {
     /// [`irecv`](Self::irecv) (which copies it out of the shared memory
     /// into the memory it owns when the header arrives, and lands it when
     /// it completes, as for a message over MPI). [`isend`](Self::isend)
-    /// copies its buffer to host memory at once and sends it over MPI;
-    /// the collectives travel over MPI on every path.
+    /// copies its buffer to host memory at once and sends it over MPI.
+    /// [`allreduce`](Self::allreduce) takes the path where every pair does
+    /// ([`allreduce_path`](Self::allreduce_path)); the other collectives
+    /// travel over MPI.
     pub fn path_to(&self, peer: i32) -> Result<Path> {
         self.check_rank("Communicator::path_to", peer)?;
         Ok(if self.same_node.is_peer(peer) {
@@ -279,6 +300,21 @@ impl Communicator {
         } else {
             Path::Staged
         })
+    }
+
+    /// The path [`allreduce`](Self::allreduce) takes: [`Path::SameNode`]
+    /// where every pair of ranks of the communicator takes the same-node
+    /// path (the same on every rank; logged with the paths), else how
+    /// this rank's buffers meet MPI ([`Path::Direct`] or [`Path::Staged`]).
+    /// The other collectives always travel over MPI.
+    pub fn allreduce_path(&self) -> Path {
+        if self.same_node.spans_communicator() {
+            Path::SameNode
+        } else if self.maps_device_memory() {
+            Path::Direct
+        } else {
+            Path::Staged
+        }
     }
 
     /// This rank's number in the communicator.

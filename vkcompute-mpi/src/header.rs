@@ -332,14 +332,14 @@ impl Header {
 /// Gathers every rank's header (`mine` from this one) and checks them: a
 /// failed rank, a mismatch or a foreign message is an error here, and
 /// since every rank sees the same headers, on every rank. `op` names the
-/// operation; `rank` is this rank.
+/// operation; `rank` is this rank. Returns every rank's header.
 pub(crate) fn agree(
     op: &'static str,
     comm: &Comm,
     rank: i32,
     size: i32,
     mine: Header,
-) -> Result<()> {
+) -> Result<Vec<Header>> {
     let mut all = vec![0u8; HEADER_BYTES * size as usize];
     raw::allgather(op, comm, mine.bytes(), &mut all)?;
     let headers: Vec<Header> = all
@@ -371,7 +371,7 @@ pub(crate) fn agree(
             .join("; ");
         return Err(Error::Mismatch { op, rank, detail });
     }
-    Ok(())
+    Ok(headers)
 }
 
 #[cfg(test)]

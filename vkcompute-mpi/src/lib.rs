@@ -32,8 +32,13 @@
 //!   receiver (the descriptor passed once over a Unix socket, the memory
 //!   kept for later messages), and the receiver copies it out on its
 //!   device; MPI carries only the header and the answer. `recv` and
-//!   `irecv` receive such messages; `isend` and the collectives travel
-//!   over MPI as below. By default ([`SameNodePolicy::Auto`]) a pair whose
+//!   `irecv` receive such messages. Where every pair of the communicator
+//!   takes the path, so does `allreduce`
+//!   ([`Communicator::allreduce_path`]): each rank copies its buffer into
+//!   memory exported to all, rank `r` reduces chunk `r` of every rank's
+//!   memory with the crate's kernels, and every rank copies the reduced
+//!   chunks out. `isend` and the other collectives travel over MPI as
+//!   below. By default ([`SameNodePolicy::Auto`]) a pair whose
 //!   device buffers both map directly keeps to MPI, which moves mapped
 //!   memory in one copy (measured faster on lavapipe than two device
 //!   copies); [`Communicator::with_same_node`] or

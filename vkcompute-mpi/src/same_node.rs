@@ -278,6 +278,13 @@ pub(crate) struct SameNode {
     sockets: Vec<Option<UnixStream>>,
     outboxes: Mutex<HashMap<i32, Outbox>>,
     inboxes: Mutex<HashMap<i32, Inbox>>,
+    /// Whether every pair of the communicator takes the path (then the
+    /// allreduce does too); the same on every rank.
+    whole: bool,
+    /// This rank's memory for the collectives, exported to every peer.
+    shared: Mutex<Option<Outbox>>,
+    /// Every peer's collective memory, imported.
+    collective_inboxes: Mutex<HashMap<i32, Inbox>>,
 }
 
 /// 16 bytes from the kernel's random source.
@@ -464,6 +471,14 @@ impl SameNode {
                 *socket = None;
             }
         }
+        let whole = size > 1
+            && ready.iter().all(|&r| r == 1)
+            && records.iter().enumerate().all(|(p, a)| {
+                records
+                    .iter()
+                    .enumerate()
+                    .all(|(q, b)| p == q || a.pairs_with(b).is_ok())
+            });
         let same: Vec<String> = (0..size)
             .filter(|&p| sockets[p as usize].is_some())
             .map(|p| p.to_string())
@@ -477,7 +492,7 @@ impl SameNode {
             .collect();
         log::info!(
             "vkcompute-mpi: rank {rank}: same-node path (exported device memory) to {}; over MPI \
-             to {}",
+             to {}{}",
             if same.is_empty() {
                 "no rank".to_string()
             } else {
@@ -487,6 +502,11 @@ impl SameNode {
                 "no rank".to_string()
             } else {
                 others.join("; ")
+            },
+            if whole {
+                "; allreduce on it too (every pair takes it)"
+            } else {
+                ""
             }
         );
         Ok(SameNode {
@@ -494,6 +514,9 @@ impl SameNode {
             sockets,
             outboxes: Mutex::new(HashMap::new()),
             inboxes: Mutex::new(HashMap::new()),
+            whole,
+            shared: Mutex::new(None),
+            collective_inboxes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -535,7 +558,22 @@ impl SameNode {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&dest);
-        let mut outbox = match kept {
+        let mut outbox = self.at_least(op, kept, bytes)?;
+        let result = self
+            .fill(op, &mut outbox, place, len)
+            .and_then(|()| self.announce(op, &mut outbox, dest));
+        let generation = outbox.generation;
+        self.outboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(dest, outbox);
+        result.map(|new| (generation, new))
+    }
+
+    /// `kept` where it holds `bytes`, else new exportable memory of the
+    /// next generation (a power of two, at least [`MIN_SHARED_BYTES`]).
+    fn at_least(&self, op: &'static str, kept: Option<Outbox>, bytes: usize) -> Result<Outbox> {
+        Ok(match kept {
             Some(outbox) if outbox.memory.len() >= bytes => outbox,
             old => Outbox {
                 generation: old.map_or(1, |o| o.generation.wrapping_add(1)),
@@ -549,16 +587,7 @@ impl SameNode {
                 released: false,
                 announced: false,
             },
-        };
-        let result = self
-            .fill(op, &mut outbox, place, len)
-            .and_then(|()| self.announce(op, &mut outbox, dest));
-        let generation = outbox.generation;
-        self.outboxes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(dest, outbox);
-        result.map(|new| (generation, new))
+        })
     }
 
     /// Copies `place` into `outbox` between an acquire (where it was
@@ -591,6 +620,17 @@ impl SameNode {
     /// Sends the descriptor of `outbox` to `dest` where it has not had
     /// this generation yet; whether it did.
     fn announce(&self, op: &'static str, outbox: &mut Outbox, dest: i32) -> Result<bool> {
+        self.announce_to(op, outbox, dest..dest + 1)
+    }
+
+    /// Sends the descriptor of `outbox` to every rank of `peers` (but this
+    /// one) where they have not had this generation yet; whether it did.
+    fn announce_to(
+        &self,
+        op: &'static str,
+        outbox: &mut Outbox,
+        peers: std::ops::Range<i32>,
+    ) -> Result<bool> {
         if outbox.announced {
             return Ok(false);
         }
@@ -600,13 +640,15 @@ impl SameNode {
         let mut payload = [0u8; ANNOUNCE_BYTES];
         payload[..4].copy_from_slice(&outbox.generation.to_le_bytes());
         payload[4..].copy_from_slice(&exported.info.to_bytes());
-        fdpass::send_fd(self.socket(op, dest)?, exported.fd.as_fd(), &payload).map_err(|e| {
-            Error::SameNode {
-                op,
-                peer: dest,
-                detail: format!("passing the exported memory over the node-local socket: {e}"),
-            }
-        })?;
+        for dest in peers.filter(|&p| self.is_peer(p)) {
+            fdpass::send_fd(self.socket(op, dest)?, exported.fd.as_fd(), &payload).map_err(
+                |e| Error::SameNode {
+                    op,
+                    peer: dest,
+                    detail: format!("passing the exported memory over the node-local socket: {e}"),
+                },
+            )?;
+        }
         outbox.announced = true;
         Ok(true)
     }
@@ -620,9 +662,30 @@ impl SameNode {
         &self,
         op: &'static str,
         source: i32,
+        announced: (u32, bool),
+    ) -> Result<DeviceBuffer<u8>> {
+        self.import_into(&self.inboxes, op, source, announced)
+    }
+
+    /// [`inbox`](Self::inbox) for the collectives' memory of `source`
+    /// (`announced` in its header of the collective).
+    pub(crate) fn collective_inbox(
+        &self,
+        op: &'static str,
+        source: i32,
+        announced: (u32, bool),
+    ) -> Result<DeviceBuffer<u8>> {
+        self.import_into(&self.collective_inboxes, op, source, announced)
+    }
+
+    fn import_into(
+        &self,
+        kept: &Mutex<HashMap<i32, Inbox>>,
+        op: &'static str,
+        source: i32,
         (generation, new): (u32, bool),
     ) -> Result<DeviceBuffer<u8>> {
-        let mut inboxes = self.inboxes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut inboxes = kept.lock().unwrap_or_else(PoisonError::into_inner);
         if !new {
             return match inboxes.get(&source) {
                 Some(inbox) if inbox.generation == generation => Ok(inbox.memory.clone()),
@@ -679,6 +742,47 @@ impl SameNode {
         Ok(memory)
     }
 
+    /// Whether every pair of the communicator takes the path, so that the
+    /// allreduce takes it too (the same answer on every rank).
+    pub(crate) fn spans_communicator(&self) -> bool {
+        self.whole
+    }
+
+    /// Copies the `len` elements of `place` into this rank's collective
+    /// memory (made, or grown, first), between an acquire and a release,
+    /// and waits for the device. Returns the memory and `(generation,
+    /// new)` for the header; a new generation goes to the peers with
+    /// [`announce_collective`](Self::announce_collective) once the ranks
+    /// agree.
+    pub(crate) fn fill_collective<T: Element>(
+        &self,
+        op: &'static str,
+        place: Place<'_, T>,
+        len: usize,
+    ) -> Result<(DeviceBuffer<u8>, (u32, bool))> {
+        let kept = self
+            .shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let mut outbox = self.at_least(op, kept, len * size_of::<T>())?;
+        let filled = self.fill(op, &mut outbox, place, len);
+        let announced = (outbox.generation, !outbox.announced);
+        let memory = outbox.memory.clone();
+        *self.shared.lock().unwrap_or_else(PoisonError::into_inner) = Some(outbox);
+        filled.map(|()| (memory, announced))
+    }
+
+    /// Sends this rank's collective memory to every peer where it is a new
+    /// generation (`size` ranks).
+    pub(crate) fn announce_collective(&self, op: &'static str, size: i32) -> Result<()> {
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        match shared.as_mut() {
+            Some(outbox) => self.announce_to(op, outbox, 0..size).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
     /// Copies the first `len` elements of `inbox` (from `source`) out
     /// with `write` (given a view of them), between the acquire and the
     /// release of the memory, and waits for the device: the sender may
@@ -712,6 +816,27 @@ impl SameNode {
         self.ctx.synchronize().map_err(Error::device(op))?;
         Ok(written.err().map(Error::device(op)))
     }
+}
+
+/// Runs `with` on elements `range` (of `T`) of shared memory `memory`
+/// between an acquire from and a release to `VK_QUEUE_FAMILY_EXTERNAL`
+/// (enqueued, not waited for); nothing for an empty range.
+pub(crate) fn shared_part<T: Element>(
+    op: &'static str,
+    memory: &DeviceBuffer<u8>,
+    range: &std::ops::Range<usize>,
+    with: impl FnOnce(&DeviceBuffer<T>) -> Result<()>,
+) -> Result<()> {
+    if range.is_empty() {
+        return Ok(());
+    }
+    let part = memory
+        .create_sub_buffer::<T>(range.start, range.len())
+        .map_err(Error::device(op))?;
+    (part.enqueue_acquire_from_external()).map_err(Error::device(op))?;
+    let done = with(&part);
+    (part.enqueue_release_to_external()).map_err(Error::device(op))?;
+    done
 }
 
 #[cfg(test)]

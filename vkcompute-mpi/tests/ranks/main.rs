@@ -12,8 +12,9 @@
 //!
 //! Every check runs on a communicator that takes the same-node path
 //! wherever the ranks can (`SameNodePolicy::Always`; `same_node.rs` checks
-//! which they take, under each policy), and the point-to-point checks
-//! again on one with it off, over MPI.
+//! which they take, under each policy), and the checks of blocking sends
+//! and of allreduce (which take the path) again on one with it off, over
+//! MPI.
 //!
 //! `VKCOMPUTE_MPI_LARGE=0` leaves out the 64 MiB cases.
 #![allow(
@@ -134,13 +135,6 @@ fn rank_main() -> ExitCode {
         let rest: Vec<Named> = vec![
             ("barrier_returns", barrier_returns),
             ("broadcast_matches_root", broadcast_matches_root),
-            ("allreduce_every_type_and_op", allreduce_every_type_and_op),
-            ("allreduce_view_at_odd_offset", allreduce_view_at_odd_offset),
-            ("allreduce_across_paths", allreduce_across_paths),
-            (
-                "allreduce_result_is_stream_ordered",
-                allreduce_result_is_stream_ordered,
-            ),
             ("reduce_to_each_root", reduce_to_each_root),
             ("allgather_blocks", allgather_blocks),
             ("reduce_scatter_blocks", reduce_scatter_blocks),
@@ -152,7 +146,6 @@ fn rank_main() -> ExitCode {
                 "collective_bad_length_fails_on_every_rank",
                 collective_bad_length_fails_on_every_rank,
             ),
-            ("allreduce_with_mapped_buffer", allreduce_with_mapped_buffer),
             ("isend_irecv_lengths_and_ends", isend_irecv_lengths_and_ends),
             (
                 "blocking_and_nonblocking_ends_pair",
@@ -176,13 +169,9 @@ fn rank_main() -> ExitCode {
                 "blocking_calls_move_pending_requests_on",
                 blocking_calls_move_pending_requests_on,
             ),
-            ("collectives_on_host_buffers", collectives_on_host_buffers),
-            (
-                "allreduce_with_borrowed_host_buffer",
-                allreduce_with_borrowed_host_buffer,
-            ),
         ];
         checks.extend(rest);
+        checks.extend(allreduces(large));
         let on_the_path: [Named; 4] = [
             (
                 "paths_follow_node_device_and_capabilities",
@@ -203,7 +192,6 @@ fn rank_main() -> ExitCode {
         ];
         checks.extend(on_the_path);
         if large {
-            checks.push(("large_64_mib", large_64_mib));
             checks.push((
                 "send_to_recv_and_irecv_64_mib",
                 send_to_recv_and_irecv_64_mib,

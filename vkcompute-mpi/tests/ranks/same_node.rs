@@ -262,8 +262,9 @@ pub(crate) fn send_to_recv_and_irecv_64_mib(t: &Ranks) -> Check {
     Ok(())
 }
 
-/// The point-to-point checks that `send` takes part in, run again on a
-/// communicator with the same-node path off (over MPI, mapped or staged).
+/// The checks of what takes the same-node path (blocking sends and
+/// allreduce), run again on a communicator with it off (over MPI, mapped
+/// or staged).
 pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
     let mut checks: Vec<Named> = vec![(
         "paths_follow_node_device_and_capabilities",
@@ -278,6 +279,7 @@ pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
         "blocking_calls_move_pending_requests_on",
         blocking_calls_move_pending_requests_on,
     ));
+    checks.extend(allreduces(large));
     if large {
         checks.push((
             "send_to_recv_and_irecv_64_mib",
