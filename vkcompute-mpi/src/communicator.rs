@@ -295,11 +295,18 @@ impl Communicator {
         self.check_rank("Communicator::path_to", peer)?;
         Ok(if self.same_node.is_peer(peer) {
             Path::SameNode
-        } else if self.maps_device_memory() {
+        } else {
+            self.mpi_path()
+        })
+    }
+
+    /// How this rank's device buffers meet MPI: mapped or staged.
+    fn mpi_path(&self) -> Path {
+        if self.maps_device_memory() {
             Path::Direct
         } else {
             Path::Staged
-        })
+        }
     }
 
     /// The path [`allreduce`](Self::allreduce) takes: [`Path::SameNode`]
@@ -310,10 +317,8 @@ impl Communicator {
     pub fn allreduce_path(&self) -> Path {
         if self.same_node.spans_communicator() {
             Path::SameNode
-        } else if self.maps_device_memory() {
-            Path::Direct
         } else {
-            Path::Staged
+            self.mpi_path()
         }
     }
 

@@ -225,25 +225,17 @@ impl<T: Reducible> Operand<'_, T> {
         (start, len): (usize, usize),
         push: &P,
     ) -> vkcompute::Result<()> {
+        // The two kinds of buffer have the same methods but no common trait.
+        macro_rules! bind {
+            ($b:expr) => {{
+                let b = $b.create_sub_buffer::<U>(start, len)?;
+                let args = [acc.arg_reinterpret(), b.arg_reinterpret()];
+                ctx.enqueue_function(kernel, groups, &args, push)
+            }};
+        }
         match self {
-            Operand::Host(b) => {
-                let b = b.create_sub_buffer::<U>(start, len)?;
-                ctx.enqueue_function(
-                    kernel,
-                    groups,
-                    &[acc.arg_reinterpret(), b.arg_reinterpret()],
-                    push,
-                )
-            }
-            Operand::Device(b) => {
-                let b = b.create_sub_buffer::<U>(start, len)?;
-                ctx.enqueue_function(
-                    kernel,
-                    groups,
-                    &[acc.arg_reinterpret(), b.arg_reinterpret()],
-                    push,
-                )
-            }
+            Operand::Host(b) => bind!(b),
+            Operand::Device(b) => bind!(b),
         }
     }
 }
