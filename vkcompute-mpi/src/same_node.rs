@@ -138,7 +138,7 @@ const MAGIC: u32 = 0x4e53_6b76;
 /// How long a rank waits for the peers it pairs with to connect, once
 /// every rank has published its record (they connect at once; this only
 /// bounds a peer that cannot).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long an accepted connection may take to introduce itself.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
