@@ -97,8 +97,34 @@ fn launch() -> ExitCode {
     }
 }
 
+/// Keeps the lines vkcompute-mpi logs (`info` and above), for the checks
+/// of what it reports.
+struct Lines(std::sync::Mutex<Vec<String>>);
+
+impl log::Log for Lines {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::Level::Info
+    }
+    fn log(&self, record: &log::Record) {
+        let line = record.args().to_string();
+        if line.starts_with("vkcompute-mpi:") {
+            self.0.lock().unwrap().push(line);
+        }
+    }
+    fn flush(&self) {}
+}
+
+static LOGGED: Lines = Lines(std::sync::Mutex::new(Vec::new()));
+
+/// The lines logged since the last call.
+fn logged() -> Vec<String> {
+    std::mem::take(&mut *LOGGED.0.lock().unwrap())
+}
+
 /// One rank: every check, on both memory paths.
 fn rank_main() -> ExitCode {
+    log::set_logger(&LOGGED).expect("the only logger");
+    log::set_max_level(log::LevelFilter::Info);
     let universe = mpi::initialize().expect("MPI initialises once");
     let world = universe.world();
     let large = std::env::var("VKCOMPUTE_MPI_LARGE").map_or(true, |v| v != "0");

@@ -120,10 +120,39 @@ pub(crate) fn paths_follow_node_device_and_capabilities(t: &Ranks) -> Check {
         SameNodePolicy::Always,
     ] {
         let what = format!("with_same_node({policy:?})");
+        logged();
         let c = ok(&what, Communicator::with_same_node(&world, t.ctx, policy))?;
         check_paths(t, &c, &vec![policy; n], &what)?;
+        check_log_line(t, &c, &what)?;
     }
     Ok(())
+}
+
+/// The line a new communicator `c` logged: the ranks it takes the path
+/// to, as `path_to` says, and whether allreduce takes it.
+fn check_log_line(t: &Ranks, c: &Communicator, what: &str) -> Check {
+    let lines = logged();
+    let same: Vec<String> = (0..t.size)
+        .filter(|&p| matches!(c.path_to(p), Ok(Path::SameNode)))
+        .map(|p| p.to_string())
+        .collect();
+    let to = if same.is_empty() {
+        "to no rank;".to_string()
+    } else {
+        format!("to ranks {};", same.join(", "))
+    };
+    let head = format!("vkcompute-mpi: rank {}: same-node path", t.rank);
+    let line = lines.iter().find(|l| l.starts_with(&head));
+    let allreduce = c.allreduce_path() == Path::SameNode;
+    ensure(
+        line.is_some_and(|l| l.contains(&to) && l.contains("allreduce on it") == allreduce),
+        || {
+            format!(
+                "{what}: logged {lines:?}, expected a line `{head} ... {to}` (allreduce on \
+                 it: {allreduce})"
+            )
+        },
+    )
 }
 
 /// Messages between rank 0 and every other rank whose sizes grow past
