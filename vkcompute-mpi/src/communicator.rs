@@ -214,6 +214,13 @@ impl Communicator {
     /// named by random bytes sent over MPI only) to pass descriptors over.
     /// A pair whose socket cannot be connected takes the other paths, on
     /// both ends.
+    ///
+    /// Memory: a rank keeps, for each peer it sends to over the path,
+    /// exportable device memory as large as its largest message so far
+    /// (rounded up to a power of two, at least 64 KiB), and one more as
+    /// large as its largest allreduce on the path; the peers' imports of
+    /// it are the same memory, not copies. It is freed with the
+    /// communicator.
     pub fn with_same_node(
         comm: &impl mpi::traits::Communicator,
         ctx: &DeviceContext,
