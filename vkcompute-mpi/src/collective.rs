@@ -438,7 +438,11 @@ impl Communicator {
         };
         let ((kernel, (own, _)), headers) = self.agree_headers(op, announced, prepared)?;
         let sent = same_node.announce_collective(op, size);
-        self.all_ok(op, sent)?;
+        // Every rank has sent what it could; the new generations come off
+        // the sockets even where a rank failed, so that they stay in step
+        // with the headers (a rank that could not send all of its own
+        // announces it again next time).
+        let sent = self.all_ok(op, sent);
         let mut memory = Vec::with_capacity(size as usize);
         for (q, h) in headers.iter().enumerate() {
             memory.push(match (q == rank, h.shared_memory()) {
@@ -452,6 +456,7 @@ impl Communicator {
             });
         }
         let memory: Result<Vec<DeviceBuffer<u8>>> = memory.into_iter().collect();
+        sent?;
         let chunks = Chunks::contiguous(n, size as usize, self.stride::<T>(n));
         let reduced = memory.as_ref().map_err(Clone::clone).and_then(|memory| {
             self.reduce_own_chunk::<T>(op, &kernel, memory, &chunks.ranges[rank], rank)
