@@ -617,7 +617,14 @@ impl Communicator {
         raw::send(op, comm, header.bytes(), dest, tag)?;
         let mut answer = [0u8; HEADER_BYTES];
         raw::recv(op, comm, &mut answer, dest, ACK_TAGS + tag)?;
-        self.refusal::<T>(op, dest, len, &answer)
+        let refused = self.refusal::<T>(op, dest, len, &answer);
+        if refused.is_err() {
+            // The receiver may not have imported the memory (its import
+            // failed, or it refused before): the next message sends it
+            // again, and the receiver replaces whatever it holds.
+            self.same_node.announce_again(dest);
+        }
+        refused
     }
 
     /// [`recv`](Self::recv) of a message in `source`'s shared memory

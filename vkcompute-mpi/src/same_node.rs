@@ -590,6 +590,15 @@ impl SameNode {
         })
     }
 
+    /// Makes the next message to `dest` send its memory's descriptor
+    /// again: after a refusal, the receiver may not have imported it.
+    pub(crate) fn announce_again(&self, dest: i32) {
+        let mut outboxes = self.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(outbox) = outboxes.get_mut(&dest) {
+            outbox.announced = false;
+        }
+    }
+
     /// Copies `place` into `outbox` between an acquire (where it was
     /// released) and a release of the memory, and waits for the device.
     fn fill<T: Element>(
