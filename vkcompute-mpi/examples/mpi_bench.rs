@@ -9,9 +9,16 @@
 //! 1; `sendrecv_host`: `MPI_Send`/`MPI_Recv` of a `Vec<f32>`), `bytes`,
 //! `ranks`, `algbw` and `busbw` in GB/s as nccl-tests defines them (algbw
 //! = bytes / time; for allreduce busbw = algbw * 2 (n - 1) / n, for a
-//! message busbw = algbw), `time_us` (per operation, the slowest rank's)
-//! and `iters`. Each device case and its host case take turns run by run
-//! (see `time_pair`).
+//! message busbw = algbw), `time_us` (per operation, the slowest rank's),
+//! `iters` and `path`: how the data went (`same_node`, `direct` or
+//! `staged`: `Communicator::path_to`; `host` for the host cases). Where
+//! ranks 0 and 1 can take the same-node path, `sendrecv` is measured on
+//! it (`SameNodePolicy::Always`) and over MPI (`SameNodePolicy::Off`),
+//! each beside its own `sendrecv_host`, and so is `allreduce` where every
+//! pair can take it (`Communicator::allreduce_path`); rank 0 says on
+//! stderr which path `Communicator::new` takes for a send
+//! (`SameNodePolicy::Auto`). Each device case and its host case take turns
+//! run by run (see `time_pair`).
 //!
 //! Options: `--quick` (4 KiB to 1 MiB, few iterations: a smoke test),
 //! `--min-bytes N` (default 4 KiB) and `--max-bytes N` (default 256 MiB),
@@ -29,7 +36,7 @@ use std::time::Instant;
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use vkcompute::{ContextOptions, DeviceContext};
-use vkcompute_mpi::ReduceOp;
+use vkcompute_mpi::{Communicator as DeviceComm, Path, ReduceOp, SameNodePolicy};
 
 struct Options {
     quick: bool,
@@ -118,20 +125,35 @@ fn main() {
     let (rank, size) = (world.rank(), world.size());
     let ctx = DeviceContext::with_options(ContextOptions::new().force_staging(o.staging))
         .expect("a Vulkan device");
-    let comm = vkcompute_mpi::Communicator::new(&world, &ctx).expect("a communicator");
+    let comm = DeviceComm::new(&world, &ctx).expect("a communicator");
+    let always =
+        DeviceComm::with_same_node(&world, &ctx, SameNodePolicy::Always).expect("a communicator");
+    let off =
+        DeviceComm::with_same_node(&world, &ctx, SameNodePolicy::Off).expect("a communicator");
+    // The paths between ranks 0 and 1, as rank 0 sees them (every rank
+    // takes part in every case, so every rank follows rank 0).
+    let all = [Path::SameNode, Path::Direct, Path::Staged];
+    let code = |path: Path| all.iter().position(|&p| p == path).expect("a known path") as u8;
+    let mut paths =
+        [&comm, &always, &off].map(|c| code(c.path_to(1.min(size - 1)).expect("rank 1")));
+    let mut collective = [&always, &off].map(|c| code(c.allreduce_path()));
+    world.process_at_rank(0).broadcast_into(&mut paths[..]);
+    world.process_at_rank(0).broadcast_into(&mut collective[..]);
+    let [default_path, always_path, off_path] = paths.map(|code| all[code as usize].name());
+    let [always_collective, off_collective] = collective.map(|code| all[code as usize].name());
     if rank == 0 {
         eprintln!(
-            "mpi_bench: {size} ranks on `{}`{}",
+            "mpi_bench: {size} ranks on `{}`{}; send from rank 0 to 1 by default: {default_path}",
             ctx.name(),
             if o.staging { " (staging forced)" } else { "" }
         );
     }
-    let report = |case: &str, bytes: usize, seconds: f64, factor: f64, iters: usize| {
+    let report = |case: &str, path: &str, bytes: usize, seconds: f64, factor: f64, iters: usize| {
         if rank == 0 {
             let algbw = bytes as f64 / seconds / 1e9;
             println!(
                 "{{\"case\":\"{case}\",\"bytes\":{bytes},\"ranks\":{size},\"algbw\":{algbw:.4},\
-                 \"busbw\":{:.4},\"time_us\":{:.2},\"iters\":{iters}}}",
+                 \"busbw\":{:.4},\"time_us\":{:.2},\"iters\":{iters},\"path\":\"{path}\"}}",
                 algbw * factor,
                 seconds * 1e6
             );
@@ -155,26 +177,38 @@ fn main() {
 
         let ring = 2.0 * (size - 1) as f64 / size as f64;
         let mut out = vec![0.0f32; len];
-        let (device, plain) = time_pair(
-            &world,
-            iters,
-            || {
-                comm.allreduce(&buf, ReduceOp::Sum).unwrap();
-                ctx.synchronize().unwrap();
-            },
-            || world.all_reduce_into(&host[..], &mut out[..], SystemOperation::sum()),
-        );
-        report("allreduce", bytes, device, ring, iters);
-        report("allreduce_host", bytes, plain, ring, iters);
+        // On the same-node path where every pair can take it, and over MPI.
+        let mut allreduce = vec![(&always, always_collective)];
+        if always_collective != off_collective {
+            allreduce.push((&off, off_collective));
+        }
+        for (c, path) in allreduce {
+            let (device, plain) = time_pair(
+                &world,
+                iters,
+                || {
+                    c.allreduce(&buf, ReduceOp::Sum).unwrap();
+                    ctx.synchronize().unwrap();
+                },
+                || world.all_reduce_into(&host[..], &mut out[..], SystemOperation::sum()),
+            );
+            report("allreduce", path, bytes, device, ring, iters);
+            report("allreduce_host", "host", bytes, plain, ring, iters);
+        }
 
-        if size >= 2 {
+        // On the same-node path where ranks 0 and 1 can take it, and over MPI.
+        let mut sendrecv = vec![(&always, always_path)];
+        if always_path != off_path {
+            sendrecv.push((&off, off_path));
+        }
+        for (c, path) in sendrecv.into_iter().filter(|_| size >= 2) {
             let (device, plain) = time_pair(
                 &world,
                 iters,
                 || match rank {
-                    0 => comm.send(&buf, 1, 0).unwrap(),
+                    0 => c.send(&buf, 1, 0).unwrap(),
                     1 => {
-                        comm.recv(&buf, 0, 0).unwrap();
+                        c.recv(&buf, 0, 0).unwrap();
                         ctx.synchronize().unwrap();
                     }
                     _ => {}
@@ -187,8 +221,8 @@ fn main() {
                     _ => {}
                 },
             );
-            report("sendrecv", bytes, device, 1.0, iters);
-            report("sendrecv_host", bytes, plain, 1.0, iters);
+            report("sendrecv", path, bytes, device, 1.0, iters);
+            report("sendrecv_host", "host", bytes, plain, 1.0, iters);
         }
         bytes *= 4;
     }

@@ -2,7 +2,7 @@
 //! point-to-point messages of device and host buffers.
 
 use std::mem::size_of;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use mpi::raw::AsRaw;
 use mpi::traits::Communicator as _;
@@ -14,6 +14,7 @@ use crate::header::{Failure, Header, Kind, HEADER_BYTES};
 use crate::kernels::Reducer;
 use crate::message::{Incoming, Outgoing};
 use crate::raw::{self, Comm};
+use crate::same_node::{self, Path, SameNode, SameNodePolicy};
 use crate::threads::{OwnedComm, ThreadRule};
 
 /// The largest tag [`Communicator::send`] and [`Communicator::recv`] take.
@@ -61,6 +62,25 @@ impl<T: bytemuck::Pod> Place<'_, T> {
         match self {
             Place::Device(b) => b.enqueue_copy_from(src).and_then(|()| b.context().flush()),
             Place::Host(b) => b.enqueue_copy_from(src).and_then(|()| b.context().flush()),
+        }
+    }
+
+    /// Enqueues a copy of `src` into these elements from `start` on (as
+    /// many as `src` holds), on their buffer's stream, and submits it.
+    pub(crate) fn copy_into_range(
+        &self,
+        start: usize,
+        src: &DeviceBuffer<T>,
+    ) -> vkcompute::Result<()> {
+        match self {
+            Place::Device(b) => b
+                .create_sub_buffer::<T>(start, src.len())
+                .and_then(|part| part.enqueue_copy_from(src))
+                .and_then(|()| b.context().flush()),
+            Place::Host(b) => b
+                .create_sub_buffer::<T>(start, src.len())
+                .and_then(|part| part.enqueue_copy_from(src))
+                .and_then(|()| b.context().flush()),
         }
     }
 
@@ -157,23 +177,78 @@ pub struct Communicator {
     /// for reuse between calls (`pipeline`).
     piece_slots: Mutex<Vec<HostBuffer<u8>>>,
     /// Whether the context's device buffers map directly (probed once).
-    maps_directly: OnceLock<bool>,
+    maps_directly: bool,
+    /// The peers on the same-node path, and its sockets and memory.
+    pub(crate) same_node: Arc<SameNode>,
 }
 
 impl Communicator {
     /// A communicator over the ranks of `comm` (duplicated, a collective
     /// call: every rank of `comm` makes it), bound to `ctx`, whose stream
     /// and device run the copies and kernels.
+    ///
+    /// It finds the peers it exchanges with over the same-node path
+    /// ([`path_to`](Self::path_to); logged, `info`) with
+    /// [`SameNodePolicy::Auto`], or as the environment variable
+    /// [`VKCOMPUTE_MPI_SAME_NODE`](crate::SAME_NODE_VAR) says (`0` or
+    /// `off`: never; `always`); [`with_same_node`](Self::with_same_node)
+    /// chooses in code.
     pub fn new(comm: &impl mpi::traits::Communicator, ctx: &DeviceContext) -> Result<Communicator> {
+        Self::build(comm, ctx, None)
+    }
+
+    /// As [`new`](Self::new), with the same-node path taken as `policy`
+    /// says on this rank ([`SameNodePolicy::Off`] whatever it says where
+    /// the environment variable [`VKCOMPUTE_MPI_SAME_NODE`](crate::SAME_NODE_VAR)
+    /// is `0` or `off`). A pair of ranks takes the path only where neither
+    /// has it off, so a rank that turns it off turns it off for its
+    /// pairs; the ranks need not pass the same policy.
+    ///
+    /// Finding the peers (collective, here): `MPI_Comm_split_type` with
+    /// `MPI_COMM_TYPE_SHARED` gives each rank's node; every rank gathers
+    /// every other's device UUID and driver UUID, whether its context can
+    /// export and import opaque file descriptors, whether its device
+    /// buffers map directly, and its policy; a pair of one node with equal
+    /// UUIDs, both able, takes the path (under `Auto`, not where both map
+    /// directly) once it has connected a Unix socket (abstract namespace,
+    /// named by random bytes sent over MPI only) to pass descriptors over.
+    /// A pair whose socket cannot be connected takes the other paths, on
+    /// both ends.
+    ///
+    /// Memory: a rank keeps, for each peer it sends to over the path,
+    /// exportable device memory as large as its largest message so far
+    /// (rounded up to a power of two, at least 64 KiB), and one more as
+    /// large as its largest allreduce on the path; the peers' imports of
+    /// it are the same memory, not copies. It is freed with the
+    /// communicator.
+    pub fn with_same_node(
+        comm: &impl mpi::traits::Communicator,
+        ctx: &DeviceContext,
+        policy: SameNodePolicy,
+    ) -> Result<Communicator> {
+        Self::build(comm, ctx, Some(policy))
+    }
+
+    fn build(
+        comm: &impl mpi::traits::Communicator,
+        ctx: &DeviceContext,
+        policy: Option<SameNodePolicy>,
+    ) -> Result<Communicator> {
         let op = "Communicator::new";
         let thread = ThreadRule::here(op)?;
         let comm = comm.duplicate();
         let raw = Comm::new(comm.as_raw());
         raw::set_errors_return(op, &raw)?;
+        let (rank, size) = (comm.rank(), comm.size());
+        let env = std::env::var(same_node::SAME_NODE_VAR).ok();
+        let wanted = same_node::policy(policy, env.as_deref());
+        let maps_directly = maps_directly(ctx, rank);
+        let same_node = SameNode::detect(op, &raw, (rank, size), ctx, (wanted, maps_directly))?;
         Ok(Communicator {
+            same_node: Arc::new(same_node),
             raw,
-            rank: comm.rank(),
-            size: comm.size(),
+            rank,
+            size,
             comm: OwnedComm::new(comm),
             thread,
             ctx: ctx.clone(),
@@ -181,7 +256,7 @@ impl Communicator {
             piece_bytes: DEFAULT_PIECE_BYTES,
             staging: Mutex::new(Vec::new()),
             piece_slots: Mutex::new(Vec::new()),
-            maps_directly: OnceLock::new(),
+            maps_directly,
         })
     }
 
@@ -193,32 +268,65 @@ impl Communicator {
     /// without copies through pinned host buffers; the reductions' kernels
     /// still do the arithmetic on the device, between the mappings.
     /// Elsewhere (`false`) device memory is staged through pinned host
-    /// buffers in pieces. Probed once, with a small buffer, on first use;
-    /// logged (`info`).
+    /// buffers in pieces. Probed once, with a small buffer, when the
+    /// communicator is made; logged (`info`).
     ///
     /// While such an operation runs, its buffer is mapped whenever MPI
     /// touches it: work enqueued on that buffer meanwhile from another
     /// thread fails with vkcompute's `BufferMapped`.
     pub fn maps_device_memory(&self) -> bool {
-        *self.maps_directly.get_or_init(|| {
-            let direct = !self.ctx.is_staging_forced()
-                && self
-                    .ctx
-                    .enqueue_create_buffer::<u32>(64)
-                    .and_then(|probe| probe.map_to_host().map(|m| m.is_direct()))
-                    .unwrap_or(false);
-            log::info!(
-                "vkcompute-mpi: rank {}: device buffers on `{}` {}",
-                self.rank,
-                self.ctx.name(),
-                if direct {
-                    "are mapped: MPI moves them where they lie"
-                } else {
-                    "are staged through pinned host buffers"
-                }
-            );
-            direct
+        self.maps_directly
+    }
+
+    /// The path that point-to-point messages of device buffers between
+    /// this rank and `peer` take, chosen when the communicator was made
+    /// and logged then (`info`): [`Path::SameNode`] where both ranks are
+    /// on one node, on one device, and can export and import opaque file
+    /// descriptors, and their policies ask for it (see
+    /// [`with_same_node`](Self::with_same_node));
+    /// otherwise [`Path::Direct`] where this rank's device buffers map
+    /// directly ([`maps_device_memory`](Self::maps_device_memory)), else
+    /// [`Path::Staged`]. For `peer` this rank itself, how its buffers meet
+    /// MPI: `Direct` or `Staged`.
+    ///
+    /// What takes the same-node path: a blocking [`send`](Self::send) of a
+    /// non-empty buffer, received by [`recv`](Self::recv) or
+    /// [`irecv`](Self::irecv) (which copies it out of the shared memory
+    /// into the memory it owns when the header arrives, and lands it when
+    /// it completes, as for a message over MPI). [`isend`](Self::isend)
+    /// copies its buffer to host memory at once and sends it over MPI.
+    /// [`allreduce`](Self::allreduce) takes the path where every pair does
+    /// ([`allreduce_path`](Self::allreduce_path)); the other collectives
+    /// travel over MPI.
+    pub fn path_to(&self, peer: i32) -> Result<Path> {
+        self.check_rank("Communicator::path_to", peer)?;
+        Ok(if self.same_node.is_peer(peer) {
+            Path::SameNode
+        } else {
+            self.mpi_path()
         })
+    }
+
+    /// How this rank's device buffers meet MPI: mapped or staged.
+    fn mpi_path(&self) -> Path {
+        if self.maps_device_memory() {
+            Path::Direct
+        } else {
+            Path::Staged
+        }
+    }
+
+    /// The path [`allreduce`](Self::allreduce) takes: [`Path::SameNode`]
+    /// where every pair of ranks of the communicator takes the same-node
+    /// path (the same on every rank; logged with the paths), else how
+    /// this rank's buffers meet MPI ([`Path::Direct`] or [`Path::Staged`]).
+    /// The other collectives always travel over MPI.
+    pub fn allreduce_path(&self) -> Path {
+        if self.same_node.spans_communicator() {
+            Path::SameNode
+        } else {
+            self.mpi_path()
+        }
     }
 
     /// This rank's number in the communicator.
@@ -408,7 +516,10 @@ impl Communicator {
     /// [`piece_bytes`](Self::piece_bytes): from its mapping where it maps
     /// directly ([`maps_device_memory`](Self::maps_device_memory)), else
     /// through pinned host memory, the copy of each piece overlapping the
-    /// transfer of the one before.
+    /// transfer of the one before. To a peer on the same-node path
+    /// ([`path_to`](Self::path_to) is [`Path::SameNode`]), a non-empty
+    /// buffer is copied on the device into memory exported to the peer,
+    /// and the receiver copies it out on its device before it answers.
     ///
     /// Errors: a receiver that expects another type or length makes
     /// [`Error::Mismatch`] on both ranks; a mapped buffer is vkcompute's
@@ -425,41 +536,17 @@ impl Communicator {
         let len = buf.elements();
         let header = Header::new(Kind::Send, T::TYPE, len)
             .pieces(self.piece_elements::<T>() * size_of::<T>());
+        if len > 0 && self.same_node.is_peer(dest) {
+            return self.send_shared::<T>(op, buf.place(), (dest, tag), header);
+        }
         let prepared = Outgoing::prepare(self, op, buf.place(), self.piece_elements::<T>());
-        let outgoing = match prepared {
-            Ok(outgoing) => outgoing,
-            Err(e) => {
-                raw::send(op, comm, header.failed(Failure::of(&e)).bytes(), dest, tag)?;
-                return Err(e);
-            }
-        };
+        let outgoing = self.prepared_or_told(op, prepared, header, (dest, tag))?;
         raw::send(op, comm, header.bytes(), dest, tag)?;
         let mut answer = [0u8; HEADER_BYTES];
         raw::recv(op, comm, &mut answer, dest, ACK_TAGS + tag)?;
-        let answer = Header::from_bytes(&answer);
-        answer.check_protocol(op, dest)?;
-        if let Some(reason) = answer.failure_reason() {
+        if let Err(e) = self.refusal::<T>(op, dest, len, &answer) {
             outgoing.finish(self);
-            return Err(if !answer.is_mismatch() {
-                Error::RemoteFailure {
-                    op,
-                    rank: self.rank,
-                    failed: dest,
-                    reason,
-                }
-            } else {
-                Error::Mismatch {
-                    op,
-                    rank: self.rank,
-                    detail: format!(
-                        "rank {} sent {} elements of {}, rank {dest} expects {}",
-                        self.rank,
-                        len,
-                        T::TYPE,
-                        answer.describe()
-                    ),
-                }
-            });
+            return Err(e);
         }
         let sent = outgoing.send_all(op, comm, dest, DATA_TAGS + tag);
         let status = match &sent {
@@ -472,6 +559,98 @@ impl Communicator {
         let local = sent?;
         raw::send(op, comm, &status.to_le_bytes(), dest, DATA_TAGS + tag)?;
         match local {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// `prepared`, or, where the sender's preparation failed, its error
+    /// once `header` marked failed has gone to `dest` (the receiver then
+    /// answers nothing, and no data follows).
+    fn prepared_or_told<P>(
+        &self,
+        op: &'static str,
+        prepared: Result<P>,
+        header: Header,
+        (dest, tag): (i32, i32),
+    ) -> Result<P> {
+        prepared.or_else(|e| {
+            raw::send(
+                op,
+                self.raw(),
+                header.failed(Failure::of(&e)).bytes(),
+                dest,
+                tag,
+            )?;
+            Err(e)
+        })
+    }
+
+    /// The sender's error where the receiver's `answer` to a message of
+    /// `len` elements of `T` refuses it (or is not this crate's).
+    fn refusal<T: Element>(
+        &self,
+        op: &'static str,
+        dest: i32,
+        len: usize,
+        answer: &[u8; HEADER_BYTES],
+    ) -> Result<()> {
+        Header::from_bytes(answer).refusal(op, (self.rank, dest), (len, T::TYPE))
+    }
+
+    /// [`send`](Self::send) over the same-node path: the data goes into
+    /// the memory exported to `dest` (the device waited for) before the
+    /// header goes out, and the receiver's answer says that it has copied
+    /// the data out (or refuses the message).
+    fn send_shared<T: Element>(
+        &self,
+        op: &'static str,
+        place: Place<'_, T>,
+        (dest, tag): (i32, i32),
+        header: Header,
+    ) -> Result<()> {
+        let comm = self.raw();
+        let len = header.len();
+        let staged = self.same_node.stage_out(op, place, len, dest);
+        let (generation, new) = self.prepared_or_told(op, staged, header, (dest, tag))?;
+        let header = header.in_shared_memory(generation, new);
+        raw::send(op, comm, header.bytes(), dest, tag)?;
+        let mut answer = [0u8; HEADER_BYTES];
+        raw::recv(op, comm, &mut answer, dest, ACK_TAGS + tag)?;
+        let refused = self.refusal::<T>(op, dest, len, &answer);
+        if refused.is_err() {
+            // The receiver may not have imported the memory (its import
+            // failed, or it refused before): the next message sends it
+            // again, and the receiver replaces whatever it holds.
+            self.same_node.announce_again(dest);
+        }
+        refused
+    }
+
+    /// [`recv`](Self::recv) of a message in `source`'s shared memory
+    /// (`inbox`, or why it could not be had): copies it into `place`,
+    /// waits for the device and answers (`wanted`, or failed), so the
+    /// sender may reuse its memory. A destination that cannot be written
+    /// (mapped) is this rank's error only: the message was taken, as over
+    /// MPI.
+    fn recv_shared<T: Element>(
+        &self,
+        op: &'static str,
+        place: Place<'_, T>,
+        (source, tag): (i32, i32),
+        inbox: Result<DeviceBuffer<u8>>,
+        wanted: Header,
+    ) -> Result<()> {
+        let len = wanted.len();
+        let taken = inbox.and_then(|inbox| {
+            (self.same_node).take::<T>(op, source, &inbox, len, |part| place.copy_from(part))
+        });
+        let answer = match &taken {
+            Ok(_) => wanted,
+            Err(e) => wanted.failed(Failure::of(e)),
+        };
+        raw::send(op, self.raw(), answer.bytes(), source, ACK_TAGS + tag)?;
+        match taken? {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -515,6 +694,9 @@ impl Communicator {
                 reason,
             });
         }
+        // A new generation's descriptor comes off the socket whatever
+        // becomes of the message.
+        let inbox = (sent.shared_memory()).map(|shared| self.same_node.inbox(op, source, shared));
         let size = size_of::<T>() as u64;
         let piece_ok = sent.piece_bytes() > 0 && sent.piece_bytes() % size == 0;
         if !wanted.accepts(&sent) || !piece_ok {
@@ -535,6 +717,9 @@ impl Communicator {
                     T::TYPE
                 ),
             });
+        }
+        if let Some(inbox) = inbox {
+            return self.recv_shared(op, buf.place(), (source, tag), inbox, wanted);
         }
         let piece = (sent.piece_bytes() / size) as usize;
         let mut incoming = match Incoming::prepare(self, op, buf.place(), piece) {
@@ -578,6 +763,27 @@ impl Communicator {
     pub(crate) fn piece_elements<T>(&self) -> usize {
         (self.piece_bytes / size_of::<T>()).max(1)
     }
+}
+
+/// Whether `ctx`'s device buffers map directly (staging not forced, and a
+/// small probe buffer's mapping is the memory itself); logged (`info`) as
+/// rank `rank`'s.
+fn maps_directly(ctx: &DeviceContext, rank: i32) -> bool {
+    let direct = !ctx.is_staging_forced()
+        && ctx
+            .enqueue_create_buffer::<u32>(64)
+            .and_then(|probe| probe.map_to_host().map(|m| m.is_direct()))
+            .unwrap_or(false);
+    log::info!(
+        "vkcompute-mpi: rank {rank}: device buffers on `{}` {}",
+        ctx.name(),
+        if direct {
+            "are mapped: MPI moves them where they lie"
+        } else {
+            "are staged through pinned host buffers"
+        }
+    );
+    direct
 }
 
 impl Drop for Communicator {

@@ -116,6 +116,21 @@ pub enum Error {
         detail: String,
     },
 
+    /// The same-node path to a peer failed under way: its node-local
+    /// socket, or the exported memory passed over it
+    /// ([`Path::SameNode`](crate::Path::SameNode)). The peer hears of it
+    /// as [`Error::RemoteFailure`] where the message's header had not
+    /// gone out yet.
+    #[error("{op}: the same-node path to rank {peer}: {detail}")]
+    SameNode {
+        /// The communicator operation.
+        op: &'static str,
+        /// The peer.
+        peer: i32,
+        /// What went wrong.
+        detail: String,
+    },
+
     /// An MPI wait passed the communicator's timeout
     /// ([`Communicator::set_timeout`](crate::Communicator::set_timeout)):
     /// a rank did not take its part in time (it died, hung, or is busy

@@ -13,7 +13,16 @@ use crate::raw::{self, Comm};
 /// "vkMP", little-endian: a header of this crate.
 const MAGIC: u32 = 0x504d_6b76;
 /// The protocol's version; ranks of other versions are refused.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+
+/// `Header::shared` of a message whose data travels over MPI.
+const OVER_MPI: u32 = 0;
+/// `Header::shared` of a message in the sender's shared memory of
+/// `generation`, which the receiver imported already.
+const SHARED_KNOWN: u32 = 1;
+/// `Header::shared` of a message in the sender's shared memory of a new
+/// `generation`, whose descriptor went over the node-local socket first.
+const SHARED_NEW: u32 = 2;
 
 /// The operation a header belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +130,12 @@ pub(crate) struct Header {
     len: u64,
     /// The size in bytes of the pieces the data travels in (point to point).
     piece_bytes: u64,
+    /// Where a point-to-point message's data is: `OVER_MPI`, or in the
+    /// sender's memory exported to the receiver (`SHARED_KNOWN`,
+    /// `SHARED_NEW`; the same-node path, `same_node.rs`).
+    shared: u32,
+    /// The generation of that memory (the sender replaces it when it grows).
+    generation: u32,
 }
 
 /// The size of a header on the wire.
@@ -140,6 +155,8 @@ impl Header {
             root: -1,
             len: len as u64,
             piece_bytes: 0,
+            shared: OVER_MPI,
+            generation: 0,
         }
     }
 
@@ -161,10 +178,37 @@ impl Header {
         self
     }
 
-    /// Marked as failed.
+    /// With the data in the sender's exported memory of `generation`,
+    /// whose descriptor went to the receiver just before this header where
+    /// `new` (the same-node path).
+    pub(crate) fn in_shared_memory(mut self, generation: u32, new: bool) -> Header {
+        self.shared = if new { SHARED_NEW } else { SHARED_KNOWN };
+        self.generation = generation;
+        self
+    }
+
+    /// Marked as failed (no data follows, in shared memory or otherwise).
     pub(crate) fn failed(mut self, failure: Failure) -> Header {
         self.status = failure.code();
+        self.shared = OVER_MPI;
         self
+    }
+
+    /// `(generation, new)` where the data is in the sender's shared memory
+    /// (see [`in_shared_memory`](Self::in_shared_memory)); `None` where it
+    /// travels over MPI. An unknown code is read as shared and new, so
+    /// that the receiver's check of the socket refuses it.
+    pub(crate) fn shared_memory(&self) -> Option<(u32, bool)> {
+        match self.shared {
+            OVER_MPI => None,
+            SHARED_KNOWN => Some((self.generation, false)),
+            _ => Some((self.generation, true)),
+        }
+    }
+
+    /// The elements of the request.
+    pub(crate) fn len(&self) -> usize {
+        usize::try_from(self.len).unwrap_or(usize::MAX)
     }
 
     pub(crate) fn piece_bytes(&self) -> u64 {
@@ -178,6 +222,38 @@ impl Header {
     /// Whether the header is a receiver's answer that the request did not fit.
     pub(crate) fn is_mismatch(&self) -> bool {
         self.status == Failure::Mismatch.code()
+    }
+
+    /// A sender's error where this answer of rank `dest` to `rank`'s
+    /// message of `len` elements of `element` refuses it (or is not this
+    /// crate's).
+    pub(crate) fn refusal(
+        &self,
+        op: &'static str,
+        (rank, dest): (i32, i32),
+        (len, element): (usize, ElementType),
+    ) -> Result<()> {
+        self.check_protocol(op, dest)?;
+        let Some(reason) = self.failure_reason() else {
+            return Ok(());
+        };
+        Err(if !self.is_mismatch() {
+            Error::RemoteFailure {
+                op,
+                rank,
+                failed: dest,
+                reason,
+            }
+        } else {
+            Error::Mismatch {
+                op,
+                rank,
+                detail: format!(
+                    "rank {rank} sent {len} elements of {element}, rank {dest} expects {}",
+                    self.describe()
+                ),
+            }
+        })
     }
 
     pub(crate) fn is_kind(&self, kind: Kind) -> bool {
@@ -256,14 +332,14 @@ impl Header {
 /// Gathers every rank's header (`mine` from this one) and checks them: a
 /// failed rank, a mismatch or a foreign message is an error here, and
 /// since every rank sees the same headers, on every rank. `op` names the
-/// operation; `rank` is this rank.
+/// operation; `rank` is this rank. Returns every rank's header.
 pub(crate) fn agree(
     op: &'static str,
     comm: &Comm,
     rank: i32,
     size: i32,
     mine: Header,
-) -> Result<()> {
+) -> Result<Vec<Header>> {
     let mut all = vec![0u8; HEADER_BYTES * size as usize];
     raw::allgather(op, comm, mine.bytes(), &mut all)?;
     let headers: Vec<Header> = all
@@ -295,7 +371,7 @@ pub(crate) fn agree(
             .join("; ");
         return Err(Error::Mismatch { op, rank, detail });
     }
-    Ok(())
+    Ok(headers)
 }
 
 #[cfg(test)]
@@ -342,6 +418,24 @@ mod tests {
         wire.copy_from_slice(h.bytes());
         let back = Header::from_bytes(&wire);
         assert!(back.accepts(&h) && back.piece_bytes() == 4096);
+        assert_eq!(back.shared_memory(), None);
+        let shared = Header::from_bytes(
+            h.in_shared_memory(7, true)
+                .bytes()
+                .try_into()
+                .expect("a header's bytes"),
+        );
+        assert_eq!(shared.shared_memory(), Some((7, true)));
+        assert_eq!(
+            h.in_shared_memory(8, false).shared_memory(),
+            Some((8, false))
+        );
+        assert_eq!(
+            h.in_shared_memory(9, true)
+                .failed(Failure::Local)
+                .shared_memory(),
+            None
+        );
         assert!(back.check_protocol("test", 1).is_ok());
         let foreign = Header::from_bytes(&[7u8; HEADER_BYTES]);
         assert!(matches!(

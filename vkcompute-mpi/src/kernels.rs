@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use bytemuck::Pod;
 use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer, Kernel};
 
 use crate::element::{KernelType, ReduceOp, Reducible};
@@ -203,6 +204,50 @@ pub(crate) fn enqueue_reduce<T: Reducible>(
     acc: &DeviceBuffer<T>,
     incoming: &HostBuffer<T>,
 ) -> Result<()> {
+    enqueue_reduce_with(op_name, ctx, kernels, acc, Operand::Host(incoming))
+}
+
+/// The incoming operand of a reduction: pinned host memory, or device
+/// memory (another rank's, imported: the same-node allreduce).
+pub(crate) enum Operand<'a, T> {
+    Host(&'a HostBuffer<T>),
+    Device(&'a DeviceBuffer<T>),
+}
+
+impl<T: Reducible> Operand<'_, T> {
+    /// Enqueues `kernel` over `acc` and elements `start..start + len` of
+    /// this operand, both seen as `U`, with `push`.
+    fn dispatch<U: Pod, P: Pod>(
+        &self,
+        ctx: &DeviceContext,
+        (kernel, groups): (&Kernel, u32),
+        acc: &DeviceBuffer<U>,
+        (start, len): (usize, usize),
+        push: &P,
+    ) -> vkcompute::Result<()> {
+        // The two kinds of buffer have the same methods but no common trait.
+        macro_rules! bind {
+            ($b:expr) => {{
+                let b = $b.create_sub_buffer::<U>(start, len)?;
+                let args = [acc.arg_reinterpret(), b.arg_reinterpret()];
+                ctx.enqueue_function(kernel, groups, &args, push)
+            }};
+        }
+        match self {
+            Operand::Host(b) => bind!(b),
+            Operand::Device(b) => bind!(b),
+        }
+    }
+}
+
+/// [`enqueue_reduce`] with an incoming operand of either kind.
+pub(crate) fn enqueue_reduce_with<T: Reducible>(
+    op_name: &'static str,
+    ctx: &DeviceContext,
+    kernels: &ReduceKernels,
+    acc: &DeviceBuffer<T>,
+    incoming: Operand<'_, T>,
+) -> Result<()> {
     let bulk = acc.len() / 4 * 4;
     let per_dispatch = dispatch_elements::<[T; 4]>(ctx);
     let mut start = 0;
@@ -211,12 +256,15 @@ pub(crate) fn enqueue_reduce<T: Reducible>(
         let a = acc
             .create_sub_buffer::<[T; 4]>(start, len)
             .map_err(Error::device(op_name))?;
-        let b = incoming
-            .create_sub_buffer::<[T; 4]>(start, len)
-            .map_err(Error::device(op_name))?;
         let groups = len.div_ceil(WORKGROUP * WIDE_UNROLL).min(max_groups(ctx)) as u32;
-        let args = [a.arg_reinterpret(), b.arg_reinterpret()];
-        ctx.enqueue_function(&kernels.wide, groups, &args, &(len as u32))
+        incoming
+            .dispatch(
+                ctx,
+                (&kernels.wide, groups),
+                &a,
+                (start, len),
+                &(len as u32),
+            )
             .map_err(Error::device(op_name))?;
         start += len;
     }
@@ -230,11 +278,9 @@ pub(crate) fn enqueue_reduce<T: Reducible>(
         let a = acc
             .create_sub_buffer::<T>(base, len)
             .map_err(Error::device(op_name))?;
-        let b = incoming
-            .create_sub_buffer::<T>(base, len)
-            .map_err(Error::device(op_name))?;
         let range = [(bulk - base) as u32, len as u32];
-        ctx.enqueue_function(&kernels.scalar, 1, &[a.arg(), b.arg()], &range)
+        incoming
+            .dispatch(ctx, (&kernels.scalar, 1), &a, (base, len), &range)
             .map_err(Error::device(op_name))?;
     }
     Ok(())

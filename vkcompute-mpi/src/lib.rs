@@ -22,7 +22,29 @@
 //! # Ok(()) }
 //! ```
 //!
-//! What goes where: nothing goes GPU to GPU directly yet. Where device
+//! What goes where, chosen at run time per peer
+//! ([`Communicator::path_to`], logged when the communicator is made):
+//! - **Same node, same device** ([`Path::SameNode`]): where two ranks
+//!   share a node (`MPI_Comm_split_type(SHARED)`), their contexts are on
+//!   one device (equal device and driver UUIDs) and both can export and
+//!   import opaque file descriptors, a blocking [`Communicator::send`]
+//!   copies the buffer on the device into memory it exports to the
+//!   receiver (the descriptor passed once over a Unix socket, the memory
+//!   kept for later messages), and the receiver copies it out on its
+//!   device; MPI carries only the header and the answer. `recv` and
+//!   `irecv` receive such messages. Where every pair of the communicator
+//!   takes the path, so does `allreduce`
+//!   ([`Communicator::allreduce_path`]): each rank copies its buffer into
+//!   memory exported to all, rank `r` reduces chunk `r` of every rank's
+//!   memory with the crate's kernels, and every rank copies the reduced
+//!   chunks out. `isend` and the other collectives travel over MPI as
+//!   below. By default ([`SameNodePolicy::Auto`]) a pair whose
+//!   device buffers both map directly keeps to MPI, which moves mapped
+//!   memory in one copy (measured faster on lavapipe than two device
+//!   copies); [`Communicator::with_same_node`] or
+//!   `VKCOMPUTE_MPI_SAME_NODE` ([`SAME_NODE_VAR`]: `0`, `always`) choose.
+//!
+//! Over MPI, nothing goes GPU to GPU directly. Where device
 //! memory is host visible and staging is not forced (lavapipe, integrated
 //! GPUs; [`Communicator::maps_device_memory`] says which, and logs it),
 //! `send`, `recv`, `broadcast` and `allreduce` map a device buffer and MPI
@@ -88,6 +110,7 @@ mod communicator;
 mod deadline;
 mod element;
 mod error;
+mod fdpass;
 mod header;
 mod kernels;
 mod message;
@@ -95,12 +118,14 @@ mod message_op;
 mod pipeline;
 mod raw;
 mod request;
+mod same_node;
 mod threads;
 
 pub use communicator::{Buffer, Communicator, Place, DEFAULT_PIECE_BYTES, MAX_TAG};
 pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};
 pub use error::{Error, Result};
 pub use request::Request;
+pub use same_node::{Path, SameNodePolicy, SAME_NODE_VAR};
 
 /// The checked-in SPIR-V of the reduction kernels, by the name of the GLSL
 /// file (`shaders/<name>.comp`) each comes from, for the test that checks

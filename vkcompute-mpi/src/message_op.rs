@@ -8,6 +8,7 @@
 )]
 
 use std::mem::size_of;
+use std::sync::Arc;
 
 use vkcompute::{DeviceBuffer, HostBuffer};
 
@@ -17,6 +18,7 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind, HEADER_BYTES};
 use crate::raw::{self, Comm, Transfer};
+use crate::same_node::SameNode;
 
 /// Which end of a message an operation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +62,8 @@ pub(crate) enum Dest<T> {
 pub(crate) struct Op<T: Element> {
     pub(crate) op: &'static str,
     pub(crate) comm: Comm,
+    /// The communicator's same-node path, for a message in shared memory.
+    pub(crate) same_node: Arc<SameNode>,
     pub(crate) rank: i32,
     pub(crate) peer: i32,
     pub(crate) tag: i32,
@@ -100,6 +104,7 @@ impl<T: Element> Op<T> {
         Op {
             op,
             comm: comm.raw().clone(),
+            same_node: Arc::clone(&comm.same_node),
             rank: comm.rank(),
             peer,
             tag,
@@ -179,29 +184,7 @@ impl<T: Element> Op<T> {
     pub(crate) fn answered(&mut self) -> Result<Phase> {
         let (op, dest) = (self.op, self.peer);
         let answer = Header::from_bytes(&self.in_header);
-        answer.check_protocol(op, dest)?;
-        if let Some(reason) = answer.failure_reason() {
-            return Err(if !answer.is_mismatch() {
-                Error::RemoteFailure {
-                    op,
-                    rank: self.rank,
-                    failed: dest,
-                    reason,
-                }
-            } else {
-                Error::Mismatch {
-                    op,
-                    rank: self.rank,
-                    detail: format!(
-                        "rank {} sent {} elements of {}, rank {dest} expects {}",
-                        self.rank,
-                        self.data.len(),
-                        T::TYPE,
-                        answer.describe()
-                    ),
-                }
-            });
-        }
+        answer.refusal(op, (self.rank, dest), (self.data.len(), T::TYPE))?;
         let bytes: &[u8] = bytemuck::cast_slice(&self.data);
         let piece = self.piece_bytes.max(1);
         for start in (0..bytes.len()).step_by(piece) {
@@ -255,6 +238,9 @@ impl<T: Element> Op<T> {
                 reason,
             });
         }
+        // A new generation's descriptor comes off the socket whatever
+        // becomes of the message.
+        let inbox = (sent.shared_memory()).map(|shared| self.same_node.inbox(op, source, shared));
         let size = size_of::<T>() as u64;
         let piece_ok = sent.piece_bytes() > 0 && sent.piece_bytes() % size == 0;
         if !wanted.accepts(&sent) || !piece_ok {
@@ -271,6 +257,9 @@ impl<T: Element> Op<T> {
                     T::TYPE
                 ),
             });
+        }
+        if let Some(inbox) = inbox {
+            return self.take_shared(inbox, wanted);
         }
         self.set_out_header(wanted);
         self.post_out_header(ACK_TAGS + self.tag)?;
@@ -309,6 +298,30 @@ impl<T: Element> Op<T> {
             )?;
         }
         Ok(Phase::Data)
+    }
+
+    /// A receiver of a message in the sender's shared memory (`inbox`, or
+    /// why it could not be had): copies it out into `data` now, waiting
+    /// for the device (it lands in the destination at `finish`, as a
+    /// message over MPI does), and answers (`wanted`, or failed), which
+    /// frees the sender's memory. Nothing else comes over MPI: the trailer
+    /// stays zero.
+    fn take_shared(&mut self, inbox: Result<DeviceBuffer<u8>>, wanted: Header) -> Result<Phase> {
+        let (op, source, len) = (self.op, self.peer, self.data.len());
+        let (same_node, data) = (&self.same_node, &mut self.data);
+        let taken = inbox.and_then(|inbox| {
+            same_node.take::<T>(op, source, &inbox, len, |part| part.copy_to_slice(data))
+        });
+        let answer = match &taken {
+            Ok(_) => wanted,
+            Err(e) => wanted.failed(Failure::of(e)),
+        };
+        self.set_out_header(answer);
+        self.post_out_header(ACK_TAGS + self.tag)?;
+        match taken? {
+            Some(e) => Err(e),
+            None => Ok(Phase::Data),
+        }
     }
 
     /// A receiver got the trailer: the sender's word on its data.

@@ -370,6 +370,72 @@ pub(crate) fn barrier(op: &'static str, comm: &Comm) -> Result<()> {
     )
 }
 
+/// The lowest rank of `comm` among those that share memory with this one
+/// (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`, keyed by `rank`): the
+/// same number on every rank of one node, so it names the node. A
+/// collective call (like the split, it has no non-blocking form in MPI
+/// 3.1, so the communicator's timeout does not bound it); the node's
+/// communicator is freed before this returns.
+pub(crate) fn node_leader(op: &'static str, comm: &Comm, rank: i32) -> Result<i32> {
+    comm.state.usable(op)?;
+    // SAFETY: a null handle is a valid out-value for MPI to replace.
+    let mut node = unsafe { ffi::RSMPI_COMM_NULL };
+    // SAFETY: `comm` is live; the split type and the null info are MPI's
+    // constants (statics of rsmpi's C shim); `node` is a valid out-pointer.
+    check(op, "MPI_Comm_split_type", unsafe {
+        ffi::MPI_Comm_split_type(
+            comm.handle,
+            ffi::RSMPI_COMM_TYPE_SHARED,
+            rank,
+            ffi::RSMPI_INFO_NULL,
+            &mut node,
+        )
+    })?;
+    let leader = first_rank_in(op, node, comm);
+    // SAFETY: `node` is the communicator the split just made, freed once.
+    let freed = check(op, "MPI_Comm_free", unsafe {
+        ffi::MPI_Comm_free(&mut node)
+    });
+    let leader = leader?;
+    freed?;
+    Ok(leader)
+}
+
+/// The rank in `comm` of rank 0 of `part`, a communicator of some of
+/// `comm`'s processes (local: group calls only).
+fn first_rank_in(op: &'static str, part: ffi::MPI_Comm, comm: &Comm) -> Result<i32> {
+    // SAFETY: null handles are valid out-values for MPI to replace.
+    let (mut part_group, mut group) = unsafe { (ffi::RSMPI_GROUP_NULL, ffi::RSMPI_GROUP_NULL) };
+    // SAFETY: `part` is live; `part_group` is a valid out-pointer.
+    check(op, "MPI_Comm_group", unsafe {
+        ffi::MPI_Comm_group(part, &mut part_group)
+    })?;
+    // SAFETY: `comm` is live; `group` is a valid out-pointer.
+    let mut result = check(op, "MPI_Comm_group", unsafe {
+        ffi::MPI_Comm_group(comm.handle, &mut group)
+    });
+    let first: c_int = 0;
+    let mut translated: c_int = -1;
+    if result.is_ok() {
+        // SAFETY: both groups are live; one rank in, one out, each a
+        // valid pointer to one c_int.
+        result = check(op, "MPI_Group_translate_ranks", unsafe {
+            ffi::MPI_Group_translate_ranks(part_group, 1, &first, group, &mut translated)
+        });
+        // SAFETY: `group` was made above and is freed once.
+        let freed = check(op, "MPI_Group_free", unsafe {
+            ffi::MPI_Group_free(&mut group)
+        });
+        result = result.and(freed);
+    }
+    // SAFETY: `part_group` was made above and is freed once.
+    let freed = check(op, "MPI_Group_free", unsafe {
+        ffi::MPI_Group_free(&mut part_group)
+    });
+    result.and(freed)?;
+    Ok(translated)
+}
+
 /// Makes MPI return error codes on `comm` instead of aborting the job.
 pub(crate) fn set_errors_return(op: &'static str, comm: &Comm) -> Result<()> {
     // SAFETY: `comm` is live; the handler is MPI's predefined constant.

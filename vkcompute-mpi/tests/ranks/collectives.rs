@@ -303,6 +303,30 @@ pub(crate) fn collective_bad_length_fails_on_every_rank(t: &Ranks) -> Check {
 /// data moves and every other rank hears of it. Staging path: the device
 /// may read the buffer but not write it, so the others complete and that
 /// rank alone fails, when it writes the result.
+/// The checks of allreduce (run on every path), with the 64 MiB one
+/// (which also sends) where `large`.
+pub(crate) fn allreduces(large: bool) -> Vec<Named> {
+    let mut checks: Vec<Named> = vec![
+        ("allreduce_every_type_and_op", allreduce_every_type_and_op),
+        ("allreduce_view_at_odd_offset", allreduce_view_at_odd_offset),
+        ("allreduce_across_paths", allreduce_across_paths),
+        (
+            "allreduce_result_is_stream_ordered",
+            allreduce_result_is_stream_ordered,
+        ),
+        ("allreduce_with_mapped_buffer", allreduce_with_mapped_buffer),
+        ("collectives_on_host_buffers", collectives_on_host_buffers),
+        (
+            "allreduce_with_borrowed_host_buffer",
+            allreduce_with_borrowed_host_buffer,
+        ),
+    ];
+    if large {
+        checks.push(("large_64_mib", large_64_mib));
+    }
+    checks
+}
+
 pub(crate) fn allreduce_with_mapped_buffer(t: &Ranks) -> Check {
     let direct = !t.ctx.is_staging_forced();
     let mapped_rank = t.size - 1;

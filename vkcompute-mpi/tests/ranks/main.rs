@@ -10,6 +10,12 @@
 //! prints each failure, and exits non-zero if any failed, or if the
 //! validation layer reported anything.
 //!
+//! Every check runs on a communicator that takes the same-node path
+//! wherever the ranks can (`SameNodePolicy::Always`; `same_node.rs` checks
+//! which they take, under each policy), and the checks of blocking sends
+//! and of allreduce (which take the path) again on one with it off, over
+//! MPI.
+//!
 //! `VKCOMPUTE_MPI_LARGE=0` leaves out the 64 MiB cases.
 #![allow(
     clippy::unwrap_used,
@@ -23,7 +29,7 @@ use std::process::{Command, ExitCode};
 
 use vkcompute::half::f16;
 use vkcompute::{ContextOptions, DeviceBuffer, DeviceContext, HostBuffer};
-use vkcompute_mpi::{Communicator, Element, Error, ReduceOp, Reducible, Request};
+use vkcompute_mpi::{Communicator, Element, Error, ReduceOp, Reducible, Request, SameNodePolicy};
 
 type Check = Result<(), String>;
 /// A named check that every rank runs.
@@ -32,10 +38,12 @@ type Named = (&'static str, fn(&Ranks) -> Check);
 mod collectives;
 mod p2p;
 mod requests;
+mod same_node;
 
 use collectives::*;
 use p2p::*;
 use requests::*;
+use same_node::*;
 
 fn main() -> ExitCode {
     let under_mpi = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
@@ -89,8 +97,34 @@ fn launch() -> ExitCode {
     }
 }
 
+/// Keeps the lines vkcompute-mpi logs (`info` and above), for the checks
+/// of what it reports.
+struct Lines(std::sync::Mutex<Vec<String>>);
+
+impl log::Log for Lines {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::Level::Info
+    }
+    fn log(&self, record: &log::Record) {
+        let line = record.args().to_string();
+        if line.starts_with("vkcompute-mpi:") {
+            self.0.lock().unwrap().push(line);
+        }
+    }
+    fn flush(&self) {}
+}
+
+static LOGGED: Lines = Lines(std::sync::Mutex::new(Vec::new()));
+
+/// The lines logged since the last call.
+fn logged() -> Vec<String> {
+    std::mem::take(&mut *LOGGED.0.lock().unwrap())
+}
+
 /// One rank: every check, on both memory paths.
 fn rank_main() -> ExitCode {
+    log::set_logger(&LOGGED).expect("the only logger");
+    log::set_max_level(log::LevelFilter::Info);
     let universe = mpi::initialize().expect("MPI initialises once");
     let world = universe.world();
     let large = std::env::var("VKCOMPUTE_MPI_LARGE").map_or(true, |v| v != "0");
@@ -106,13 +140,15 @@ fn rank_main() -> ExitCode {
         )
         .expect("a validated lavapipe context (run `make setup`)");
         let log = ctx.validation_log();
-        let comm = Communicator::new(&world, &ctx).expect("a communicator");
+        let comm = Communicator::with_same_node(&world, &ctx, SameNodePolicy::Always)
+            .expect("a communicator");
         rank = comm.rank();
         let t = Ranks {
             comm: &comm,
             ctx: &ctx,
             rank: comm.rank(),
             size: comm.size(),
+            same_node: true,
         };
         let mut checks: Vec<Named> = vec![
             ("errors_return_is_set", errors_return_is_set),
@@ -120,34 +156,11 @@ fn rank_main() -> ExitCode {
                 "bad_arguments_are_refused_locally",
                 bad_arguments_are_refused_locally,
             ),
-            (
-                "send_recv_device_lengths_and_types",
-                send_recv_device_lengths_and_types,
-            ),
-            (
-                "send_recv_views_at_odd_offsets",
-                send_recv_views_at_odd_offsets,
-            ),
-            (
-                "send_recv_host_and_device_ends",
-                send_recv_host_and_device_ends,
-            ),
-            ("send_recv_in_many_pieces", send_recv_in_many_pieces),
-            (
-                "send_recv_mismatch_fails_on_both_ranks",
-                send_recv_mismatch_fails_on_both_ranks,
-            ),
-            ("send_from_mapped_buffer", send_from_mapped_buffer),
-            ("recv_into_mapped_buffer", recv_into_mapped_buffer),
+        ];
+        checks.extend(blocking_sends());
+        let rest: Vec<Named> = vec![
             ("barrier_returns", barrier_returns),
             ("broadcast_matches_root", broadcast_matches_root),
-            ("allreduce_every_type_and_op", allreduce_every_type_and_op),
-            ("allreduce_view_at_odd_offset", allreduce_view_at_odd_offset),
-            ("allreduce_across_paths", allreduce_across_paths),
-            (
-                "allreduce_result_is_stream_ordered",
-                allreduce_result_is_stream_ordered,
-            ),
             ("reduce_to_each_root", reduce_to_each_root),
             ("allgather_blocks", allgather_blocks),
             ("reduce_scatter_blocks", reduce_scatter_blocks),
@@ -159,7 +172,6 @@ fn rank_main() -> ExitCode {
                 "collective_bad_length_fails_on_every_rank",
                 collective_bad_length_fails_on_every_rank,
             ),
-            ("allreduce_with_mapped_buffer", allreduce_with_mapped_buffer),
             ("isend_irecv_lengths_and_ends", isend_irecv_lengths_and_ends),
             (
                 "blocking_and_nonblocking_ends_pair",
@@ -183,30 +195,50 @@ fn rank_main() -> ExitCode {
                 "blocking_calls_move_pending_requests_on",
                 blocking_calls_move_pending_requests_on,
             ),
-            ("collectives_on_host_buffers", collectives_on_host_buffers),
+        ];
+        checks.extend(rest);
+        checks.extend(allreduces(large));
+        let on_the_path: [Named; 4] = [
             (
-                "allreduce_with_borrowed_host_buffer",
-                allreduce_with_borrowed_host_buffer,
+                "paths_follow_node_device_and_capabilities",
+                paths_follow_node_device_and_capabilities,
+            ),
+            (
+                "messages_as_shared_memory_grows_and_is_reused",
+                messages_as_shared_memory_grows_and_is_reused,
+            ),
+            (
+                "refusing_a_new_generation_keeps_the_pair_in_step",
+                refusing_a_new_generation_keeps_the_pair_in_step,
+            ),
+            (
+                "a_rank_that_turns_it_off_turns_off_its_pairs",
+                a_rank_that_turns_it_off_turns_off_its_pairs,
             ),
         ];
+        checks.extend(on_the_path);
         if large {
-            checks.push(("large_64_mib", large_64_mib));
+            checks.push((
+                "send_to_recv_and_irecv_64_mib",
+                send_to_recv_and_irecv_64_mib,
+            ));
         }
-        for (name, check) in checks {
-            let start = std::time::Instant::now();
-            let result = check(&t);
-            if t.rank == 0 {
-                eprintln!(
-                    "  [{} ranks, {path}] {name}: {} ({:.2} s)",
-                    t.size,
-                    if result.is_ok() { "ok" } else { "FAILED" },
-                    start.elapsed().as_secs_f64()
-                );
-            }
-            if let Err(e) = result {
-                failures.push(format!("rank {} [{path}] {name}: {e}", t.rank));
-            }
-        }
+        run_checks(&t, path, checks, &mut failures);
+        // The point-to-point checks again with the same-node path off.
+        let wire = Communicator::with_same_node(&world, &ctx, SameNodePolicy::Off)
+            .expect("a communicator");
+        let w = Ranks {
+            comm: &wire,
+            same_node: false,
+            ..t
+        };
+        run_checks(
+            &w,
+            &format!("{path}, over MPI"),
+            over_mpi(large),
+            &mut failures,
+        );
+        drop(wire);
         drop(comm);
         if let Err(e) = ctx.synchronize() {
             failures.push(format!("rank {rank} [{path}] synchronize: {e}"));
@@ -227,11 +259,47 @@ fn rank_main() -> ExitCode {
     }
 }
 
+/// Runs `checks` on every rank, rank 0 reporting each, and notes failures.
+fn run_checks(t: &Ranks, path: &str, checks: Vec<Named>, failures: &mut Vec<String>) {
+    for (name, check) in checks {
+        let start = std::time::Instant::now();
+        let result = check(t);
+        if t.rank == 0 {
+            eprintln!(
+                "  [{} ranks, {path}] {name}: {} ({:.2} s)",
+                t.size,
+                if result.is_ok() { "ok" } else { "FAILED" },
+                start.elapsed().as_secs_f64()
+            );
+        }
+        if let Err(e) = result {
+            failures.push(format!("rank {} [{path}] {name}: {e}", t.rank));
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
 struct Ranks<'a> {
     comm: &'a Communicator,
     ctx: &'a DeviceContext,
     rank: i32,
     size: i32,
+    /// Whether `comm` was made with the same-node path on
+    /// (`SameNodePolicy::Always`: it takes it where the ranks can,
+    /// `same_node.rs`) or off.
+    same_node: bool,
+}
+
+impl Ranks<'_> {
+    /// The same-node policy `comm` was made with, for other communicators
+    /// of a check.
+    fn policy(&self) -> SameNodePolicy {
+        if self.same_node {
+            SameNodePolicy::Always
+        } else {
+            SameNodePolicy::Off
+        }
+    }
 }
 
 /// Fails with `what` unless `cond`.

@@ -5,6 +5,31 @@ use super::*;
 
 pub(crate) const LENGTHS: [usize; 4] = [0, 1, 7, 1003];
 
+/// The checks of blocking `send` and `recv` (run on every path).
+pub(crate) fn blocking_sends() -> Vec<Named> {
+    vec![
+        (
+            "send_recv_device_lengths_and_types",
+            send_recv_device_lengths_and_types,
+        ),
+        (
+            "send_recv_views_at_odd_offsets",
+            send_recv_views_at_odd_offsets,
+        ),
+        (
+            "send_recv_host_and_device_ends",
+            send_recv_host_and_device_ends,
+        ),
+        ("send_recv_in_many_pieces", send_recv_in_many_pieces),
+        (
+            "send_recv_mismatch_fails_on_both_ranks",
+            send_recv_mismatch_fails_on_both_ranks,
+        ),
+        ("send_from_mapped_buffer", send_from_mapped_buffer),
+        ("recv_into_mapped_buffer", recv_into_mapped_buffer),
+    ]
+}
+
 // ---------------------------------------------------------------- errors
 
 pub(crate) fn errors_return_is_set(t: &Ranks) -> Check {
@@ -304,19 +329,18 @@ pub(crate) fn send_recv_host_and_device_ends(t: &Ranks) -> Check {
 /// many pieces, each copy overlapping the transfer before it; the sender
 /// and receiver may use different piece sizes.
 pub(crate) fn send_recv_in_many_pieces(t: &Ranks) -> Check {
-    let mut small = Communicator::new(&mpi::topology::SimpleCommunicator::world(), t.ctx)
-        .map_err(|e| format!("communicator: {e}"))?;
+    let mut small = Communicator::with_same_node(
+        &mpi::topology::SimpleCommunicator::world(),
+        t.ctx,
+        t.policy(),
+    )
+    .map_err(|e| format!("communicator: {e}"))?;
     small.set_piece_bytes(if t.rank == 0 { 256 } else { 1000 });
     ensure(
         small.piece_bytes() == if t.rank == 0 { 256 } else { 1024 },
         || format!("piece size {}", small.piece_bytes()),
     )?;
-    let st = Ranks {
-        comm: &small,
-        ctx: t.ctx,
-        rank: t.rank,
-        size: t.size,
-    };
+    let st = Ranks { comm: &small, ..*t };
     for len in [63usize, 64, 65, 1003, 10_001] {
         exchange_with_zero::<f32>(&st, &format!("f32 x {len} in pieces"), len, device_end(t))?;
         exchange_with_zero::<u16>(
@@ -422,8 +446,12 @@ pub(crate) fn send_from_mapped_buffer(t: &Ranks) -> Check {
 /// message between the two arrives whole).
 pub(crate) fn recv_into_mapped_buffer(t: &Ranks) -> Check {
     let last = t.size - 1;
-    let mut small = Communicator::new(&mpi::topology::SimpleCommunicator::world(), t.ctx)
-        .map_err(|e| format!("communicator: {e}"))?;
+    let mut small = Communicator::with_same_node(
+        &mpi::topology::SimpleCommunicator::world(),
+        t.ctx,
+        t.policy(),
+    )
+    .map_err(|e| format!("communicator: {e}"))?;
     small.set_piece_bytes(256);
     let len = 300;
     if t.rank == 0 {

@@ -69,15 +69,14 @@ pub(crate) fn isend_irecv_lengths_and_ends(t: &Ranks) -> Check {
     let len = (1 << 20) + 3;
     nonblocking_with_zero::<f32>(t, "f32 x 2^20 + 3", len, &device_end(t))?;
     // Many small pieces, the two ends with different piece sizes.
-    let mut small = Communicator::new(&mpi::topology::SimpleCommunicator::world(), t.ctx)
-        .map_err(|e| format!("communicator: {e}"))?;
+    let mut small = Communicator::with_same_node(
+        &mpi::topology::SimpleCommunicator::world(),
+        t.ctx,
+        t.policy(),
+    )
+    .map_err(|e| format!("communicator: {e}"))?;
     small.set_piece_bytes(if t.rank == 0 { 256 } else { 1000 });
-    let st = Ranks {
-        comm: &small,
-        ctx: t.ctx,
-        rank: t.rank,
-        size: t.size,
-    };
+    let st = Ranks { comm: &small, ..*t };
     for len in [63usize, 10_001] {
         let what = format!("f32 x {len} in pieces");
         nonblocking_with_zero::<f32>(&st, &what, len, &device_end(t))?;
@@ -184,8 +183,12 @@ pub(crate) fn many_outstanding_requests_both_directions(t: &Ranks) -> Check {
 /// completed by polling `test` alone, in many small pieces; a completed
 /// request keeps answering `true`.
 pub(crate) fn test_polls_to_completion(t: &Ranks) -> Check {
-    let mut small = Communicator::new(&mpi::topology::SimpleCommunicator::world(), t.ctx)
-        .map_err(|e| format!("communicator: {e}"))?;
+    let mut small = Communicator::with_same_node(
+        &mpi::topology::SimpleCommunicator::world(),
+        t.ctx,
+        t.policy(),
+    )
+    .map_err(|e| format!("communicator: {e}"))?;
     small.set_piece_bytes(256);
     let len = 5000;
     let next = (t.rank + 1) % t.size;

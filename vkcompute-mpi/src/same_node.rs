@@ -1,0 +1,969 @@
+//! The same-node path: ranks of one node whose contexts are on the same
+//! device (equal `deviceUUID` and `driverUUID`) and can export and import
+//! opaque file descriptors exchange point-to-point messages through
+//! device memory that the sender exports and the receiver imports, with
+//! one device copy on each side; MPI carries only the header and the
+//! answer.
+//!
+//! **Finding the peers** ([`SameNode::detect`], in
+//! `Communicator::new`, collective): `MPI_Comm_split_type(SHARED)` names
+//! each rank's node (its lowest rank, `raw::node_leader`); every rank
+//! then gathers every rank's [`Record`] (node, UUIDs, whether it offers
+//! the path, the name of its socket). A pair takes the path where both
+//! offer it on one node and one device; each rank decides from the same
+//! records, so both ends of a pair agree without asking each other.
+//!
+//! **Passing descriptors.** MPI carries bytes only. Each rank that offers
+//! the path listens on a Unix socket in the abstract namespace, named by
+//! 16 random bytes of its own (published in its record, over MPI only);
+//! every rank connects to the lower ranks it pairs with and introduces
+//! itself with its rank and that name's random bytes, which only the
+//! communicator's ranks know, so the listener knows whom each connection
+//! is from, and a stranger that guesses nothing is turned away. The
+//! descriptors then go with `SCM_RIGHTS` (`fdpass.rs`). Chosen over
+//! `pidfd_getfd`, which needs ptrace rights over the peer (Yama's
+//! `ptrace_scope` 1, the default of several distributions, refuses it
+//! between sibling processes) and Linux 5.6; an abstract socket needs no
+//! file to clean up after a crash. A second gather says which ranks got
+//! all their connections: a pair without its socket takes the other
+//! paths, on both ends.
+//!
+//! **A message** (`Communicator::send` to a peer on the path): the sender
+//! copies its buffer into its exported memory for that peer (kept
+//! between messages, grown by powers of two; a grown one is a new
+//! *generation*, whose descriptor goes over the socket before the header
+//! that uses it), releases the memory to `VK_QUEUE_FAMILY_EXTERNAL`,
+//! waits for the device, and sends the header. The receiver imports a new
+//! generation (kept until the next replaces it), acquires the memory,
+//! copies the message into its buffer, releases the memory, waits for
+//! the device and answers: only then may the sender write the memory
+//! again.
+//!
+//! The receiver trusts its peer as it trusts MPI's bytes: the peer is a
+//! rank of the same job, and what it sends over the socket is an export
+//! of `DeviceBuffer::export_fd` with that export's description.
+#![allow(
+    unsafe_code,
+    reason = "importing the descriptors a peer rank exported (DeviceContext::import_buffer)"
+)]
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::mem::size_of;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytemuck::{Pod, Zeroable};
+use vkcompute::{
+    DeviceBuffer, DeviceContext, ExportedMemory, ExternalMemoryInfo, MemoryHandleType,
+    EXTERNAL_MEMORY_INFO_BYTES,
+};
+
+use crate::communicator::Place;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::fdpass;
+use crate::raw::{self, Comm};
+
+/// How a communicator's point-to-point messages of device buffers travel
+/// to and from one peer, chosen at run time
+/// ([`Communicator::path_to`](crate::Communicator::path_to)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Path {
+    /// Through device memory that the sender exports and the receiver
+    /// imports (same node, same device, opaque file descriptors): one
+    /// device copy on each side, and MPI carries only a header and an
+    /// answer. Taken by blocking [`send`](crate::Communicator::send) and
+    /// received by `recv` and `irecv`.
+    SameNode,
+    /// Through MPI, which reads and writes a device buffer's mapping where
+    /// it lies ([`Communicator::maps_device_memory`](crate::Communicator::maps_device_memory)).
+    Direct,
+    /// Through MPI, staged through pinned host buffers in pieces.
+    Staged,
+}
+
+impl Path {
+    /// A short name: `same_node`, `direct` or `staged`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::SameNode => "same_node",
+            Path::Direct => "direct",
+            Path::Staged => "staged",
+        }
+    }
+}
+
+/// Where a rank takes the same-node path
+/// ([`Communicator::with_same_node`](crate::Communicator::with_same_node)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SameNodePolicy {
+    /// Never: messages to and from this rank travel over MPI.
+    Off,
+    /// Where the pair can take it, except where both ranks' device
+    /// buffers map directly ([`Path::Direct`] on both ends): there MPI
+    /// reads and writes the memory where it lies, one copy by Open MPI's
+    /// CMA, which measured faster on lavapipe than the path's two device
+    /// copies (CONTRIBUTING.md). The default.
+    Auto,
+    /// Wherever the pair can take it.
+    Always,
+}
+
+/// The environment variable that chooses the same-node policy of every
+/// communicator of a process: `0`, `off`, `false` or `no` turn the path
+/// off (whatever the code asks); `always` makes
+/// [`Communicator::new`](crate::Communicator::new) take it wherever it
+/// can ([`SameNodePolicy::Always`]).
+pub const SAME_NODE_VAR: &str = "VKCOMPUTE_MPI_SAME_NODE";
+
+/// The policy of a communicator asked for with `asked` (`None`: by
+/// `Communicator::new`) where [`SAME_NODE_VAR`] is `value`.
+pub(crate) fn policy(asked: Option<SameNodePolicy>, value: Option<&str>) -> SameNodePolicy {
+    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        Some("0" | "off" | "false" | "no") => SameNodePolicy::Off,
+        Some("always") if asked.is_none() => SameNodePolicy::Always,
+        _ => asked.unwrap_or(SameNodePolicy::Auto),
+    }
+}
+
+/// "vkSN", little-endian: a record of this crate's same-node detection.
+const MAGIC: u32 = 0x4e53_6b76;
+
+/// How long a rank waits for the peers it pairs with to connect, once
+/// every rank has published its record (they connect at once; this only
+/// bounds a peer that cannot).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an accepted connection may take to introduce itself.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The smallest shared memory a sender keeps for a peer.
+const MIN_SHARED_BYTES: usize = 64 << 10;
+
+/// Bytes beside each descriptor on the socket: the generation, then the
+/// export's description.
+const ANNOUNCE_BYTES: usize = 4 + EXTERNAL_MEMORY_INFO_BYTES;
+
+/// Bytes of a connection's introduction: the rank, then the listener's
+/// random name.
+const HELLO_BYTES: usize = 4 + 16;
+
+/// Whether a rank offers the path, or why not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Offer {
+    Yes,
+    TurnedOff,
+    NoExport,
+    NoImport,
+    NoSocket,
+}
+
+impl Offer {
+    const ALL: [Offer; 5] = [
+        Offer::Yes,
+        Offer::TurnedOff,
+        Offer::NoExport,
+        Offer::NoImport,
+        Offer::NoSocket,
+    ];
+
+    fn code(self) -> u32 {
+        match self {
+            Offer::Yes => 1,
+            Offer::TurnedOff => 2,
+            Offer::NoExport => 3,
+            Offer::NoImport => 4,
+            Offer::NoSocket => 5,
+        }
+    }
+
+    fn from_code(code: u32) -> Option<Offer> {
+        Offer::ALL.into_iter().find(|o| o.code() == code)
+    }
+
+    fn why_not(self) -> &'static str {
+        match self {
+            Offer::Yes => "it offers the path",
+            Offer::TurnedOff => "turned off (SameNodePolicy::Off, or VKCOMPUTE_MPI_SAME_NODE=0)",
+            Offer::NoExport => "its device cannot export opaque fds",
+            Offer::NoImport => "its device cannot import opaque fds",
+            Offer::NoSocket => "it could not open its node-local socket",
+        }
+    }
+}
+
+/// What each rank publishes to every other at detection.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+struct Record {
+    magic: u32,
+    /// An `Offer` code.
+    offer: u32,
+    /// The node: its lowest rank (`raw::node_leader`).
+    node: i32,
+    device_uuid: [u8; 16],
+    driver_uuid: [u8; 16],
+    /// The random name of the rank's socket.
+    name: [u8; 16],
+    /// 1 where the rank asks for the path wherever it can
+    /// ([`SameNodePolicy::Always`]).
+    always: u32,
+    /// 1 where the rank's device buffers map directly.
+    maps: u32,
+}
+
+const RECORD_BYTES: usize = size_of::<Record>();
+
+impl Record {
+    fn socket_address(&self) -> io::Result<SocketAddr> {
+        let hex: String = self.name.iter().map(|b| format!("{b:02x}")).collect();
+        SocketAddr::from_abstract_name(format!("vkcompute-mpi/{hex}"))
+    }
+
+    /// Whether this rank and `other` can take the path between them, or why not.
+    fn pairs_with(&self, other: &Record) -> std::result::Result<(), String> {
+        if self.node != other.node {
+            return Err("another node".into());
+        }
+        for (who, record) in [("this rank", self), ("the peer", other)] {
+            match Offer::from_code(record.offer) {
+                Some(Offer::Yes) => {}
+                Some(offer) => return Err(format!("{who}: {}", offer.why_not())),
+                None => return Err(format!("{who}: unknown offer code {}", record.offer)),
+            }
+        }
+        if self.device_uuid != other.device_uuid || self.driver_uuid != other.driver_uuid {
+            return Err("another device or driver (deviceUUID or driverUUID differs)".into());
+        }
+        if self.maps == 1 && other.maps == 1 && self.always == 0 && other.always == 0 {
+            return Err(
+                "both map device memory directly, where MPI moves it in one copy \
+                        (SameNodePolicy::Auto)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A sender's exported memory for one peer.
+struct Outbox {
+    generation: u32,
+    memory: DeviceBuffer<u8>,
+    /// Whether the memory is released to `VK_QUEUE_FAMILY_EXTERNAL` (it
+    /// must be acquired before this rank writes it again).
+    released: bool,
+    /// Whether the peer has this generation's descriptor.
+    announced: bool,
+}
+
+/// A receiver's import of a peer's exported memory.
+struct Inbox {
+    generation: u32,
+    memory: DeviceBuffer<u8>,
+}
+
+/// The same-node state of one communicator: the socket to each peer on
+/// the path, and the memory exported to and imported from each.
+pub(crate) struct SameNode {
+    ctx: DeviceContext,
+    /// Indexed by rank: the socket to a peer on the path, `None` for the
+    /// others (and for this rank).
+    sockets: Vec<Option<UnixStream>>,
+    outboxes: Mutex<HashMap<i32, Outbox>>,
+    inboxes: Mutex<HashMap<i32, Inbox>>,
+    /// Whether every pair of the communicator takes the path (then the
+    /// allreduce does too); the same on every rank.
+    whole: bool,
+    /// This rank's memory for the collectives, exported to every peer.
+    shared: Mutex<Option<Outbox>>,
+    /// Every peer's collective memory, imported.
+    collective_inboxes: Mutex<HashMap<i32, Inbox>>,
+}
+
+/// 16 bytes from the kernel's random source.
+fn random_name() -> io::Result<[u8; 16]> {
+    let mut name = [0u8; 16];
+    let mut filled = 0;
+    while filled < name.len() {
+        let rest = &mut name[filled..];
+        // SAFETY: `rest` is valid for writes of its length.
+        let got = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        filled += got as usize;
+    }
+    Ok(name)
+}
+
+/// This rank's offer and, where it offers the path, its listening socket.
+fn open(ctx: &DeviceContext, wanted: SameNodePolicy) -> (Offer, [u8; 16], Option<UnixListener>) {
+    if wanted == SameNodePolicy::Off {
+        return (Offer::TurnedOff, [0; 16], None);
+    }
+    if !ctx
+        .exportable_handle_types()
+        .contains(&MemoryHandleType::OpaqueFd)
+    {
+        return (Offer::NoExport, [0; 16], None);
+    }
+    if !ctx
+        .importable_handle_types()
+        .contains(&MemoryHandleType::OpaqueFd)
+    {
+        return (Offer::NoImport, [0; 16], None);
+    }
+    let listening = random_name().and_then(|name| {
+        let probe = Record {
+            name,
+            ..Record::zeroed()
+        };
+        let listener = UnixListener::bind_addr(&probe.socket_address()?)?;
+        listener.set_nonblocking(true)?;
+        Ok((name, listener))
+    });
+    match listening {
+        Ok((name, listener)) => (Offer::Yes, name, Some(listener)),
+        Err(e) => {
+            log::warn!("vkcompute-mpi: no same-node path: a node-local socket: {e}");
+            (Offer::NoSocket, [0; 16], None)
+        }
+    }
+}
+
+/// Connects to the listener of rank `to` (of `record`) as rank `me`.
+fn connect(me: i32, record: &Record) -> io::Result<UnixStream> {
+    let mut stream = UnixStream::connect_addr(&record.socket_address()?)?;
+    let mut hello = [0u8; HELLO_BYTES];
+    hello[..4].copy_from_slice(&me.to_le_bytes());
+    hello[4..].copy_from_slice(&record.name);
+    stream.write_all(&hello)?;
+    Ok(stream)
+}
+
+/// Accepts the connections of the ranks `expected` into `sockets`,
+/// turning away any that does not introduce itself with this listener's
+/// `name` and an expected rank, within [`CONNECT_TIMEOUT`].
+fn accept(
+    listener: &UnixListener,
+    name: &[u8; 16],
+    mut expected: Vec<i32>,
+    sockets: &mut [Option<UnixStream>],
+) -> io::Result<()> {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    while !expected.is_empty() {
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                stream.set_nonblocking(false)?;
+                stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
+                let mut hello = [0u8; HELLO_BYTES];
+                if stream.read_exact(&mut hello).is_err() {
+                    continue;
+                }
+                let mut rank = [0u8; 4];
+                rank.copy_from_slice(&hello[..4]);
+                let rank = i32::from_le_bytes(rank);
+                if hello[4..] != name[..] || !expected.contains(&rank) {
+                    log::warn!("vkcompute-mpi: a connection to the same-node socket turned away");
+                    continue;
+                }
+                stream.set_read_timeout(None)?;
+                expected.retain(|&r| r != rank);
+                sockets[rank as usize] = Some(stream);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("ranks {expected:?} did not connect within {CONNECT_TIMEOUT:?}"),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl SameNode {
+    /// Finds the ranks of `comm` that this one (`rank` of `size`) takes
+    /// the path with under policy `wanted` (`maps`: whether this rank's
+    /// device buffers map directly), and connects to them (see the module
+    /// documentation). Collective: every rank calls it, whatever its
+    /// policy (a rank with the path off takes part, so that its peers
+    /// learn it). Logs the outcome (`info`).
+    pub(crate) fn detect(
+        op: &'static str,
+        comm: &Comm,
+        (rank, size): (i32, i32),
+        ctx: &DeviceContext,
+        (wanted, maps): (SameNodePolicy, bool),
+    ) -> Result<SameNode> {
+        let node = raw::node_leader(op, comm, rank)?;
+        let (offer, name, listener) = open(ctx, wanted);
+        let info = ctx.info();
+        let mine = Record {
+            magic: MAGIC,
+            offer: offer.code(),
+            node,
+            device_uuid: info.uuid,
+            driver_uuid: info.driver_uuid,
+            name,
+            always: u32::from(wanted == SameNodePolicy::Always),
+            maps: u32::from(maps),
+        };
+        let mut all = vec![0u8; RECORD_BYTES * size as usize];
+        raw::allgather(op, comm, bytemuck::bytes_of(&mine), &mut all)?;
+        let records: Vec<Record> = all
+            .chunks_exact(RECORD_BYTES)
+            .map(bytemuck::pod_read_unaligned)
+            .collect();
+        if let Some(peer) = records.iter().position(|r| r.magic != MAGIC) {
+            return Err(Error::Protocol {
+                op,
+                peer: peer as i32,
+                detail: "its same-node record is not vkcompute-mpi's (another version?)".into(),
+            });
+        }
+        let decided: Vec<std::result::Result<(), String>> = (0..size)
+            .map(|p| match p {
+                p if p == rank => Err("this rank".into()),
+                p => mine.pairs_with(&records[p as usize]),
+            })
+            .collect();
+        let mut sockets: Vec<Option<UnixStream>> = (0..size).map(|_| None).collect();
+        let mut connected: io::Result<()> = Ok(());
+        for p in 0..rank {
+            if decided[p as usize].is_ok() && connected.is_ok() {
+                match connect(rank, &records[p as usize]) {
+                    Ok(stream) => sockets[p as usize] = Some(stream),
+                    Err(e) => connected = Err(e),
+                }
+            }
+        }
+        if let (Some(listener), true) = (&listener, connected.is_ok()) {
+            let higher = (rank + 1..size)
+                .filter(|&p| decided[p as usize].is_ok())
+                .collect();
+            connected = accept(listener, &name, higher, &mut sockets);
+        }
+        drop(listener);
+        if let Err(e) = &connected {
+            log::warn!("vkcompute-mpi: rank {rank}: the same-node path's sockets: {e}");
+        }
+        let mut ready = vec![0u8; size as usize];
+        raw::allgather(op, comm, &[u8::from(connected.is_ok())], &mut ready)?;
+        for (p, socket) in sockets.iter_mut().enumerate() {
+            if ready[rank as usize] == 0 || ready[p] == 0 {
+                *socket = None;
+            }
+        }
+        let whole = size > 1
+            && ready.iter().all(|&r| r == 1)
+            && records.iter().enumerate().all(|(p, a)| {
+                records
+                    .iter()
+                    .enumerate()
+                    .all(|(q, b)| p == q || a.pairs_with(b).is_ok())
+            });
+        let same: Vec<String> = (0..size)
+            .filter(|&p| sockets[p as usize].is_some())
+            .map(|p| p.to_string())
+            .collect();
+        let others: Vec<String> = (0..size)
+            .filter(|&p| p != rank && sockets[p as usize].is_none())
+            .map(|p| match &decided[p as usize] {
+                Err(why) => format!("rank {p}: {why}"),
+                Ok(()) => format!("rank {p}: a socket could not be connected"),
+            })
+            .collect();
+        log::info!(
+            "vkcompute-mpi: rank {rank}: same-node path (exported device memory) to {}; over MPI \
+             to {}{}",
+            if same.is_empty() {
+                "no rank".to_string()
+            } else {
+                format!("ranks {}", same.join(", "))
+            },
+            if others.is_empty() {
+                "no rank".to_string()
+            } else {
+                others.join("; ")
+            },
+            if whole {
+                "; allreduce on it too (every pair takes it)"
+            } else {
+                ""
+            }
+        );
+        Ok(SameNode {
+            ctx: ctx.clone(),
+            sockets,
+            outboxes: Mutex::new(HashMap::new()),
+            inboxes: Mutex::new(HashMap::new()),
+            whole,
+            shared: Mutex::new(None),
+            collective_inboxes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Whether messages to and from `rank` take the path.
+    pub(crate) fn is_peer(&self, rank: i32) -> bool {
+        usize::try_from(rank)
+            .ok()
+            .and_then(|r| self.sockets.get(r))
+            .is_some_and(Option::is_some)
+    }
+
+    fn socket(&self, op: &'static str, peer: i32) -> Result<&UnixStream> {
+        usize::try_from(peer)
+            .ok()
+            .and_then(|p| self.sockets.get(p))
+            .and_then(Option::as_ref)
+            .ok_or_else(|| Error::Protocol {
+                op,
+                peer,
+                detail: "a message in shared memory from a rank not on the same-node path".into(),
+            })
+    }
+
+    /// Copies the `len` elements of `place` into the memory exported to
+    /// `dest` (made, or grown, first), releases it and waits for the
+    /// device; sends the descriptor of a new generation over the socket.
+    /// Returns `(generation, new)` for the header. Where this fails no
+    /// header has gone out: the caller sends a failed one.
+    pub(crate) fn stage_out<T: Element>(
+        &self,
+        op: &'static str,
+        place: Place<'_, T>,
+        len: usize,
+        dest: i32,
+    ) -> Result<(u32, bool)> {
+        let bytes = len * size_of::<T>();
+        let kept = self
+            .outboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&dest);
+        let mut outbox = self.at_least(op, kept, bytes)?;
+        let result = self
+            .fill(op, &mut outbox, place, len)
+            .and_then(|()| self.announce(op, &mut outbox, dest));
+        let generation = outbox.generation;
+        self.outboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(dest, outbox);
+        result.map(|new| (generation, new))
+    }
+
+    /// `kept` where it holds `bytes`, else new exportable memory of the
+    /// next generation (a power of two, at least [`MIN_SHARED_BYTES`]).
+    fn at_least(&self, op: &'static str, kept: Option<Outbox>, bytes: usize) -> Result<Outbox> {
+        Ok(match kept {
+            Some(outbox) if outbox.memory.len() >= bytes => outbox,
+            old => Outbox {
+                generation: old.map_or(1, |o| o.generation.wrapping_add(1)),
+                memory: self
+                    .ctx
+                    .enqueue_create_exportable_buffer_as::<u8>(
+                        bytes.next_power_of_two().max(MIN_SHARED_BYTES),
+                        &[MemoryHandleType::OpaqueFd],
+                    )
+                    .map_err(Error::device(op))?,
+                released: false,
+                announced: false,
+            },
+        })
+    }
+
+    /// Makes the next message to `dest` send its memory's descriptor
+    /// again: after a refusal, the receiver may not have imported it.
+    pub(crate) fn announce_again(&self, dest: i32) {
+        let mut outboxes = self.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(outbox) = outboxes.get_mut(&dest) {
+            outbox.announced = false;
+        }
+    }
+
+    /// Copies `place` into `outbox` between an acquire (where it was
+    /// released) and a release of the memory, and waits for the device.
+    fn fill<T: Element>(
+        &self,
+        op: &'static str,
+        outbox: &mut Outbox,
+        place: Place<'_, T>,
+        len: usize,
+    ) -> Result<()> {
+        let memory = &outbox.memory;
+        if outbox.released {
+            (memory.enqueue_acquire_from_external()).map_err(Error::device(op))?;
+            outbox.released = false;
+        }
+        let part = memory
+            .create_sub_buffer::<T>(0, len)
+            .map_err(Error::device(op))?;
+        match place {
+            Place::Device(b) => part.enqueue_copy_from(b),
+            Place::Host(b) => part.enqueue_copy_from(b),
+        }
+        .map_err(Error::device(op))?;
+        (memory.enqueue_release_to_external()).map_err(Error::device(op))?;
+        outbox.released = true;
+        self.ctx.synchronize().map_err(Error::device(op))
+    }
+
+    /// Sends the descriptor of `outbox` to `dest` where it has not had
+    /// this generation yet; whether it did.
+    fn announce(&self, op: &'static str, outbox: &mut Outbox, dest: i32) -> Result<bool> {
+        self.announce_to(op, outbox, dest..dest + 1)
+    }
+
+    /// Sends the descriptor of `outbox` to every rank of `peers` (but this
+    /// one) where they have not had this generation yet; whether it did.
+    fn announce_to(
+        &self,
+        op: &'static str,
+        outbox: &mut Outbox,
+        peers: std::ops::Range<i32>,
+    ) -> Result<bool> {
+        if outbox.announced {
+            return Ok(false);
+        }
+        let exported = (outbox.memory)
+            .export_fd(MemoryHandleType::OpaqueFd)
+            .map_err(Error::device(op))?;
+        let mut payload = [0u8; ANNOUNCE_BYTES];
+        payload[..4].copy_from_slice(&outbox.generation.to_le_bytes());
+        payload[4..].copy_from_slice(&exported.info.to_bytes());
+        for dest in peers.filter(|&p| self.is_peer(p)) {
+            fdpass::send_fd(self.socket(op, dest)?, exported.fd.as_fd(), &payload).map_err(
+                |e| Error::SameNode {
+                    op,
+                    peer: dest,
+                    detail: format!("passing the exported memory over the node-local socket: {e}"),
+                },
+            )?;
+        }
+        outbox.announced = true;
+        Ok(true)
+    }
+
+    /// The memory `source` announces a message in (`generation`, `new`
+    /// from its header): a new generation's descriptor is taken off the
+    /// socket and imported first (and kept, replacing the one before),
+    /// whatever becomes of the message, so that the socket stays in step
+    /// with the headers.
+    pub(crate) fn inbox(
+        &self,
+        op: &'static str,
+        source: i32,
+        announced: (u32, bool),
+    ) -> Result<DeviceBuffer<u8>> {
+        self.import_into(&self.inboxes, op, source, announced)
+    }
+
+    /// [`inbox`](Self::inbox) for the collectives' memory of `source`
+    /// (`announced` in its header of the collective).
+    pub(crate) fn collective_inbox(
+        &self,
+        op: &'static str,
+        source: i32,
+        announced: (u32, bool),
+    ) -> Result<DeviceBuffer<u8>> {
+        self.import_into(&self.collective_inboxes, op, source, announced)
+    }
+
+    fn import_into(
+        &self,
+        kept: &Mutex<HashMap<i32, Inbox>>,
+        op: &'static str,
+        source: i32,
+        (generation, new): (u32, bool),
+    ) -> Result<DeviceBuffer<u8>> {
+        let mut inboxes = kept.lock().unwrap_or_else(PoisonError::into_inner);
+        if !new {
+            return match inboxes.get(&source) {
+                Some(inbox) if inbox.generation == generation => Ok(inbox.memory.clone()),
+                _ => Err(Error::Protocol {
+                    op,
+                    peer: source,
+                    detail: format!(
+                        "a message in shared memory of generation {generation}, which this rank \
+                         has not imported"
+                    ),
+                }),
+            };
+        }
+        let broken = |detail: String| Error::SameNode {
+            op,
+            peer: source,
+            detail,
+        };
+        let mut payload = [0u8; ANNOUNCE_BYTES];
+        let fd = fdpass::recv_fd_now(self.socket(op, source)?, &mut payload)
+            .map_err(|e| broken(format!("taking the exported memory off the socket: {e}")))?;
+        let mut sent = [0u8; 4];
+        sent.copy_from_slice(&payload[..4]);
+        if u32::from_le_bytes(sent) != generation {
+            return Err(broken(format!(
+                "the socket holds generation {}, the header announces {generation}",
+                u32::from_le_bytes(sent)
+            )));
+        }
+        let info = ExternalMemoryInfo::from_bytes(&payload[4..]).map_err(Error::device(op))?;
+        if info.handle_type != MemoryHandleType::OpaqueFd {
+            return Err(broken(format!("a {:?} handle", info.handle_type)));
+        }
+        let len = usize::try_from(info.size)
+            .map_err(|_| broken(format!("{} bytes of memory", info.size)))?;
+        let number = fd.as_raw_fd();
+        // SAFETY: the descriptor came over this communicator's socket to
+        // `source`, a rank of the same job that authenticated the
+        // connection (module documentation), and that sends only exports
+        // of `DeviceBuffer::export_fd` with that export's own description
+        // (`announce`); Vulkan memory does not shrink. vkcompute checks
+        // the UUIDs, the handle type and the sizes on top.
+        let memory = unsafe {
+            self.ctx
+                .import_buffer::<u8>(ExportedMemory { fd, info }, len)
+        }
+        .map_err(Error::device(op))?;
+        hold_closed_number(number);
+        inboxes.insert(
+            source,
+            Inbox {
+                generation,
+                memory: memory.clone(),
+            },
+        );
+        Ok(memory)
+    }
+
+    /// Whether every pair of the communicator takes the path, so that the
+    /// allreduce takes it too (the same answer on every rank).
+    pub(crate) fn spans_communicator(&self) -> bool {
+        self.whole
+    }
+
+    /// Copies the `len` elements of `place` into this rank's collective
+    /// memory (made, or grown, first), between an acquire and a release,
+    /// and waits for the device. Returns the memory and `(generation,
+    /// new)` for the header; a new generation goes to the peers with
+    /// [`announce_collective`](Self::announce_collective) once the ranks
+    /// agree.
+    pub(crate) fn fill_collective<T: Element>(
+        &self,
+        op: &'static str,
+        place: Place<'_, T>,
+        len: usize,
+    ) -> Result<(DeviceBuffer<u8>, (u32, bool))> {
+        let kept = self
+            .shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let mut outbox = self.at_least(op, kept, len * size_of::<T>())?;
+        let filled = self.fill(op, &mut outbox, place, len);
+        let announced = (outbox.generation, !outbox.announced);
+        let memory = outbox.memory.clone();
+        *self.shared.lock().unwrap_or_else(PoisonError::into_inner) = Some(outbox);
+        filled.map(|()| (memory, announced))
+    }
+
+    /// Sends this rank's collective memory to every peer where it is a new
+    /// generation (`size` ranks).
+    pub(crate) fn announce_collective(&self, op: &'static str, size: i32) -> Result<()> {
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        match shared.as_mut() {
+            Some(outbox) => self.announce_to(op, outbox, 0..size).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// Copies the first `len` elements of `inbox` (from `source`) out
+    /// with `write` (given a view of them), between the acquire and the
+    /// release of the memory, and waits for the device: the sender may
+    /// write the memory again once this returns. `Ok(Some(e))`: `write`
+    /// failed (a mapped destination, say), the memory is released all the
+    /// same.
+    pub(crate) fn take<T: Element>(
+        &self,
+        op: &'static str,
+        source: i32,
+        inbox: &DeviceBuffer<u8>,
+        len: usize,
+        write: impl FnOnce(&DeviceBuffer<T>) -> vkcompute::Result<()>,
+    ) -> Result<Option<Error>> {
+        let bytes = len * size_of::<T>();
+        if inbox.len() < bytes {
+            return Err(Error::Protocol {
+                op,
+                peer: source,
+                detail: format!(
+                    "a message of {bytes} bytes in shared memory of {}",
+                    inbox.len()
+                ),
+            });
+        }
+        (inbox.enqueue_acquire_from_external()).map_err(Error::device(op))?;
+        let written = inbox
+            .create_sub_buffer::<T>(0, len)
+            .and_then(|part| write(&part));
+        (inbox.enqueue_release_to_external()).map_err(Error::device(op))?;
+        self.ctx.synchronize().map_err(Error::device(op))?;
+        Ok(written.err().map(Error::device(op)))
+    }
+}
+
+/// Driver workaround (lavapipe, Mesa 22.3 and 25.0): the driver closes an
+/// imported opaque fd right after the import (it maps the memory), and,
+/// as far as strace shows, closes the same number again when the memory
+/// is freed, which closes whatever descriptor has that number by then:
+/// `recvmsg` gave 25, the import mapped and closed 25, the next import's
+/// `reclaim_garbage` freed an older import, `close(25)` followed, and the
+/// import of the newly received 25 found it closed (Rust's IO-safety
+/// abort). Where `number` is free after the import, this takes it with a
+/// descriptor of `/dev/null` that is never closed here (the driver's
+/// second close may close it), so that the number goes to nothing else
+/// meanwhile. It never replaces a live descriptor (`F_DUPFD` takes the
+/// lowest free number from `number` on), so it cannot hold the number
+/// where another thread took it first: it narrows the problem, it does
+/// not remove it (CONTRIBUTING.md). Where the driver keeps the
+/// descriptor (open after the import), nothing is done.
+fn hold_closed_number(number: std::os::fd::RawFd) {
+    // SAFETY: F_GETFD reads a descriptor's flags; on a closed number it
+    // fails with EBADF and changes nothing.
+    let open = unsafe { libc::fcntl(number, libc::F_GETFD) } != -1;
+    if open {
+        return;
+    }
+    let Ok(null) = std::fs::File::open("/dev/null") else {
+        return;
+    };
+    if null.as_raw_fd() == number {
+        // The open took the number itself (the lowest free one): left
+        // open on purpose, for the driver to close.
+        let _ = std::os::fd::IntoRawFd::into_raw_fd(null);
+        return;
+    }
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor of `null` at the
+    // lowest free number from `number` on; it never closes one.
+    let held = unsafe { libc::fcntl(null.as_raw_fd(), libc::F_DUPFD_CLOEXEC, number) };
+    if held >= 0 && held != number {
+        // SAFETY: `held` was made just above and is closed once here.
+        unsafe { libc::close(held) };
+    }
+    // `held == number`: left open on purpose, for the driver to close.
+}
+
+/// Runs `with` on elements `range` (of `T`) of shared memory `memory`
+/// between an acquire from and a release to `VK_QUEUE_FAMILY_EXTERNAL`
+/// (enqueued, not waited for); nothing for an empty range.
+pub(crate) fn shared_part<T: Element>(
+    op: &'static str,
+    memory: &DeviceBuffer<u8>,
+    range: &std::ops::Range<usize>,
+    with: impl FnOnce(&DeviceBuffer<T>) -> Result<()>,
+) -> Result<()> {
+    if range.is_empty() {
+        return Ok(());
+    }
+    let part = memory
+        .create_sub_buffer::<T>(range.start, range.len())
+        .map_err(Error::device(op))?;
+    (part.enqueue_acquire_from_external()).map_err(Error::device(op))?;
+    let done = with(&part);
+    (part.enqueue_release_to_external()).map_err(Error::device(op))?;
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_variable_turns_the_path_off_or_on_only_when_it_says_so() {
+        use SameNodePolicy::{Always, Auto, Off};
+        for off in ["0", "off", "FALSE", " no "] {
+            assert_eq!(policy(None, Some(off)), Off, "{off:?}");
+            assert_eq!(policy(Some(Always), Some(off)), Off, "{off:?}");
+        }
+        for other in [None, Some("1"), Some("on"), Some("")] {
+            assert_eq!(policy(None, other), Auto, "{other:?}");
+            assert_eq!(policy(Some(Always), other), Always, "{other:?}");
+        }
+        assert_eq!(policy(None, Some("Always")), Always);
+        assert_eq!(policy(Some(Auto), Some("always")), Auto);
+    }
+
+    fn record(node: i32, offer: Offer, uuid: u8) -> Record {
+        Record {
+            magic: MAGIC,
+            offer: offer.code(),
+            node,
+            device_uuid: [uuid; 16],
+            driver_uuid: [7; 16],
+            name: [1; 16],
+            always: 0,
+            maps: 0,
+        }
+    }
+
+    #[test]
+    fn two_ranks_that_map_directly_pair_only_where_one_insists() {
+        let mapped = Record {
+            maps: 1,
+            ..record(0, Offer::Yes, 1)
+        };
+        assert!(mapped.pairs_with(&mapped).unwrap_err().contains("directly"));
+        assert!(mapped.pairs_with(&record(0, Offer::Yes, 1)).is_ok());
+        let insists = Record {
+            always: 1,
+            ..mapped
+        };
+        assert!(mapped.pairs_with(&insists).is_ok());
+        assert!(insists.pairs_with(&mapped).is_ok());
+    }
+
+    #[test]
+    fn ranks_pair_only_on_one_node_and_device_both_offering() {
+        let a = record(0, Offer::Yes, 1);
+        assert!(a.pairs_with(&record(0, Offer::Yes, 1)).is_ok());
+        let why = |b: Record| a.pairs_with(&b).unwrap_err();
+        assert!(why(record(2, Offer::Yes, 1)).contains("another node"));
+        assert!(why(record(0, Offer::Yes, 9)).contains("deviceUUID"));
+        assert!(why(record(0, Offer::TurnedOff, 1)).contains("turned off"));
+        assert!(why(record(0, Offer::NoImport, 1)).contains("import"));
+        let off = record(0, Offer::NoExport, 1);
+        assert!(off.pairs_with(&a).unwrap_err().contains("this rank"));
+    }
+
+    #[test]
+    fn socket_names_differ_by_their_random_bytes() {
+        let (a, mut b) = (record(0, Offer::Yes, 1), record(0, Offer::Yes, 1));
+        b.name[15] = 2;
+        let name = |r: &Record| {
+            r.socket_address()
+                .unwrap()
+                .as_abstract_name()
+                .unwrap()
+                .to_vec()
+        };
+        assert_ne!(name(&a), name(&b));
+        assert!(name(&a).starts_with(b"vkcompute-mpi/0101"));
+    }
+}

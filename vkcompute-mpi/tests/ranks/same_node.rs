@@ -1,0 +1,319 @@
+//! The same-node path of `ranks`: which peers take it (against what the
+//! ranks report of their node, device and export/import capabilities),
+//! messages through it as the shared memory grows and is reused, refusals
+//! that leave the pair in step, a rank that turns it off, and the
+//! point-to-point checks of `p2p.rs` over MPI again on a communicator
+//! with the path off.
+
+use mpi::traits::{Communicator as _, CommunicatorCollectives as _};
+use vkcompute::MemoryHandleType;
+use vkcompute_mpi::{Path, SameNodePolicy};
+
+use super::*;
+
+/// What each rank reports, gathered on every rank: its world rank's node
+/// (the lowest world rank in its `split_shared` communicator), whether
+/// its context exports and imports opaque fds, whether its device buffers
+/// map directly, and its device's UUIDs.
+struct Reported {
+    node: Vec<i32>,
+    capable: Vec<bool>,
+    maps: Vec<bool>,
+    ids: Vec<[u8; 32]>,
+}
+
+const REPORT_BYTES: usize = 38;
+
+fn reported(t: &Ranks) -> Reported {
+    let world = mpi::topology::SimpleCommunicator::world();
+    let node = world.split_shared(world.rank());
+    let mut members = vec![0i32; node.size() as usize];
+    node.all_gather_into(&world.rank(), &mut members[..]);
+    let leader = members.iter().copied().min().unwrap_or(world.rank());
+    let capable = t
+        .ctx
+        .exportable_handle_types()
+        .contains(&MemoryHandleType::OpaqueFd)
+        && t.ctx
+            .importable_handle_types()
+            .contains(&MemoryHandleType::OpaqueFd);
+    let info = t.ctx.info();
+    let mut mine = [0u8; REPORT_BYTES];
+    mine[..4].copy_from_slice(&leader.to_le_bytes());
+    mine[4] = u8::from(capable);
+    mine[5] = u8::from(t.comm.maps_device_memory());
+    mine[6..22].copy_from_slice(&info.uuid);
+    mine[22..38].copy_from_slice(&info.driver_uuid);
+    let mut all = vec![0u8; REPORT_BYTES * t.size as usize];
+    world.all_gather_into(&mine[..], &mut all[..]);
+    let mut r = Reported {
+        node: Vec::new(),
+        capable: Vec::new(),
+        maps: Vec::new(),
+        ids: Vec::new(),
+    };
+    for rec in all.chunks_exact(REPORT_BYTES) {
+        r.node
+            .push(i32::from_le_bytes(rec[..4].try_into().unwrap()));
+        r.capable.push(rec[4] == 1);
+        r.maps.push(rec[5] == 1);
+        r.ids.push(rec[6..38].try_into().unwrap());
+    }
+    r
+}
+
+/// The path the communicator should report from `me` to `peer`, where
+/// the ranks have the policies `policies`.
+fn expected(t: &Ranks, r: &Reported, (me, peer): (i32, i32), policies: &[SameNodePolicy]) -> Path {
+    let (a, b) = (me as usize, peer as usize);
+    let on = |k: usize| policies[k] != SameNodePolicy::Off;
+    let insists = |k: usize| policies[k] == SameNodePolicy::Always;
+    if a != b
+        && on(a)
+        && on(b)
+        && r.node[a] == r.node[b]
+        && r.capable[a]
+        && r.capable[b]
+        && r.ids[a] == r.ids[b]
+        && (insists(a) || insists(b) || !(r.maps[a] && r.maps[b]))
+    {
+        Path::SameNode
+    } else if t.comm.maps_device_memory() {
+        Path::Direct
+    } else {
+        Path::Staged
+    }
+}
+
+fn check_paths(t: &Ranks, comm: &Communicator, policies: &[SameNodePolicy], what: &str) -> Check {
+    let r = reported(t);
+    for peer in 0..t.size {
+        let got = ok(&format!("{what}: path_to({peer})"), comm.path_to(peer))?;
+        let want = expected(t, &r, (t.rank, peer), policies);
+        ensure(got == want, || {
+            format!(
+                "{what}: path to rank {peer} is {got:?}, expected {want:?} (node {:?}, \
+                 capable {:?}, maps {:?})",
+                r.node, r.capable, r.maps
+            )
+        })?;
+    }
+    match comm.path_to(t.size) {
+        Err(Error::InvalidRank { .. }) => Ok(()),
+        other => Err(format!("{what}: path_to({}): {other:?}", t.size)),
+    }
+}
+
+/// The paths of this check's communicator, and of new ones under each
+/// policy, against what the ranks report.
+pub(crate) fn paths_follow_node_device_and_capabilities(t: &Ranks) -> Check {
+    let n = t.size as usize;
+    check_paths(t, t.comm, &vec![t.policy(); n], "the communicator")?;
+    if t.rank == 0 {
+        let paths: Vec<_> = (0..t.size).filter_map(|p| t.comm.path_to(p).ok()).collect();
+        eprintln!("    paths from rank 0: {paths:?}");
+    }
+    let world = mpi::topology::SimpleCommunicator::world();
+    for policy in [
+        SameNodePolicy::Off,
+        SameNodePolicy::Auto,
+        SameNodePolicy::Always,
+    ] {
+        let what = format!("with_same_node({policy:?})");
+        logged();
+        let c = ok(&what, Communicator::with_same_node(&world, t.ctx, policy))?;
+        check_paths(t, &c, &vec![policy; n], &what)?;
+        check_log_line(t, &c, &what)?;
+    }
+    Ok(())
+}
+
+/// The line a new communicator `c` logged: the ranks it takes the path
+/// to, as `path_to` says, and whether allreduce takes it.
+fn check_log_line(t: &Ranks, c: &Communicator, what: &str) -> Check {
+    let lines = logged();
+    let same: Vec<String> = (0..t.size)
+        .filter(|&p| matches!(c.path_to(p), Ok(Path::SameNode)))
+        .map(|p| p.to_string())
+        .collect();
+    let to = if same.is_empty() {
+        "to no rank;".to_string()
+    } else {
+        format!("to ranks {};", same.join(", "))
+    };
+    let head = format!("vkcompute-mpi: rank {}: same-node path", t.rank);
+    let line = lines.iter().find(|l| l.starts_with(&head));
+    let allreduce = c.allreduce_path() == Path::SameNode;
+    ensure(
+        line.is_some_and(|l| l.contains(&to) && l.contains("allreduce on it") == allreduce),
+        || {
+            format!(
+                "{what}: logged {lines:?}, expected a line `{head} ... {to}` (allreduce on \
+                 it: {allreduce})"
+            )
+        },
+    )
+}
+
+/// Messages between rank 0 and every other rank whose sizes grow past
+/// the shared memory (a new generation each time) and shrink again
+/// (reusing it), on device and host ends and views at odd offsets.
+pub(crate) fn messages_as_shared_memory_grows_and_is_reused(t: &Ranks) -> Check {
+    for len in [1usize, 20_000, 3, 70_001, 2, 300_007, 5] {
+        exchange_with_zero::<f32>(t, &format!("f32 x {len}"), len, device_end(t))?;
+    }
+    for len in [33_333usize, 9] {
+        exchange_with_zero::<u16>(t, &format!("host u16 x {len}"), len, host_end(t))?;
+        let what = format!("u8 view x {len} at 3");
+        exchange_with_zero::<u8>(t, &what, len, view_end(t, 3, 0xee))?;
+    }
+    Ok(())
+}
+
+/// On a new communicator (so that the first message's memory is a new
+/// generation, whose descriptor is on the socket), refused first
+/// messages to a `recv` and to an `irecv` leave the pair in step: the
+/// messages after them arrive whole.
+pub(crate) fn refusing_a_new_generation_keeps_the_pair_in_step(t: &Ranks) -> Check {
+    let world = mpi::topology::SimpleCommunicator::world();
+    let last = t.size - 1;
+    for nonblocking in [false, true] {
+        let c = ok(
+            "a new communicator",
+            Communicator::with_same_node(&world, t.ctx, t.policy()),
+        )?;
+        if t.rank == 0 {
+            let five = upload(t.ctx, &data::<f32>(1, 5))?;
+            match c.send(&five, last, 1) {
+                Err(Error::Mismatch { .. }) => {}
+                other => return Err(format!("the refused first send: {other:?}")),
+            }
+            ok("the send after it", c.send(&five, last, 1))?;
+            let big = upload(t.ctx, &data::<f32>(2, 100_000))?;
+            ok("a send of a new generation", c.send(&big, last, 1))?;
+        } else if t.rank == last {
+            let six = upload(t.ctx, &[0.0f32; 6])?;
+            let five = upload(t.ctx, &[0.0f32; 5])?;
+            let big = upload(t.ctx, &[0.0f32; 100_000])?;
+            let result = if nonblocking {
+                ok("irecv", c.irecv(&six, 0, 1))?.wait()
+            } else {
+                c.recv(&six, 0, 1)
+            };
+            match result {
+                Err(Error::Mismatch { .. }) => {}
+                other => return Err(format!("the refused first message: {other:?}")),
+            }
+            same("refused", &dev("read", six.to_vec())?, &[0.0; 6])?;
+            if nonblocking {
+                ok("irecv after", c.irecv(&five, 0, 1).and_then(Request::wait))?;
+                ok("irecv big", c.irecv(&big, 0, 1).and_then(Request::wait))?;
+            } else {
+                ok("recv after", c.recv(&five, 0, 1))?;
+                ok("recv big", c.recv(&big, 0, 1))?;
+            }
+            same("after", &dev("read", five.to_vec())?, &data::<f32>(1, 5))?;
+            same("big", &dev("read", big.to_vec())?, &data::<f32>(2, 100_000))?;
+        }
+    }
+    Ok(())
+}
+
+/// Rank 0 turns the path off: no rank takes it with rank 0, the others
+/// still take it among themselves where they can, and messages go both
+/// ways on both kinds of pair.
+pub(crate) fn a_rank_that_turns_it_off_turns_off_its_pairs(t: &Ranks) -> Check {
+    let world = mpi::topology::SimpleCommunicator::world();
+    let policies: Vec<SameNodePolicy> = (0..t.size)
+        .map(|r| {
+            if r == 0 {
+                SameNodePolicy::Off
+            } else {
+                t.policy()
+            }
+        })
+        .collect();
+    let c = ok(
+        "a communicator without the path on rank 0",
+        Communicator::with_same_node(&world, t.ctx, policies[t.rank as usize]),
+    )?;
+    check_paths(t, &c, &policies, "rank 0 off")?;
+    let mixed = Ranks { comm: &c, ..*t };
+    exchange_with_zero::<i32>(&mixed, "i32 x 1001 with rank 0", 1001, device_end(t))?;
+    // Rank 1 and the last rank, both allowing it.
+    let last = t.size - 1;
+    if last > 1 && (t.rank == 1 || t.rank == last) {
+        let peer = 1 + last - t.rank;
+        let out = upload(t.ctx, &data::<i32>(t.rank, 999))?;
+        let into = upload(t.ctx, &[0i32; 999])?;
+        if t.rank == 1 {
+            ok("send to the last rank", c.send(&out, peer, 2))?;
+            ok("recv from the last rank", c.recv(&into, peer, 3))?;
+        } else {
+            ok("recv from rank 1", c.recv(&into, peer, 2))?;
+            ok("send to rank 1", c.send(&out, peer, 3))?;
+        }
+        same(
+            "between 1 and last",
+            &dev("read", into.to_vec())?,
+            &data::<i32>(peer, 999),
+        )?;
+    }
+    Ok(())
+}
+
+/// 64 MiB from rank 0 to the last rank by `send`, received by `recv` and
+/// by `irecv`.
+pub(crate) fn send_to_recv_and_irecv_64_mib(t: &Ranks) -> Check {
+    let len = 16 << 20;
+    let last = t.size - 1;
+    if t.rank == 0 {
+        for k in 0..2 {
+            let out = upload(t.ctx, &data::<f32>(20 + k, len))?;
+            ok("send of 64 MiB", t.comm.send(&out, last, 12))?;
+        }
+    } else if t.rank == last {
+        let into = upload(t.ctx, &vec![0.0f32; len])?;
+        ok("recv of 64 MiB", t.comm.recv(&into, 0, 12))?;
+        same(
+            "recv of 64 MiB",
+            &dev("read", into.to_vec())?,
+            &data::<f32>(20, len),
+        )?;
+        let r = ok("irecv of 64 MiB", t.comm.irecv(&into, 0, 12))?;
+        ok("wait for the irecv of 64 MiB", r.wait())?;
+        same(
+            "irecv of 64 MiB",
+            &dev("read", into.to_vec())?,
+            &data::<f32>(21, len),
+        )?;
+    }
+    Ok(())
+}
+
+/// The checks of what takes the same-node path (blocking sends and
+/// allreduce), run again on a communicator with it off (over MPI, mapped
+/// or staged).
+pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
+    let mut checks: Vec<Named> = vec![(
+        "paths_follow_node_device_and_capabilities",
+        paths_follow_node_device_and_capabilities,
+    )];
+    checks.extend(blocking_sends());
+    checks.push((
+        "blocking_and_nonblocking_ends_pair",
+        blocking_and_nonblocking_ends_pair,
+    ));
+    checks.push((
+        "blocking_calls_move_pending_requests_on",
+        blocking_calls_move_pending_requests_on,
+    ));
+    checks.extend(allreduces(large));
+    if large {
+        checks.push((
+            "send_to_recv_and_irecv_64_mib",
+            send_to_recv_and_irecv_64_mib,
+        ));
+    }
+    checks
+}
