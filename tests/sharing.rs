@@ -342,6 +342,36 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
         "{e}"
     );
 
+    // A file of the size claimed that no driver made: the driver refuses
+    // it, and the descriptor is closed once (a driver may close it itself
+    // on refusal, as lavapipe does: closing it again would close whatever
+    // took its number meanwhile, and abort this debug build).
+    for _ in 0..3 {
+        let path = std::env::temp_dir().join(format!("vkcompute-sharing-{}", std::process::id()));
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(4096).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let foreign_file = ExportedMemory {
+            fd: OwnedFd::from(file),
+            info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueFd, 4096),
+        };
+        // SAFETY: not memory of a Vulkan driver, which a driver can only
+        // refuse (it checks what it reads or maps of its own memory first).
+        let e = unsafe { b.import_buffer::<u32>(foreign_file, 16) }.unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidHandle { .. } | Error::OutOfMemory { .. }),
+            "{e}"
+        );
+    }
+    // The driver may report its refusals (lavapipe does, as a warning that
+    // names the error): those and nothing else.
+    for m in log_b.take() {
+        assert!(
+            m.to_string().contains("VK_ERROR_INVALID_EXTERNAL_HANDLE"),
+            "{m}"
+        );
+    }
+
     // Descriptions travel as bytes; anything else is refused.
     let info = export().info;
     assert_eq!(
@@ -986,5 +1016,43 @@ fn operations_on_an_exportable_buffer_wait_for_a_copy_to_another_context() {
         drop((a, b));
         assert_clean(&log_a, &format!("the exporting context, {path:?}"));
         assert_clean(&log_b, &format!("the other context, {path:?}"));
+    }
+}
+
+/// Two threads import descriptors of one exported memory into two
+/// contexts at once, many times (as ranks of one node do with a peer's
+/// memory): every import succeeds and sees the data. Descriptors of one
+/// export share one open file description (one file offset), which a
+/// driver that reads a header through it (lavapipe: `lseek`, then `read`)
+/// must not trip over: the import reopens such memory first
+/// (`src/vk/external_memory.rs`).
+#[test]
+fn two_threads_importing_one_export_at_once() {
+    let (a, b) = two_contexts(Path::Direct);
+    let c = context_with(options(Path::Direct));
+    let logs = [a.validation_log(), b.validation_log(), c.validation_log()];
+    let n = 256;
+    let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
+    x.enqueue_copy_from(&pattern(n, 3)).unwrap();
+    a.synchronize().unwrap();
+    std::thread::scope(|s| {
+        for to in [&b, &c] {
+            let x = &x;
+            s.spawn(move || {
+                for round in 0..400 {
+                    let e = x.export_fd(MemoryHandleType::OpaqueFd).unwrap();
+                    // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
+                    let y = unsafe { to.import_buffer::<u32>(e, n) }
+                        .unwrap_or_else(|e| panic!("import {round}: {e}"));
+                    if round % 50 == 0 {
+                        assert_eq!(y.to_vec().unwrap(), pattern(n, 3));
+                    }
+                }
+            });
+        }
+    });
+    drop((x, a, b, c));
+    for log in &logs {
+        assert_clean(log, "a context");
     }
 }

@@ -48,6 +48,9 @@ pub(crate) struct Adapter {
     /// `maxPerSetDescriptors` (Vulkan 1.1): a descriptor set layout with
     /// more may fail to be created.
     pub(crate) max_per_set_descriptors: u32,
+    /// `driverID` (Vulkan 1.2), for driver workarounds only: what a device
+    /// can do is read from its features and limits, never from this.
+    pub(crate) driver_id: vk::DriverId,
 }
 
 impl Adapter {
@@ -241,6 +244,7 @@ impl Adapter {
                 0
             },
             max_per_set_descriptors: maintenance3.max_per_set_descriptors,
+            driver_id: driver.driver_id,
         })
     }
 

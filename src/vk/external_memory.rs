@@ -104,6 +104,7 @@ impl<'d> ExternalBuffer<'d> {
                 fd,
                 dedicated,
             } => {
+                let fd = own_file_description(self.device, handle_type, fd);
                 import_fd = vk::ImportMemoryFdInfoKHR::default()
                     .handle_type(handle_type)
                     .fd(fd.as_raw_fd());
@@ -126,12 +127,21 @@ impl<'d> ExternalBuffer<'d> {
         if dedicated {
             info = info.push_next(&mut dedicated_info);
         }
-        let memory = self.allocate_and_bind(&info, what)?;
-        // The import succeeded: the memory owns the descriptor now.
+        let allocated = self.allocate(&info, what);
         #[cfg(unix)]
         if let Some(fd) = owned_fd {
-            let _ = fd.into_raw_fd();
+            if allocated.is_ok() || takes_fd_of_failed_import(self.device) {
+                // A successful import owns the descriptor from then on,
+                // whether or not binding succeeds below (freeing the memory
+                // closes it, where the driver kept it). A refused import
+                // leaves it the caller's by the specification, but see
+                // `takes_fd_of_failed_import`: there it is left alone (a
+                // descriptor leaked where the driver did not close it after
+                // all, never one closed twice).
+                let _ = fd.into_raw_fd();
+            }
         }
+        let memory = self.bind_memory(allocated?)?;
         Ok((buffer, memory))
     }
 
@@ -161,22 +171,18 @@ impl<'d> ExternalBuffer<'d> {
             .memory_type_index(type_index)
             .push_next(&mut import)
             .push_next(&mut flags);
-        let memory = self.allocate_and_bind(&info, what)?;
+        let memory = self.allocate(&info, what)?;
+        let memory = self.bind_memory(memory)?;
         Ok((buffer, memory))
     }
 
-    /// Allocates `info` and binds it at offset 0; on success the buffer is
-    /// the caller's (not destroyed when `self` drops).
-    fn allocate_and_bind(
-        mut self,
-        info: &vk::MemoryAllocateInfo<'_>,
-        what: &str,
-    ) -> Result<vk::DeviceMemory> {
+    /// Allocates `info` (of `what`) on the buffer's device.
+    fn allocate(&self, info: &vk::MemoryAllocateInfo<'_>, what: &str) -> Result<vk::DeviceMemory> {
         let device = self.device;
         // SAFETY: `info` is valid for this device (the callers checked its
         // chain against the external-memory properties); a host pointer in
         // it is valid as `bind_host`'s caller guarantees.
-        let memory = unsafe { device.raw.allocate_memory(info, None) }.map_err(|e| match e {
+        unsafe { device.raw.allocate_memory(info, None) }.map_err(|e| match e {
             vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
                 Error::OutOfMemory {
                     what: what.to_string(),
@@ -185,7 +191,14 @@ impl<'d> ExternalBuffer<'d> {
                 }
             }
             e => Error::vk("vkAllocateMemory", e),
-        })?;
+        })
+    }
+
+    /// Binds `memory` (allocated for this buffer by [`allocate`](Self::allocate))
+    /// at offset 0; on success the buffer is the caller's (not destroyed
+    /// when `self` drops), on failure the memory is freed.
+    fn bind_memory(mut self, memory: vk::DeviceMemory) -> Result<vk::DeviceMemory> {
+        let device = self.device;
         // SAFETY: the memory was allocated for this buffer (dedicated, or
         // of a size and type its requirements allow); bound once, at 0.
         if let Err(e) = unsafe { device.raw.bind_buffer_memory(self.buffer, memory, 0) } {
@@ -205,6 +218,55 @@ impl Drop for ExternalBuffer<'_> {
             // SAFETY: the buffer was never bound or used; destroyed once.
             unsafe { self.device.raw.destroy_buffer(self.buffer, None) };
         }
+    }
+}
+
+/// Driver workaround: whether `device`'s driver closes the descriptor of
+/// an opaque-fd or dma-buf import that it refuses. The specification
+/// leaves the descriptor of a failed import to the application, but
+/// lavapipe (Mesa 22.3 and 25.0, measured: `tests/sharing.rs`) closes it
+/// when the memory it names is smaller than asked for or is not its own;
+/// closing it again could close another thread's descriptor that took the
+/// number meanwhile (and aborts debug builds: "IO Safety violation").
+#[cfg(unix)]
+fn takes_fd_of_failed_import(device: &Device) -> bool {
+    device.adapter.driver_id == vk::DriverId::MESA_LLVMPIPE
+}
+
+/// Driver workaround: `fd` itself, or where `device`'s driver reads an
+/// opaque fd's header through the descriptor's file offset (lavapipe:
+/// `lseek` to 0, then `read`), a new descriptor of the same file with an
+/// open file description of its own. Every descriptor of one export shares
+/// one description, hence one offset, across threads and processes, so two
+/// imports of one export at once (ranks of one node importing a peer's
+/// memory) can read the header from the wrong place and be refused
+/// (`tests/sharing.rs`: two_threads_importing_one_export_at_once). Only
+/// regular files (lavapipe's memfds) are reopened, through
+/// `/proc/self/fd`; where that fails the import goes on with `fd`.
+#[cfg(unix)]
+fn own_file_description(
+    device: &Device,
+    handle_type: vk::ExternalMemoryHandleTypeFlags,
+    fd: OwnedFd,
+) -> OwnedFd {
+    if device.adapter.driver_id != vk::DriverId::MESA_LLVMPIPE
+        || handle_type != vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD
+    {
+        return fd;
+    }
+    let file = std::fs::File::from(fd);
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return file.into();
+    }
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
+        // The received descriptor closes here: the new one names the same memory.
+        Ok(reopened) => reopened.into(),
+        Err(_) => file.into(),
     }
 }
 

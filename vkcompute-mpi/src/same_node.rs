@@ -50,7 +50,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::mem::size_of;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::{Mutex, PoisonError};
@@ -730,7 +730,6 @@ impl SameNode {
         }
         let len = usize::try_from(info.size)
             .map_err(|_| broken(format!("{} bytes of memory", info.size)))?;
-        let number = fd.as_raw_fd();
         // SAFETY: the descriptor came over this communicator's socket to
         // `source`, a rank of the same job that authenticated the
         // connection (module documentation), and that sends only exports
@@ -742,7 +741,6 @@ impl SameNode {
                 .import_buffer::<u8>(ExportedMemory { fd, info }, len)
         }
         .map_err(Error::device(op))?;
-        hold_closed_number(number);
         inboxes.insert(
             source,
             Inbox {
@@ -827,47 +825,6 @@ impl SameNode {
         self.ctx.synchronize().map_err(Error::device(op))?;
         Ok(written.err().map(Error::device(op)))
     }
-}
-
-/// Driver workaround (lavapipe, Mesa 22.3 and 25.0): the driver closes an
-/// imported opaque fd right after the import (it maps the memory), and,
-/// as far as strace shows, closes the same number again when the memory
-/// is freed, which closes whatever descriptor has that number by then:
-/// `recvmsg` gave 25, the import mapped and closed 25, the next import's
-/// `reclaim_garbage` freed an older import, `close(25)` followed, and the
-/// import of the newly received 25 found it closed (Rust's IO-safety
-/// abort). Where `number` is free after the import, this takes it with a
-/// descriptor of `/dev/null` that is never closed here (the driver's
-/// second close may close it), so that the number goes to nothing else
-/// meanwhile. It never replaces a live descriptor (`F_DUPFD` takes the
-/// lowest free number from `number` on), so it cannot hold the number
-/// where another thread took it first: it narrows the problem, it does
-/// not remove it (CONTRIBUTING.md). Where the driver keeps the
-/// descriptor (open after the import), nothing is done.
-fn hold_closed_number(number: std::os::fd::RawFd) {
-    // SAFETY: F_GETFD reads a descriptor's flags; on a closed number it
-    // fails with EBADF and changes nothing.
-    let open = unsafe { libc::fcntl(number, libc::F_GETFD) } != -1;
-    if open {
-        return;
-    }
-    let Ok(null) = std::fs::File::open("/dev/null") else {
-        return;
-    };
-    if null.as_raw_fd() == number {
-        // The open took the number itself (the lowest free one): left
-        // open on purpose, for the driver to close.
-        let _ = std::os::fd::IntoRawFd::into_raw_fd(null);
-        return;
-    }
-    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor of `null` at the
-    // lowest free number from `number` on; it never closes one.
-    let held = unsafe { libc::fcntl(null.as_raw_fd(), libc::F_DUPFD_CLOEXEC, number) };
-    if held >= 0 && held != number {
-        // SAFETY: `held` was made just above and is closed once here.
-        unsafe { libc::close(held) };
-    }
-    // `held == number`: left open on purpose, for the driver to close.
 }
 
 /// Runs `with` on elements `range` (of `T`) of shared memory `memory`
