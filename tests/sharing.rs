@@ -32,6 +32,15 @@ fn two_contexts(path: Path) -> (DeviceContext, DeviceContext) {
     (context_with(options(path)), context_with(options(path)))
 }
 
+/// A regular file of `len` zero bytes, already unlinked: memory no driver made.
+fn unlinked_file(len: u64) -> OwnedFd {
+    let path = std::env::temp_dir().join(format!("vkcompute-sharing-{}", std::process::id()));
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(len).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    OwnedFd::from(file)
+}
+
 fn pattern(n: usize, seed: u32) -> Vec<u32> {
     (0..n as u32)
         .map(|i| i.wrapping_mul(2_654_435_761) ^ seed)
@@ -319,12 +328,8 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     let e = unsafe { b.import_buffer::<u32>(pipe, 16) }.unwrap_err();
     assert!(matches!(e, Error::InvalidHandle { .. }), "{e}");
     assert!(e.to_string().contains("pipe"), "{e}");
-    let path = std::env::temp_dir().join(format!("vkcompute-sharing-{}", std::process::id()));
-    let file = std::fs::File::create(&path).unwrap();
-    file.set_len(100).unwrap();
-    std::fs::remove_file(&path).unwrap();
     let small = ExportedMemory {
-        fd: OwnedFd::from(file),
+        fd: unlinked_file(100),
         info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueFd, 4096),
     };
     // SAFETY: a regular file shorter than the allocation claimed is refused
@@ -347,12 +352,8 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     // on refusal, as lavapipe does: closing it again would close whatever
     // took its number meanwhile, and abort this debug build).
     for _ in 0..3 {
-        let path = std::env::temp_dir().join(format!("vkcompute-sharing-{}", std::process::id()));
-        let file = std::fs::File::create(&path).unwrap();
-        file.set_len(4096).unwrap();
-        std::fs::remove_file(&path).unwrap();
         let foreign_file = ExportedMemory {
-            fd: OwnedFd::from(file),
+            fd: unlinked_file(4096),
             info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueFd, 4096),
         };
         // SAFETY: not memory of a Vulkan driver, which a driver can only
