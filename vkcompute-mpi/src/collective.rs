@@ -6,13 +6,14 @@
 //! MPI moves bytes between pinned host buffers (or, for `broadcast` and
 //! `allreduce` of a device buffer that maps directly, in the buffer's
 //! mapping); the arithmetic of the reductions runs in this crate's kernels
-//! on the device. The reductions
-//! use the ring algorithm (a reduce-scatter in `size - 1` steps, each rank
-//! then owning one fully reduced chunk, and for allreduce an allgather of
-//! the chunks in `size - 1` more): bandwidth-optimal, every rank sending
-//! `2 (n - 1) / n` of the buffer; an allreduce of at most
-//! `DOUBLING_MAX_BYTES` (64 KiB) on 4, 8, ... ranks takes recursive
-//! doubling instead (log2(n) exchanges of the whole buffer, fewer steps).
+//! on the device. The reductions are a reduce-scatter (each rank then
+//! owning one fully reduced chunk) and, for allreduce, an allgather of the
+//! chunks, chosen by size (`schedule`): bandwidth-optimal, every rank
+//! sending `2 (n - 1) / n` of the buffer, in the ring (`size - 1` steps
+//! each), or on 4, 8, ... ranks up to `HALVING_MAX_BYTES` (4 MiB) in
+//! recursive halving and doubling (`log2(size)` steps each). An allreduce
+//! of at most `DOUBLING_MAX_BYTES` (64 KiB) on 4, 8, ... ranks takes
+//! recursive doubling instead (log2(n) exchanges of the whole buffer).
 //! Chunks start at multiples of 256 bytes
 //! (and of the device's `minStorageBufferOffsetAlignment`), so that a
 //! kernel can bind any of them.
@@ -41,6 +42,7 @@ use crate::kernels;
 use crate::pipeline;
 use crate::raw;
 use crate::same_node;
+use crate::schedule::{self, Algorithm, Step};
 
 /// The largest allreduce (in bytes) that takes recursive doubling rather
 /// than the ring, where the number of ranks is a power of two and at least
@@ -51,6 +53,19 @@ use crate::same_node;
 /// 337/514, 64 KiB 1480/2417 against 1235/1274, 256 KiB 3063/3321 against
 /// 3435/4079; 2 ranks 4 KiB 58/51 against 60/66 (so never on 2 ranks).
 pub(crate) const DOUBLING_MAX_BYTES: usize = 64 << 10;
+
+/// The largest buffer (in bytes) whose reduce-scatter and allgather take
+/// recursive halving and doubling (`schedule`) rather than the ring, where
+/// the number of ranks is a power of two and at least 4 (on 2 ranks the
+/// two are one step alike): the same bytes in `log2(n)` steps instead of
+/// `n - 1`. Above it the ring, whose allreduce the staged path pipelines.
+/// Measured (release mpi_bench, 4 ranks, allreduce of f32, 18 runs of a
+/// build with halving and one without taking turns; median time with
+/// halving over time with the ring): mapped path 256 KiB 0.67x, 1 MiB
+/// 0.85x, 4 MiB 0.90x; staged 1.04x, 0.84x, 0.96x; at 16 MiB (both the
+/// ring) 1.00x and 1.01x, and the same-node path (unchanged) 0.80-1.16x,
+/// which is this VM's noise. 4 MiB is the largest size measured.
+pub(crate) const HALVING_MAX_BYTES: usize = 4 << 20;
 
 /// Where each rank's chunk lies in a collective's working buffer: chunk
 /// `k` is `starts[k]..starts[k] + lens[k]`.
@@ -81,6 +96,25 @@ impl Chunks {
 
     fn longest(&self) -> usize {
         self.ranges.iter().map(|r| r.len()).max().unwrap_or(0)
+    }
+
+    /// The elements of the chunks `ks` (a run of chunk indices), with any
+    /// gaps between them.
+    fn span(&self, ks: &Range<usize>) -> Range<usize> {
+        match (
+            self.ranges.get(ks.start),
+            self.ranges.get(ks.end.wrapping_sub(1)),
+        ) {
+            (Some(first), Some(last)) if !ks.is_empty() => first.start..last.end,
+            _ => 0..0,
+        }
+    }
+
+    /// The longest chunk, or span that any of `steps` sends or receives.
+    fn longest_step(&self, steps: &[Step]) -> usize {
+        let spans = steps.iter().flat_map(|s| [&s.send, &s.recv]);
+        let longest = spans.map(|ks| self.span(ks).len()).max().unwrap_or(0);
+        longest.max(self.longest())
     }
 }
 
@@ -142,6 +176,7 @@ struct Ring<T> {
     kernel: kernels::ReduceKernels,
     acc: DeviceBuffer<T>,
     chunks: Chunks,
+    algorithm: Algorithm,
     outbox: Staged<T>,
     inbox: Staged<T>,
 }
@@ -239,14 +274,15 @@ impl Communicator {
         Ok(())
     }
 
-    /// Prepares a ring reduction over `chunks` of a new working buffer of
-    /// `acc_len` elements, filled by `fill` (from this rank's input).
+    /// Prepares a reduction over `chunks` of a new working buffer of
+    /// `acc_len` elements, filled by `fill` (from this rank's input), with
+    /// host buffers for the longest step of `algorithm`'s reduce-scatter.
     fn prepare_ring<T: Reducible>(
         &self,
         op: &'static str,
         reduce: ReduceOp,
         acc_len: usize,
-        chunks: Chunks,
+        (chunks, algorithm): (Chunks, Algorithm),
         fill: impl FnOnce(&DeviceBuffer<T>) -> vkcompute::Result<()>,
     ) -> Result<Ring<T>> {
         let kernel = self.reducer.kernel::<T>(op, self.context(), reduce)?;
@@ -257,42 +293,47 @@ impl Communicator {
         fill(&acc)
             .and_then(|()| self.context().flush())
             .map_err(Error::device(op))?;
-        let longest = chunks.longest();
+        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let steps = schedule::reduce_scatter(algorithm, rank, size);
+        let longest = chunks.longest_step(&steps);
         Ok(Ring {
             kernel,
             acc,
             outbox: Staged::new(self, op, longest)?,
             inbox: Staged::new(self, op, longest)?,
             chunks,
+            algorithm,
         })
     }
 
-    /// The ring's reduce-scatter: after `size - 1` steps, chunk `rank` of
-    /// this rank's working buffer holds the reduction of every rank's.
+    /// The reduce-scatter over the staged working buffer: after its steps
+    /// (`schedule::reduce_scatter`), chunk `rank` of this rank's working
+    /// buffer holds the reduction of every rank's. Each step copies the
+    /// chunks it sends to the outbox, exchanges them (in the pieces the
+    /// mapped path sends too) and reduces the chunks received into the
+    /// working buffer.
     fn ring_reduce_scatter<T: Reducible>(&self, op: &'static str, ring: &Ring<T>) -> Result<()> {
         let (rank, size) = (self.rank() as usize, self.size() as usize);
-        let right = ((rank + 1) % size) as i32;
-        let left = ((rank + size - 1) % size) as i32;
-        for step in 0..size - 1 {
-            let send = &ring.chunks.ranges[(rank + 2 * size - step - 1) % size];
-            let recv = &ring.chunks.ranges[(rank + 2 * size - step - 2) % size];
+        let steps = schedule::reduce_scatter(ring.algorithm, rank, size);
+        let piece = pipeline::piece_len::<T>(ring.chunks.longest_step(&steps)) * size_of::<T>();
+        for step in &steps {
+            let (send, recv) = (ring.chunks.span(&step.send), ring.chunks.span(&step.recv));
             let outbox = ring.outbox.part(op, 0..send.len())?;
-            copy_out(
-                op,
-                &ring.chunk(op, (rank + 2 * size - step - 1) % size)?,
-                &outbox,
-            )?;
+            let sent = (ring.acc.create_sub_buffer::<T>(send.start, send.len()))
+                .map_err(Error::device(op))?;
+            copy_out(op, &sent, &outbox)?;
             {
                 let out = outbox.as_slice().map_err(Error::device(op))?;
                 let mut into = ring.inbox.typed.as_mut_slice().map_err(Error::device(op))?;
-                raw::sendrecv(
+                raw::sendrecv_pieces(
                     op,
                     self.raw(),
                     bytemuck::cast_slice(&out),
-                    right,
+                    step.to,
                     bytemuck::cast_slice_mut(&mut into[..recv.len()]),
-                    left,
+                    step.from,
                     COLLECTIVE_TAG,
+                    piece,
                 )?;
             }
             let acc = ring
@@ -305,29 +346,27 @@ impl Communicator {
         Ok(())
     }
 
-    /// The ring's allgather over host memory: chunk `rank` of `all` is this
-    /// rank's; afterwards every chunk is its owner's.
+    /// The allgather over host memory (`schedule::allgather`): chunk `rank`
+    /// of `all` is this rank's; afterwards every chunk is its owner's.
     fn ring_allgather<T: Pod>(
         &self,
         op: &'static str,
         all: &mut [T],
-        chunks: &Chunks,
+        (chunks, algorithm): (&Chunks, Algorithm),
     ) -> Result<()> {
-        let piece = pipeline::piece_len::<T>(chunks.longest()) * size_of::<T>();
         let (rank, size) = (self.rank() as usize, self.size() as usize);
-        let right = ((rank + 1) % size) as i32;
-        let left = ((rank + size - 1) % size) as i32;
-        for step in 0..size - 1 {
-            let send = chunks.ranges[(rank + size - step) % size].clone();
-            let recv = chunks.ranges[(rank + 2 * size - step - 1) % size].clone();
+        let steps = schedule::allgather(algorithm, rank, size);
+        let piece = pipeline::piece_len::<T>(chunks.longest_step(&steps)) * size_of::<T>();
+        for step in &steps {
+            let (send, recv) = (chunks.span(&step.send), chunks.span(&step.recv));
             let (out, into) = disjoint(all, send, recv);
             raw::sendrecv_pieces(
                 op,
                 self.raw(),
                 bytemuck::cast_slice(out),
-                right,
+                step.to,
                 bytemuck::cast_slice_mut(into),
-                left,
+                step.from,
                 COLLECTIVE_TAG,
                 piece,
             )?;
@@ -367,7 +406,7 @@ impl Communicator {
         }
         if !trivial && self.doubles::<T>(n) {
             let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
-            let whole = Chunks::contiguous(n, 1, n);
+            let whole = (Chunks::contiguous(n, 1, n), Algorithm::Ring);
             let prepared = self.prepare_ring(op, reduce, n, whole, fill);
             let ring = self.agree(op, header, prepared)?;
             self.doubling_staged(op, &ring)?;
@@ -375,7 +414,7 @@ impl Communicator {
             ring.keep(self);
             return Ok(());
         }
-        if !trivial {
+        if !trivial && self.algorithm::<T>(n) == Algorithm::Ring {
             let chunks = Chunks::contiguous(n, size, self.stride::<T>(n));
             let piece = pipeline::piece_len::<T>(chunks.longest());
             if piece < chunks.longest() {
@@ -385,9 +424,8 @@ impl Communicator {
         let prepared = if trivial {
             Ok(None)
         } else {
-            let chunks = Chunks::contiguous(n, size, self.stride::<T>(n));
             let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
-            self.prepare_ring(op, reduce, n, chunks, fill)
+            self.prepare_ring(op, reduce, n, self.chunked::<T>(n), fill)
                 .and_then(|ring| Ok(Some((ring, Staged::<T>::new(self, op, n)?))))
         };
         let Some((ring, result)) = self.agree(op, header, prepared)? else {
@@ -399,7 +437,7 @@ impl Communicator {
         copy_out(op, &ring.chunk(op, rank)?, &result.part(op, mine)?)?;
         {
             let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
-            self.ring_allgather(op, &mut all, &ring.chunks)?;
+            self.ring_allgather(op, &mut all, (&ring.chunks, ring.algorithm))?;
         }
         (buf.place().copy_from(&result.typed)).map_err(Error::device(op))?;
         result.keep(self);
@@ -572,6 +610,26 @@ impl Communicator {
         Ok(())
     }
 
+    /// The algorithm of a reduce-scatter or allgather whose buffer holds
+    /// `n` elements of `T` in all: recursive halving and doubling on 4, 8,
+    /// ... ranks up to [`HALVING_MAX_BYTES`], else the ring. The same on
+    /// every rank (it depends only on what the ranks agree on).
+    fn algorithm<T>(&self, n: usize) -> Algorithm {
+        let size = self.size() as usize;
+        let bytes = n.saturating_mul(size_of::<T>());
+        if size >= 4 && size.is_power_of_two() && bytes <= HALVING_MAX_BYTES {
+            Algorithm::Halving
+        } else {
+            Algorithm::Ring
+        }
+    }
+
+    /// `n` elements cut into one chunk per rank, and their algorithm.
+    fn chunked<T>(&self, n: usize) -> (Chunks, Algorithm) {
+        let chunks = Chunks::contiguous(n, self.size() as usize, self.stride::<T>(n));
+        (chunks, self.algorithm::<T>(n))
+    }
+
     /// Whether an allreduce of `n` elements of `T` takes recursive doubling
     /// rather than the ring: a power-of-two number of ranks, at least 4,
     /// and at most [`DOUBLING_MAX_BYTES`]. The same on every rank (it
@@ -651,16 +709,17 @@ impl Communicator {
     ) -> Result<()> {
         let (n, size, rank) = (buf.len(), self.size() as usize, self.rank() as usize);
         let doubling = self.doubles::<T>(n);
-        let chunks = if doubling {
-            Chunks::contiguous(n, 1, n)
+        let (chunks, algorithm) = if doubling {
+            (Chunks::contiguous(n, 1, n), Algorithm::Ring)
         } else {
-            Chunks::contiguous(n, size, self.stride::<T>(n))
+            self.chunked::<T>(n)
         };
+        let steps = schedule::reduce_scatter(algorithm, rank, size);
         let prepared = self
             .reducer
             .kernel::<T>(op, self.context(), reduce)
             .and_then(|kernels| {
-                let inbox = Staged::<T>::new(self, op, chunks.longest())?;
+                let inbox = Staged::<T>::new(self, op, chunks.longest_step(&steps))?;
                 let outbox = if doubling {
                     Some(Staged::<T>::new(self, op, n)?)
                 } else {
@@ -677,17 +736,14 @@ impl Communicator {
             outbox.keep(self);
             return result;
         }
-        let right = ((rank + 1) % size) as i32;
-        let left = ((rank + size - 1) % size) as i32;
         // The staged ring's pieces (`pipeline`), posted at once here.
-        let piece = pipeline::piece_len::<T>(chunks.longest()) * size_of::<T>();
+        let piece = pipeline::piece_len::<T>(chunks.longest_step(&steps)) * size_of::<T>();
         let mut failed: Option<Error> = None;
         // Stands in for `buf` once it cannot be mapped (zeros go out).
         let mut spare: Vec<T> = Vec::new();
         let mut mapping = Some(first);
-        for step in 0..size - 1 {
-            let send = chunks.ranges[(rank + 2 * size - step - 1) % size].clone();
-            let recv = chunks.ranges[(rank + 2 * size - step - 2) % size].clone();
+        for step in &steps {
+            let (send, recv) = (chunks.span(&step.send), chunks.span(&step.recv));
             let mapped = self.map_or_note(op, buf, mapping.take(), &mut failed);
             if mapped.is_none() && spare.is_empty() {
                 spare = vec![<T as bytemuck::Zeroable>::zeroed(); n];
@@ -699,9 +755,9 @@ impl Communicator {
                     op,
                     self.raw(),
                     bytemuck::cast_slice(&out[send]),
-                    right,
+                    step.to,
                     bytemuck::cast_slice_mut(&mut into[..recv.len()]),
-                    left,
+                    step.from,
                     COLLECTIVE_TAG,
                     piece,
                 )?;
@@ -733,7 +789,7 @@ impl Communicator {
                 Some(all) => all,
                 None => &mut spare,
             };
-            self.ring_allgather(op, all, &chunks)?;
+            self.ring_allgather(op, all, (&chunks, algorithm))?;
         }
         if let Some(Err(e)) = mapped.map(|m| m.finish().map_err(Error::device(op))) {
             failed.get_or_insert(e);
@@ -857,9 +913,8 @@ impl Communicator {
             if trivial {
                 return Ok(None);
             }
-            let chunks = Chunks::contiguous(n, size, self.stride::<T>(n));
             let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
-            let ring = self.prepare_ring(op, reduce, n, chunks, fill)?;
+            let ring = self.prepare_ring(op, reduce, n, self.chunked::<T>(n), fill)?;
             let result = if rank == root {
                 Some(Staged::<T>::new(self, op, n)?)
             } else {
@@ -926,8 +981,9 @@ impl Communicator {
         let result = self.agree(op, header, prepared)?;
         if m > 0 {
             let chunks = Chunks::blocks(m, size, m);
+            let algorithm = self.algorithm::<T>(m * size);
             let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
-            self.ring_allgather(op, &mut all, &chunks)?;
+            self.ring_allgather(op, &mut all, (&chunks, algorithm))?;
         }
         (recv.place().copy_from(&result.typed)).map_err(Error::device(op))?;
         result.keep(self);
@@ -956,7 +1012,10 @@ impl Communicator {
                 op,
                 reduce,
                 stride * size,
-                Chunks::blocks(m, size, stride),
+                (
+                    Chunks::blocks(m, size, stride),
+                    self.algorithm::<T>(stride * size),
+                ),
                 |acc| {
                     for k in 0..size {
                         let part = acc.create_sub_buffer::<T>(k * stride, m)?;
@@ -1017,6 +1076,24 @@ mod tests {
     fn blocks_are_a_stride_apart() {
         let c = Chunks::blocks(5, 3, 64);
         assert_eq!(c.ranges, vec![0..5, 64..69, 128..133]);
+    }
+
+    #[test]
+    fn spans_cover_runs_of_chunks_and_their_gaps() {
+        let c = Chunks::blocks(5, 4, 64);
+        assert_eq!(c.span(&(1..3)), 64..133);
+        assert_eq!(c.span(&(3..4)), 192..197);
+        assert_eq!(c.span(&(2..2)), 0..0);
+        assert_eq!(c.span(&(3..5)), 0..0); // past the end: nothing
+        let halving = schedule::reduce_scatter(Algorithm::Halving, 0, 4);
+        assert_eq!(c.longest_step(&halving), 69); // 0..2 and 2..4: 0..69 and 128..197
+        let short = Chunks::contiguous(3, 4, 64);
+        assert_eq!(short.span(&(0..2)), 0..3);
+        assert_eq!(short.span(&(2..4)), 3..3);
+        // One chunk (recursive doubling's): the chunk itself.
+        let whole = Chunks::contiguous(7, 1, 7);
+        let ring = schedule::reduce_scatter(Algorithm::Ring, 2, 4);
+        assert_eq!(whole.longest_step(&ring), 7);
     }
 
     #[test]

@@ -59,6 +59,11 @@
 //! in place in a device buffer the kernels can bind there. The other
 //! collectives stage the whole buffer.
 //!
+//! The reductions and gathers choose their algorithm by size, alike on
+//! every rank: on 4, 8, ... ranks recursive doubling for an allreduce of
+//! at most 64 KiB, recursive halving and doubling (log2 of the ranks
+//! steps) for buffers of at most 4 MiB, and the ring otherwise.
+//!
 //! Non-blocking messages: [`Communicator::isend`] and
 //! [`Communicator::irecv`] return a [`Request`] (`wait`, `test`) over the
 //! same protocol as `send` and `recv`; see [`Request`] for progress and for
@@ -119,6 +124,7 @@ mod pipeline;
 mod raw;
 mod request;
 mod same_node;
+mod schedule;
 mod threads;
 
 pub use communicator::{Buffer, Communicator, Place, DEFAULT_PIECE_BYTES, MAX_TAG};

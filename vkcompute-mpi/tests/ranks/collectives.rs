@@ -62,29 +62,33 @@ pub(crate) fn allreduce_every_type_and_op(t: &Ranks) -> Check {
 
 pub(crate) fn allreduce_view_at_odd_offset(t: &Ranks) -> Check {
     for (offset, len) in [(1usize, 1usize), (3, 7), (5, 1003)] {
-        let parent = dev(
-            "parent",
-            t.ctx.enqueue_create_buffer::<i32>(offset + len + 2),
-        )?;
-        dev("fill", parent.enqueue_fill(77))?;
-        let view = dev("view", parent.create_sub_buffer::<i32>(offset, len))?;
-        dev(
-            "upload",
-            view.enqueue_copy_from(&data::<i32>(t.rank, len)[..]),
-        )?;
-        ok(
-            "allreduce of a view",
-            t.comm.allreduce(&view, ReduceOp::Sum),
-        )?;
-        let mut want = vec![77; offset + len + 2];
-        want[offset..offset + len].copy_from_slice(&reference::<i32>(ReduceOp::Sum, t.size, len));
-        same(
-            &format!("parent of a view at {offset} after allreduce"),
-            &dev("read", parent.to_vec())?,
-            &want,
-        )?;
+        allreduce_view(t, ReduceOp::Sum, offset, len)?;
     }
     Ok(())
+}
+
+/// An allreduce of a view of `len` elements at `offset` in a parent two
+/// elements longer: the view holds the result, the rest of the parent
+/// its fill.
+fn allreduce_view(t: &Ranks, op: ReduceOp, offset: usize, len: usize) -> Check {
+    let parent = dev(
+        "parent",
+        t.ctx.enqueue_create_buffer::<i32>(offset + len + 2),
+    )?;
+    dev("fill", parent.enqueue_fill(77))?;
+    let view = dev("view", parent.create_sub_buffer::<i32>(offset, len))?;
+    dev(
+        "upload",
+        view.enqueue_copy_from(&data::<i32>(t.rank, len)[..]),
+    )?;
+    ok("allreduce of a view", t.comm.allreduce(&view, op))?;
+    let mut want = vec![77; offset + len + 2];
+    want[offset..offset + len].copy_from_slice(&reference::<i32>(op, t.size, len));
+    same(
+        &format!("parent of a view at {offset} after allreduce {op:?}"),
+        &dev("read", parent.to_vec())?,
+        &want,
+    )
 }
 
 /// Ranks on different paths in one allreduce: a device buffer on the even
@@ -317,6 +321,10 @@ pub(crate) fn allreduces(large: bool) -> Vec<Named> {
         ("allreduce_with_mapped_buffer", allreduce_with_mapped_buffer),
         ("collectives_on_host_buffers", collectives_on_host_buffers),
         (
+            "collectives_in_the_halving_range",
+            collectives_in_the_halving_range,
+        ),
+        (
             "allreduce_with_borrowed_host_buffer",
             allreduce_with_borrowed_host_buffer,
         ),
@@ -491,4 +499,34 @@ fn fails_for_mapping(holds: bool, holder: i32, result: &vkcompute_mpi::Result<()
         }
         _ => false,
     }
+}
+
+/// Every reduction and gather at lengths over 64 KiB and at most 4 MiB,
+/// which take recursive halving and doubling on 4 ranks (the ring on 2 and
+/// 3; allreduce takes the same-node path where the communicator does, so
+/// this runs over MPI too, with `allreduces`): odd lengths, so the last chunks are short, reduce_scatter blocks
+/// that are not a multiple of the binding alignment (its halving steps
+/// carry the gaps between the blocks), a view at an odd offset (staged:
+/// the kernels cannot bind it in place) and a host buffer.
+pub(crate) fn collectives_in_the_halving_range(t: &Ranks) -> Check {
+    allreduce_one::<f64>(t, ReduceOp::Sum, 70_001)?;
+    allreduce_one::<u32>(t, ReduceOp::Product, 300_007)?;
+    allreduce_one::<i64>(t, ReduceOp::Min, 500_003)?;
+    allreduce_view(t, ReduceOp::Max, 7, 50_001)?;
+    let host = host_buffer(t.ctx, &data::<u64>(t.rank, 40_009))?;
+    ok(
+        "allreduce of a host buffer",
+        t.comm.allreduce(&host, ReduceOp::Sum),
+    )?;
+    same(
+        "allreduce of a host buffer",
+        &dev("read", host.to_vec())?,
+        &reference::<u64>(ReduceOp::Sum, t.size, 40_009),
+    )?;
+    reduce_one::<f32>(t, ReduceOp::Sum, 100_003, t.size - 1)?;
+    reduce_one::<u64>(t, ReduceOp::Max, 30_011, 0)?;
+    reduce_scatter_one::<f32>(t, ReduceOp::Sum, 40_003)?;
+    reduce_scatter_one::<i32>(t, ReduceOp::Min, 16_384)?;
+    allgather_one::<f32>(t, 30_001)?;
+    allgather_one::<u16>(t, 65_537)
 }
