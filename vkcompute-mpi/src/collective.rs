@@ -58,8 +58,12 @@ pub(crate) const DOUBLING_MAX_BYTES: usize = 64 << 10;
 /// recursive halving and doubling (`schedule`) rather than the ring, where
 /// the number of ranks is a power of two and at least 4 (on 2 ranks the
 /// two are one step alike): the same bytes in `log2(n)` steps instead of
-/// `n - 1`. Above it the ring, whose allreduce the staged path pipelines.
-/// Measured (release mpi_bench, 4 ranks, allreduce of f32, 18 runs of a
+/// `n - 1`, with host buffers of up to half the buffer (the ring's: one
+/// chunk). Above it the ring (the staged allreduce pipelines chunks of
+/// over 4 MiB). A reduce_scatter whose blocks leave gaps between them
+/// (not a multiple of the binding alignment) keeps the ring. Measured
+/// for allreduce only (reduce, reduce_scatter and allgather follow the
+/// same rule unmeasured) (release mpi_bench, 4 ranks, allreduce of f32, 18 runs of a
 /// build with halving and one without taking turns; median time with
 /// halving over time with the ring): mapped path 256 KiB 0.67x, 1 MiB
 /// 0.85x, 4 MiB 0.90x; staged 1.04x, 0.84x, 0.96x; at 16 MiB (both the
@@ -115,6 +119,16 @@ impl Chunks {
         let spans = steps.iter().flat_map(|s| [&s.send, &s.recv]);
         let longest = spans.map(|ks| self.span(ks).len()).max().unwrap_or(0);
         longest.max(self.longest())
+    }
+}
+
+/// The algorithm of a reduce-scatter or allgather of `bytes` in all over
+/// `size` ranks (see [`HALVING_MAX_BYTES`]).
+fn algorithm(size: usize, bytes: usize) -> Algorithm {
+    if size >= 4 && size.is_power_of_two() && bytes <= HALVING_MAX_BYTES {
+        Algorithm::Halving
+    } else {
+        Algorithm::Ring
     }
 }
 
@@ -615,13 +629,7 @@ impl Communicator {
     /// ... ranks up to [`HALVING_MAX_BYTES`], else the ring. The same on
     /// every rank (it depends only on what the ranks agree on).
     fn algorithm<T>(&self, n: usize) -> Algorithm {
-        let size = self.size() as usize;
-        let bytes = n.saturating_mul(size_of::<T>());
-        if size >= 4 && size.is_power_of_two() && bytes <= HALVING_MAX_BYTES {
-            Algorithm::Halving
-        } else {
-            Algorithm::Ring
-        }
+        algorithm(self.size() as usize, n.saturating_mul(size_of::<T>()))
     }
 
     /// `n` elements cut into one chunk per rank, and their algorithm.
@@ -688,13 +696,14 @@ impl Communicator {
     }
 
     /// `allreduce` of a device buffer that maps directly
-    /// (`maps_device_memory`) and that the kernels bind in place: the ring
-    /// works in `buf` itself. Each reduce-scatter step maps `buf`, MPI
-    /// sends the chunk due from the mapping and receives the peer's into a
-    /// pinned host buffer, the mapping ends, and the kernel reduces the
-    /// chunk with the host buffer where it lies; the allgather then runs in
-    /// the mapping. No copies but MPI's own. Same chunks and messages as
-    /// the staged ring, so ranks on either path work together.
+    /// (`maps_device_memory`) and that the kernels bind in place: the
+    /// reduction works in `buf` itself. Each reduce-scatter step (ring or
+    /// halving, `schedule`) maps `buf`, MPI sends the chunks due from the
+    /// mapping and receives the peer's into a pinned host buffer, the
+    /// mapping ends, and the kernel reduces them with the host buffer where
+    /// it lies; the allgather then runs in the mapping. No copies but MPI's
+    /// own. Same chunks, steps and messages as the staged path, so ranks on
+    /// either path work together.
     ///
     /// A failure after the ranks agreed (a mapping that fails because
     /// another thread mapped the buffer meanwhile, a device error) does not
@@ -1008,14 +1017,17 @@ impl Communicator {
                 return Ok(None);
             }
             let stride = m.next_multiple_of(self.stride::<T>(1));
+            // Halving's steps send runs of blocks, so only blocks with no
+            // gap between them (which would travel, unwritten) take it.
+            let gapless = match self.algorithm::<T>(stride * size) {
+                Algorithm::Halving if stride == m => Algorithm::Halving,
+                _ => Algorithm::Ring,
+            };
             let ring = self.prepare_ring::<T>(
                 op,
                 reduce,
                 stride * size,
-                (
-                    Chunks::blocks(m, size, stride),
-                    self.algorithm::<T>(stride * size),
-                ),
+                (Chunks::blocks(m, size, stride), gapless),
                 |acc| {
                     for k in 0..size {
                         let part = acc.create_sub_buffer::<T>(k * stride, m)?;
@@ -1076,6 +1088,18 @@ mod tests {
     fn blocks_are_a_stride_apart() {
         let c = Chunks::blocks(5, 3, 64);
         assert_eq!(c.ranges, vec![0..5, 64..69, 128..133]);
+    }
+
+    #[test]
+    fn halving_is_chosen_on_powers_of_two_from_4_up_to_its_limit() {
+        for size in [4, 8, 16] {
+            assert_eq!(algorithm(size, 1), Algorithm::Halving);
+            assert_eq!(algorithm(size, HALVING_MAX_BYTES), Algorithm::Halving);
+            assert_eq!(algorithm(size, HALVING_MAX_BYTES + 1), Algorithm::Ring);
+        }
+        for size in [1, 2, 3, 5, 6, 7, 12] {
+            assert_eq!(algorithm(size, 1 << 20), Algorithm::Ring, "{size} ranks");
+        }
     }
 
     #[test]

@@ -151,6 +151,11 @@ mod tests {
                     "step {i}: {to} receives from {sender}"
                 );
                 assert_eq!(theirs.recv, step.send, "step {i}: {sender} -> {to}");
+                let apart = step.send.end <= step.recv.start || step.recv.end <= step.send.start;
+                assert!(
+                    apart,
+                    "step {i}: {sender} sends and receives disjoint chunks"
+                );
                 for k in step.send.clone() {
                     let (incoming, held) = (before[sender][k], state[to][k]);
                     if reduces {

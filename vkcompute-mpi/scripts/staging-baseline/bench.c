@@ -38,14 +38,24 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   size_t bytes = argc > 1 ? strtoull(argv[1], NULL, 0) : (64u << 20);
   int iters = argc > 2 ? atoi(argv[2]) : 10;
+  if (iters < 1 || bytes < sizeof(float) || bytes > ((size_t)1 << 31)) {
+    if (rank == 0) fprintf(stderr, "bench: bytes in 4..2^31, iters >= 1\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  bytes -= bytes % sizeof(float); /* whole floats: n matches bytes */
   size_t n = bytes / sizeof(float);
   float *src = malloc(bytes), *dst = malloc(bytes), *st_in = malloc(bytes),
         *st_out = malloc(bytes);
+  if (!src || !dst || !st_in || !st_out) {
+    fprintf(stderr, "bench: out of memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
   for (size_t i = 0; i < n; i++) {
     src[i] = (float)(i % 7);
     dst[i] = st_in[i] = st_out[i] = 0.0f; /* fault every page in */
   }
   double *t = calloc((size_t)NCASES * iters, sizeof(double));
+  if (!t) MPI_Abort(MPI_COMM_WORLD, 2);
   for (int it = -1; it < iters; it++) { /* it == -1: warm-up */
     for (int c = 0; c < NCASES; c++) {
       if (size < 2 && (c == SR || c == SR_STAGED)) continue;

@@ -94,7 +94,8 @@ fn allreduce_view(t: &Ranks, op: ReduceOp, offset: usize, len: usize) -> Check {
 /// Ranks on different paths in one allreduce: a device buffer on the even
 /// ranks (mapped where the context maps directly), a host buffer on the
 /// odd ones (always staged), for lengths that take recursive doubling on 4
-/// ranks (at most 64 KiB), ones that take the ring, and 6,000,011 (24 MB:
+/// ranks (at most 64 KiB), ones that take recursive halving there (20,000
+/// and 100,003; the ring on 2 and 3 ranks), and 6,000,011 (24 MB:
 /// chunks of more than one piece on 2, 3 and 4 ranks, so the staged ring
 /// pipelines them, in place in a device buffer or through a working copy
 /// for a host buffer, and rank 2 passes a view at an odd offset, which
