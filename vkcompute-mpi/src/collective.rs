@@ -61,11 +61,11 @@ pub(crate) const DOUBLING_MAX_BYTES: usize = 64 << 10;
 /// `n - 1`, with host buffers of up to half the buffer (the ring's: one
 /// chunk). Above it the ring (the staged allreduce pipelines chunks of
 /// over 4 MiB). A reduce_scatter whose blocks leave gaps between them
-/// (not a multiple of the binding alignment) keeps the ring. Measured
-/// for allreduce only (reduce, reduce_scatter and allgather follow the
-/// same rule unmeasured) (release mpi_bench, 4 ranks, allreduce of f32, 18 runs of a
-/// build with halving and one without taking turns; median time with
-/// halving over time with the ring): mapped path 256 KiB 0.67x, 1 MiB
+/// (not a multiple of the binding alignment) keeps the ring. Measured for
+/// allreduce only; reduce, reduce_scatter and allgather follow the same
+/// rule unmeasured. Release mpi_bench, 4 ranks, allreduce of f32, 18 runs
+/// of a build with halving and one without taking turns; median time with
+/// halving over time with the ring: mapped path 256 KiB 0.67x, 1 MiB
 /// 0.85x, 4 MiB 0.90x; staged 1.04x, 0.84x, 0.96x; at 16 MiB (both the
 /// ring) 1.00x and 1.01x, and the same-node path (unchanged) 0.80-1.16x,
 /// which is this VM's noise. 4 MiB is the largest size measured.
@@ -119,6 +119,13 @@ impl Chunks {
         let spans = steps.iter().flat_map(|s| [&s.send, &s.recv]);
         let longest = spans.map(|ks| self.span(ks).len()).max().unwrap_or(0);
         longest.max(self.longest())
+    }
+
+    /// The piece (bytes) that `steps`' messages travel in, on every path
+    /// (`pipeline::piece_len` of the longest step), so that ranks on
+    /// different paths cut their messages alike.
+    fn piece_bytes<T>(&self, steps: &[Step]) -> usize {
+        pipeline::piece_len::<T>(self.longest_step(steps)) * size_of::<T>()
     }
 }
 
@@ -329,7 +336,7 @@ impl Communicator {
     fn ring_reduce_scatter<T: Reducible>(&self, op: &'static str, ring: &Ring<T>) -> Result<()> {
         let (rank, size) = (self.rank() as usize, self.size() as usize);
         let steps = schedule::reduce_scatter(ring.algorithm, rank, size);
-        let piece = pipeline::piece_len::<T>(ring.chunks.longest_step(&steps)) * size_of::<T>();
+        let piece = ring.chunks.piece_bytes::<T>(&steps);
         for step in &steps {
             let (send, recv) = (ring.chunks.span(&step.send), ring.chunks.span(&step.recv));
             let outbox = ring.outbox.part(op, 0..send.len())?;
@@ -370,7 +377,7 @@ impl Communicator {
     ) -> Result<()> {
         let (rank, size) = (self.rank() as usize, self.size() as usize);
         let steps = schedule::allgather(algorithm, rank, size);
-        let piece = pipeline::piece_len::<T>(chunks.longest_step(&steps)) * size_of::<T>();
+        let piece = chunks.piece_bytes::<T>(&steps);
         for step in &steps {
             let (send, recv) = (chunks.span(&step.send), chunks.span(&step.recv));
             let (out, into) = disjoint(all, send, recv);
@@ -746,7 +753,7 @@ impl Communicator {
             return result;
         }
         // The staged ring's pieces (`pipeline`), posted at once here.
-        let piece = pipeline::piece_len::<T>(chunks.longest_step(&steps)) * size_of::<T>();
+        let piece = chunks.piece_bytes::<T>(&steps);
         let mut failed: Option<Error> = None;
         // Stands in for `buf` once it cannot be mapped (zeros go out).
         let mut spare: Vec<T> = Vec::new();

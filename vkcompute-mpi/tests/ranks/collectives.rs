@@ -42,6 +42,18 @@ pub(crate) fn allreduce_one<T: Arith>(t: &Ranks, op: ReduceOp, len: usize) -> Ch
     )
 }
 
+/// `allreduce_one` on a host buffer.
+pub(crate) fn allreduce_host_one<T: Arith>(t: &Ranks, op: ReduceOp, len: usize) -> Check {
+    let buf = host_buffer(t.ctx, &data::<T>(t.rank, len))?;
+    let what = format!("allreduce {op:?} of {len} {} on a host buffer", T::TYPE);
+    ok(&what, t.comm.allreduce(&buf, op))?;
+    same(
+        &what,
+        &dev("read", buf.to_vec())?,
+        &reference::<T>(op, t.size, len),
+    )
+}
+
 pub(crate) fn allreduce_type<T: Arith>(t: &Ranks) -> Check {
     for op in ReduceOp::ALL {
         for len in LENGTHS {
@@ -424,10 +436,7 @@ pub(crate) fn collectives_on_host_buffers(t: &Ranks) -> Check {
     let r = t.rank as usize;
     for m in [0usize, 1, 7, 1001] {
         let what = |name: &str| format!("{name} of {m} on host buffers");
-        let buf = host_buffer(t.ctx, &data::<u32>(t.rank, m))?;
-        ok(&what("allreduce"), t.comm.allreduce(&buf, ReduceOp::Sum))?;
-        let sum = reference::<u32>(ReduceOp::Sum, t.size, m);
-        same(&what("allreduce"), &dev("read", buf.to_vec())?, &sum)?;
+        allreduce_host_one::<u32>(t, ReduceOp::Sum, m)?;
 
         let buf = host_buffer(t.ctx, &data::<f32>(t.rank, m))?;
         let root = t.size - 1;
@@ -505,25 +514,18 @@ fn fails_for_mapping(holds: bool, holder: i32, result: &vkcompute_mpi::Result<()
 /// Every reduction and gather at lengths over 64 KiB and at most 4 MiB,
 /// which take recursive halving and doubling on 4 ranks (the ring on 2 and
 /// 3; allreduce takes the same-node path where the communicator does, so
-/// this runs over MPI too, with `allreduces`): odd lengths, so the last chunks are short, reduce_scatter blocks
-/// that are not a multiple of the binding alignment (its halving steps
-/// carry the gaps between the blocks), a view at an odd offset (staged:
-/// the kernels cannot bind it in place) and a host buffer.
+/// this runs over MPI too, with `allreduces`): odd lengths, so the last
+/// chunks are short, reduce_scatter blocks that are a multiple of the
+/// binding alignment (16,384: halving) and ones that are not (40,003: the
+/// ring, since halving would send the gaps between them), a view at an
+/// odd offset (staged: the kernels cannot bind it in place) and a host
+/// buffer.
 pub(crate) fn collectives_in_the_halving_range(t: &Ranks) -> Check {
     allreduce_one::<f64>(t, ReduceOp::Sum, 70_001)?;
     allreduce_one::<u32>(t, ReduceOp::Product, 300_007)?;
     allreduce_one::<i64>(t, ReduceOp::Min, 500_003)?;
     allreduce_view(t, ReduceOp::Max, 7, 50_001)?;
-    let host = host_buffer(t.ctx, &data::<u64>(t.rank, 40_009))?;
-    ok(
-        "allreduce of a host buffer",
-        t.comm.allreduce(&host, ReduceOp::Sum),
-    )?;
-    same(
-        "allreduce of a host buffer",
-        &dev("read", host.to_vec())?,
-        &reference::<u64>(ReduceOp::Sum, t.size, 40_009),
-    )?;
+    allreduce_host_one::<u64>(t, ReduceOp::Sum, 40_009)?;
     reduce_one::<f32>(t, ReduceOp::Sum, 100_003, t.size - 1)?;
     reduce_one::<u64>(t, ReduceOp::Max, 30_011, 0)?;
     reduce_scatter_one::<f32>(t, ReduceOp::Sum, 40_003)?;
