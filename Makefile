@@ -65,7 +65,7 @@ downstream: setup
 MPIRUN := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --timeout 120
 mpi-test: setup
 	$(STRICT) $(CARGO) test -p vkcompute-mpi --all-features
-	$(STRICT) $(MPIRUN) -np 2 $${CARGO_TARGET_DIR:-target}/debug/examples/mpi_bench --quick
+	$(STRICT) $(MPIRUN) -np 2 $${CARGO_TARGET_DIR:-target}/debug/examples/mpi_bench --quick --cases all
 	$(STRICT) $(MPIRUN) -np 4 $${CARGO_TARGET_DIR:-target}/debug/examples/train
 
 # Recompiles vkcompute-mpi/shaders/*.comp into vkcompute-mpi/shaders/spv/;

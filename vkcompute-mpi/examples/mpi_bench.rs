@@ -20,11 +20,22 @@
 //! (`SameNodePolicy::Auto`). Each device case and its host case take turns
 //! run by run (see `time_pair`).
 //!
+//! With `--cases` the other collectives too, each beside its host MPI
+//! counterpart as nccl-tests measures them (`bytes` the whole buffer:
+//! the broadcast buffer, the reduced buffer, the gathered result, the
+//! buffer reduce-scattered): `broadcast`/`broadcast_host` (`MPI_Bcast`
+//! from rank 0, busbw = algbw), `reduce`/`reduce_host` (`MPI_Reduce` to
+//! rank 0, sum; busbw = algbw), `allgather`/`allgather_host` and
+//! `reduce_scatter`/`reduce_scatter_host` (`MPI_Allgather`,
+//! `MPI_Reduce_scatter_block`, sum; busbw = algbw * (n - 1) / n).
+//!
 //! Options: `--quick` (4 KiB to 1 MiB, few iterations: a smoke test),
 //! `--min-bytes N` (default 4 KiB) and `--max-bytes N` (default 256 MiB),
 //! `--iters N` (runs per case and size; default 64 MiB / size, clamped to
 //! 3..=50: on a noisy VM, more runs at the large sizes steady the figures),
-//! `--staging` (force vkcompute's staging path).
+//! `--staging` (force vkcompute's staging path), `--cases a,b,...` (of
+//! `allreduce`, `sendrecv`, `broadcast`, `reduce`, `allgather`,
+//! `reduce_scatter`, or `all`; default `allreduce,sendrecv`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -44,6 +55,23 @@ struct Options {
     max_bytes: usize,
     iters: Option<usize>,
     staging: bool,
+    cases: Vec<String>,
+}
+
+/// Every case `--cases` names.
+const CASES: [&str; 6] = [
+    "allreduce",
+    "sendrecv",
+    "broadcast",
+    "reduce",
+    "allgather",
+    "reduce_scatter",
+];
+
+impl Options {
+    fn runs(&self, case: &str) -> bool {
+        self.cases.iter().any(|c| c == case)
+    }
 }
 
 fn options() -> Options {
@@ -53,6 +81,7 @@ fn options() -> Options {
         max_bytes: 256 << 20,
         iters: None,
         staging: false,
+        cases: vec!["allreduce".into(), "sendrecv".into()],
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -62,6 +91,19 @@ fn options() -> Options {
                 o.max_bytes = o.max_bytes.min(1 << 20);
             }
             "--staging" => o.staging = true,
+            "--cases" => {
+                let list = args.next().expect("--cases takes a list of cases");
+                o.cases = match list.as_str() {
+                    "all" => CASES.map(String::from).to_vec(),
+                    _ => list.split(',').map(String::from).collect(),
+                };
+                for c in &o.cases {
+                    assert!(
+                        CASES.contains(&c.as_str()),
+                        "unknown case {c}: one of {CASES:?}"
+                    );
+                }
+            }
             "--min-bytes" => {
                 o.min_bytes = args
                     .next()
@@ -182,7 +224,7 @@ fn main() {
         if always_collective != off_collective {
             allreduce.push((&off, off_collective));
         }
-        for (c, path) in allreduce {
+        for (c, path) in allreduce.iter().copied().filter(|_| o.runs("allreduce")) {
             let (device, plain) = time_pair(
                 &world,
                 iters,
@@ -201,7 +243,10 @@ fn main() {
         if always_path != off_path {
             sendrecv.push((&off, off_path));
         }
-        for (c, path) in sendrecv.into_iter().filter(|_| size >= 2) {
+        for (c, path) in sendrecv
+            .into_iter()
+            .filter(|_| size >= 2 && o.runs("sendrecv"))
+        {
             let (device, plain) = time_pair(
                 &world,
                 iters,
@@ -223,6 +268,59 @@ fn main() {
             );
             report("sendrecv", path, bytes, device, 1.0, iters);
             report("sendrecv_host", "host", bytes, plain, 1.0, iters);
+        }
+
+        // The other collectives, on the communicators allreduce runs on.
+        let (n, block) = (size as usize, len / size as usize);
+        let gathered = ctx.enqueue_create_buffer::<f32>(block * n).unwrap();
+        let scattered = ctx.enqueue_create_buffer::<f32>(block).unwrap();
+        let part = buf.create_sub_buffer::<f32>(0, block).unwrap();
+        let (mut all_out, mut block_out) = (vec![0.0f32; block * n], vec![0.0f32; block]);
+        let root = world.process_at_rank(0);
+        let share = (n - 1) as f64 / n as f64;
+        for (c, path) in allreduce {
+            let synced = |r: vkcompute_mpi::Result<()>| {
+                r.unwrap();
+                ctx.synchronize().unwrap();
+            };
+            let timed =
+                |case: &str, factor: f64, mut dev: &mut dyn FnMut(), host: &mut dyn FnMut()| {
+                    if o.runs(case) {
+                        let (device, plain) = time_pair(&world, iters, &mut dev, host);
+                        report(case, path, bytes, device, factor, iters);
+                        report(&format!("{case}_host"), "host", bytes, plain, factor, iters);
+                    }
+                };
+            timed(
+                "broadcast",
+                1.0,
+                &mut || synced(c.broadcast(&buf, 0)),
+                &mut || root.broadcast_into(&mut out[..]),
+            );
+            timed(
+                "reduce",
+                1.0,
+                &mut || synced(c.reduce(&buf, ReduceOp::Sum, 0)),
+                &mut || match rank {
+                    0 => root.reduce_into_root(&host[..], &mut out[..], SystemOperation::sum()),
+                    _ => root.reduce_into(&host[..], SystemOperation::sum()),
+                },
+            );
+            timed(
+                "allgather",
+                share,
+                &mut || synced(c.allgather(&part, &gathered)),
+                &mut || world.all_gather_into(&host[..block], &mut all_out[..]),
+            );
+            timed(
+                "reduce_scatter",
+                share,
+                &mut || synced(c.reduce_scatter(&gathered, &scattered, ReduceOp::Sum)),
+                &mut || {
+                    let sum = SystemOperation::sum();
+                    world.reduce_scatter_block_into(&host[..block * n], &mut block_out[..], sum)
+                },
+            );
         }
         bytes *= 4;
     }

@@ -73,8 +73,8 @@ pub(crate) const HALVING_MAX_BYTES: usize = 4 << 20;
 
 /// Where each rank's chunk lies in a collective's working buffer: chunk
 /// `k` is `starts[k]..starts[k] + lens[k]`.
-struct Chunks {
-    ranges: Vec<Range<usize>>,
+pub(crate) struct Chunks {
+    pub(crate) ranges: Vec<Range<usize>>,
 }
 
 impl Chunks {
@@ -98,7 +98,7 @@ impl Chunks {
         }
     }
 
-    fn longest(&self) -> usize {
+    pub(crate) fn longest(&self) -> usize {
         self.ranges.iter().map(|r| r.len()).max().unwrap_or(0)
     }
 
@@ -231,7 +231,12 @@ impl Communicator {
     /// Shares the failure of this rank's preparation and checks that every
     /// rank asked for the same thing (see `header::agree`); this rank's own
     /// error comes first.
-    fn agree<P>(&self, op: &'static str, header: Header, prepared: Result<P>) -> Result<P> {
+    pub(crate) fn agree<P>(
+        &self,
+        op: &'static str,
+        header: Header,
+        prepared: Result<P>,
+    ) -> Result<P> {
         self.agree_headers(op, header, prepared).map(|(p, _)| p)
     }
 
@@ -261,6 +266,10 @@ impl Communicator {
         let op = "Communicator::broadcast";
         let n = buf.elements();
         let header = Header::new(Kind::Broadcast, T::TYPE, n).root(root);
+        // Every path sends the same pieces, so that ranks on different
+        // paths pair.
+        let piece = pipeline::piece_len::<T>(n);
+        let piece_bytes = piece * size_of::<T>();
         if let Place::Device(dev) = buf.place() {
             if n > 0 && self.size() > 1 && self.maps_device_memory() {
                 // A mapped buffer fails here, before the ranks agree.
@@ -268,9 +277,13 @@ impl Communicator {
                     .check_rank(op, root)
                     .and_then(|()| dev.map_to_host().map_err(Error::device(op)));
                 let mut mapping = self.agree(op, header, prepared)?;
-                raw::broadcast(op, self.raw(), bytemuck::cast_slice_mut(&mut mapping), root)?;
+                let bytes = bytemuck::cast_slice_mut(&mut mapping);
+                raw::broadcast(op, self.raw(), bytes, root, piece_bytes)?;
                 return mapping.finish().map_err(Error::device(op));
             }
+        }
+        if piece < n && self.size() > 1 {
+            return self.broadcast_pipelined(op, (buf, root), header, piece);
         }
         let prepared = self.check_rank(op, root).and_then(|()| {
             let staged = Staged::<T>::new(self, op, n)?;
@@ -286,7 +299,8 @@ impl Communicator {
         }
         {
             let mut all = staged.typed.as_mut_slice().map_err(Error::device(op))?;
-            raw::broadcast(op, self.raw(), bytemuck::cast_slice_mut(&mut all), root)?;
+            let bytes = bytemuck::cast_slice_mut(&mut all);
+            raw::broadcast(op, self.raw(), bytes, root, piece_bytes)?;
         }
         if self.rank() != root {
             (buf.place().copy_from(&staged.typed)).map_err(Error::device(op))?;
@@ -435,11 +449,9 @@ impl Communicator {
             ring.keep(self);
             return Ok(());
         }
-        if !trivial && self.algorithm::<T>(n) == Algorithm::Ring {
-            let chunks = Chunks::contiguous(n, size, self.stride::<T>(n));
-            let piece = pipeline::piece_len::<T>(chunks.longest());
-            if piece < chunks.longest() {
-                return self.allreduce_pipelined(op, buf, reduce, header, chunks, piece);
+        if !trivial {
+            if let Some(pieces) = self.pipelines::<T>(self.chunked::<T>(n)) {
+                return self.allreduce_pipelined(op, (buf, reduce), header, pieces);
             }
         }
         let prepared = if trivial {
@@ -526,7 +538,8 @@ impl Communicator {
         for (q, range) in chunks.ranges.iter().enumerate() {
             gathered = gathered.and_then(|()| {
                 same_node::shared_part::<T>(op, &memory[q], range, |part| {
-                    (buf.place().copy_into_range(range.start, part)).map_err(Error::device(op))
+                    (buf.place().copy_into_range(range.start, part.len(), part))
+                        .map_err(Error::device(op))
                 })
             });
         }
@@ -578,59 +591,6 @@ impl Communicator {
         }
     }
 
-    /// The staged ring allreduce of chunks longer than one piece
-    /// (`pipeline`): in `buf` itself where it is a device buffer the
-    /// kernels bind in place, else in a device working copy of it, which
-    /// is copied back at the end. Failures after the ranks agreed: as in
-    /// `allreduce_mapped` (`buf` is then undefined).
-    fn allreduce_pipelined<T: Reducible, B: Buffer<T> + ?Sized>(
-        &self,
-        op: &'static str,
-        buf: &B,
-        reduce: ReduceOp,
-        header: Header,
-        chunks: Chunks,
-        piece: usize,
-    ) -> Result<()> {
-        let n = buf.elements();
-        let in_place = match buf.place() {
-            Place::Device(dev) if self.binds_in_place(dev) => Some(dev.clone()),
-            _ => None,
-        };
-        let copied = in_place.is_none();
-        let prepared = self
-            .reducer
-            .kernel::<T>(op, self.context(), reduce)
-            .and_then(|kernel| {
-                let work = match in_place {
-                    Some(dev) => dev,
-                    None => {
-                        let acc = self
-                            .context()
-                            .enqueue_create_buffer::<T>(n)
-                            .map_err(Error::device(op))?;
-                        (buf.place().copy_range_to(0, n, &acc)).map_err(Error::device(op))?;
-                        acc
-                    }
-                };
-                let count = pipeline::split(0..chunks.longest(), piece).len();
-                let slots = pipeline::Slots::new(self, op, piece * size_of::<T>(), count)?;
-                if let Err(e) = self.stage_first(op, &work, &chunks.ranges, piece, &slots) {
-                    slots.keep(self);
-                    return Err(e);
-                }
-                Ok((kernel, work, slots))
-            });
-        let (kernel, work, slots) = self.agree(op, header, prepared)?;
-        let done = self.ring_pipelined(op, &work, &kernel, &chunks.ranges, piece, &slots);
-        slots.keep(self);
-        done?;
-        if copied {
-            (buf.place().copy_from(&work)).map_err(Error::device(op))?;
-        }
-        Ok(())
-    }
-
     /// The algorithm of a reduce-scatter or allgather whose buffer holds
     /// `n` elements of `T` in all: recursive halving and doubling on 4, 8,
     /// ... ranks up to [`HALVING_MAX_BYTES`], else the ring. The same on
@@ -643,6 +603,15 @@ impl Communicator {
     fn chunked<T>(&self, n: usize) -> (Chunks, Algorithm) {
         let chunks = Chunks::contiguous(n, self.size() as usize, self.stride::<T>(n));
         (chunks, self.algorithm::<T>(n))
+    }
+
+    /// `chunks` and their piece length where a collective over them takes
+    /// the pipelined ring (`pipelined.rs`): the ring, with chunks longer
+    /// than one piece. The same on every rank (it depends only on what the
+    /// ranks agree on).
+    fn pipelines<T>(&self, (chunks, algorithm): (Chunks, Algorithm)) -> Option<(Chunks, usize)> {
+        let piece = pipeline::piece_len::<T>(chunks.longest());
+        (algorithm == Algorithm::Ring && piece < chunks.longest()).then_some((chunks, piece))
     }
 
     /// Whether an allreduce of `n` elements of `T` takes recursive doubling
@@ -698,7 +667,7 @@ impl Communicator {
 
     /// Whether the reduction kernels can bind the chunks of `buf` where it
     /// lies: it starts at the binding alignment in its `VkBuffer`.
-    fn binds_in_place<T: Pod>(&self, buf: &DeviceBuffer<T>) -> bool {
+    pub(crate) fn binds_in_place<T: Pod>(&self, buf: &DeviceBuffer<T>) -> bool {
         buf.raw().offset % kernels::align_bytes(self.context()) as u64 == 0
     }
 
@@ -925,6 +894,11 @@ impl Communicator {
             .reduce(reduce)
             .root(root);
         let trivial = n == 0 || size == 1;
+        if !trivial {
+            if let Some(pieces) = self.pipelines::<T>(self.chunked::<T>(n)) {
+                return self.reduce_pipelined(op, (buf, reduce, root), header, pieces);
+            }
+        }
         let prepared = self.check_rank(op, root).and_then(|()| {
             if trivial {
                 return Ok(None);
@@ -988,7 +962,14 @@ impl Communicator {
         let op = "Communicator::allgather";
         let (m, size, rank) = (send.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::Allgather, T::TYPE, m);
-        let prepared = check_blocks(op, "recv", recv.elements(), "send", m, size).and_then(|()| {
+        let checked = check_blocks(op, "recv", recv.elements(), "send", m, size);
+        let blocks = (Chunks::blocks(m, size, m), self.algorithm::<T>(m * size));
+        if m > 0 && size > 1 {
+            if let Some(pieces) = self.pipelines::<T>(blocks) {
+                return self.allgather_pipelined(op, (send, recv), header, pieces, checked);
+            }
+        }
+        let prepared = checked.and_then(|()| {
             let result = Staged::<T>::new(self, op, m * size)?;
             let mine = result.part(op, rank * m..(rank + 1) * m)?;
             (send.place().copy_range_to(0, m, &mine)).map_err(Error::device(op))?;
@@ -1019,17 +1000,24 @@ impl Communicator {
         let op = "Communicator::reduce_scatter";
         let (m, size, rank) = (recv.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::ReduceScatter, T::TYPE, m).reduce(reduce);
-        let prepared = check_blocks(op, "send", send.elements(), "recv", m, size).and_then(|()| {
+        let checked = check_blocks(op, "send", send.elements(), "recv", m, size);
+        let stride = m.next_multiple_of(self.stride::<T>(1));
+        // Halving's steps send runs of blocks, so only blocks with no gap
+        // between them (which would travel, unwritten) take it.
+        let gapless = match self.algorithm::<T>(stride.saturating_mul(size)) {
+            Algorithm::Halving if stride == m => Algorithm::Halving,
+            _ => Algorithm::Ring,
+        };
+        if m > 0 && size > 1 && checked.is_ok() {
+            if let Some(pieces) = self.pipelines::<T>((Chunks::blocks(m, size, stride), gapless)) {
+                let args = (send, recv, reduce);
+                return self.reduce_scatter_pipelined(op, args, header, pieces);
+            }
+        }
+        let prepared = checked.and_then(|()| {
             if m == 0 {
                 return Ok(None);
             }
-            let stride = m.next_multiple_of(self.stride::<T>(1));
-            // Halving's steps send runs of blocks, so only blocks with no
-            // gap between them (which would travel, unwritten) take it.
-            let gapless = match self.algorithm::<T>(stride * size) {
-                Algorithm::Halving if stride == m => Algorithm::Halving,
-                _ => Algorithm::Ring,
-            };
             let ring = self.prepare_ring::<T>(
                 op,
                 reduce,

@@ -65,20 +65,21 @@ impl<T: bytemuck::Pod> Place<'_, T> {
         }
     }
 
-    /// Enqueues a copy of `src` into these elements from `start` on (as
-    /// many as `src` holds), on their buffer's stream, and submits it.
-    pub(crate) fn copy_into_range(
+    /// Enqueues a copy of `src` (`len` elements) into these elements from
+    /// `start` on, on their buffer's stream, and submits it.
+    pub(crate) fn copy_into_range<S: CopySource<T> + ?Sized>(
         &self,
         start: usize,
-        src: &DeviceBuffer<T>,
+        len: usize,
+        src: &S,
     ) -> vkcompute::Result<()> {
         match self {
             Place::Device(b) => b
-                .create_sub_buffer::<T>(start, src.len())
+                .create_sub_buffer::<T>(start, len)
                 .and_then(|part| part.enqueue_copy_from(src))
                 .and_then(|()| b.context().flush()),
             Place::Host(b) => b
-                .create_sub_buffer::<T>(start, src.len())
+                .create_sub_buffer::<T>(start, len)
                 .and_then(|part| part.enqueue_copy_from(src))
                 .and_then(|()| b.context().flush()),
         }

@@ -238,8 +238,10 @@ pub(crate) fn finish(
 /// to date), within the communicator's timeout, and returns the first
 /// error among them (an error finishes a transfer too). Where the timeout
 /// passes, every transfer still open is cancelled (the job is aborted
-/// where MPI does not finish them within [`CANCEL_GRACE`]) and `open` is
-/// left empty: MPI no longer touches their memory.
+/// where MPI does not finish them within [`CANCEL_GRACE`]; at once under
+/// [`Abandon::Abort`], for collectives, which MPI cannot cancel) and
+/// `open` is left empty: MPI no longer touches their memory (but under
+/// [`Abandon::Leak`], which leaves them to MPI, as [`finish`] does).
 ///
 /// With `until` covering all of `transfers` it returns only once `open`
 /// is empty, as [`finish`] does.
@@ -255,7 +257,7 @@ pub(crate) fn finish_until(
     call: &'static str,
     (transfers, open): (&mut [Transfer], &mut Vec<usize>),
     until: std::ops::Range<usize>,
-    start: Instant,
+    (start, abandon): (Instant, Abandon),
 ) -> Result<()> {
     let mut first = None;
     let timeout = comm.state.timeout();
@@ -274,7 +276,11 @@ pub(crate) fn finish_until(
         match timeout {
             Some(after) if start.elapsed() >= after => {
                 let error = comm.state.timed_out(op, call, after);
-                cancel_or_abort(op, comm, transfers, open, &error);
+                match abandon {
+                    Abandon::Leak => {}
+                    Abandon::Cancel => cancel_or_abort(op, comm, transfers, open, &error),
+                    Abandon::Abort => abort(comm, &error),
+                }
                 open.clear();
                 return Err(error);
             }

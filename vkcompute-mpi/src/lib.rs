@@ -53,11 +53,14 @@
 //! through pinned host memory ([`vkcompute::HostBuffer`]): point-to-point
 //! messages travel in pieces ([`Communicator::piece_bytes`]) whose
 //! device-to-host (or host-to-device) copies overlap the MPI transfer of
-//! the piece before. `allreduce` whose ring chunks (the buffer over the
-//! ranks) exceed 4 MiB pipelines its ring the same way: each chunk travels in pieces, each piece's
-//! copies and reduction kernel overlapping the transfer of the others,
-//! in place in a device buffer the kernels can bind there. The other
-//! collectives stage the whole buffer.
+//! the piece before. A collective whose chunks (a rank's share of the
+//! buffer) exceed 4 MiB pipelines the same way: in the ring of
+//! `allreduce`, `reduce`, `allgather` and `reduce_scatter`, `reduce`'s
+//! gather to the root and a `broadcast`'s `MPI_Ibcast`s, each chunk
+//! travels in pieces through host buffers of one piece each, each piece's
+//! copies and reduction kernel overlapping the transfer of the others
+//! (allreduce in place in a device buffer the kernels can bind there).
+//! Smaller collectives stage their buffer whole.
 //!
 //! The reductions and gathers choose their algorithm by size, alike on
 //! every rank: on 4, 8, ... ranks recursive doubling for an allreduce of
@@ -121,6 +124,7 @@ mod kernels;
 mod message;
 mod message_op;
 mod pipeline;
+mod pipelined;
 mod raw;
 mod request;
 mod same_node;

@@ -1,19 +1,23 @@
-//! The staged ring allreduce in pieces: each step's chunk travels as
-//! several MPI messages, through pinned host buffers of one piece each
-//! (separate allocations, so that MPI holds one while the device copies
-//! another), and the device work of a piece is enqueued as soon as it has
-//! arrived. The device-to-host copy of a piece for the next step, the MPI
-//! transfers of the others and the reduction kernels so overlap; in the
-//! allgather a received piece is copied into the device buffer while MPI
-//! forwards it from the same host buffer (no copy back out).
+//! Collectives in pieces, the mechanism (`pipelined.rs` builds the
+//! collectives on it): each step's chunk travels as several MPI messages,
+//! through pinned host buffers of one piece each (separate allocations,
+//! so that MPI holds one while the device copies another), and the device
+//! work of a piece is enqueued as soon as it has arrived. The
+//! device-to-host copy of a piece for the next step, the MPI transfers of
+//! the others and the reduction kernels so overlap; in the ring's
+//! allgather a received piece is copied to the device while MPI forwards
+//! it from the same host buffer (no copy back out). A step is
+//! point-to-point messages (the ring's steps, `reduce`'s gather to the
+//! root) or `MPI_Ibcast`s (a broadcast's pieces).
 //!
-//! The messages are the same as those of the mapped ring
-//! (`Communicator::allreduce_mapped`, which posts a step's pieces at once),
-//! so ranks on either path work together: the piece length depends only on
-//! what the ranks agreed (the element type and the chunks).
+//! The messages are the same as those of the mapped and unpipelined paths
+//! (`Communicator::allreduce_mapped` and `raw::sendrecv_pieces` post a
+//! step's pieces at once, `raw::broadcast` a broadcast's), so ranks on
+//! different paths work together: the piece length depends only on what
+//! the ranks agreed (the element type and the chunks).
 #![allow(
     unsafe_code,
-    reason = "MPI_Isend/MPI_Irecv into host buffers held until each transfer ends"
+    reason = "MPI_Isend/MPI_Irecv/MPI_Ibcast on host buffers held until each transfer ends"
 )]
 
 use std::mem::size_of;
@@ -24,7 +28,7 @@ use bytemuck::Pod;
 use vkcompute::{DeviceBuffer, HostBuffer, HostSlice, HostSliceMut};
 
 use crate::communicator::{Communicator, COLLECTIVE_TAG};
-use crate::deadline;
+use crate::deadline::{self, Abandon};
 use crate::element::Reducible;
 use crate::error::{Error, Result};
 use crate::kernels::{self, ReduceKernels};
@@ -87,12 +91,40 @@ impl Slots {
         })
     }
 
+    /// The slots step `g` of a ring sends its device's pieces from.
+    pub(crate) fn out_at(&self, g: usize) -> &[HostBuffer<u8>] {
+        &self.out[g % 2]
+    }
+
     /// Gives the buffers back for reuse.
     pub(crate) fn keep(self, comm: &Communicator) {
         let [a, b] = self.out;
         let [c, d] = self.inbox;
         comm.keep_piece_slots(a.into_iter().chain(b).chain(c).chain(d).collect());
     }
+}
+
+/// A pipelined ring: its chunks (one per rank, chunk `k` owned by rank
+/// `k` at the end of the reduce-scatter), the piece length (elements)
+/// they travel in, and the host buffers they travel through.
+#[derive(Clone, Copy)]
+pub(crate) struct Ring<'a> {
+    pub(crate) chunks: &'a [Range<usize>],
+    pub(crate) piece: usize,
+    pub(crate) slots: &'a Slots,
+}
+
+/// A piece of a ring that has landed in its slot.
+pub(crate) struct Arrived<'a, T> {
+    /// Where it belongs in the working buffer (or the result).
+    pub(crate) range: &'a Range<usize>,
+    /// The piece, in its slot.
+    pub(crate) incoming: HostBuffer<T>,
+    /// `Some` in the reduce-scatter, where the piece is to be reduced into
+    /// the working buffer: with the slot the reduced piece goes out from
+    /// in the next step, where there is one. `None` in the allgather,
+    /// where it is stored.
+    pub(crate) reduce: Option<Option<&'a HostBuffer<u8>>>,
 }
 
 /// The host memory a piece is sent from: its slot, or zeros where the
@@ -117,50 +149,115 @@ fn note(failed: &mut Option<Error>, result: Result<()>) {
 }
 
 /// The first `len` elements of slot `slot` as a buffer of `T`.
-fn typed<T: Pod>(op: &'static str, slot: &HostBuffer<u8>, len: usize) -> Result<HostBuffer<T>> {
+pub(crate) fn typed<T: Pod>(
+    op: &'static str,
+    slot: &HostBuffer<u8>,
+    len: usize,
+) -> Result<HostBuffer<T>> {
     slot.create_sub_buffer::<T>(0, len)
         .map_err(Error::device(op))
 }
 
+/// How a step's pieces travel.
+#[derive(Clone, Copy)]
+enum Wire {
+    /// Point to point with the collectives' tag: sends to `dest`, receives
+    /// from `source`.
+    Pair { dest: i32, source: i32 },
+    /// `MPI_Ibcast`s from `root`: the root's pieces are the step's sends,
+    /// every other rank's its receives.
+    Broadcast { root: i32 },
+}
+
+impl Wire {
+    /// The MPI call a timeout names.
+    fn call(self) -> &'static str {
+        match self {
+            Wire::Pair { .. } => "MPI_Sendrecv",
+            Wire::Broadcast { .. } => "MPI_Bcast",
+        }
+    }
+
+    /// What a timeout does with the transfers under way: point-to-point
+    /// ones are cancelled, a collective cannot be.
+    fn abandon(self) -> Abandon {
+        match self {
+            Wire::Pair { .. } => Abandon::Cancel,
+            Wire::Broadcast { .. } => Abandon::Abort,
+        }
+    }
+}
+
 /// One step's messages: pieces `sends` of the working buffer from the host
-/// buffers `from` (one each) to `dest`, pieces `recvs` into `into` from
-/// `source`.
+/// buffers `from` (one each), pieces `recvs` into `into`, over `wire`.
 struct Step<'s> {
-    dest: i32,
+    wire: Wire,
     sends: Vec<Range<usize>>,
     from: &'s [HostBuffer<u8>],
-    source: i32,
     recvs: Vec<Range<usize>>,
     into: &'s [HostBuffer<u8>],
 }
 
 impl Communicator {
-    /// The ring allreduce over `work` (the device buffer that holds this
-    /// rank's input and gets the result: the caller's buffer itself, or a
-    /// working copy), with `chunks` (one per rank, as the mapped ring's)
-    /// cut into pieces of `piece` elements, through `slots`, whose first
-    /// outgoing pieces `stage_first` enqueued.
-    ///
-    /// A device error after the ranks agreed does not stop this rank's
-    /// part of the messages (zeros or stale data go out in place of the
-    /// data) and is returned at the end; `work` is then undefined. An MPI
-    /// error or timeout ends it at once, once MPI no longer touches the
-    /// host buffers.
-    pub(crate) fn ring_pipelined<T: Reducible>(
+    /// What a ring over the working buffer `work` does with an arrived
+    /// piece: reduces it into `work` (and stages the result out for the
+    /// next step, where there is one), or stores it there.
+    pub(crate) fn reduce_or_store<T: Reducible>(
         &self,
         op: &'static str,
         work: &DeviceBuffer<T>,
         kernel: &ReduceKernels,
-        chunks: &[Range<usize>],
-        piece: usize,
-        slots: &Slots,
+        piece: Arrived<'_, T>,
     ) -> Result<()> {
+        let range = piece.range;
+        let part = work
+            .create_sub_buffer::<T>(range.start, range.len())
+            .map_err(Error::device(op))?;
+        match piece.reduce {
+            Some(next) => {
+                kernels::enqueue_reduce(op, self.context(), kernel, &part, &piece.incoming)?;
+                if let Some(next) = next {
+                    self.stage_out(op, work, range, next)?;
+                }
+            }
+            None => (part.enqueue_copy_from(&piece.incoming)).map_err(Error::device(op))?,
+        }
+        self.flush(op)
+    }
+
+    /// The steps `steps` of the ring (of `0..2 (size - 1)`: the
+    /// reduce-scatter's `size - 1`, then the allgather's) over `ring`'s
+    /// chunks in pieces, through its slots: the first step's outgoing
+    /// pieces must be on their way into `ring.slots.out_at(steps.start)`
+    /// (`stage_first` for the reduce-scatter). `arrived` is called for each
+    /// piece as it lands in its slot, in order; in the reduce-scatter it
+    /// reduces the piece and, where `Arrived::reduce` holds a slot (there
+    /// is a next step), enqueues the copy of the reduced piece into it,
+    /// which the next step sends; in the allgather it stores the piece,
+    /// which the next step forwards from where it landed.
+    ///
+    /// A device error (from `arrived` or a slot) after the ranks agreed
+    /// does not stop this rank's part of the messages (zeros or stale data
+    /// go out in place of the data) and is returned at the end. An MPI
+    /// error or timeout ends it at once, once MPI no longer touches the
+    /// host buffers.
+    pub(crate) fn ring_steps<T: Pod>(
+        &self,
+        op: &'static str,
+        ring: Ring<'_>,
+        steps: Range<usize>,
+        mut arrived: impl FnMut(Arrived<'_, T>) -> Result<()>,
+    ) -> Result<()> {
+        let Ring {
+            chunks,
+            piece,
+            slots,
+        } = ring;
         let (rank, size) = (self.rank() as usize, self.size() as usize);
         let right = ((rank + 1) % size) as i32;
         let left = ((rank + size - 1) % size) as i32;
         let mut failed = None;
-        let steps = 2 * (size - 1);
-        for g in 0..steps {
+        for g in steps.clone() {
             let reducing = g < size - 1;
             let (send, recv) = if reducing {
                 (
@@ -175,38 +272,115 @@ impl Communicator {
             // device copied out; later allgather steps forward what came in
             // the step before, from where it landed.
             let from = if g < size {
-                &slots.out[g % 2]
+                slots.out_at(g)
             } else {
                 &slots.inbox[(g - 1) % 2]
             };
             let step = Step {
-                dest: right,
+                wire: Wire::Pair {
+                    dest: right,
+                    source: left,
+                },
                 sends: split(chunks[send].clone(), piece),
                 from,
-                source: left,
                 recvs: split(chunks[recv].clone(), piece),
                 into: &slots.inbox[g % 2],
             };
-            let next_out = &slots.out[(g + 1) % 2];
+            // The reduced pieces go out in the next step (the allgather's
+            // first, after the last reduction: this rank's chunk).
+            let next_out = (g + 1 < steps.end).then(|| slots.out_at(g + 1));
             self.exchange_step::<T>(op, &step, &mut failed, |p, range| {
                 if range.is_empty() {
                     return Ok(());
                 }
-                let incoming = typed::<T>(op, &step.into[p], range.len())?;
-                let part = work
-                    .create_sub_buffer::<T>(range.start, range.len())
-                    .map_err(Error::device(op))?;
-                if reducing {
-                    kernels::enqueue_reduce(op, self.context(), kernel, &part, &incoming)?;
-                    // This piece goes out in the next step (the allgather's
-                    // first, after the last reduction: this rank's chunk).
-                    self.stage_out(op, work, range, &next_out[p])?;
-                } else {
-                    (part.enqueue_copy_from(&incoming)).map_err(Error::device(op))?;
-                }
-                self.flush(op)
+                arrived(Arrived {
+                    range,
+                    incoming: typed::<T>(op, &step.into[p], range.len())?,
+                    reduce: reducing.then(|| next_out.map(|out| &out[p])),
+                })
             })?;
         }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// After a reduce-scatter over `ring`'s chunks: every rank's chunk to
+    /// `root`, in pieces. The others send theirs from
+    /// `ring.slots.out_at(size - 1)`, where its pieces must be on their
+    /// way; the root receives every other rank's, in rank order (two ranks'
+    /// pieces taking turns in the slots), calling `arrived(range, piece)`
+    /// for each piece as it lands. Failures: as [`ring_steps`](Self::ring_steps).
+    pub(crate) fn gather_to_root<T: Pod>(
+        &self,
+        op: &'static str,
+        ring: Ring<'_>,
+        root: i32,
+        mut arrived: impl FnMut(&Range<usize>, HostBuffer<T>) -> Result<()>,
+    ) -> Result<()> {
+        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let mut failed = None;
+        let peers = (0..size).filter(|&q| q as i32 != root);
+        for (turn, q) in peers.enumerate() {
+            if q != rank && rank as i32 != root {
+                continue;
+            }
+            let pieces = split(ring.chunks[q].clone(), ring.piece);
+            let (sends, recvs) = if q == rank {
+                (pieces, Vec::new())
+            } else {
+                (Vec::new(), pieces)
+            };
+            let step = Step {
+                wire: Wire::Pair {
+                    dest: root,
+                    source: q as i32,
+                },
+                sends,
+                from: ring.slots.out_at(size - 1),
+                recvs,
+                into: &ring.slots.inbox[turn % 2],
+            };
+            self.exchange_step::<T>(op, &step, &mut failed, |p, range| {
+                if range.is_empty() {
+                    return Ok(());
+                }
+                arrived(range, typed::<T>(op, &step.into[p], range.len())?)
+            })?;
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// `MPI_Bcast` from `root` of `n` elements in pieces of `piece`, one
+    /// `MPI_Ibcast` each through a slot of its own in `slots`: at the root
+    /// the pieces must be on their way into their slots, and each goes out
+    /// once it is there; elsewhere `arrived(range, piece)` is called for
+    /// each piece as it lands. The same messages as `raw::broadcast` with
+    /// the same piece. Failures: as [`ring_steps`](Self::ring_steps), but
+    /// a timeout aborts the job (MPI cannot cancel a collective).
+    pub(crate) fn broadcast_pieces<T: Pod>(
+        &self,
+        op: &'static str,
+        (n, piece): (usize, usize),
+        slots: &[HostBuffer<u8>],
+        root: i32,
+        mut arrived: impl FnMut(&Range<usize>, HostBuffer<T>) -> Result<()>,
+    ) -> Result<()> {
+        let pieces = split(0..n, piece);
+        let (sends, recvs) = if self.rank() == root {
+            (pieces, Vec::new())
+        } else {
+            (Vec::new(), pieces)
+        };
+        let step = Step {
+            wire: Wire::Broadcast { root },
+            sends,
+            from: slots,
+            recvs,
+            into: slots,
+        };
+        let mut failed = None;
+        self.exchange_step::<T>(op, &step, &mut failed, |p, range| {
+            arrived(range, typed::<T>(op, &step.into[p], range.len())?)
+        })?;
         failed.map_or(Ok(()), Err)
     }
 
@@ -217,25 +391,23 @@ impl Communicator {
         &self,
         op: &'static str,
         work: &DeviceBuffer<T>,
-        chunks: &[Range<usize>],
-        piece: usize,
-        slots: &Slots,
+        ring: Ring<'_>,
     ) -> Result<()> {
         let (rank, size) = (self.rank() as usize, self.size() as usize);
-        let first = split(chunks[(rank + size - 1) % size].clone(), piece);
+        let first = split(ring.chunks[(rank + size - 1) % size].clone(), ring.piece);
         for (p, range) in first.iter().enumerate() {
-            self.stage_out(op, work, range, &slots.out[0][p])?;
+            self.stage_out(op, work, range, &ring.slots.out_at(0)[p])?;
         }
         self.flush(op)
     }
 
     /// Submits the work enqueued so far.
-    fn flush(&self, op: &'static str) -> Result<()> {
+    pub(crate) fn flush(&self, op: &'static str) -> Result<()> {
         self.context().flush().map_err(Error::device(op))
     }
 
     /// Enqueues the copy of `range` of `work` into `slot`.
-    fn stage_out<T: Pod>(
+    pub(crate) fn stage_out<T: Pod>(
         &self,
         op: &'static str,
         work: &DeviceBuffer<T>,
@@ -266,7 +438,7 @@ impl Communicator {
     ) -> Result<()> {
         let comm = self.raw();
         comm.state.usable(op)?;
-        let call = "MPI_Sendrecv";
+        let (call, abandon) = (step.wire.call(), step.wire.abandon());
         let size = size_of::<T>();
         let mut transfers: Vec<Transfer> = Vec::new();
         // The transfers of each incoming piece (one, unless over MAX_MESSAGE).
@@ -298,15 +470,14 @@ impl Communicator {
             // any, cancelling or aborting on a timeout). Each piece has its
             // own memory, so no two transfers overlap.
             posted = unsafe {
-                raw::irecv(
-                    op,
-                    comm,
-                    ptr,
-                    len,
-                    step.source,
-                    COLLECTIVE_TAG,
-                    &mut transfers,
-                )
+                match step.wire {
+                    Wire::Pair { source, .. } => {
+                        raw::irecv(op, comm, ptr, len, source, COLLECTIVE_TAG, &mut transfers)
+                    }
+                    Wire::Broadcast { root } => {
+                        raw::ibcast(op, comm, ptr, len, root, &mut transfers)
+                    }
+                }
             };
             recv_at.push(before..transfers.len());
             if posted.is_err() {
@@ -336,17 +507,17 @@ impl Communicator {
             // SAFETY: `ptr..ptr + len` lies in a slot borrowed for reading
             // (or a heap buffer) held in `sources` until the end, after
             // `finish_until` over every transfer, as above; nothing writes
-            // it meanwhile (the slot's borrow keeps device writes out).
+            // it meanwhile (the slot's borrow keeps device writes out); at
+            // a broadcast's root MPI only reads the buffer it is given.
             posted = unsafe {
-                raw::isend(
-                    op,
-                    comm,
-                    ptr,
-                    len,
-                    step.dest,
-                    COLLECTIVE_TAG,
-                    &mut transfers,
-                )
+                match step.wire {
+                    Wire::Pair { dest, .. } => {
+                        raw::isend(op, comm, ptr, len, dest, COLLECTIVE_TAG, &mut transfers)
+                    }
+                    Wire::Broadcast { root } => {
+                        raw::ibcast(op, comm, ptr.cast_mut(), len, root, &mut transfers)
+                    }
+                }
             };
         }
         let mut open: Vec<usize> = (0..transfers.len()).collect();
@@ -360,7 +531,7 @@ impl Communicator {
                     call,
                     (&mut transfers, &mut open),
                     recv_at[p].clone(),
-                    start,
+                    (start, abandon),
                 );
                 if let Err(e) = waited {
                     result = Err(e);
@@ -376,7 +547,8 @@ impl Communicator {
             }
         }
         let all = 0..transfers.len();
-        let rest = deadline::finish_until(op, comm, call, (&mut transfers, &mut open), all, start);
+        let waits = (&mut transfers[..], &mut open);
+        let rest = deadline::finish_until(op, comm, call, waits, all, (start, abandon));
         // Only now may the memory go.
         drop(landings);
         drop(sources);

@@ -257,34 +257,31 @@ fn exchange_all(
 }
 
 /// `MPI_Bcast` of `bytes` from `root` (every rank passes the same
-/// length), as `MPI_Ibcast`s waited for within the timeout. MPI cannot
-/// cancel a collective, so where the timeout passes the job is aborted.
-pub(crate) fn broadcast(op: &'static str, comm: &Comm, bytes: &mut [u8], root: i32) -> Result<()> {
+/// length) as `MPI_Ibcast`s of `piece` bytes each (the last shorter),
+/// posted at once and waited for within the timeout: the messages of a
+/// pipelined broadcast (`pipeline::Communicator::broadcast_pieces`), which
+/// the other ranks may post one piece at a time. MPI cannot cancel a
+/// collective, so where the timeout passes the job is aborted.
+pub(crate) fn broadcast(
+    op: &'static str,
+    comm: &Comm,
+    bytes: &mut [u8],
+    root: i32,
+    piece: usize,
+) -> Result<()> {
     comm.state.usable(op)?;
     let mut transfers = Vec::new();
     let mut posted = Ok(());
-    for piece in pieces(bytes.len()) {
-        let part = &mut bytes[piece];
-        // SAFETY: a null handle is a valid out-value for MPI to replace.
-        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        // SAFETY: `part` is valid for reads and writes of its length, which
-        // fits a c_int, until `finish` returns (it aborts the job rather
-        // than return while MPI may still touch it); `comm` is live.
-        let rc = unsafe {
-            ffi::MPI_Ibcast(
-                part.as_mut_ptr().cast::<c_void>(),
-                part.len() as c_int,
-                byte_type(),
-                root,
-                comm.handle,
-                &mut request,
-            )
-        };
-        posted = check(op, "MPI_Ibcast", rc);
+    for part in bytes.chunks_mut(piece.max(1)) {
+        let (ptr, len) = (part.as_mut_ptr(), part.len());
+        // SAFETY: `part` is borrowed mutably until this returns (the pieces
+        // of `bytes` do not overlap), and `finish` returns only once MPI no
+        // longer touches it (it aborts the job rather than return while MPI
+        // may).
+        posted = unsafe { ibcast(op, comm, ptr, len, root, &mut transfers) };
         if posted.is_err() {
             break;
         }
-        transfers.push(Transfer { request, due: None });
     }
     finish(
         op,
@@ -294,6 +291,49 @@ pub(crate) fn broadcast(op: &'static str, comm: &Comm, bytes: &mut [u8], root: i
         &mut transfers,
         Abandon::Abort,
     )
+}
+
+/// Posts `MPI_Ibcast`s of `len` bytes at `ptr` from `root` (one per
+/// [`MAX_MESSAGE`] bytes, as [`isend`] splits them), onto `out`. An
+/// empty range posts nothing.
+///
+/// # Safety
+///
+/// `ptr` is valid for reads (at the root) or writes (elsewhere) of `len`
+/// bytes, and nothing else writes (or, off the root, reads) them, until
+/// every transfer pushed here completes; a collective cannot be
+/// cancelled, so the caller waits for them with [`Abandon::Abort`].
+pub(crate) unsafe fn ibcast(
+    op: &'static str,
+    comm: &Comm,
+    ptr: *mut u8,
+    len: usize,
+    root: i32,
+    out: &mut Vec<Transfer>,
+) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    for piece in pieces(len) {
+        // SAFETY: a null handle is a valid out-value for MPI to replace.
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: the caller keeps `ptr..ptr + len` valid and otherwise
+        // untouched until the transfer completes; the piece lies inside it
+        // and fits a c_int; `comm` is live; `request` is a valid out-pointer.
+        let rc = unsafe {
+            ffi::MPI_Ibcast(
+                ptr.add(piece.start).cast::<c_void>(),
+                piece.len() as c_int,
+                byte_type(),
+                root,
+                comm.handle,
+                &mut request,
+            )
+        };
+        check(op, "MPI_Ibcast", rc)?;
+        out.push(Transfer { request, due: None });
+    }
+    Ok(())
 }
 
 /// `MPI_Allgather` of one small fixed-size record per rank: `mine` from

@@ -533,3 +533,101 @@ pub(crate) fn collectives_in_the_halving_range(t: &Ranks) -> Check {
     allgather_one::<f32>(t, 30_001)?;
     allgather_one::<u16>(t, 65_537)
 }
+
+/// Every collective whose chunks (one rank's share) are longer than one
+/// 4 MiB piece, which the staged path moves in pieces through host buffers
+/// of one piece each (`pipelined.rs`): odd lengths (short last pieces and
+/// chunks), reduce_scatter blocks with gaps between them in the working
+/// buffer, views at odd offsets (their parents' other elements checked),
+/// host buffers, and a broadcast and an allgather with a host buffer on
+/// the odd ranks and a device buffer (mapped where it maps directly) on
+/// the even ones, so that ranks on different memory paths pair.
+pub(crate) fn collectives_in_pieces(t: &Ranks) -> Check {
+    let (p, r) = (t.size as usize, t.rank as usize);
+    // Elements of 4 bytes in a piece.
+    let piece = 1usize << 20;
+    let last = t.size - 1;
+    reduce_one::<f32>(t, ReduceOp::Sum, p * piece + 13, last)?;
+    let n = p * piece + 5;
+    let (parent, view) = in_view::<i32>(t, 3, &data::<i32>(t.rank, n))?;
+    ok(
+        "reduce of a view in pieces",
+        t.comm.reduce(&view, ReduceOp::Max, 0),
+    )?;
+    let want = if t.rank == 0 {
+        reference::<i32>(ReduceOp::Max, t.size, n)
+    } else {
+        data::<i32>(t.rank, n)
+    };
+    parent_holds(&parent, 3, &want, "reduce of a view in pieces")?;
+    reduce_scatter_one::<f32>(t, ReduceOp::Sum, piece + 7)?;
+    let m = piece / 2 + 1;
+    let send = host_buffer(t.ctx, &data::<u64>(t.rank, m * p))?;
+    let (parent, recv) = in_view::<u64>(t, 1, &vec![0; m])?;
+    let what = "reduce_scatter of a host buffer into a view in pieces";
+    ok(what, t.comm.reduce_scatter(&send, &recv, ReduceOp::Min))?;
+    let all = reference::<u64>(ReduceOp::Min, t.size, m * p);
+    parent_holds(&parent, 1, &all[r * m..(r + 1) * m], what)?;
+    allgather_one::<f32>(t, piece + 3)?;
+    let m = piece + 1;
+    let mine = data::<u32>(t.rank, m);
+    let (parent, recv) = in_view::<u32>(t, 1, &vec![0; m * p])?;
+    let what = "allgather in pieces, host and device buffers, into a view";
+    if r % 2 == 1 {
+        ok(what, t.comm.allgather(&host_buffer(t.ctx, &mine)?, &recv))?;
+    } else {
+        ok(what, t.comm.allgather(&upload(t.ctx, &mine)?, &recv))?;
+    }
+    let all: Vec<u32> = (0..t.size).flat_map(|k| data::<u32>(k, m)).collect();
+    parent_holds(&parent, 1, &all, what)?;
+    broadcast_one::<i64>(t, 5 * piece / 2 + 3, last)?;
+    let n = (5 << 20) + 3;
+    let what = "broadcast in pieces, host and device buffers";
+    let got = if r % 2 == 1 {
+        let buf = host_buffer(t.ctx, &data::<u8>(t.rank, n))?;
+        ok(what, t.comm.broadcast(&buf, 0))?;
+        dev("read", buf.to_vec())?
+    } else {
+        let buf = upload(t.ctx, &data::<u8>(t.rank, n))?;
+        ok(what, t.comm.broadcast(&buf, 0))?;
+        dev("read", buf.to_vec())?
+    };
+    same(what, &got, &data::<u8>(0, n))
+}
+
+/// The fill of the parents of `in_view`.
+const PARENT_FILL: u8 = 0x5a;
+
+/// A view at `offset` in a parent two elements longer (the rest of it
+/// filled with `PARENT_FILL` bytes), holding `host`.
+fn in_view<T: Element>(
+    t: &Ranks,
+    offset: usize,
+    host: &[T],
+) -> Result<(DeviceBuffer<T>, DeviceBuffer<T>), String> {
+    let len = offset + host.len() + 2;
+    let parent = dev("parent", t.ctx.enqueue_create_buffer::<T>(len))?;
+    let fill = vec![PARENT_FILL; len * std::mem::size_of::<T>()];
+    dev(
+        "fill",
+        parent.enqueue_copy_from(bytemuck::cast_slice::<u8, T>(&fill)),
+    )?;
+    let view = dev("view", parent.create_sub_buffer::<T>(offset, host.len()))?;
+    dev("upload", view.enqueue_copy_from(host))?;
+    Ok((parent, view))
+}
+
+/// Whether `parent` (of `in_view`) holds `want` at `offset` and its fill
+/// elsewhere.
+fn parent_holds<T: Element + PartialEq + Debug>(
+    parent: &DeviceBuffer<T>,
+    offset: usize,
+    want: &[T],
+    what: &str,
+) -> Check {
+    let got = dev("read", parent.to_vec())?;
+    let fill: T = bytemuck::cast_slice::<u8, T>(&vec![PARENT_FILL; std::mem::size_of::<T>()])[0];
+    let mut all = vec![fill; got.len()];
+    all[offset..offset + want.len()].copy_from_slice(want);
+    same(&format!("{what} (the view's parent)"), &got, &all)
+}

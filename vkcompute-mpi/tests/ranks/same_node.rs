@@ -314,6 +314,7 @@ pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
             "send_to_recv_and_irecv_64_mib",
             send_to_recv_and_irecv_64_mib,
         ));
+        checks.push(("collectives_in_pieces", collectives_in_pieces));
     }
     checks
 }
