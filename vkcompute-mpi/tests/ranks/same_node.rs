@@ -129,7 +129,8 @@ pub(crate) fn paths_follow_node_device_and_capabilities(t: &Ranks) -> Check {
 }
 
 /// The line a new communicator `c` logged: the ranks it takes the path
-/// to, as `path_to` says, and whether allreduce takes it.
+/// to, as `path_to` says, and whether the collectives take it
+/// (`collective_path`).
 fn check_log_line(t: &Ranks, c: &Communicator, what: &str) -> Check {
     let lines = logged();
     let same: Vec<String> = (0..t.size)
@@ -143,13 +144,13 @@ fn check_log_line(t: &Ranks, c: &Communicator, what: &str) -> Check {
     };
     let head = format!("vkcompute-mpi: rank {}: same-node path", t.rank);
     let line = lines.iter().find(|l| l.starts_with(&head));
-    let allreduce = c.allreduce_path() == Path::SameNode;
+    let collectives = c.collective_path() == Path::SameNode;
     ensure(
-        line.is_some_and(|l| l.contains(&to) && l.contains("allreduce on it") == allreduce),
+        line.is_some_and(|l| l.contains(&to) && l.contains("collectives on it") == collectives),
         || {
             format!(
-                "{what}: logged {lines:?}, expected a line `{head} ... {to}` (allreduce on \
-                 it: {allreduce})"
+                "{what}: logged {lines:?}, expected a line `{head} ... {to}` (the collectives \
+                 on it: {collectives})"
             )
         },
     )
