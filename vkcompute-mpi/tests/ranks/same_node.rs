@@ -292,9 +292,9 @@ pub(crate) fn send_to_recv_and_irecv_64_mib(t: &Ranks) -> Check {
     Ok(())
 }
 
-/// The checks of what takes the same-node path (blocking sends and
-/// allreduce), run again on a communicator with it off (over MPI, mapped
-/// or staged).
+/// The checks of what takes the same-node path (blocking sends and the
+/// collectives), run again on a communicator with it off (over MPI,
+/// mapped or staged).
 pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
     let mut checks: Vec<Named> = vec![(
         "paths_follow_node_device_and_capabilities",
@@ -310,6 +310,15 @@ pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
         blocking_calls_move_pending_requests_on,
     ));
     checks.extend(allreduces(large));
+    checks.extend(collectives_but_allreduce());
+    // The 64 MiB allgather and reduce_scatter (`collectives_64_mib`) run
+    // on the same-node communicator only: with broadcast and reduce they
+    // took 2-7 s per rank count and memory path (about 25 s more of `make
+    // test` over MPI, measured), so over MPI the collectives but allreduce
+    // are checked up to a few hundred KiB (`collectives_in_the_halving_range`),
+    // and allreduce (whose ring reduce-scatter `reduce` shares) at 64 MiB
+    // (`large_64_mib`).
+    checks.extend(on_node_collectives(false));
     if large {
         checks.push((
             "send_to_recv_and_irecv_64_mib",
