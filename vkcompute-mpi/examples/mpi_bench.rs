@@ -4,18 +4,22 @@
 //!
 //! Rank 0 prints one JSON line per case and size, with `case`
 //! (`allreduce`: `Communicator::allreduce` of a `DeviceBuffer<f32>`, sum;
-//! `allreduce_host`: `MPI_Allreduce` of a `Vec<f32>`; `sendrecv`:
+//! `broadcast` from rank 0; `allgather` into, and `reduce_scatter` (sum)
+//! from, a buffer of `bytes`, one block a rank; each `case_host`: the
+//! same MPI call on `Vec<f32>`s, `MPI_Allreduce`, `MPI_Bcast`,
+//! `MPI_Allgather`, `MPI_Reduce_scatter_block`; `sendrecv`:
 //! `Communicator::send`/`recv` of a `DeviceBuffer<f32>` from rank 0 to rank
 //! 1; `sendrecv_host`: `MPI_Send`/`MPI_Recv` of a `Vec<f32>`), `bytes`,
 //! `ranks`, `algbw` and `busbw` in GB/s as nccl-tests defines them (algbw
-//! = bytes / time; for allreduce busbw = algbw * 2 (n - 1) / n, for a
-//! message busbw = algbw), `time_us` (per operation, the slowest rank's),
+//! = bytes / time; busbw = algbw * 2 (n - 1) / n for allreduce, * (n - 1) /
+//! n for allgather and reduce_scatter, = algbw for broadcast and a
+//! message), `time_us` (per operation, the slowest rank's),
 //! `iters` and `path`: how the data went (`same_node`, `direct` or
 //! `staged`: `Communicator::path_to`; `host` for the host cases). Where
 //! ranks 0 and 1 can take the same-node path, `sendrecv` is measured on
 //! it (`SameNodePolicy::Always`) and over MPI (`SameNodePolicy::Off`),
-//! each beside its own `sendrecv_host`, and so is `allreduce` where every
-//! pair can take it (`Communicator::allreduce_path`); rank 0 says on
+//! each beside its own `sendrecv_host`, and so are the collectives where
+//! every pair can take it (`Communicator::collective_path`); rank 0 says on
 //! stderr which path `Communicator::new` takes for a send
 //! (`SameNodePolicy::Auto`). Each device case and its host case take turns
 //! run by run (see `time_pair`).
@@ -136,7 +140,7 @@ fn main() {
     let code = |path: Path| all.iter().position(|&p| p == path).expect("a known path") as u8;
     let mut paths =
         [&comm, &always, &off].map(|c| code(c.path_to(1.min(size - 1)).expect("rank 1")));
-    let mut collective = [&always, &off].map(|c| code(c.allreduce_path()));
+    let mut collective = [&always, &off].map(|c| code(c.collective_path()));
     world.process_at_rank(0).broadcast_into(&mut paths[..]);
     world.process_at_rank(0).broadcast_into(&mut collective[..]);
     let [default_path, always_path, off_path] = paths.map(|code| all[code as usize].name());
@@ -175,25 +179,71 @@ fn main() {
         buf.enqueue_copy_from(&host[..]).unwrap();
         ctx.synchronize().unwrap();
 
-        let ring = 2.0 * (size - 1) as f64 / size as f64;
+        let n = size as f64;
         let mut out = vec![0.0f32; len];
+        // An allgather's `recv` and a reduce_scatter's `send`: `bytes`
+        // (rounded down to whole blocks), one block a rank.
+        let block = len / size as usize;
+        let blocks = buf
+            .create_sub_buffer::<f32>(0, block * size as usize)
+            .unwrap();
+        let part = ctx.enqueue_create_buffer::<f32>(block).unwrap();
+        // Each collective beside its host MPI call (`case` and `case_host`,
+        // their busbw `factor` times algbw).
+        let case = |name: &str,
+                    path: &str,
+                    factor: f64,
+                    device: &mut dyn FnMut(),
+                    host: &mut dyn FnMut()| {
+            let (device, plain) = time_pair(&world, iters, device, host);
+            report(name, path, bytes, device, factor, iters);
+            report(&format!("{name}_host"), "host", bytes, plain, factor, iters);
+        };
         // On the same-node path where every pair can take it, and over MPI.
-        let mut allreduce = vec![(&always, always_collective)];
+        let mut collectives = vec![(&always, always_collective)];
         if always_collective != off_collective {
-            allreduce.push((&off, off_collective));
+            collectives.push((&off, off_collective));
         }
-        for (c, path) in allreduce {
-            let (device, plain) = time_pair(
-                &world,
-                iters,
-                || {
-                    c.allreduce(&buf, ReduceOp::Sum).unwrap();
-                    ctx.synchronize().unwrap();
-                },
-                || world.all_reduce_into(&host[..], &mut out[..], SystemOperation::sum()),
+        let sum = SystemOperation::sum();
+        for (c, path) in collectives {
+            let synced = |r: vkcompute_mpi::Result<()>| {
+                r.unwrap();
+                ctx.synchronize().unwrap();
+            };
+            case(
+                "allreduce",
+                path,
+                2.0 * (n - 1.0) / n,
+                &mut || synced(c.allreduce(&buf, ReduceOp::Sum)),
+                &mut || world.all_reduce_into(&host[..], &mut out[..], sum),
             );
-            report("allreduce", path, bytes, device, ring, iters);
-            report("allreduce_host", "host", bytes, plain, ring, iters);
+            case(
+                "broadcast",
+                path,
+                1.0,
+                &mut || synced(c.broadcast(&buf, 0)),
+                &mut || world.process_at_rank(0).broadcast_into(&mut out[..]),
+            );
+            case(
+                "allgather",
+                path,
+                (n - 1.0) / n,
+                &mut || synced(c.allgather(&part, &blocks)),
+                &mut || world.all_gather_into(&host[..block], &mut out[..block * size as usize]),
+            );
+            case(
+                "reduce_scatter",
+                path,
+                (n - 1.0) / n,
+                &mut || synced(c.reduce_scatter(&blocks, &part, ReduceOp::Sum)),
+                &mut || {
+                    world.reduce_scatter_block_into(
+                        &host[..block * size as usize],
+                        &mut out[..block],
+                        sum,
+                    )
+                },
+            );
         }
 
         // On the same-node path where ranks 0 and 1 can take it, and over MPI.
