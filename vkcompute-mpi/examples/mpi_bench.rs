@@ -4,38 +4,34 @@
 //!
 //! Rank 0 prints one JSON line per case and size, with `case`
 //! (`allreduce`: `Communicator::allreduce` of a `DeviceBuffer<f32>`, sum;
-//! `allreduce_host`: `MPI_Allreduce` of a `Vec<f32>`; `sendrecv`:
+//! `broadcast` from rank 0; `reduce` (sum) to rank 0; `allgather` into,
+//! and `reduce_scatter` (sum) from, a buffer of `bytes`, one block a rank;
+//! each `case_host`: the same MPI call on `Vec<f32>`s, `MPI_Allreduce`,
+//! `MPI_Bcast`, `MPI_Reduce`, `MPI_Allgather`,
+//! `MPI_Reduce_scatter_block`; `sendrecv`:
 //! `Communicator::send`/`recv` of a `DeviceBuffer<f32>` from rank 0 to rank
 //! 1; `sendrecv_host`: `MPI_Send`/`MPI_Recv` of a `Vec<f32>`), `bytes`,
 //! `ranks`, `algbw` and `busbw` in GB/s as nccl-tests defines them (algbw
-//! = bytes / time; for allreduce busbw = algbw * 2 (n - 1) / n, for a
-//! message busbw = algbw), `time_us` (per operation, the slowest rank's),
+//! = bytes / time; busbw = algbw * 2 (n - 1) / n for allreduce, * (n - 1) /
+//! n for allgather and reduce_scatter, = algbw for broadcast, reduce and
+//! a message), `time_us` (per operation, the slowest rank's),
 //! `iters` and `path`: how the data went (`same_node`, `direct` or
 //! `staged`: `Communicator::path_to`; `host` for the host cases). Where
 //! ranks 0 and 1 can take the same-node path, `sendrecv` is measured on
 //! it (`SameNodePolicy::Always`) and over MPI (`SameNodePolicy::Off`),
-//! each beside its own `sendrecv_host`, and so is `allreduce` where every
-//! pair can take it (`Communicator::allreduce_path`); rank 0 says on
+//! each beside its own `sendrecv_host`, and so are the collectives where
+//! every pair can take it (`Communicator::collective_path`); rank 0 says on
 //! stderr which path `Communicator::new` takes for a send
 //! (`SameNodePolicy::Auto`). Each device case and its host case take turns
 //! run by run (see `time_pair`).
-//!
-//! With `--cases` the other collectives too, each beside its host MPI
-//! counterpart as nccl-tests measures them (`bytes` the whole buffer:
-//! the broadcast buffer, the reduced buffer, the gathered result, the
-//! buffer reduce-scattered): `broadcast`/`broadcast_host` (`MPI_Bcast`
-//! from rank 0, busbw = algbw), `reduce`/`reduce_host` (`MPI_Reduce` to
-//! rank 0, sum; busbw = algbw), `allgather`/`allgather_host` and
-//! `reduce_scatter`/`reduce_scatter_host` (`MPI_Allgather`,
-//! `MPI_Reduce_scatter_block`, sum; busbw = algbw * (n - 1) / n).
 //!
 //! Options: `--quick` (4 KiB to 1 MiB, few iterations: a smoke test),
 //! `--min-bytes N` (default 4 KiB) and `--max-bytes N` (default 256 MiB),
 //! `--iters N` (runs per case and size; default 64 MiB / size, clamped to
 //! 3..=50: on a noisy VM, more runs at the large sizes steady the figures),
-//! `--staging` (force vkcompute's staging path), `--cases a,b,...` (of
-//! `allreduce`, `sendrecv`, `broadcast`, `reduce`, `allgather`,
-//! `reduce_scatter`, or `all`; default `allreduce,sendrecv`).
+//! `--staging` (force vkcompute's staging path), `--cases a,b,...` (some
+//! of `allreduce`, `broadcast`, `reduce`, `allgather`, `reduce_scatter`,
+//! `sendrecv`; default all).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -61,11 +57,11 @@ struct Options {
 /// Every case `--cases` names.
 const CASES: [&str; 6] = [
     "allreduce",
-    "sendrecv",
     "broadcast",
     "reduce",
     "allgather",
     "reduce_scatter",
+    "sendrecv",
 ];
 
 impl Options {
@@ -81,7 +77,7 @@ fn options() -> Options {
         max_bytes: 256 << 20,
         iters: None,
         staging: false,
-        cases: vec!["allreduce".into(), "sendrecv".into()],
+        cases: CASES.map(String::from).to_vec(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -93,10 +89,7 @@ fn options() -> Options {
             "--staging" => o.staging = true,
             "--cases" => {
                 let list = args.next().expect("--cases takes a list of cases");
-                o.cases = match list.as_str() {
-                    "all" => CASES.map(String::from).to_vec(),
-                    _ => list.split(',').map(String::from).collect(),
-                };
+                o.cases = list.split(',').map(String::from).collect();
                 for c in &o.cases {
                     assert!(
                         CASES.contains(&c.as_str()),
@@ -178,7 +171,7 @@ fn main() {
     let code = |path: Path| all.iter().position(|&p| p == path).expect("a known path") as u8;
     let mut paths =
         [&comm, &always, &off].map(|c| code(c.path_to(1.min(size - 1)).expect("rank 1")));
-    let mut collective = [&always, &off].map(|c| code(c.allreduce_path()));
+    let mut collective = [&always, &off].map(|c| code(c.collective_path()));
     world.process_at_rank(0).broadcast_into(&mut paths[..]);
     world.process_at_rank(0).broadcast_into(&mut collective[..]);
     let [default_path, always_path, off_path] = paths.map(|code| all[code as usize].name());
@@ -217,25 +210,86 @@ fn main() {
         buf.enqueue_copy_from(&host[..]).unwrap();
         ctx.synchronize().unwrap();
 
-        let ring = 2.0 * (size - 1) as f64 / size as f64;
+        let n = size as f64;
         let mut out = vec![0.0f32; len];
+        // An allgather's `recv` and a reduce_scatter's `send`: `bytes`
+        // (rounded down to whole blocks), one block a rank.
+        let block = len / size as usize;
+        let blocks = buf
+            .create_sub_buffer::<f32>(0, block * size as usize)
+            .unwrap();
+        let part = ctx.enqueue_create_buffer::<f32>(block).unwrap();
+        // Each collective beside its host MPI call (`case` and `case_host`,
+        // their busbw `factor` times algbw).
+        let case = |name: &str,
+                    path: &str,
+                    factor: f64,
+                    device: &mut dyn FnMut(),
+                    host: &mut dyn FnMut()| {
+            if !o.runs(name) {
+                return;
+            }
+            let (device, plain) = time_pair(&world, iters, device, host);
+            report(name, path, bytes, device, factor, iters);
+            report(&format!("{name}_host"), "host", bytes, plain, factor, iters);
+        };
         // On the same-node path where every pair can take it, and over MPI.
-        let mut allreduce = vec![(&always, always_collective)];
+        let mut collectives = vec![(&always, always_collective)];
         if always_collective != off_collective {
-            allreduce.push((&off, off_collective));
+            collectives.push((&off, off_collective));
         }
-        for (c, path) in allreduce.iter().copied().filter(|_| o.runs("allreduce")) {
-            let (device, plain) = time_pair(
-                &world,
-                iters,
-                || {
-                    c.allreduce(&buf, ReduceOp::Sum).unwrap();
-                    ctx.synchronize().unwrap();
-                },
-                || world.all_reduce_into(&host[..], &mut out[..], SystemOperation::sum()),
+        let sum = SystemOperation::sum();
+        for (c, path) in collectives {
+            let synced = |r: vkcompute_mpi::Result<()>| {
+                r.unwrap();
+                ctx.synchronize().unwrap();
+            };
+            case(
+                "allreduce",
+                path,
+                2.0 * (n - 1.0) / n,
+                &mut || synced(c.allreduce(&buf, ReduceOp::Sum)),
+                &mut || world.all_reduce_into(&host[..], &mut out[..], sum),
             );
-            report("allreduce", path, bytes, device, ring, iters);
-            report("allreduce_host", "host", bytes, plain, ring, iters);
+            case(
+                "broadcast",
+                path,
+                1.0,
+                &mut || synced(c.broadcast(&buf, 0)),
+                &mut || world.process_at_rank(0).broadcast_into(&mut out[..]),
+            );
+            case(
+                "reduce",
+                path,
+                1.0,
+                &mut || synced(c.reduce(&buf, ReduceOp::Sum, 0)),
+                &mut || match rank {
+                    0 => world
+                        .process_at_rank(0)
+                        .reduce_into_root(&host[..], &mut out[..], sum),
+                    _ => world.process_at_rank(0).reduce_into(&host[..], sum),
+                },
+            );
+            case(
+                "allgather",
+                path,
+                (n - 1.0) / n,
+                &mut || synced(c.allgather(&part, &blocks)),
+                &mut || world.all_gather_into(&host[..block], &mut out[..block * size as usize]),
+            );
+            case(
+                "reduce_scatter",
+                path,
+                (n - 1.0) / n,
+                &mut || synced(c.reduce_scatter(&blocks, &part, ReduceOp::Sum)),
+                &mut || {
+                    world.reduce_scatter_block_into(
+                        &host[..block * size as usize],
+                        &mut out[..block],
+                        sum,
+                    )
+                },
+            );
         }
 
         // On the same-node path where ranks 0 and 1 can take it, and over MPI.
@@ -268,59 +322,6 @@ fn main() {
             );
             report("sendrecv", path, bytes, device, 1.0, iters);
             report("sendrecv_host", "host", bytes, plain, 1.0, iters);
-        }
-
-        // The other collectives, on the communicators allreduce runs on.
-        let (n, block) = (size as usize, len / size as usize);
-        let gathered = ctx.enqueue_create_buffer::<f32>(block * n).unwrap();
-        let scattered = ctx.enqueue_create_buffer::<f32>(block).unwrap();
-        let part = buf.create_sub_buffer::<f32>(0, block).unwrap();
-        let (mut all_out, mut block_out) = (vec![0.0f32; block * n], vec![0.0f32; block]);
-        let root = world.process_at_rank(0);
-        let share = (n - 1) as f64 / n as f64;
-        for (c, path) in allreduce {
-            let synced = |r: vkcompute_mpi::Result<()>| {
-                r.unwrap();
-                ctx.synchronize().unwrap();
-            };
-            let timed =
-                |case: &str, factor: f64, mut dev: &mut dyn FnMut(), host: &mut dyn FnMut()| {
-                    if o.runs(case) {
-                        let (device, plain) = time_pair(&world, iters, &mut dev, host);
-                        report(case, path, bytes, device, factor, iters);
-                        report(&format!("{case}_host"), "host", bytes, plain, factor, iters);
-                    }
-                };
-            timed(
-                "broadcast",
-                1.0,
-                &mut || synced(c.broadcast(&buf, 0)),
-                &mut || root.broadcast_into(&mut out[..]),
-            );
-            timed(
-                "reduce",
-                1.0,
-                &mut || synced(c.reduce(&buf, ReduceOp::Sum, 0)),
-                &mut || match rank {
-                    0 => root.reduce_into_root(&host[..], &mut out[..], SystemOperation::sum()),
-                    _ => root.reduce_into(&host[..], SystemOperation::sum()),
-                },
-            );
-            timed(
-                "allgather",
-                share,
-                &mut || synced(c.allgather(&part, &gathered)),
-                &mut || world.all_gather_into(&host[..block], &mut all_out[..]),
-            );
-            timed(
-                "reduce_scatter",
-                share,
-                &mut || synced(c.reduce_scatter(&gathered, &scattered, ReduceOp::Sum)),
-                &mut || {
-                    let sum = SystemOperation::sum();
-                    world.reduce_scatter_block_into(&host[..block * n], &mut block_out[..], sum)
-                },
-            );
         }
         bytes *= 4;
     }

@@ -18,6 +18,11 @@
 //! (and of the device's `minStorageBufferOffsetAlignment`), so that a
 //! kernel can bind any of them.
 //!
+//! Where every pair of ranks takes the same-node path
+//! (`Communicator::collective_path`), the collectives of buffers that are
+//! not empty exchange through exported device memory instead, no data
+//! through MPI (`on_node.rs`).
+//!
 //! Failures: everything that can fail on one rank for a reason of its own
 //! (a mapped buffer, a bad length or root, an allocation, loading a kernel)
 //! happens before the header exchange, so every rank learns of it. After
@@ -41,8 +46,9 @@ use crate::header::{self, Failure, Header, Kind};
 use crate::kernels;
 use crate::pipeline;
 use crate::raw;
-use crate::same_node;
 use crate::schedule::{self, Algorithm, Step};
+
+mod on_node;
 
 /// The largest allreduce (in bytes) that takes recursive doubling rather
 /// than the ring, where the number of ranks is a power of two and at least
@@ -266,6 +272,9 @@ impl Communicator {
         let op = "Communicator::broadcast";
         let n = buf.elements();
         let header = Header::new(Kind::Broadcast, T::TYPE, n).root(root);
+        if n > 0 && self.same_node.spans_communicator() {
+            return self.broadcast_same_node(op, buf, root, header);
+        }
         // Every path sends the same pieces, so that ranks on different
         // paths pair.
         let piece = pipeline::piece_len::<T>(n);
@@ -476,119 +485,6 @@ impl Communicator {
         result.keep(self);
         ring.keep(self);
         Ok(())
-    }
-
-    /// `allreduce` where every pair of ranks takes the same-node path
-    /// (`same_node.rs`): each rank copies `buf` into its collective memory
-    /// (exported to every peer, imported by each once per generation), the
-    /// ranks agree (the headers carry the generations), and rank `r`
-    /// reduces chunk `r` of every rank's memory into its own, its own
-    /// operand first and the others' in rank order; every rank then copies
-    /// each chunk from its owner's memory into `buf`, so every rank gets
-    /// the same bits. Two small exchanges of one status byte order the
-    /// phases (descriptors sent, chunks reduced), where a rank whose part
-    /// failed says so and every rank returns an error (`buf` then
-    /// undefined), and a barrier the last (every chunk read) after which a
-    /// rank that could not write `buf` (mapped) returns its own error.
-    fn allreduce_same_node<T: Reducible, B: Buffer<T> + ?Sized>(
-        &self,
-        op: &'static str,
-        buf: &B,
-        reduce: ReduceOp,
-        header: Header,
-    ) -> Result<()> {
-        let (n, size, rank) = (buf.elements(), self.size(), self.rank() as usize);
-        let same_node = &self.same_node;
-        let prepared = self
-            .reducer
-            .kernel::<T>(op, self.context(), reduce)
-            .and_then(|kernel| Ok((kernel, same_node.fill_collective(op, buf.place(), n)?)));
-        let announced = match &prepared {
-            Ok((_, (_, (generation, new)))) => header.in_shared_memory(*generation, *new),
-            Err(_) => header,
-        };
-        let ((kernel, (own, _)), headers) = self.agree_headers(op, announced, prepared)?;
-        let sent = same_node.announce_collective(op, size);
-        // Every rank has sent what it could; the new generations come off
-        // the sockets even where a rank failed, so that they stay in step
-        // with the headers (a rank that could not send all of its own
-        // announces it again next time).
-        let sent = self.all_ok(op, sent);
-        let mut memory = Vec::with_capacity(size as usize);
-        for (q, h) in headers.iter().enumerate() {
-            memory.push(match (q == rank, h.shared_memory()) {
-                (true, _) => Ok(own.clone()),
-                (false, Some(announced)) => same_node.collective_inbox(op, q as i32, announced),
-                (false, None) => Err(Error::Protocol {
-                    op,
-                    peer: q as i32,
-                    detail: "an allreduce header without its shared memory".into(),
-                }),
-            });
-        }
-        let memory: Result<Vec<DeviceBuffer<u8>>> = memory.into_iter().collect();
-        sent?;
-        let chunks = Chunks::contiguous(n, size as usize, self.stride::<T>(n));
-        let reduced = memory.as_ref().map_err(Clone::clone).and_then(|memory| {
-            self.reduce_own_chunk::<T>(op, &kernel, memory, &chunks.ranges[rank], rank)
-        });
-        self.all_ok(op, reduced)?;
-        let memory = memory?;
-        let mut gathered = Ok(());
-        for (q, range) in chunks.ranges.iter().enumerate() {
-            gathered = gathered.and_then(|()| {
-                same_node::shared_part::<T>(op, &memory[q], range, |part| {
-                    (buf.place().copy_into_range(range.start, part.len(), part))
-                        .map_err(Error::device(op))
-                })
-            });
-        }
-        let gathered =
-            gathered.and_then(|()| self.context().synchronize().map_err(Error::device(op)));
-        // Every rank has read every chunk (its own result is this rank's
-        // business only: a destination it could not write, say).
-        raw::barrier(op, self.raw())?;
-        gathered
-    }
-
-    /// Reduces chunk `range` of every rank's collective memory into this
-    /// rank's own (`memory[rank]`), and waits for the device.
-    fn reduce_own_chunk<T: Reducible>(
-        &self,
-        op: &'static str,
-        kernel: &kernels::ReduceKernels,
-        memory: &[DeviceBuffer<u8>],
-        range: &Range<usize>,
-        rank: usize,
-    ) -> Result<()> {
-        same_node::shared_part::<T>(op, &memory[rank], range, |acc| {
-            for other in memory.iter().enumerate().filter(|(q, _)| *q != rank) {
-                same_node::shared_part::<T>(op, other.1, range, |incoming| {
-                    let incoming = kernels::Operand::Device(incoming);
-                    kernels::enqueue_reduce_with(op, self.context(), kernel, acc, incoming)
-                })?;
-            }
-            Ok(())
-        })?;
-        self.context().synchronize().map_err(Error::device(op))
-    }
-
-    /// Every rank's word on its part (`local`): this rank's error first,
-    /// then [`Error::RemoteFailure`] naming the first rank that failed (an
-    /// exchange of one byte per rank, within the timeout).
-    fn all_ok(&self, op: &'static str, local: Result<()>) -> Result<()> {
-        let mut all = vec![0u8; self.size() as usize];
-        raw::allgather(op, self.raw(), &[u8::from(local.is_ok())], &mut all)?;
-        local?;
-        match all.iter().position(|&ok| ok == 0) {
-            Some(failed) => Err(Error::RemoteFailure {
-                op,
-                rank: self.rank(),
-                failed: failed as i32,
-                reason: "a local error on that rank; its own call returned it",
-            }),
-            None => Ok(()),
-        }
     }
 
     /// The algorithm of a reduce-scatter or allgather whose buffer holds
@@ -894,6 +790,9 @@ impl Communicator {
             .reduce(reduce)
             .root(root);
         let trivial = n == 0 || size == 1;
+        if !trivial && self.same_node.spans_communicator() {
+            return self.reduce_same_node(op, (buf, reduce, root), header);
+        }
         if !trivial {
             if let Some(pieces) = self.pipelines::<T>(self.chunked::<T>(n)) {
                 return self.reduce_pipelined(op, (buf, reduce, root), header, pieces);
@@ -962,6 +861,9 @@ impl Communicator {
         let op = "Communicator::allgather";
         let (m, size, rank) = (send.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::Allgather, T::TYPE, m);
+        if m > 0 && self.same_node.spans_communicator() {
+            return self.allgather_same_node(op, (send, recv), header);
+        }
         let checked = check_blocks(op, "recv", recv.elements(), "send", m, size);
         let blocks = (Chunks::blocks(m, size, m), self.algorithm::<T>(m * size));
         if m > 0 && size > 1 {
@@ -1000,6 +902,9 @@ impl Communicator {
         let op = "Communicator::reduce_scatter";
         let (m, size, rank) = (recv.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::ReduceScatter, T::TYPE, m).reduce(reduce);
+        if m > 0 && self.same_node.spans_communicator() {
+            return self.reduce_scatter_same_node(op, (send, recv, reduce), header);
+        }
         let checked = check_blocks(op, "send", send.elements(), "recv", m, size);
         let stride = m.next_multiple_of(self.stride::<T>(1));
         // Halving's steps send runs of blocks, so only blocks with no gap

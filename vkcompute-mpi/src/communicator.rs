@@ -219,7 +219,8 @@ impl Communicator {
     /// Memory: a rank keeps, for each peer it sends to over the path,
     /// exportable device memory as large as its largest message so far
     /// (rounded up to a power of two, at least 64 KiB), and one more as
-    /// large as its largest allreduce on the path; the peers' imports of
+    /// large as its largest collective on the path (a reduce_scatter's
+    /// blocks rounded up to the binding alignment); the peers' imports of
     /// it are the same memory, not copies. It is freed with the
     /// communicator.
     pub fn with_same_node(
@@ -296,9 +297,8 @@ impl Communicator {
     /// into the memory it owns when the header arrives, and lands it when
     /// it completes, as for a message over MPI). [`isend`](Self::isend)
     /// copies its buffer to host memory at once and sends it over MPI.
-    /// [`allreduce`](Self::allreduce) takes the path where every pair does
-    /// ([`allreduce_path`](Self::allreduce_path)); the other collectives
-    /// travel over MPI.
+    /// The collectives take the path where every pair does
+    /// ([`collective_path`](Self::collective_path)).
     pub fn path_to(&self, peer: i32) -> Result<Path> {
         self.check_rank("Communicator::path_to", peer)?;
         Ok(if self.same_node.is_peer(peer) {
@@ -317,17 +317,48 @@ impl Communicator {
         }
     }
 
-    /// The path [`allreduce`](Self::allreduce) takes: [`Path::SameNode`]
-    /// where every pair of ranks of the communicator takes the same-node
-    /// path (the same on every rank; logged with the paths), else how
-    /// this rank's buffers meet MPI ([`Path::Direct`] or [`Path::Staged`]).
-    /// The other collectives always travel over MPI.
-    pub fn allreduce_path(&self) -> Path {
+    /// The path the collectives take ([`broadcast`](Self::broadcast),
+    /// [`allreduce`](Self::allreduce), [`reduce`](Self::reduce),
+    /// [`allgather`](Self::allgather) and
+    /// [`reduce_scatter`](Self::reduce_scatter), of buffers that are not
+    /// empty, over two ranks or more): [`Path::SameNode`] where every pair
+    /// of ranks of the communicator takes the same-node path (the same on
+    /// every rank; logged with the paths), else how this rank's buffers
+    /// meet MPI ([`Path::Direct`] or [`Path::Staged`]).
+    ///
+    /// On the same-node path each rank copies its input on the device into
+    /// memory it exports to every peer, and the ranks read each other's
+    /// on their devices: the root's for a broadcast; for allreduce and
+    /// reduce, rank `r` reduces chunk `r` of every rank's memory (its own
+    /// operand first, then rank order: every rank gets the same bits) and
+    /// the ranks (for reduce, the root) copy the chunks out; for allgather
+    /// each copies every rank's block; for reduce_scatter rank `r` reduces
+    /// block `r` of every rank's memory. MPI carries the headers and a few
+    /// status bytes only, no data.
+    pub fn collective_path(&self) -> Path {
         if self.same_node.spans_communicator() {
             Path::SameNode
         } else {
             self.mpi_path()
         }
+    }
+
+    /// The path [`allreduce`](Self::allreduce) takes: [`Path::SameNode`]
+    /// where every pair of ranks of the communicator takes the same-node
+    /// path (the same on every rank; logged with the paths), else how
+    /// this rank's buffers meet MPI ([`Path::Direct`] or [`Path::Staged`]).
+    /// The same as [`collective_path`](Self::collective_path): every
+    /// collective takes the path where allreduce does.
+    pub fn allreduce_path(&self) -> Path {
+        self.collective_path()
+    }
+
+    /// How many collectives of this communicator took the same-node path
+    /// (those whose ranks agreed on it), for the tests that check
+    /// [`collective_path`](Self::collective_path).
+    #[doc(hidden)]
+    pub fn same_node_collectives(&self) -> u64 {
+        self.same_node.collectives()
     }
 
     /// This rank's number in the communicator.

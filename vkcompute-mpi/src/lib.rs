@@ -33,13 +33,18 @@
 //!   kept for later messages), and the receiver copies it out on its
 //!   device; MPI carries only the header and the answer. `recv` and
 //!   `irecv` receive such messages. Where every pair of the communicator
-//!   takes the path, so does `allreduce`
-//!   ([`Communicator::allreduce_path`]): each rank copies its buffer into
-//!   memory exported to all, rank `r` reduces chunk `r` of every rank's
-//!   memory with the crate's kernels, and every rank copies the reduced
-//!   chunks out. `isend` and the other collectives travel over MPI as
-//!   below. By default ([`SameNodePolicy::Auto`]) a pair whose
-//!   device buffers both map directly keeps to MPI, which moves mapped
+//!   takes the path, so do the collectives of buffers that are not empty
+//!   ([`Communicator::collective_path`]): each rank copies its input into
+//!   memory exported to all, and the ranks read each other's on their
+//!   devices. In a broadcast the others copy the root's out; in
+//!   `allreduce` rank `r` reduces chunk `r` of every rank's memory with
+//!   the crate's kernels and every rank (in `reduce`, the root) copies
+//!   the reduced chunks out; in `allgather` each copies every rank's
+//!   block out; in `reduce_scatter` rank `r` reduces block `r` of every
+//!   rank's memory into its `recv`. MPI carries the headers and a few
+//!   status bytes. `isend` travels over MPI as below. By default
+//!   ([`SameNodePolicy::Auto`]) a pair whose device buffers both map
+//!   directly keeps to MPI, which moves mapped
 //!   memory in one copy (measured faster on lavapipe than two device
 //!   copies); [`Communicator::with_same_node`] or
 //!   `VKCOMPUTE_MPI_SAME_NODE` ([`SAME_NODE_VAR`]: `0`, `always`) choose.
@@ -60,7 +65,7 @@
 //! travels in pieces through host buffers of one piece each, each piece's
 //! copies and reduction kernel overlapping the transfer of the others
 //! (allreduce in place in a device buffer the kernels can bind there).
-//! Smaller collectives stage their buffer whole.
+//! Smaller collectives stage their buffer whole over MPI.
 //!
 //! The reductions and gathers choose their algorithm by size, alike on
 //! every rank: on 4, 8, ... ranks recursive doubling for an allreduce of

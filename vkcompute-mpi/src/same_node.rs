@@ -39,6 +39,12 @@
 //! the device and answers: only then may the sender write the memory
 //! again.
 //!
+//! **A collective** (where every pair of the communicator takes the path,
+//! `spans_communicator`; `collective/on_node.rs`): each rank keeps one
+//! more exported memory, its collective memory, which every peer imports
+//! (`fill_collective`, `announce_collective`, `collective_inbox`); the
+//! headers of the collective carry its generation.
+//!
 //! The receiver trusts its peer as it trusts MPI's bytes: the peer is a
 //! rank of the same job, and what it sends over the socket is an export
 //! of `DeviceBuffer::export_fd` with that export's description.
@@ -53,6 +59,7 @@ use std::mem::size_of;
 use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -78,7 +85,9 @@ pub enum Path {
     /// imports (same node, same device, opaque file descriptors): one
     /// device copy on each side, and MPI carries only a header and an
     /// answer. Taken by blocking [`send`](crate::Communicator::send) and
-    /// received by `recv` and `irecv`.
+    /// received by `recv` and `irecv`; taken by the collectives where every
+    /// pair of the communicator takes it
+    /// ([`Communicator::collective_path`](crate::Communicator::collective_path)).
     SameNode,
     /// Through MPI, which reads and writes a device buffer's mapping where
     /// it lies ([`Communicator::maps_device_memory`](crate::Communicator::maps_device_memory)).
@@ -279,8 +288,10 @@ pub(crate) struct SameNode {
     outboxes: Mutex<HashMap<i32, Outbox>>,
     inboxes: Mutex<HashMap<i32, Inbox>>,
     /// Whether every pair of the communicator takes the path (then the
-    /// allreduce does too); the same on every rank.
+    /// collectives do too); the same on every rank.
     whole: bool,
+    /// The collectives that took the path (`collective/on_node.rs`).
+    collectives: AtomicU64,
     /// This rank's memory for the collectives, exported to every peer.
     shared: Mutex<Option<Outbox>>,
     /// Every peer's collective memory, imported.
@@ -504,7 +515,7 @@ impl SameNode {
                 others.join("; ")
             },
             if whole {
-                "; allreduce on it too (every pair takes it)"
+                "; the collectives on it too (every pair takes it)"
             } else {
                 ""
             }
@@ -515,6 +526,7 @@ impl SameNode {
             outboxes: Mutex::new(HashMap::new()),
             inboxes: Mutex::new(HashMap::new()),
             whole,
+            collectives: AtomicU64::new(0),
             shared: Mutex::new(None),
             collective_inboxes: Mutex::new(HashMap::new()),
         })
@@ -560,7 +572,9 @@ impl SameNode {
             .remove(&dest);
         let mut outbox = self.at_least(op, kept, bytes)?;
         let result = self
-            .fill(op, &mut outbox, place, len)
+            .fill(op, &mut outbox, len, |part| {
+                place.copy_range_to(0, len, part)
+            })
             .and_then(|()| self.announce(op, &mut outbox, dest));
         let generation = outbox.generation;
         self.outboxes
@@ -599,14 +613,15 @@ impl SameNode {
         }
     }
 
-    /// Copies `place` into `outbox` between an acquire (where it was
-    /// released) and a release of the memory, and waits for the device.
+    /// Writes the first `len` elements (of `T`) of `outbox` with `write`
+    /// (given a view of them) between an acquire (where it was released)
+    /// and a release of the memory, and waits for the device.
     fn fill<T: Element>(
         &self,
         op: &'static str,
         outbox: &mut Outbox,
-        place: Place<'_, T>,
         len: usize,
+        write: impl FnOnce(&DeviceBuffer<T>) -> vkcompute::Result<()>,
     ) -> Result<()> {
         let memory = &outbox.memory;
         if outbox.released {
@@ -616,11 +631,7 @@ impl SameNode {
         let part = memory
             .create_sub_buffer::<T>(0, len)
             .map_err(Error::device(op))?;
-        match place {
-            Place::Device(b) => part.enqueue_copy_from(b),
-            Place::Host(b) => part.enqueue_copy_from(b),
-        }
-        .map_err(Error::device(op))?;
+        write(&part).map_err(Error::device(op))?;
         (memory.enqueue_release_to_external()).map_err(Error::device(op))?;
         outbox.released = true;
         self.ctx.synchronize().map_err(Error::device(op))
@@ -752,22 +763,33 @@ impl SameNode {
     }
 
     /// Whether every pair of the communicator takes the path, so that the
-    /// allreduce takes it too (the same answer on every rank).
+    /// collectives take it too (the same answer on every rank).
     pub(crate) fn spans_communicator(&self) -> bool {
         self.whole
     }
 
-    /// Copies the `len` elements of `place` into this rank's collective
-    /// memory (made, or grown, first), between an acquire and a release,
-    /// and waits for the device. Returns the memory and `(generation,
-    /// new)` for the header; a new generation goes to the peers with
+    /// Counts a collective that took the path (the ranks agreed on it).
+    pub(crate) fn count_collective(&self) {
+        self.collectives.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The collectives that took the path so far.
+    pub(crate) fn collectives(&self) -> u64 {
+        self.collectives.load(Ordering::Relaxed)
+    }
+
+    /// Writes the first `len` elements (of `T`) of this rank's collective
+    /// memory (made, or grown, first) with `write` (given a view of them),
+    /// between an acquire and a release, and waits for the device. Returns
+    /// the memory and `(generation, new)` for the header; a new generation
+    /// goes to the peers with
     /// [`announce_collective`](Self::announce_collective) once the ranks
     /// agree.
     pub(crate) fn fill_collective<T: Element>(
         &self,
         op: &'static str,
-        place: Place<'_, T>,
         len: usize,
+        write: impl FnOnce(&DeviceBuffer<T>) -> vkcompute::Result<()>,
     ) -> Result<(DeviceBuffer<u8>, (u32, bool))> {
         let kept = self
             .shared
@@ -775,7 +797,7 @@ impl SameNode {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         let mut outbox = self.at_least(op, kept, len * size_of::<T>())?;
-        let filled = self.fill(op, &mut outbox, place, len);
+        let filled = self.fill(op, &mut outbox, len, write);
         let announced = (outbox.generation, !outbox.announced);
         let memory = outbox.memory.clone();
         *self.shared.lock().unwrap_or_else(PoisonError::into_inner) = Some(outbox);

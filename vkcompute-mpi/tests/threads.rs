@@ -1,11 +1,17 @@
 //! Threads under real MPI (Open MPI's `mpirun`, 2 ranks on localhost):
 //!
 //! - `multiple`: MPI initialised with `MPI_THREAD_MULTIPLE`; where MPI
-//!   provides it (`Communicator::thread_level`), two threads per rank each
-//!   run allreduces and send/recv pairs on their own communicator (two
-//!   duplicates of the world, one moved to the second thread), at the same
-//!   time, each result checked against a CPU reference. Where MPI provides
-//!   less, the moved communicator must refuse instead (`WrongThread`).
+//!   provides it (`Communicator::thread_level`), three threads per rank
+//!   each run collectives (allreduce, broadcast, allgather,
+//!   reduce_scatter, reduce) and send/recv pairs on their own
+//!   communicator (three duplicates of the world, two moved to other
+//!   threads, each with a context of its own): the main thread's made by
+//!   `Communicator::new` (over MPI on lavapipe, whose buffers map
+//!   directly), the other two with the same-node path asked for
+//!   (`SameNodePolicy::Always`: two communicators' shared memory and
+//!   sockets in use at once), at the same time, each result checked
+//!   against a CPU reference. Where MPI provides less, the moved
+//!   communicator must refuse instead (`WrongThread`).
 //! - `funneled`: MPI initialised with `MPI_THREAD_FUNNELED`: a
 //!   communicator moved to another thread refuses every operation there
 //!   (`Error::WrongThread`, before any MPI call) and works again once
@@ -24,7 +30,7 @@ use std::process::{Command, ExitCode};
 
 use mpi::Threading;
 use vkcompute::{ContextOptions, DeviceContext};
-use vkcompute_mpi::{Communicator, Error, ReduceOp};
+use vkcompute_mpi::{Communicator, Error, Path, ReduceOp, SameNodePolicy};
 
 fn main() -> ExitCode {
     match std::env::var("VKCOMPUTE_MPI_THREADS") {
@@ -70,8 +76,57 @@ fn context() -> DeviceContext {
     .expect("a validated lavapipe context")
 }
 
-/// `rounds` allreduces (sum of `rank + salt + round` over the ranks) and
-/// send/recv pairs (rank 0 to 1) on `comm`, each checked.
+/// Fails with `what` and the first element of `got` that is not `want(i)`.
+fn check(what: &str, got: &[u32], want: impl Fn(usize) -> u32) -> Result<(), String> {
+    match got.iter().enumerate().find(|(i, v)| **v != want(*i)) {
+        Some((i, v)) => Err(format!("{what}: element {i} is {v}, expected {}", want(i))),
+        None => Ok(()),
+    }
+}
+
+/// A broadcast from rank 1, an allgather, a reduce_scatter (sum) and a
+/// reduce (max, to rank 0) of `len` elements on `comm`, each checked:
+/// rank `r` contributes `r + salt` (the allgather `r * salt + i`).
+fn other_collectives(comm: &Communicator, salt: u32, len: usize) -> Result<(), String> {
+    let ctx = comm.context();
+    let (rank, size) = (comm.rank() as u32, comm.size() as u32);
+    let filled = |len: usize, value: u32| {
+        let buf = ctx.enqueue_create_buffer::<u32>(len).unwrap();
+        buf.enqueue_fill(value).unwrap();
+        buf
+    };
+    let buf = filled(len, rank + salt);
+    comm.broadcast(&buf, 1)
+        .map_err(|e| format!("broadcast: {e}"))?;
+    check("broadcast", &buf.to_vec().unwrap(), |_| 1 + salt)?;
+    let mine: Vec<u32> = (0..len as u32).map(|i| rank * salt + i).collect();
+    let send = ctx.enqueue_create_buffer::<u32>(len).unwrap();
+    send.enqueue_copy_from(&mine[..]).unwrap();
+    let all = filled(len * size as usize, 0);
+    comm.allgather(&send, &all)
+        .map_err(|e| format!("allgather: {e}"))?;
+    check("allgather", &all.to_vec().unwrap(), |i| {
+        (i / len) as u32 * salt + (i % len) as u32
+    })?;
+    let spread = filled(len * size as usize, rank + salt);
+    comm.reduce_scatter(&spread, &buf, ReduceOp::Sum)
+        .map_err(|e| format!("reduce_scatter: {e}"))?;
+    let total = (0..size).map(|r| r + salt).sum::<u32>();
+    check("reduce_scatter", &buf.to_vec().unwrap(), |_| total)?;
+    let mine = filled(len, rank + salt);
+    comm.reduce(&mine, ReduceOp::Max, 0)
+        .map_err(|e| format!("reduce: {e}"))?;
+    let want = if rank == 0 {
+        size - 1 + salt
+    } else {
+        rank + salt
+    };
+    check("reduce", &mine.to_vec().unwrap(), |_| want)
+}
+
+/// `rounds` allreduces (sum of `rank + salt + round` over the ranks), the
+/// other collectives (`other_collectives`) and send/recv pairs (rank 0
+/// to 1) on `comm`, each checked.
 fn exercise(comm: &Communicator, salt: u32, rounds: u32) -> Result<(), String> {
     let ctx = comm.context();
     let (rank, size) = (comm.rank() as u32, comm.size() as u32);
@@ -82,13 +137,12 @@ fn exercise(comm: &Communicator, salt: u32, rounds: u32) -> Result<(), String> {
         comm.allreduce(&buf, ReduceOp::Sum)
             .map_err(|e| format!("allreduce: {e}"))?;
         let want = (0..size).map(|r| r + salt + round).sum::<u32>();
-        let got = buf.to_vec().unwrap();
-        if let Some(i) = got.iter().position(|v| *v != want) {
-            return Err(format!(
-                "allreduce round {round}: element {i} is {}, expected {want}",
-                got[i]
-            ));
-        }
+        check(
+            &format!("allreduce round {round}"),
+            &buf.to_vec().unwrap(),
+            |_| want,
+        )?;
+        other_collectives(comm, salt + round, len)?;
         let msg = ctx.enqueue_create_buffer::<u32>(len).unwrap();
         if rank == 0 {
             msg.enqueue_copy_from(&(0..len as u32).map(|i| i ^ salt).collect::<Vec<_>>()[..])
@@ -103,6 +157,27 @@ fn exercise(comm: &Communicator, salt: u32, rounds: u32) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `exercise`, then the name of the path the collectives took
+/// (`collective_path`), checked against the count of those that took the
+/// same-node path: all five of each round there, none elsewhere.
+fn exercise_on_its_path(comm: &Communicator, salt: u32, rounds: u32) -> Result<String, String> {
+    let before = comm.same_node_collectives();
+    exercise(comm, salt, rounds)?;
+    let taken = comm.same_node_collectives() - before;
+    let path = comm.collective_path();
+    let want = if path == Path::SameNode {
+        5 * u64::from(rounds)
+    } else {
+        0
+    };
+    if taken != want {
+        return Err(format!(
+            "{taken} collectives on the same-node path, expected {want} ({path:?})"
+        ));
+    }
+    Ok(path.name().to_string())
 }
 
 fn wrong_thread<T: std::fmt::Debug>(what: &str, r: vkcompute_mpi::Result<T>) -> Result<(), String> {
@@ -150,23 +225,39 @@ fn rank_main(case: &str) -> ExitCode {
             ));
         }
         if provided == Threading::Multiple {
-            let ctx2 = context();
-            let log2 = ctx2.validation_log();
-            let second = Communicator::new(&world, &ctx2).expect("a second communicator");
-            let other = std::thread::spawn(move || {
-                let r = exercise(&second, 1000, 20);
-                drop(second);
-                ctx2.synchronize().unwrap();
-                r.and_then(|()| match log2.messages() {
-                    m if m.is_empty() => Ok(()),
-                    m => Err(format!("validation messages: {m:?}")),
+            // Made here, in the same order on every rank, before any thread
+            // starts (the validation layer of Debian 12 can crash when a
+            // device is made while another thread records commands), then
+            // moved to threads of their own.
+            let made = [1000, 2000].map(|salt| {
+                let ctx = context();
+                let policy = SameNodePolicy::Always;
+                let comm = Communicator::with_same_node(&world, &ctx, policy)
+                    .expect("a communicator on the same-node path");
+                (salt, ctx, comm)
+            });
+            let others = made.map(|(salt, ctx, comm)| {
+                let log = ctx.validation_log();
+                std::thread::spawn(move || {
+                    let r = exercise_on_its_path(&comm, salt, 20);
+                    drop(comm);
+                    ctx.synchronize().unwrap();
+                    r.and_then(|path| match log.messages() {
+                        m if m.is_empty() => Ok(path),
+                        m => Err(format!("validation messages: {m:?}")),
+                    })
                 })
             });
-            let mine = exercise(&comm, 0, 20);
-            let theirs = other.join().unwrap();
-            mine.map_err(|e| format!("main thread: {e}"))?;
-            theirs.map_err(|e| format!("second thread: {e}"))?;
-            return Ok(format!("{provided:?}: two threads, 20 rounds each"));
+            let mut paths =
+                vec![exercise_on_its_path(&comm, 0, 20).map_err(|e| format!("main thread: {e}"))?];
+            for (k, other) in others.into_iter().enumerate() {
+                let theirs = other.join().unwrap();
+                paths.push(theirs.map_err(|e| format!("thread {} (Always): {e}", k + 1))?);
+            }
+            return Ok(format!(
+                "{provided:?}: three threads, 20 rounds each; the collectives' paths: {}",
+                paths.join(", ")
+            ));
         }
         let comm = refused_elsewhere(comm)?;
         comm.barrier()

@@ -3,6 +3,26 @@
 
 use super::*;
 
+/// The checks of broadcast, reduce, allgather and reduce_scatter, and of
+/// mismatched collectives (run on every path; allreduce's are
+/// `allreduces`).
+pub(crate) fn collectives_but_allreduce() -> Vec<Named> {
+    vec![
+        ("broadcast_matches_root", broadcast_matches_root),
+        ("reduce_to_each_root", reduce_to_each_root),
+        ("allgather_blocks", allgather_blocks),
+        ("reduce_scatter_blocks", reduce_scatter_blocks),
+        (
+            "collective_mismatch_fails_on_every_rank",
+            collective_mismatch_fails_on_every_rank,
+        ),
+        (
+            "collective_bad_length_fails_on_every_rank",
+            collective_bad_length_fails_on_every_rank,
+        ),
+    ]
+}
+
 pub(crate) fn barrier_returns(t: &Ranks) -> Check {
     ok("barrier", t.comm.barrier())
 }
@@ -501,7 +521,11 @@ pub(crate) fn allreduce_with_borrowed_host_buffer(t: &Ranks) -> Check {
 /// Whether `result` is the failure a buffer mapped on rank `holder` gives:
 /// vkcompute's error there (`holds`: this is that rank), `RemoteFailure`
 /// naming it elsewhere.
-fn fails_for_mapping(holds: bool, holder: i32, result: &vkcompute_mpi::Result<()>) -> bool {
+pub(crate) fn fails_for_mapping(
+    holds: bool,
+    holder: i32,
+    result: &vkcompute_mpi::Result<()>,
+) -> bool {
     match (holds, result) {
         (true, Err(e)) => e.to_string().contains("mapped"),
         (false, Err(Error::RemoteFailure { failed, reason, .. })) => {

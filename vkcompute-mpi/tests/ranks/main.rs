@@ -13,8 +13,8 @@
 //! Every check runs on a communicator that takes the same-node path
 //! wherever the ranks can (`SameNodePolicy::Always`; `same_node.rs` checks
 //! which they take, under each policy), and the checks of blocking sends
-//! and of allreduce (which take the path) again on one with it off, over
-//! MPI.
+//! and of the collectives (which take the path) again on one with it off,
+//! over MPI.
 //!
 //! `VKCOMPUTE_MPI_LARGE=0` leaves out the 64 MiB cases;
 //! `VKCOMPUTE_MPI_CHECKS=word,...` runs only the checks whose names hold
@@ -38,11 +38,13 @@ type Check = Result<(), String>;
 type Named = (&'static str, fn(&Ranks) -> Check);
 
 mod collectives;
+mod on_node;
 mod p2p;
 mod requests;
 mod same_node;
 
 use collectives::*;
+use on_node::*;
 use p2p::*;
 use requests::*;
 use same_node::*;
@@ -160,20 +162,10 @@ fn rank_main() -> ExitCode {
             ),
         ];
         checks.extend(blocking_sends());
+        checks.push(("barrier_returns", barrier_returns));
+        checks.extend(collectives_but_allreduce());
+        checks.extend(on_node_collectives(large));
         let rest: Vec<Named> = vec![
-            ("barrier_returns", barrier_returns),
-            ("broadcast_matches_root", broadcast_matches_root),
-            ("reduce_to_each_root", reduce_to_each_root),
-            ("allgather_blocks", allgather_blocks),
-            ("reduce_scatter_blocks", reduce_scatter_blocks),
-            (
-                "collective_mismatch_fails_on_every_rank",
-                collective_mismatch_fails_on_every_rank,
-            ),
-            (
-                "collective_bad_length_fails_on_every_rank",
-                collective_bad_length_fails_on_every_rank,
-            ),
             ("isend_irecv_lengths_and_ends", isend_irecv_lengths_and_ends),
             (
                 "blocking_and_nonblocking_ends_pair",
