@@ -14,7 +14,7 @@ use crate::header::{Failure, Header, Kind, HEADER_BYTES};
 use crate::kernels::Reducer;
 use crate::message::{Incoming, Outgoing};
 use crate::raw::{self, Comm};
-use crate::same_node::{self, Path, SameNode, SameNodePolicy};
+use crate::same_node::{self, Lent, Path, SameNode, SameNodePolicy};
 use crate::threads::{OwnedComm, ThreadRule};
 
 /// The largest tag [`Communicator::send`] and [`Communicator::recv`] take.
@@ -216,13 +216,14 @@ impl Communicator {
     /// A pair whose socket cannot be connected takes the other paths, on
     /// both ends.
     ///
-    /// Memory: a rank keeps, for each peer it sends to over the path,
-    /// exportable device memory as large as its largest message so far
-    /// (rounded up to a power of two, at least 64 KiB), and one more as
-    /// large as its largest collective on the path (a reduce_scatter's
-    /// blocks rounded up to the binding alignment); the peers' imports of
-    /// it are the same memory, not copies. It is freed with the
-    /// communicator.
+    /// Memory: a rank keeps, for each peer it sends to over the path, one
+    /// exportable device memory per message that was under way to it at
+    /// once (one for blocking sends; up to four with `isend`s), each as
+    /// large as the largest message it held (rounded up to a power of
+    /// two, at least 64 KiB), and one more as large as its largest
+    /// collective on the path (a reduce_scatter's blocks rounded up to
+    /// the binding alignment); the peers' imports of it are the same
+    /// memory, not copies. It is freed with the communicator.
     pub fn with_same_node(
         comm: &impl mpi::traits::Communicator,
         ctx: &DeviceContext,
@@ -291,13 +292,16 @@ impl Communicator {
     /// [`Path::Staged`]. For `peer` this rank itself, how its buffers meet
     /// MPI: `Direct` or `Staged`.
     ///
-    /// What takes the same-node path: a blocking [`send`](Self::send) of a
-    /// non-empty buffer, received by [`recv`](Self::recv) or
-    /// [`irecv`](Self::irecv) (which copies it out of the shared memory
-    /// into the memory it owns when the header arrives, and lands it when
-    /// it completes, as for a message over MPI). [`isend`](Self::isend)
-    /// copies its buffer to host memory at once and sends it over MPI.
-    /// The collectives take the path where every pair does
+    /// What takes the same-node path: [`send`](Self::send) and
+    /// [`isend`](Self::isend) of a non-empty buffer, received by
+    /// [`recv`](Self::recv) or [`irecv`](Self::irecv) (which copies it
+    /// out of the shared memory into the memory it owns when the header
+    /// arrives, and lands it when it completes, as for a message over
+    /// MPI). A rank keeps up to four exported memories per peer, each
+    /// holding one message until the receiver has copied it out: a
+    /// message sent while all four hold `isend`s under way travels over
+    /// MPI instead (the receiver takes either). The collectives take the
+    /// path where every pair does
     /// ([`collective_path`](Self::collective_path)).
     pub fn path_to(&self, peer: i32) -> Result<Path> {
         self.check_rank("Communicator::path_to", peer)?;
@@ -359,6 +363,15 @@ impl Communicator {
     #[doc(hidden)]
     pub fn same_node_collectives(&self) -> u64 {
         self.same_node.collectives()
+    }
+
+    /// How many point-to-point messages this communicator sent through
+    /// memory exported to the receiver ([`send`](Self::send) and
+    /// [`isend`](Self::isend) on the same-node path), for the tests that
+    /// check which messages take it.
+    #[doc(hidden)]
+    pub fn same_node_sends(&self) -> u64 {
+        self.same_node.sends()
     }
 
     /// This rank's number in the communicator.
@@ -550,8 +563,10 @@ impl Communicator {
     /// through pinned host memory, the copy of each piece overlapping the
     /// transfer of the one before. To a peer on the same-node path
     /// ([`path_to`](Self::path_to) is [`Path::SameNode`]), a non-empty
-    /// buffer is copied on the device into memory exported to the peer,
-    /// and the receiver copies it out on its device before it answers.
+    /// buffer is copied on the device into memory exported to the peer
+    /// (over MPI where all the memory kept for the peer holds `isend`s
+    /// under way), and the receiver copies it out on its device before it
+    /// answers.
     ///
     /// Errors: a receiver that expects another type or length makes
     /// [`Error::Mismatch`] on both ranks; a mapped buffer is vkcompute's
@@ -568,8 +583,9 @@ impl Communicator {
         let len = buf.elements();
         let header = Header::new(Kind::Send, T::TYPE, len)
             .pieces(self.piece_elements::<T>() * size_of::<T>());
-        if len > 0 && self.same_node.is_peer(dest) {
-            return self.send_shared::<T>(op, buf.place(), (dest, tag), header);
+        let staged = self.stage_shared(op, buf.place(), len, dest);
+        if let Some(lent) = self.prepared_or_told(op, staged, header, (dest, tag))? {
+            return self.send_shared::<T>(op, lent, (dest, tag), header);
         }
         let prepared = Outgoing::prepare(self, op, buf.place(), self.piece_elements::<T>());
         let outgoing = self.prepared_or_told(op, prepared, header, (dest, tag))?;
@@ -630,32 +646,45 @@ impl Communicator {
         Header::from_bytes(answer).refusal(op, (self.rank, dest), (len, T::TYPE))
     }
 
-    /// [`send`](Self::send) over the same-node path: the data goes into
-    /// the memory exported to `dest` (the device waited for) before the
-    /// header goes out, and the receiver's answer says that it has copied
-    /// the data out (or refuses the message).
-    fn send_shared<T: Element>(
+    /// The `len` elements of `place` copied on the device into an outbox
+    /// exported to `dest` (the device waited for), its descriptor sent
+    /// where new, where `dest` is on the same-node path and the message is
+    /// not empty; `None` where the message travels over MPI (another path,
+    /// an empty message, or every outbox for `dest` lent to messages under
+    /// way). An error: nothing went out but a descriptor; the caller sends
+    /// a failed header.
+    pub(crate) fn stage_shared<T: Element>(
         &self,
         op: &'static str,
         place: Place<'_, T>,
+        len: usize,
+        dest: i32,
+    ) -> Result<Option<Lent>> {
+        if len == 0 || !self.same_node.is_peer(dest) {
+            return Ok(None);
+        }
+        SameNode::stage_out(&self.same_node, op, place, len, dest)
+    }
+
+    /// [`send`](Self::send) over the same-node path: the data is in the
+    /// outbox `lent` (the device waited for) before the header goes out,
+    /// and the receiver's answer says that it has copied the data out (or
+    /// refuses the message); the outbox goes back with the answer (and is
+    /// given up without one: an MPI error).
+    fn send_shared<T: Element>(
+        &self,
+        op: &'static str,
+        lent: Lent,
         (dest, tag): (i32, i32),
         header: Header,
     ) -> Result<()> {
         let comm = self.raw();
-        let len = header.len();
-        let staged = self.same_node.stage_out(op, place, len, dest);
-        let (generation, new) = self.prepared_or_told(op, staged, header, (dest, tag))?;
-        let header = header.in_shared_memory(generation, new);
+        let header = header.in_shared_memory(lent.shared());
         raw::send(op, comm, header.bytes(), dest, tag)?;
         let mut answer = [0u8; HEADER_BYTES];
         raw::recv(op, comm, &mut answer, dest, ACK_TAGS + tag)?;
-        let refused = self.refusal::<T>(op, dest, len, &answer);
-        if refused.is_err() {
-            // The receiver may not have imported the memory (its import
-            // failed, or it refused before): the next message sends it
-            // again, and the receiver replaces whatever it holds.
-            self.same_node.announce_again(dest);
-        }
+        let refused = self.refusal::<T>(op, dest, header.len(), &answer);
+        lent.answered(refused.is_err());
         refused
     }
 

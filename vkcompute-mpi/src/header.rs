@@ -12,17 +12,30 @@ use crate::raw::{self, Comm};
 
 /// "vkMP", little-endian: a header of this crate.
 const MAGIC: u32 = 0x504d_6b76;
-/// The protocol's version; ranks of other versions are refused.
-const VERSION: u32 = 2;
+/// The protocol's version; ranks of other versions are refused (3: the
+/// header names the sender's outbox, `Header::outbox`).
+const VERSION: u32 = 3;
 
 /// `Header::shared` of a message whose data travels over MPI.
 const OVER_MPI: u32 = 0;
-/// `Header::shared` of a message in the sender's shared memory of
-/// `generation`, which the receiver imported already.
+/// `Header::shared` of a message in the sender's shared memory (outbox
+/// `outbox`) of `generation`, which the receiver imported already.
 const SHARED_KNOWN: u32 = 1;
 /// `Header::shared` of a message in the sender's shared memory of a new
 /// `generation`, whose descriptor went over the node-local socket first.
 const SHARED_NEW: u32 = 2;
+
+/// Where a message's data lies on the same-node path (`same_node.rs`):
+/// in the sender's exported memory `outbox` (one of those it keeps for
+/// the receiver, or its collective memory) of `generation`, whose
+/// descriptor went over the node-local socket before the header where
+/// `new`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SharedMemory {
+    pub(crate) outbox: u32,
+    pub(crate) generation: u32,
+    pub(crate) new: bool,
+}
 
 /// The operation a header belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +149,10 @@ pub(crate) struct Header {
     shared: u32,
     /// The generation of that memory (the sender replaces it when it grows).
     generation: u32,
+    /// Which of the sender's exported memories (`SharedMemory::outbox`).
+    outbox: u32,
+    /// Zero (the header's size stays a multiple of 8 bytes).
+    reserved: u32,
 }
 
 /// The size of a header on the wire.
@@ -157,6 +174,8 @@ impl Header {
             piece_bytes: 0,
             shared: OVER_MPI,
             generation: 0,
+            outbox: 0,
+            reserved: 0,
         }
     }
 
@@ -178,12 +197,12 @@ impl Header {
         self
     }
 
-    /// With the data in the sender's exported memory of `generation`,
-    /// whose descriptor went to the receiver just before this header where
-    /// `new` (the same-node path).
-    pub(crate) fn in_shared_memory(mut self, generation: u32, new: bool) -> Header {
-        self.shared = if new { SHARED_NEW } else { SHARED_KNOWN };
-        self.generation = generation;
+    /// With the data in the sender's exported memory `shared` (the
+    /// same-node path).
+    pub(crate) fn in_shared_memory(mut self, shared: SharedMemory) -> Header {
+        self.shared = if shared.new { SHARED_NEW } else { SHARED_KNOWN };
+        self.generation = shared.generation;
+        self.outbox = shared.outbox;
         self
     }
 
@@ -194,16 +213,17 @@ impl Header {
         self
     }
 
-    /// `(generation, new)` where the data is in the sender's shared memory
-    /// (see [`in_shared_memory`](Self::in_shared_memory)); `None` where it
+    /// Where the data is in the sender's shared memory (see
+    /// [`in_shared_memory`](Self::in_shared_memory)); `None` where it
     /// travels over MPI. An unknown code is read as shared and new, so
-    /// that the receiver's check of the socket refuses it.
-    pub(crate) fn shared_memory(&self) -> Option<(u32, bool)> {
-        match self.shared {
-            OVER_MPI => None,
-            SHARED_KNOWN => Some((self.generation, false)),
-            _ => Some((self.generation, true)),
-        }
+    /// that the receiver's look for its descriptor on the socket refuses
+    /// it.
+    pub(crate) fn shared_memory(&self) -> Option<SharedMemory> {
+        (self.shared != OVER_MPI).then_some(SharedMemory {
+            outbox: self.outbox,
+            generation: self.generation,
+            new: self.shared != SHARED_KNOWN,
+        })
     }
 
     /// The elements of the request.
@@ -419,19 +439,24 @@ mod tests {
         let back = Header::from_bytes(&wire);
         assert!(back.accepts(&h) && back.piece_bytes() == 4096);
         assert_eq!(back.shared_memory(), None);
+        let at = |outbox, generation, new| SharedMemory {
+            outbox,
+            generation,
+            new,
+        };
         let shared = Header::from_bytes(
-            h.in_shared_memory(7, true)
+            h.in_shared_memory(at(3, 7, true))
                 .bytes()
                 .try_into()
                 .expect("a header's bytes"),
         );
-        assert_eq!(shared.shared_memory(), Some((7, true)));
+        assert_eq!(shared.shared_memory(), Some(at(3, 7, true)));
         assert_eq!(
-            h.in_shared_memory(8, false).shared_memory(),
-            Some((8, false))
+            h.in_shared_memory(at(0, 8, false)).shared_memory(),
+            Some(at(0, 8, false))
         );
         assert_eq!(
-            h.in_shared_memory(9, true)
+            h.in_shared_memory(at(1, 9, true))
                 .failed(Failure::Local)
                 .shared_memory(),
             None

@@ -27,12 +27,14 @@
 //! - **Same node, same device** ([`Path::SameNode`]): where two ranks
 //!   share a node (`MPI_Comm_split_type(SHARED)`), their contexts are on
 //!   one device (equal device and driver UUIDs) and both can export and
-//!   import opaque file descriptors, a blocking [`Communicator::send`]
-//!   copies the buffer on the device into memory it exports to the
-//!   receiver (the descriptor passed once over a Unix socket, the memory
-//!   kept for later messages), and the receiver copies it out on its
-//!   device; MPI carries only the header and the answer. `recv` and
-//!   `irecv` receive such messages. Where every pair of the communicator
+//!   import opaque file descriptors, [`Communicator::send`] and
+//!   [`Communicator::isend`] copy the buffer on the device into memory
+//!   they export to the receiver (the descriptor passed once over a Unix
+//!   socket, the memory kept for later messages: up to four per peer, so
+//!   that as many `isend`s can be under way at once, beyond which a
+//!   message travels over MPI), and the receiver (`recv` or `irecv`)
+//!   copies it out on its device; MPI carries only the header and the
+//!   answer. Where every pair of the communicator
 //!   takes the path, so do the collectives of buffers that are not empty
 //!   ([`Communicator::collective_path`]): each rank copies its input into
 //!   memory exported to all, and the ranks read each other's on their
@@ -42,7 +44,7 @@
 //!   the reduced chunks out; in `allgather` each copies every rank's
 //!   block out; in `reduce_scatter` rank `r` reduces block `r` of every
 //!   rank's memory into its `recv`. MPI carries the headers and a few
-//!   status bytes. `isend` travels over MPI as below. By default
+//!   status bytes. By default
 //!   ([`SameNodePolicy::Auto`]) a pair whose device buffers both map
 //!   directly keeps to MPI, which moves mapped
 //!   memory in one copy (measured faster on lavapipe than two device

@@ -18,7 +18,7 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind, HEADER_BYTES};
 use crate::raw::{self, Comm, Transfer};
-use crate::same_node::SameNode;
+use crate::same_node::{Lent, SameNode};
 
 /// Which end of a message an operation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,8 +76,12 @@ pub(crate) struct Op<T: Element> {
     /// A sender's status after the data (always 0: the data is staged
     /// before the header goes out), or what a receiver got.
     pub(crate) trailer: Box<[u8; TRAILER_BYTES]>,
-    /// A sender's copy of its buffer, or where a receiver's data arrives.
+    /// A sender's copy of its buffer (empty where the data is in `lent`),
+    /// or where a receiver's data arrives.
     pub(crate) data: Vec<T>,
+    /// A sender's outbox on the same-node path, which holds the data,
+    /// lent to this message until the receiver answers.
+    pub(crate) lent: Option<Lent>,
     /// A sender's piece size in bytes.
     pub(crate) piece_bytes: usize,
     /// A receiver's destination (a clone of the handle: it stays alive).
@@ -114,6 +118,7 @@ impl<T: Element> Op<T> {
             in_header: Box::new([0; HEADER_BYTES]),
             trailer: Box::new([0; TRAILER_BYTES]),
             data,
+            lent: None,
             piece_bytes: 1,
             dest: None,
             transfers: Vec::new(),
@@ -180,11 +185,20 @@ impl<T: Element> Op<T> {
         }
     }
 
-    /// A sender got its answer: the data and the trailer go out.
+    /// A sender got its answer: the data and the trailer go out; where
+    /// the data is in an outbox on the same-node path, the receiver has
+    /// copied it out (or refused it) and nothing more goes out: the
+    /// outbox goes back.
     pub(crate) fn answered(&mut self) -> Result<Phase> {
         let (op, dest) = (self.op, self.peer);
         let answer = Header::from_bytes(&self.in_header);
-        answer.refusal(op, (self.rank, dest), (self.data.len(), T::TYPE))?;
+        let len = Header::from_bytes(&self.out_header).len();
+        let refused = answer.refusal(op, (self.rank, dest), (len, T::TYPE));
+        if let Some(lent) = self.lent.take() {
+            lent.answered(refused.is_err());
+            return refused.map(|()| Phase::Data);
+        }
+        refused?;
         let bytes: &[u8] = bytemuck::cast_slice(&self.data);
         let piece = self.piece_bytes.max(1);
         for start in (0..bytes.len()).step_by(piece) {

@@ -156,11 +156,17 @@ impl Communicator {
     /// [`MAX_TAG`](crate::MAX_TAG)), for a receive of the same element type
     /// and length there ([`recv`](Self::recv) or [`irecv`](Self::irecv)).
     ///
-    /// The elements are copied to host memory the request owns before this
-    /// returns (a device buffer once the work enqueued on it is done, as
-    /// [`send`](Self::send) reads it), so `buf` may be written or dropped
-    /// at once; the header goes out now and the data once the receiver
-    /// accepts it, as the request is tested or waited for.
+    /// The elements are copied before this returns (a device buffer once
+    /// the work enqueued on it is done, as [`send`](Self::send) reads it),
+    /// so `buf` may be written or dropped at once: to a peer on the
+    /// same-node path ([`path_to`](Self::path_to) is
+    /// [`Path::SameNode`](crate::Path::SameNode)), a non-empty buffer is
+    /// copied on the device into memory exported to the peer (one of up
+    /// to four kept per peer, each holding one message until the receiver
+    /// has copied it out; where all four hold messages under way, the
+    /// message takes the way below); otherwise into host memory the
+    /// request owns. The header goes out now, and the data (over MPI) once
+    /// the receiver accepts it, as the request is tested or waited for.
     ///
     /// Errors: a bad rank or tag here, at once. The rest come from the
     /// request: a receiver that expects another type or length makes
@@ -178,17 +184,22 @@ impl Communicator {
         let len = buf.elements();
         let piece_bytes = self.piece_elements::<T>() * size_of::<T>();
         let header = Header::new(Kind::Send, T::TYPE, len).pieces(piece_bytes);
-        let mut data = vec![T::zeroed(); len];
-        let staged = match buf.place() {
-            _ if len == 0 => Ok(()),
-            Place::Device(device) => device.copy_to_slice(&mut data),
-            Place::Host(host) => host.as_slice().map(|s| data.copy_from_slice(&s)),
-        }
-        .map_err(Error::device(op));
-        let mut state = Op::new(op, self, Side::Send, dest, tag, data);
+        let mut state = Op::new(op, self, Side::Send, dest, tag, Vec::new());
         state.piece_bytes = piece_bytes;
+        let staged = match self.stage_shared(op, buf.place(), len, dest) {
+            Ok(Some(lent)) => {
+                let shared = header.in_shared_memory(lent.shared());
+                state.lent = Some(lent);
+                Ok(shared)
+            }
+            Ok(None) => copy_to_host(buf.place(), len).map(|data| {
+                state.data = data;
+                header
+            }),
+            Err(e) => Err(e),
+        };
         match staged {
-            Ok(()) => {
+            Ok(header) => {
                 state.set_out_header(header);
                 let posted = state
                     .post_out_header(tag)
@@ -251,4 +262,18 @@ impl Communicator {
         }
         Ok(self.register(state))
     }
+}
+
+/// The `len` elements of `place` in host memory of their own: an `isend`
+/// over MPI (a device buffer read once the work enqueued on it is done).
+fn copy_to_host<T: Element>(place: Place<'_, T>, len: usize) -> Result<Vec<T>> {
+    let op = "Communicator::isend";
+    let mut data = vec![T::zeroed(); len];
+    match place {
+        _ if len == 0 => Ok(()),
+        Place::Device(device) => device.copy_to_slice(&mut data),
+        Place::Host(host) => host.as_slice().map(|s| data.copy_from_slice(&s)),
+    }
+    .map_err(Error::device(op))?;
+    Ok(data)
 }

@@ -28,22 +28,41 @@
 //! all their connections: a pair without its socket takes the other
 //! paths, on both ends.
 //!
-//! **A message** (`Communicator::send` to a peer on the path): the sender
-//! copies its buffer into its exported memory for that peer (kept
-//! between messages, grown by powers of two; a grown one is a new
-//! *generation*, whose descriptor goes over the socket before the header
-//! that uses it), releases the memory to `VK_QUEUE_FAMILY_EXTERNAL`,
-//! waits for the device, and sends the header. The receiver imports a new
-//! generation (kept until the next replaces it), acquires the memory,
-//! copies the message into its buffer, releases the memory, waits for
-//! the device and answers: only then may the sender write the memory
-//! again.
+//! **A message** (`Communicator::send` or `isend` to a peer on the path,
+//! [`SameNode::stage_out`]): the sender takes one of its *outboxes* for
+//! that peer (exported memory, at most [`MAX_OUTBOXES`] per peer, each
+//! with an id and lent to one message at a time; the smallest free one
+//! that holds the message, else the largest free one grown, else a new
+//! one), copies its buffer into it, releases the memory to
+//! `VK_QUEUE_FAMILY_EXTERNAL`, waits for the device, and sends the
+//! header, which names the outbox and its *generation*. Outboxes grow by
+//! powers of two; a grown or new one is a new generation, whose
+//! descriptor goes over the socket, with the outbox id and generation,
+//! before the header that uses it. Where every outbox is lent to messages
+//! under way (`isend`s not yet answered), the message travels over MPI.
+//! The receiver imports a new generation (kept per outbox until the next
+//! replaces it), acquires the memory, copies the message into its buffer,
+//! releases the memory, waits for the device and answers: only then does
+//! the outbox go back to the free ones, to be written again.
+//!
+//! **Keeping the sockets in step.** Descriptors travel in the order they
+//! were sent, but the receiver may match the headers in another order
+//! (`isend`s of different tags, a collective while an `isend` is under
+//! way), so it reads descriptors off the socket until it has the one a
+//! header names, keeping those before it by (outbox, generation) for the
+//! headers that name them ([`SameNode::inbox`]). Every header that
+//! announces a new generation has its descriptor taken off the socket
+//! whatever becomes of the message (a mismatch, a failed import); a
+//! refused message's outbox announces its memory again with the next
+//! message, which replaces whatever the receiver holds; an outbox whose
+//! answer never came (an MPI error, a timeout) is given up, not written
+//! again ([`Lent`]).
 //!
 //! **A collective** (where every pair of the communicator takes the path,
 //! `spans_communicator`; `collective/on_node.rs`): each rank keeps one
-//! more exported memory, its collective memory, which every peer imports
-//! (`fill_collective`, `announce_collective`, `collective_inbox`); the
-//! headers of the collective carry its generation.
+//! more exported memory, its collective memory ([`COLLECTIVE_OUTBOX`]),
+//! which every peer imports (`fill_collective`, `announce_collective`,
+//! `inbox`); the headers of the collective carry its generation.
 //!
 //! The receiver trusts its peer as it trusts MPI's bytes: the peer is a
 //! rank of the same job, and what it sends over the socket is an export
@@ -60,7 +79,7 @@ use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytemuck::{Pod, Zeroable};
@@ -73,6 +92,7 @@ use crate::communicator::Place;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::fdpass;
+use crate::header::SharedMemory;
 use crate::raw::{self, Comm};
 
 /// How a communicator's point-to-point messages of device buffers travel
@@ -84,9 +104,11 @@ pub enum Path {
     /// Through device memory that the sender exports and the receiver
     /// imports (same node, same device, opaque file descriptors): one
     /// device copy on each side, and MPI carries only a header and an
-    /// answer. Taken by blocking [`send`](crate::Communicator::send) and
-    /// received by `recv` and `irecv`; taken by the collectives where every
-    /// pair of the communicator takes it
+    /// answer. Taken by [`send`](crate::Communicator::send) and
+    /// [`isend`](crate::Communicator::isend) of non-empty buffers (up to
+    /// four messages to a peer under way at once; more travel over MPI)
+    /// and received by `recv` and `irecv`; taken by the collectives where
+    /// every pair of the communicator takes it
     /// ([`Communicator::collective_path`](crate::Communicator::collective_path)).
     SameNode,
     /// Through MPI, which reads and writes a device buffer's mapping where
@@ -155,9 +177,19 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// The smallest shared memory a sender keeps for a peer.
 const MIN_SHARED_BYTES: usize = 64 << 10;
 
-/// Bytes beside each descriptor on the socket: the generation, then the
-/// export's description.
-const ANNOUNCE_BYTES: usize = 4 + EXTERNAL_MEMORY_INFO_BYTES;
+/// The most outboxes (exported memories) a sender keeps for one peer, so
+/// the most messages to it under way through exported memory at once
+/// (`isend`s, and a blocking `send`); beyond them a message travels over
+/// MPI.
+pub(crate) const MAX_OUTBOXES: usize = 4;
+
+/// The outbox id of a rank's collective memory (its outboxes for a peer
+/// count up from 0).
+const COLLECTIVE_OUTBOX: u32 = u32::MAX;
+
+/// Bytes beside each descriptor on the socket: the outbox id, the
+/// generation, then the export's description.
+const ANNOUNCE_BYTES: usize = 8 + EXTERNAL_MEMORY_INFO_BYTES;
 
 /// Bytes of a connection's introduction: the rank, then the listener's
 /// random name.
@@ -261,8 +293,12 @@ impl Record {
     }
 }
 
-/// A sender's exported memory for one peer.
+/// A sender's exported memory for one peer (one of its outboxes for that
+/// peer, or its collective memory).
 struct Outbox {
+    /// Which of the sender's memories it is: its outboxes for a peer count
+    /// up from 0, the collective memory is [`COLLECTIVE_OUTBOX`].
+    id: u32,
     generation: u32,
     memory: DeviceBuffer<u8>,
     /// Whether the memory is released to `VK_QUEUE_FAMILY_EXTERNAL` (it
@@ -272,10 +308,87 @@ struct Outbox {
     announced: bool,
 }
 
+impl Outbox {
+    /// Where a header says the data is: this memory, new where its
+    /// descriptor has not gone out yet.
+    fn shared(&self) -> SharedMemory {
+        SharedMemory {
+            outbox: self.id,
+            generation: self.generation,
+            new: !self.announced,
+        }
+    }
+}
+
+/// A sender's outboxes for one peer: at most [`MAX_OUTBOXES`], each lent
+/// to one message at a time.
+#[derive(Default)]
+struct Outboxes {
+    /// Those no message uses now.
+    free: Vec<Outbox>,
+    /// How many are lent to messages under way.
+    lent: usize,
+    /// The id of the next one made.
+    next_id: u32,
+}
+
+/// An outbox lent to one message to `dest`, filled and announced
+/// ([`SameNode::stage_out`]). It goes back to its peer's outboxes once
+/// the receiver answered ([`answered`](Self::answered)); dropped without
+/// an answer (an MPI error, a timeout), it is given up, since the
+/// receiver may still read it: its memory is freed here (a receiver's
+/// import keeps the memory alive) and a new outbox takes its place.
+pub(crate) struct Lent {
+    same_node: Arc<SameNode>,
+    dest: i32,
+    outbox: Option<Outbox>,
+    shared: SharedMemory,
+}
+
+impl Lent {
+    /// Where the header says the data is.
+    pub(crate) fn shared(&self) -> SharedMemory {
+        self.shared
+    }
+
+    /// The receiver answered the message: it is done with the memory,
+    /// which goes back to the peer's outboxes. `refused`: the answer
+    /// refused the message, maybe without importing the memory (an import
+    /// that failed), so the next message in it sends its descriptor again
+    /// and the receiver replaces whatever it holds.
+    pub(crate) fn answered(mut self, refused: bool) {
+        if let Some(mut outbox) = self.outbox.take() {
+            outbox.announced &= !refused;
+            self.same_node.give_back(self.dest, Some(outbox));
+        }
+    }
+}
+
+impl Drop for Lent {
+    /// Gives up an outbox whose message was not answered (see the type).
+    fn drop(&mut self) {
+        if self.outbox.take().is_some() {
+            self.same_node.give_back(self.dest, None);
+        }
+    }
+}
+
 /// A receiver's import of a peer's exported memory.
 struct Inbox {
     generation: u32,
     memory: DeviceBuffer<u8>,
+}
+
+/// A receiver's imports of its peers' memory, and the descriptors it took
+/// off the sockets before the headers that announce them.
+#[derive(Default)]
+struct Imports {
+    /// By `(source, outbox)`: the generation imported last.
+    inboxes: HashMap<(i32, u32), Inbox>,
+    /// By `(source, outbox, generation)`: descriptors that came before
+    /// the one a header asked for (messages matched out of order, a
+    /// collective's memory behind an `isend`'s).
+    ahead: HashMap<(i32, u32, u32), ExportedMemory>,
 }
 
 /// The same-node state of one communicator: the socket to each peer on
@@ -285,17 +398,20 @@ pub(crate) struct SameNode {
     /// Indexed by rank: the socket to a peer on the path, `None` for the
     /// others (and for this rank).
     sockets: Vec<Option<UnixStream>>,
-    outboxes: Mutex<HashMap<i32, Outbox>>,
-    inboxes: Mutex<HashMap<i32, Inbox>>,
+    /// By peer: the outboxes of point-to-point messages to it.
+    outboxes: Mutex<HashMap<i32, Outboxes>>,
+    /// Every peer's memory this rank imported (point-to-point and
+    /// collective).
+    imports: Mutex<Imports>,
     /// Whether every pair of the communicator takes the path (then the
     /// collectives do too); the same on every rank.
     whole: bool,
     /// The collectives that took the path (`collective/on_node.rs`).
     collectives: AtomicU64,
+    /// The point-to-point messages sent through exported memory.
+    sends: AtomicU64,
     /// This rank's memory for the collectives, exported to every peer.
     shared: Mutex<Option<Outbox>>,
-    /// Every peer's collective memory, imported.
-    collective_inboxes: Mutex<HashMap<i32, Inbox>>,
 }
 
 /// 16 bytes from the kernel's random source.
@@ -524,11 +640,11 @@ impl SameNode {
             ctx: ctx.clone(),
             sockets,
             outboxes: Mutex::new(HashMap::new()),
-            inboxes: Mutex::new(HashMap::new()),
+            imports: Mutex::new(Imports::default()),
             whole,
             collectives: AtomicU64::new(0),
+            sends: AtomicU64::new(0),
             shared: Mutex::new(None),
-            collective_inboxes: Mutex::new(HashMap::new()),
         })
     }
 
@@ -552,44 +668,98 @@ impl SameNode {
             })
     }
 
-    /// Copies the `len` elements of `place` into the memory exported to
-    /// `dest` (made, or grown, first), releases it and waits for the
-    /// device; sends the descriptor of a new generation over the socket.
-    /// Returns `(generation, new)` for the header. Where this fails no
-    /// header has gone out: the caller sends a failed one.
+    /// Copies the `len` elements of `place` into an outbox for `dest` (a
+    /// free one, made or grown first where none holds them), releases it
+    /// and waits for the device; sends the descriptor of a new generation
+    /// over the socket. Returns the outbox, lent to this message until the
+    /// receiver answers, or `None` where [`MAX_OUTBOXES`] are lent to
+    /// messages under way (the message then travels over MPI). Where this
+    /// fails no header has gone out: the caller sends a failed one (the
+    /// outbox is back with the others, its descriptor to be sent again
+    /// where it may not have gone out whole).
     pub(crate) fn stage_out<T: Element>(
-        &self,
+        self: &Arc<Self>,
         op: &'static str,
         place: Place<'_, T>,
         len: usize,
         dest: i32,
-    ) -> Result<(u32, bool)> {
-        let bytes = len * size_of::<T>();
-        let kept = self
-            .outboxes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&dest);
-        let mut outbox = self.at_least(op, kept, bytes)?;
-        let result = self
+    ) -> Result<Option<Lent>> {
+        let Some(mut outbox) = self.lend(op, dest, len * size_of::<T>())? else {
+            return Ok(None);
+        };
+        let shared = outbox.shared();
+        let staged = self
             .fill(op, &mut outbox, len, |part| {
                 place.copy_range_to(0, len, part)
             })
             .and_then(|()| self.announce(op, &mut outbox, dest));
-        let generation = outbox.generation;
-        self.outboxes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(dest, outbox);
-        result.map(|new| (generation, new))
+        if let Err(e) = staged {
+            self.give_back(dest, Some(outbox));
+            return Err(e);
+        }
+        self.sends.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Lent {
+            same_node: Arc::clone(self),
+            dest,
+            outbox: Some(outbox),
+            shared,
+        }))
+    }
+
+    /// An outbox for a message of `bytes` to `dest`, counted as lent: the
+    /// smallest free one that holds it, else the largest free one grown (a
+    /// new generation), else a new one where fewer than [`MAX_OUTBOXES`]
+    /// are lent; `None` where that many are.
+    fn lend(&self, op: &'static str, dest: i32, bytes: usize) -> Result<Option<Outbox>> {
+        let (kept, id) = {
+            let mut pools = self.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
+            let pool = pools.entry(dest).or_default();
+            let len = |i: &(usize, &Outbox)| i.1.memory.len();
+            let free = || pool.free.iter().enumerate();
+            let fitting = free().filter(|i| len(i) >= bytes).min_by_key(len);
+            let chosen = fitting.or_else(|| free().max_by_key(len)).map(|(i, _)| i);
+            let kept = match chosen {
+                Some(i) => Some(pool.free.swap_remove(i)),
+                None if pool.lent < MAX_OUTBOXES => None,
+                None => return Ok(None),
+            };
+            let id = kept.as_ref().map_or(pool.next_id, |o| o.id);
+            if kept.is_none() {
+                pool.next_id = (pool.next_id + 1) % COLLECTIVE_OUTBOX;
+            }
+            pool.lent += 1;
+            (kept, id)
+        };
+        let made = self.at_least(op, kept, bytes, id);
+        if made.is_err() {
+            self.give_back(dest, None);
+        }
+        made.map(Some)
+    }
+
+    /// Takes back an outbox lent to a message to `dest`: `Some` to lend
+    /// again, `None` where it is given up (a new one may take its place).
+    fn give_back(&self, dest: i32, outbox: Option<Outbox>) {
+        let mut pools = self.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
+        let pool = pools.entry(dest).or_default();
+        pool.lent = pool.lent.saturating_sub(1);
+        pool.free.extend(outbox);
     }
 
     /// `kept` where it holds `bytes`, else new exportable memory of the
-    /// next generation (a power of two, at least [`MIN_SHARED_BYTES`]).
-    fn at_least(&self, op: &'static str, kept: Option<Outbox>, bytes: usize) -> Result<Outbox> {
+    /// next generation (a power of two, at least [`MIN_SHARED_BYTES`]),
+    /// as outbox `id`.
+    fn at_least(
+        &self,
+        op: &'static str,
+        kept: Option<Outbox>,
+        bytes: usize,
+        id: u32,
+    ) -> Result<Outbox> {
         Ok(match kept {
             Some(outbox) if outbox.memory.len() >= bytes => outbox,
             old => Outbox {
+                id,
                 generation: old.map_or(1, |o| o.generation.wrapping_add(1)),
                 memory: self
                     .ctx
@@ -602,15 +772,6 @@ impl SameNode {
                 announced: false,
             },
         })
-    }
-
-    /// Makes the next message to `dest` send its memory's descriptor
-    /// again: after a refusal, the receiver may not have imported it.
-    pub(crate) fn announce_again(&self, dest: i32) {
-        let mut outboxes = self.outboxes.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(outbox) = outboxes.get_mut(&dest) {
-            outbox.announced = false;
-        }
     }
 
     /// Writes the first `len` elements (of `T`) of `outbox` with `write`
@@ -644,7 +805,8 @@ impl SameNode {
     }
 
     /// Sends the descriptor of `outbox` to every rank of `peers` (but this
-    /// one) where they have not had this generation yet; whether it did.
+    /// one) where they have not had this generation yet, with the
+    /// outbox's id and generation; whether it did.
     fn announce_to(
         &self,
         op: &'static str,
@@ -658,8 +820,9 @@ impl SameNode {
             .export_fd(MemoryHandleType::OpaqueFd)
             .map_err(Error::device(op))?;
         let mut payload = [0u8; ANNOUNCE_BYTES];
-        payload[..4].copy_from_slice(&outbox.generation.to_le_bytes());
-        payload[4..].copy_from_slice(&exported.info.to_bytes());
+        payload[..4].copy_from_slice(&outbox.id.to_le_bytes());
+        payload[4..8].copy_from_slice(&outbox.generation.to_le_bytes());
+        payload[8..].copy_from_slice(&exported.info.to_bytes());
         for dest in peers.filter(|&p| self.is_peer(p)) {
             fdpass::send_fd(self.socket(op, dest)?, exported.fd.as_fd(), &payload).map_err(
                 |e| Error::SameNode {
@@ -673,69 +836,109 @@ impl SameNode {
         Ok(true)
     }
 
-    /// The memory `source` announces a message in (`generation`, `new`
-    /// from its header): a new generation's descriptor is taken off the
-    /// socket and imported first (and kept, replacing the one before),
-    /// whatever becomes of the message, so that the socket stays in step
-    /// with the headers.
+    /// The memory `source` announces a message in (`shared`, from its
+    /// header; a point-to-point message's or a collective's): a new
+    /// generation's descriptor is taken off the socket first (or from
+    /// those taken ahead of their headers) and imported (and kept,
+    /// replacing the outbox's generation before), whatever becomes of the
+    /// message, so that the socket stays in step with the headers.
     pub(crate) fn inbox(
         &self,
         op: &'static str,
         source: i32,
-        announced: (u32, bool),
+        shared: SharedMemory,
     ) -> Result<DeviceBuffer<u8>> {
-        self.import_into(&self.inboxes, op, source, announced)
-    }
-
-    /// [`inbox`](Self::inbox) for the collectives' memory of `source`
-    /// (`announced` in its header of the collective).
-    pub(crate) fn collective_inbox(
-        &self,
-        op: &'static str,
-        source: i32,
-        announced: (u32, bool),
-    ) -> Result<DeviceBuffer<u8>> {
-        self.import_into(&self.collective_inboxes, op, source, announced)
-    }
-
-    fn import_into(
-        &self,
-        kept: &Mutex<HashMap<i32, Inbox>>,
-        op: &'static str,
-        source: i32,
-        (generation, new): (u32, bool),
-    ) -> Result<DeviceBuffer<u8>> {
-        let mut inboxes = kept.lock().unwrap_or_else(PoisonError::into_inner);
-        if !new {
-            return match inboxes.get(&source) {
-                Some(inbox) if inbox.generation == generation => Ok(inbox.memory.clone()),
+        let mut imports = self.imports.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (source, shared.outbox);
+        if !shared.new {
+            return match imports.inboxes.get(&key) {
+                Some(inbox) if inbox.generation == shared.generation => Ok(inbox.memory.clone()),
                 _ => Err(Error::Protocol {
                     op,
                     peer: source,
                     detail: format!(
-                        "a message in shared memory of generation {generation}, which this rank \
-                         has not imported"
+                        "a message in shared memory {} of generation {}, which this rank has \
+                         not imported",
+                        shared.outbox, shared.generation
                     ),
                 }),
             };
         }
+        let exported = self.descriptor(op, &mut imports.ahead, source, shared)?;
+        // Copies of this outbox's descriptors sent again after a refusal.
+        imports
+            .ahead
+            .retain(|&(s, outbox, _), _| (s, outbox) != key);
+        let memory = self.import(op, source, exported)?;
+        let generation = shared.generation;
+        let inbox = Inbox {
+            generation,
+            memory: memory.clone(),
+        };
+        imports.inboxes.insert(key, inbox);
+        Ok(memory)
+    }
+
+    /// The descriptor of `shared` from `source`: one taken off the socket
+    /// before (in `ahead`), or the next on the socket that is it, those
+    /// before it kept in `ahead` (the peer sends each before the header
+    /// that announces it, so it is there; descriptors of messages matched
+    /// later come before it where messages are matched out of order).
+    fn descriptor(
+        &self,
+        op: &'static str,
+        ahead: &mut HashMap<(i32, u32, u32), ExportedMemory>,
+        source: i32,
+        shared: SharedMemory,
+    ) -> Result<ExportedMemory> {
+        let wanted = (shared.outbox, shared.generation);
+        if let Some(exported) = ahead.remove(&(source, wanted.0, wanted.1)) {
+            return Ok(exported);
+        }
+        let socket = self.socket(op, source)?;
+        loop {
+            let mut payload = [0u8; ANNOUNCE_BYTES];
+            let fd = fdpass::recv_fd_now(socket, &mut payload).map_err(|e| Error::SameNode {
+                op,
+                peer: source,
+                detail: if e.kind() == io::ErrorKind::WouldBlock {
+                    format!(
+                        "the node-local socket holds no descriptor of shared memory {} of \
+                         generation {}, which the header announces",
+                        wanted.0, wanted.1
+                    )
+                } else {
+                    format!("taking the exported memory off the socket: {e}")
+                },
+            })?;
+            let word = |at: usize| {
+                let mut bytes = [0u8; 4];
+                bytes.copy_from_slice(&payload[at..at + 4]);
+                u32::from_le_bytes(bytes)
+            };
+            let sent = (word(0), word(4));
+            let info = ExternalMemoryInfo::from_bytes(&payload[8..]).map_err(Error::device(op))?;
+            let exported = ExportedMemory { fd, info };
+            if sent == wanted {
+                return Ok(exported);
+            }
+            ahead.insert((source, sent.0, sent.1), exported);
+        }
+    }
+
+    /// Imports `exported`, which came from `source` over its socket.
+    fn import(
+        &self,
+        op: &'static str,
+        source: i32,
+        exported: ExportedMemory,
+    ) -> Result<DeviceBuffer<u8>> {
         let broken = |detail: String| Error::SameNode {
             op,
             peer: source,
             detail,
         };
-        let mut payload = [0u8; ANNOUNCE_BYTES];
-        let fd = fdpass::recv_fd_now(self.socket(op, source)?, &mut payload)
-            .map_err(|e| broken(format!("taking the exported memory off the socket: {e}")))?;
-        let mut sent = [0u8; 4];
-        sent.copy_from_slice(&payload[..4]);
-        if u32::from_le_bytes(sent) != generation {
-            return Err(broken(format!(
-                "the socket holds generation {}, the header announces {generation}",
-                u32::from_le_bytes(sent)
-            )));
-        }
-        let info = ExternalMemoryInfo::from_bytes(&payload[4..]).map_err(Error::device(op))?;
+        let info = &exported.info;
         if info.handle_type != MemoryHandleType::OpaqueFd {
             return Err(broken(format!("a {:?} handle", info.handle_type)));
         }
@@ -745,21 +948,9 @@ impl SameNode {
         // `source`, a rank of the same job that authenticated the
         // connection (module documentation), and that sends only exports
         // of `DeviceBuffer::export_fd` with that export's own description
-        // (`announce`); Vulkan memory does not shrink. vkcompute checks
+        // (`announce_to`); Vulkan memory does not shrink. vkcompute checks
         // the UUIDs, the handle type and the sizes on top.
-        let memory = unsafe {
-            self.ctx
-                .import_buffer::<u8>(ExportedMemory { fd, info }, len)
-        }
-        .map_err(Error::device(op))?;
-        inboxes.insert(
-            source,
-            Inbox {
-                generation,
-                memory: memory.clone(),
-            },
-        );
-        Ok(memory)
+        unsafe { self.ctx.import_buffer::<u8>(exported, len) }.map_err(Error::device(op))
     }
 
     /// Whether every pair of the communicator takes the path, so that the
@@ -778,11 +969,17 @@ impl SameNode {
         self.collectives.load(Ordering::Relaxed)
     }
 
+    /// The point-to-point messages sent through exported memory so far
+    /// (`send` and `isend`).
+    pub(crate) fn sends(&self) -> u64 {
+        self.sends.load(Ordering::Relaxed)
+    }
+
     /// Writes the first `len` elements (of `T`) of this rank's collective
     /// memory (made, or grown, first) with `write` (given a view of them),
     /// between an acquire and a release, and waits for the device. Returns
-    /// the memory and `(generation, new)` for the header; a new generation
-    /// goes to the peers with
+    /// the memory and where it is for the header; a new generation goes to
+    /// the peers with
     /// [`announce_collective`](Self::announce_collective) once the ranks
     /// agree.
     pub(crate) fn fill_collective<T: Element>(
@@ -790,15 +987,16 @@ impl SameNode {
         op: &'static str,
         len: usize,
         write: impl FnOnce(&DeviceBuffer<T>) -> vkcompute::Result<()>,
-    ) -> Result<(DeviceBuffer<u8>, (u32, bool))> {
+    ) -> Result<(DeviceBuffer<u8>, SharedMemory)> {
         let kept = self
             .shared
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let mut outbox = self.at_least(op, kept, len * size_of::<T>())?;
+        let bytes = len * size_of::<T>();
+        let mut outbox = self.at_least(op, kept, bytes, COLLECTIVE_OUTBOX)?;
         let filled = self.fill(op, &mut outbox, len, write);
-        let announced = (outbox.generation, !outbox.announced);
+        let announced = outbox.shared();
         let memory = outbox.memory.clone();
         *self.shared.lock().unwrap_or_else(PoisonError::into_inner) = Some(outbox);
         filled.map(|()| (memory, announced))
@@ -843,8 +1041,11 @@ impl SameNode {
         let written = inbox
             .create_sub_buffer::<T>(0, len)
             .and_then(|part| write(&part));
-        (inbox.enqueue_release_to_external()).map_err(Error::device(op))?;
-        self.ctx.synchronize().map_err(Error::device(op))?;
+        let released = inbox.enqueue_release_to_external();
+        // Waited for even where the release failed: once the answer goes
+        // out, whatever it says, nothing of this rank reads the memory.
+        let waited = self.ctx.synchronize();
+        released.and(waited).map_err(Error::device(op))?;
         Ok(written.err().map(Error::device(op)))
     }
 }

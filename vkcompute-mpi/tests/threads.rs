@@ -3,9 +3,10 @@
 //! - `multiple`: MPI initialised with `MPI_THREAD_MULTIPLE`; where MPI
 //!   provides it (`Communicator::thread_level`), three threads per rank
 //!   each run collectives (allreduce, broadcast, allgather,
-//!   reduce_scatter, reduce) and send/recv pairs on their own
-//!   communicator (three duplicates of the world, two moved to other
-//!   threads, each with a context of its own): the main thread's made by
+//!   reduce_scatter, reduce), send/recv pairs and two `isend`s in flight
+//!   (received in the opposite order) on their own communicator (three
+//!   duplicates of the world, two moved to other threads, each with a
+//!   context of its own): the main thread's made by
 //!   `Communicator::new` (over MPI on lavapipe, whose buffers map
 //!   directly), the other two with the same-node path asked for
 //!   (`SameNodePolicy::Always`: two communicators' shared memory and
@@ -155,16 +156,72 @@ fn exercise(comm: &Communicator, salt: u32, rounds: u32) -> Result<(), String> {
                 return Err(format!("recv round {round}: wrong data"));
             }
         }
+        isends(comm, salt + round, len)?;
+    }
+    Ok(())
+}
+
+/// Two `isend`s in flight from rank 0 to rank 1 (`len` and `len + 1`
+/// elements), received in the opposite order (`recv`, then `irecv`),
+/// each checked: element `i` of message `k` is `i ^ salt ^ k`.
+fn isends(comm: &Communicator, salt: u32, len: usize) -> Result<(), String> {
+    let ctx = comm.context();
+    let want = |k: usize| {
+        (0..(len + k) as u32)
+            .map(|i| i ^ salt ^ k as u32)
+            .collect::<Vec<_>>()
+    };
+    let bufs = [0, 1].map(|k| ctx.enqueue_create_buffer::<u32>(len + k).unwrap());
+    if comm.rank() == 0 {
+        let mut sent = Vec::new();
+        for (k, buf) in bufs.iter().enumerate() {
+            buf.enqueue_copy_from(&want(k)[..]).unwrap();
+            sent.push(
+                comm.isend(buf, 1, 8 + k as i32)
+                    .map_err(|e| format!("isend: {e}"))?,
+            );
+        }
+        for s in sent {
+            s.wait().map_err(|e| format!("isend: {e}"))?;
+        }
+    } else if comm.rank() == 1 {
+        comm.recv(&bufs[1], 0, 9)
+            .map_err(|e| format!("recv of an isend: {e}"))?;
+        (comm
+            .irecv(&bufs[0], 0, 8)
+            .and_then(vkcompute_mpi::Request::wait))
+        .map_err(|e| format!("irecv of an isend: {e}"))?;
+        for (k, buf) in bufs.iter().enumerate() {
+            check(
+                &format!("isend {k} (salt {salt})"),
+                &buf.to_vec().unwrap(),
+                |i| want(k)[i],
+            )?;
+        }
     }
     Ok(())
 }
 
 /// `exercise`, then the name of the path the collectives took
 /// (`collective_path`), checked against the count of those that took the
-/// same-node path: all five of each round there, none elsewhere.
+/// same-node path: all five of each round there, none elsewhere; and so
+/// for rank 0's `send` and two `isend`s of each round to rank 1
+/// (`path_to(1)`).
 fn exercise_on_its_path(comm: &Communicator, salt: u32, rounds: u32) -> Result<String, String> {
     let before = comm.same_node_collectives();
+    let sends_before = comm.same_node_sends();
     exercise(comm, salt, rounds)?;
+    let sends = comm.same_node_sends() - sends_before;
+    let want = match (comm.rank(), comm.path_to(1)) {
+        (0, Ok(Path::SameNode)) => 3 * u64::from(rounds),
+        _ => 0,
+    };
+    if sends != want {
+        return Err(format!(
+            "{sends} messages on the same-node path, expected {want} ({:?})",
+            comm.path_to(1)
+        ));
+    }
     let taken = comm.same_node_collectives() - before;
     let path = comm.collective_path();
     let want = if path == Path::SameNode {

@@ -54,7 +54,7 @@ use super::{check_blocks, Chunks};
 use crate::communicator::{Buffer, Communicator, Place};
 use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
-use crate::header::Header;
+use crate::header::{Header, SharedMemory};
 use crate::kernels;
 use crate::raw;
 use crate::same_node;
@@ -62,7 +62,7 @@ use crate::same_node;
 /// What a rank put into its collective memory for a collective: the
 /// memory, and `(generation, new)` for its header
 /// (`SameNode::fill_collective`).
-type Filled = (DeviceBuffer<u8>, (u32, bool));
+type Filled = (DeviceBuffer<u8>, SharedMemory);
 
 /// Every rank's collective memory as a collective on the path sees it once
 /// the ranks agreed, by rank: this rank's own where it filled it, the
@@ -113,18 +113,18 @@ impl Communicator {
     ) -> Result<(P, Result<Memories>)> {
         let (rank, same_node) = (self.rank() as usize, &self.same_node);
         let header = match &prepared {
-            Ok((_, Some((_, (generation, new))))) => header.in_shared_memory(*generation, *new),
+            Ok((_, Some((_, shared)))) => header.in_shared_memory(*shared),
             _ => header,
         };
         let ((prepared, filled), headers) = self.agree_headers(op, header, prepared)?;
         same_node.count_collective();
         let sent = match &filled {
-            Some((_, (_, true))) => same_node.announce_collective(op, self.size()),
+            Some((_, shared)) if shared.new => same_node.announce_collective(op, self.size()),
             _ => Ok(()),
         };
         // Where no header announces a new generation nobody sends one, and
         // every rank knows it.
-        let new = (headers.iter()).any(|h| matches!(h.shared_memory(), Some((_, true))));
+        let new = (headers.iter()).any(|h| h.shared_memory().is_some_and(|s| s.new));
         let sent = if new { self.all_ok(op, sent) } else { sent };
         // Every rank has sent what it could; the new generations come off
         // the sockets even where a rank failed (every one of them, before
@@ -134,9 +134,7 @@ impl Communicator {
         let imports: Vec<Result<Option<DeviceBuffer<u8>>>> = (headers.iter().enumerate())
             .map(|(q, h)| match (q == rank, h.shared_memory()) {
                 (true, _) => Ok(filled.as_ref().map(|(memory, _)| memory.clone())),
-                (false, Some(announced)) => same_node
-                    .collective_inbox(op, q as i32, announced)
-                    .map(Some),
+                (false, Some(announced)) => same_node.inbox(op, q as i32, announced).map(Some),
                 (false, None) => Ok(None),
             })
             .collect();

@@ -12,9 +12,9 @@
 //!
 //! Every check runs on a communicator that takes the same-node path
 //! wherever the ranks can (`SameNodePolicy::Always`; `same_node.rs` checks
-//! which they take, under each policy), and the checks of blocking sends
-//! and of the collectives (which take the path) again on one with it off,
-//! over MPI.
+//! which they take, under each policy), and the checks of point-to-point
+//! messages (blocking and not) and of the collectives (which take the
+//! path) again on one with it off, over MPI.
 //!
 //! `VKCOMPUTE_MPI_LARGE=0` leaves out the 64 MiB cases;
 //! `VKCOMPUTE_MPI_CHECKS=word,...` runs only the checks whose names hold
@@ -38,12 +38,14 @@ type Check = Result<(), String>;
 type Named = (&'static str, fn(&Ranks) -> Check);
 
 mod collectives;
+mod isends;
 mod on_node;
 mod p2p;
 mod requests;
 mod same_node;
 
 use collectives::*;
+use isends::*;
 use on_node::*;
 use p2p::*;
 use requests::*;
@@ -165,32 +167,7 @@ fn rank_main() -> ExitCode {
         checks.push(("barrier_returns", barrier_returns));
         checks.extend(collectives_but_allreduce());
         checks.extend(on_node_collectives(large));
-        let rest: Vec<Named> = vec![
-            ("isend_irecv_lengths_and_ends", isend_irecv_lengths_and_ends),
-            (
-                "blocking_and_nonblocking_ends_pair",
-                blocking_and_nonblocking_ends_pair,
-            ),
-            (
-                "many_outstanding_requests_both_directions",
-                many_outstanding_requests_both_directions,
-            ),
-            ("test_polls_to_completion", test_polls_to_completion),
-            ("dropping_unfinished_requests", dropping_unfinished_requests),
-            (
-                "irecv_mismatch_fails_on_both_ranks",
-                irecv_mismatch_fails_on_both_ranks,
-            ),
-            (
-                "irecv_lands_only_when_complete_in_stream_order",
-                irecv_lands_only_when_complete_in_stream_order,
-            ),
-            (
-                "blocking_calls_move_pending_requests_on",
-                blocking_calls_move_pending_requests_on,
-            ),
-        ];
-        checks.extend(rest);
+        checks.extend(nonblocking());
         checks.extend(allreduces(large));
         let on_the_path: [Named; 4] = [
             (
@@ -212,10 +189,7 @@ fn rank_main() -> ExitCode {
         ];
         checks.extend(on_the_path);
         if large {
-            checks.push((
-                "send_to_recv_and_irecv_64_mib",
-                send_to_recv_and_irecv_64_mib,
-            ));
+            checks.push(("send_and_isend_64_mib", send_and_isend_64_mib));
         }
         run_checks(&t, path, checks, &mut failures);
         // The point-to-point checks again with the same-node path off.
@@ -298,6 +272,16 @@ impl Ranks<'_> {
         } else {
             SameNodePolicy::Off
         }
+    }
+
+    /// A new communicator over the world with this one's policy (its
+    /// memory on the same-node path new, its sockets empty).
+    fn new_communicator(&self) -> Result<Communicator, String> {
+        let world = mpi::topology::SimpleCommunicator::world();
+        ok(
+            "a new communicator",
+            Communicator::with_same_node(&world, self.ctx, self.policy()),
+        )
     }
 }
 

@@ -230,11 +230,7 @@ pub(crate) fn collectives_in_place(t: &Ranks) -> Check {
 /// `recv` is the wrong length on one rank is `InvalidLength` there and
 /// `RemoteFailure` elsewhere.
 pub(crate) fn collective_mismatches_keep_the_ranks_in_step(t: &Ranks) -> Check {
-    let world = mpi::topology::SimpleCommunicator::world();
-    let c = ok(
-        "a new communicator",
-        Communicator::with_same_node(&world, t.ctx, t.policy()),
-    )?;
+    let c = t.new_communicator()?;
     let u = Ranks { comm: &c, ..*t };
     let (p, last) = (t.size as usize, t.size - 1);
     let (big, small) = (300_007usize, 1001usize);

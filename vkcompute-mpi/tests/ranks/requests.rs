@@ -3,6 +3,45 @@
 
 use super::*;
 
+/// The checks of `isend`, `irecv` and their requests (run on every
+/// path), with those of `isend` on the same-node path (`isends.rs`).
+pub(crate) fn nonblocking() -> Vec<Named> {
+    vec![
+        ("isend_irecv_lengths_and_ends", isend_irecv_lengths_and_ends),
+        (
+            "blocking_and_nonblocking_ends_pair",
+            blocking_and_nonblocking_ends_pair,
+        ),
+        (
+            "many_outstanding_requests_both_directions",
+            many_outstanding_requests_both_directions,
+        ),
+        ("test_polls_to_completion", test_polls_to_completion),
+        ("dropping_unfinished_requests", dropping_unfinished_requests),
+        (
+            "irecv_mismatch_fails_on_both_ranks",
+            irecv_mismatch_fails_on_both_ranks,
+        ),
+        (
+            "irecv_lands_only_when_complete_in_stream_order",
+            irecv_lands_only_when_complete_in_stream_order,
+        ),
+        (
+            "blocking_calls_move_pending_requests_on",
+            blocking_calls_move_pending_requests_on,
+        ),
+        (
+            "isends_in_flight_matched_out_of_order",
+            isends_in_flight_matched_out_of_order,
+        ),
+        ("more_isends_than_outboxes", more_isends_than_outboxes),
+        (
+            "isend_refusals_and_failures_keep_the_pair_in_step",
+            isend_refusals_and_failures_keep_the_pair_in_step,
+        ),
+    ]
+}
+
 /// A factory of message ends, as `device_end`, `view_end` and `host_end`
 /// make them.
 pub(crate) type Make<'a, T> = dyn Fn(&[T]) -> Result<Box<dyn SendRecv<T>>, String> + 'a;

@@ -176,13 +176,9 @@ pub(crate) fn messages_as_shared_memory_grows_and_is_reused(t: &Ranks) -> Check 
 /// messages to a `recv` and to an `irecv` leave the pair in step: the
 /// messages after them arrive whole.
 pub(crate) fn refusing_a_new_generation_keeps_the_pair_in_step(t: &Ranks) -> Check {
-    let world = mpi::topology::SimpleCommunicator::world();
     let last = t.size - 1;
     for nonblocking in [false, true] {
-        let c = ok(
-            "a new communicator",
-            Communicator::with_same_node(&world, t.ctx, t.policy()),
-        )?;
+        let c = t.new_communicator()?;
         if t.rank == 0 {
             let five = upload(t.ctx, &data::<f32>(1, 5))?;
             match c.send(&five, last, 1) {
@@ -263,16 +259,17 @@ pub(crate) fn a_rank_that_turns_it_off_turns_off_its_pairs(t: &Ranks) -> Check {
     Ok(())
 }
 
-/// 64 MiB from rank 0 to the last rank by `send`, received by `recv` and
-/// by `irecv`.
-pub(crate) fn send_to_recv_and_irecv_64_mib(t: &Ranks) -> Check {
+/// 64 MiB from rank 0 to the last rank by `send`, received by `recv`,
+/// and by `isend`, received by `irecv`.
+pub(crate) fn send_and_isend_64_mib(t: &Ranks) -> Check {
     let len = 16 << 20;
     let last = t.size - 1;
     if t.rank == 0 {
-        for k in 0..2 {
-            let out = upload(t.ctx, &data::<f32>(20 + k, len))?;
-            ok("send of 64 MiB", t.comm.send(&out, last, 12))?;
-        }
+        let out = upload(t.ctx, &data::<f32>(20, len))?;
+        ok("send of 64 MiB", t.comm.send(&out, last, 12))?;
+        dev("refill", out.enqueue_copy_from(&data::<f32>(21, len)[..]))?;
+        let sent = ok("isend of 64 MiB", t.comm.isend(&out, last, 12))?;
+        ok("wait for the isend of 64 MiB", sent.wait())?;
     } else if t.rank == last {
         let into = upload(t.ctx, &vec![0.0f32; len])?;
         ok("recv of 64 MiB", t.comm.recv(&into, 0, 12))?;
@@ -292,23 +289,16 @@ pub(crate) fn send_to_recv_and_irecv_64_mib(t: &Ranks) -> Check {
     Ok(())
 }
 
-/// The checks of what takes the same-node path (blocking sends and the
-/// collectives), run again on a communicator with it off (over MPI,
-/// mapped or staged).
+/// The checks of what takes the same-node path (point-to-point messages
+/// and the collectives), run again on a communicator with it off (over
+/// MPI, mapped or staged).
 pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
     let mut checks: Vec<Named> = vec![(
         "paths_follow_node_device_and_capabilities",
         paths_follow_node_device_and_capabilities,
     )];
     checks.extend(blocking_sends());
-    checks.push((
-        "blocking_and_nonblocking_ends_pair",
-        blocking_and_nonblocking_ends_pair,
-    ));
-    checks.push((
-        "blocking_calls_move_pending_requests_on",
-        blocking_calls_move_pending_requests_on,
-    ));
+    checks.extend(nonblocking());
     checks.extend(allreduces(large));
     checks.extend(collectives_but_allreduce());
     // The 64 MiB allgather and reduce_scatter (`collectives_64_mib`) run
@@ -321,10 +311,7 @@ pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
     // (`large_64_mib`).
     checks.extend(on_node_collectives(false));
     if large {
-        checks.push((
-            "send_to_recv_and_irecv_64_mib",
-            send_to_recv_and_irecv_64_mib,
-        ));
+        checks.push(("send_and_isend_64_mib", send_and_isend_64_mib));
         checks.push(("collectives_in_pieces", collectives_in_pieces));
     }
     checks
