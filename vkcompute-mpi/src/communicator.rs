@@ -642,6 +642,9 @@ impl Communicator {
         header: Header,
     ) -> Result<()> {
         let comm = self.raw();
+        // A communicator that a timeout broke may have left the peer
+        // copying out of the memory this message would overwrite.
+        comm.state.usable(op)?;
         let len = header.len();
         let staged = self.same_node.stage_out(op, place, len, dest);
         let (generation, new) = self.prepared_or_told(op, staged, header, (dest, tag))?;
