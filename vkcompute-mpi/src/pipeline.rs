@@ -237,10 +237,12 @@ impl Communicator {
     /// which the next step forwards from where it landed.
     ///
     /// A device error (from `arrived` or a slot) after the ranks agreed
-    /// does not stop this rank's part of the messages (zeros or stale data
-    /// go out in place of the data) and is returned at the end. An MPI
-    /// error or timeout ends it at once, once MPI no longer touches the
-    /// host buffers.
+    /// does not stop this rank's part of the messages and is returned at
+    /// the end: after a failed reduction or slot, zeros go out in place of
+    /// the data; a piece that the allgather could not store (a
+    /// destination the host holds, say) is forwarded all the same, so
+    /// that only this rank's result is wrong. An MPI error or timeout ends
+    /// it at once, once MPI no longer touches the host buffers.
     pub(crate) fn ring_steps<T: Pod>(
         &self,
         op: &'static str,
@@ -256,7 +258,12 @@ impl Communicator {
         let (rank, size) = (self.rank() as usize, self.size() as usize);
         let right = ((rank + 1) % size) as i32;
         let left = ((rank + size - 1) % size) as i32;
+        // What this rank sends is wrong (zeros go out instead) once a
+        // reduction or a slot failed; a piece the allgather could not
+        // store is this rank's own error: it is still forwarded, from the
+        // slot it landed in, so the others' results stay right.
         let mut failed = None;
+        let mut unstored = None;
         for g in steps.clone() {
             let reducing = g < size - 1;
             let (send, recv) = if reducing {
@@ -293,14 +300,19 @@ impl Communicator {
                 if range.is_empty() {
                     return Ok(());
                 }
-                arrived(Arrived {
+                let piece = Arrived {
                     range,
                     incoming: typed::<T>(op, &step.into[p], range.len())?,
                     reduce: reducing.then(|| next_out.map(|out| &out[p])),
-                })
+                };
+                if reducing {
+                    return arrived(piece);
+                }
+                note(&mut unstored, arrived(piece));
+                Ok(())
             })?;
         }
-        failed.map_or(Ok(()), Err)
+        failed.or(unstored).map_or(Ok(()), Err)
     }
 
     /// After a reduce-scatter over `ring`'s chunks: every rank's chunk to

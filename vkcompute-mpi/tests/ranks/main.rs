@@ -41,12 +41,14 @@ mod collectives;
 mod on_node;
 mod p2p;
 mod requests;
+mod review;
 mod same_node;
 
 use collectives::*;
 use on_node::*;
 use p2p::*;
 use requests::*;
+use review::*;
 use same_node::*;
 
 fn main() -> ExitCode {
@@ -211,6 +213,7 @@ fn rank_main() -> ExitCode {
             ),
         ];
         checks.extend(on_the_path);
+        checks.extend(review_checks());
         if large {
             checks.push((
                 "send_to_recv_and_irecv_64_mib",

@@ -320,6 +320,7 @@ pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
     // (`collectives_in_the_halving_range`), and allreduce at 64 MiB
     // (`large_64_mib`).
     checks.extend(on_node_collectives(false));
+    checks.extend(review_checks());
     if large {
         checks.push((
             "send_to_recv_and_irecv_64_mib",
