@@ -158,6 +158,23 @@ pub(crate) fn typed<T: Pod>(
         .map_err(Error::device(op))
 }
 
+/// Ends the process where it is dropped by a panic's unwinding: held
+/// while MPI transfers into or out of memory that the unwinding would
+/// free are under way.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "vkcompute-mpi: a panic while MPI transfers of a collective's pieces are under \
+                 way; their memory cannot be freed, so the process is aborted"
+            );
+            std::process::abort();
+        }
+    }
+}
+
 /// How a step's pieces travel.
 #[derive(Clone, Copy)]
 enum Wire {
@@ -457,6 +474,10 @@ impl Communicator {
         let mut recv_at: Vec<Range<usize>> = Vec::new();
         let mut landings: Vec<Option<Landing<'_>>> = Vec::new();
         let mut sources: Vec<Source<'_>> = Vec::new();
+        // Declared after the memory, so dropped before it: a panic in
+        // `arrived` (or below) while transfers are under way ends the
+        // process instead of freeing memory MPI still reads or writes.
+        let _unwinding = AbortOnUnwind;
         let mut posted = Ok(());
         for (p, range) in step.recvs.iter().enumerate() {
             let bytes = range.len() * size;
@@ -479,8 +500,9 @@ impl Communicator {
             // outlives every transfer: it is dropped only once its piece's
             // transfers are over, or at the end, after `finish_until` over
             // every transfer (which returns only once MPI no longer touches
-            // any, cancelling or aborting on a timeout). Each piece has its
-            // own memory, so no two transfers overlap.
+            // any, cancelling or aborting on a timeout); a panic meanwhile
+            // aborts the process (`AbortOnUnwind`) before it is dropped.
+            // Each piece has its own memory, so no two transfers overlap.
             posted = unsafe {
                 match step.wire {
                     Wire::Pair { source, .. } => {
