@@ -663,6 +663,10 @@ impl Communicator {
         if len == 0 || !self.same_node.is_peer(dest) {
             return Ok(None);
         }
+        // A communicator that a timeout broke may have left the peer
+        // copying out of memory (its outboxes given up are not lent again,
+        // but nothing is written after a timeout at all).
+        self.raw().state.usable(op)?;
         SameNode::stage_out(&self.same_node, op, place, len, dest)
     }
 

@@ -158,6 +158,23 @@ pub(crate) fn typed<T: Pod>(
         .map_err(Error::device(op))
 }
 
+/// Ends the process where it is dropped by a panic's unwinding: held
+/// while MPI transfers into or out of memory that the unwinding would
+/// free are under way.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "vkcompute-mpi: a panic while MPI transfers of a collective's pieces are under \
+                 way; their memory cannot be freed, so the process is aborted"
+            );
+            std::process::abort();
+        }
+    }
+}
+
 /// How a step's pieces travel.
 #[derive(Clone, Copy)]
 enum Wire {
@@ -237,10 +254,12 @@ impl Communicator {
     /// which the next step forwards from where it landed.
     ///
     /// A device error (from `arrived` or a slot) after the ranks agreed
-    /// does not stop this rank's part of the messages (zeros or stale data
-    /// go out in place of the data) and is returned at the end. An MPI
-    /// error or timeout ends it at once, once MPI no longer touches the
-    /// host buffers.
+    /// does not stop this rank's part of the messages and is returned at
+    /// the end: after a failed reduction or slot, zeros go out in place of
+    /// the data; a piece that the allgather could not store (a
+    /// destination the host holds, say) is forwarded all the same, so
+    /// that only this rank's result is wrong. An MPI error or timeout ends
+    /// it at once, once MPI no longer touches the host buffers.
     pub(crate) fn ring_steps<T: Pod>(
         &self,
         op: &'static str,
@@ -256,7 +275,12 @@ impl Communicator {
         let (rank, size) = (self.rank() as usize, self.size() as usize);
         let right = ((rank + 1) % size) as i32;
         let left = ((rank + size - 1) % size) as i32;
+        // What this rank sends is wrong (zeros go out instead) once a
+        // reduction or a slot failed; a piece the allgather could not
+        // store is this rank's own error: it is still forwarded, from the
+        // slot it landed in, so the others' results stay right.
         let mut failed = None;
+        let mut unstored = None;
         for g in steps.clone() {
             let reducing = g < size - 1;
             let (send, recv) = if reducing {
@@ -293,14 +317,19 @@ impl Communicator {
                 if range.is_empty() {
                     return Ok(());
                 }
-                arrived(Arrived {
+                let piece = Arrived {
                     range,
                     incoming: typed::<T>(op, &step.into[p], range.len())?,
                     reduce: reducing.then(|| next_out.map(|out| &out[p])),
-                })
+                };
+                if reducing {
+                    return arrived(piece);
+                }
+                note(&mut unstored, arrived(piece));
+                Ok(())
             })?;
         }
-        failed.map_or(Ok(()), Err)
+        failed.or(unstored).map_or(Ok(()), Err)
     }
 
     /// After a reduce-scatter over `ring`'s chunks: every rank's chunk to
@@ -445,6 +474,10 @@ impl Communicator {
         let mut recv_at: Vec<Range<usize>> = Vec::new();
         let mut landings: Vec<Option<Landing<'_>>> = Vec::new();
         let mut sources: Vec<Source<'_>> = Vec::new();
+        // Declared after the memory, so dropped before it: a panic in
+        // `arrived` (or below) while transfers are under way ends the
+        // process instead of freeing memory MPI still reads or writes.
+        let _unwinding = AbortOnUnwind;
         let mut posted = Ok(());
         for (p, range) in step.recvs.iter().enumerate() {
             let bytes = range.len() * size;
@@ -467,8 +500,9 @@ impl Communicator {
             // outlives every transfer: it is dropped only once its piece's
             // transfers are over, or at the end, after `finish_until` over
             // every transfer (which returns only once MPI no longer touches
-            // any, cancelling or aborting on a timeout). Each piece has its
-            // own memory, so no two transfers overlap.
+            // any, cancelling or aborting on a timeout); a panic meanwhile
+            // aborts the process (`AbortOnUnwind`) before it is dropped.
+            // Each piece has its own memory, so no two transfers overlap.
             posted = unsafe {
                 match step.wire {
                     Wire::Pair { source, .. } => {

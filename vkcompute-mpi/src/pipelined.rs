@@ -249,7 +249,9 @@ impl Communicator {
     /// arriving piece copied into `recv` as it lands and forwarded in the
     /// next step from where it landed. Failures after the ranks agreed: as
     /// in [`reduce_pipelined`](Self::reduce_pipelined) (`recv` then
-    /// undefined).
+    /// undefined); a `recv` that cannot be written (the host holds it) is
+    /// this rank's error alone, since the pieces it could not store are
+    /// forwarded from their slots all the same.
     pub(crate) fn allgather_pipelined<T, S, R>(
         &self,
         op: &'static str,

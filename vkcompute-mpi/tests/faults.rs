@@ -18,6 +18,16 @@
 //!   return an error (`Timeout`, or MPI's own error for the dead peer) or
 //!   abort the job (a cancelled send that MPI does not give back), and the
 //!   job ends within 10 s of rank 1's exit.
+//! - `broken`: a communicator on the same-node path that a timeout broke
+//!   must refuse (`Error::Broken`) before it writes the memory its peers
+//!   read. Rank 0 (timeout 50 ms) broadcasts while the others sleep (its
+//!   header exchange times out and is left to MPI), then broadcasts 3s on
+//!   the broken communicator; the others join the first broadcast late
+//!   (their header exchange meets rank 0's abandoned one), copy rank 0's
+//!   memory and time out in the closing barrier: they must not hold 3s.
+//!   The same for a blocking send from rank 0 to rank 1 (its first send
+//!   times out waiting for the answer, its second must not overwrite the
+//!   memory rank 1 then copies the first out of). Every rank exits 0.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -28,8 +38,8 @@
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use vkcompute::{ContextOptions, DeviceContext};
-use vkcompute_mpi::{Communicator, Error, ReduceOp};
+use vkcompute::{ContextOptions, DeviceBuffer, DeviceContext};
+use vkcompute_mpi::{Communicator, Error, Path, ReduceOp, SameNodePolicy};
 
 const RANKS: &str = "3";
 
@@ -59,7 +69,7 @@ fn exit_time(output: &str) -> Option<f64> {
 fn launch() -> ExitCode {
     let exe = std::env::current_exe().unwrap();
     let mut failed = Vec::new();
-    for case in ["stall", "die", "die-recovery"] {
+    for case in ["stall", "die", "die-recovery", "broken"] {
         let mut args = vec!["--oversubscribe", "--timeout", "60", "-np", RANKS];
         if case == "die-recovery" {
             args.insert(0, "--enable-recovery");
@@ -85,6 +95,16 @@ fn launch() -> ExitCode {
             eprintln!("  {l}");
         }
         let verdict = match case {
+            "broken" => {
+                let ok = fault_lines.iter().filter(|l| l.contains(" ok: ")).count();
+                if !out.status.success() {
+                    Err(format!("the job failed ({})", out.status))
+                } else if ok.to_string() != RANKS {
+                    Err(format!("{ok} ranks reported success, {RANKS} were due"))
+                } else {
+                    Ok(())
+                }
+            }
             "stall" => {
                 let timeouts = fault_lines
                     .iter()
@@ -156,6 +176,13 @@ fn rank_main(case: &str) -> ExitCode {
     buf.enqueue_fill(1.0).unwrap();
     let result = match case {
         "stall" => stall(&comm, &buf),
+        "broken" => {
+            let world = universe.world();
+            match (broken_collective(&world, &ctx), broken_send(&world, &ctx)) {
+                (Ok(a), Ok(b)) => Ok(format!("{a}; {b}")),
+                (a, b) => Err(format!("{a:?}; {b:?}")),
+            }
+        }
         _ => die(&comm, &buf),
     };
     match result {
@@ -210,4 +237,104 @@ fn die(comm: &Communicator, buf: &vkcompute::DeviceBuffer<f32>) -> Result<String
             return Err("allreduces still succeed 30 s after the death".into());
         }
     }
+}
+
+/// A new communicator of the world with the same-node path asked for.
+fn on_the_path(
+    world: &mpi::topology::SimpleCommunicator,
+    ctx: &DeviceContext,
+) -> Result<Communicator, String> {
+    Communicator::with_same_node(world, ctx, SameNodePolicy::Always)
+        .map_err(|e| format!("a communicator on the same-node path: {e}"))
+}
+
+/// 1024 elements of `v`.
+fn filled(ctx: &DeviceContext, v: u32) -> DeviceBuffer<u32> {
+    let buf = ctx.enqueue_create_buffer::<u32>(1024).unwrap();
+    buf.enqueue_fill(v).unwrap();
+    buf
+}
+
+/// The `broken` case's broadcast (see the file's documentation).
+fn broken_collective(
+    world: &mpi::topology::SimpleCommunicator,
+    ctx: &DeviceContext,
+) -> Result<String, String> {
+    let c = on_the_path(world, ctx)?;
+    if c.collective_path() != Path::SameNode {
+        return Err(format!("the collectives take {:?}", c.collective_path()));
+    }
+    // The shared memory made and announced, so that the later broadcasts
+    // reuse it.
+    let warm = filled(ctx, u32::from(c.rank() == 0));
+    c.broadcast(&warm, 0)
+        .map_err(|e| format!("first broadcast: {e}"))?;
+    if c.rank() == 0 {
+        c.set_timeout(Some(Duration::from_millis(50)));
+        match c.broadcast(&filled(ctx, 2), 0) {
+            Err(Error::Timeout { .. }) => {}
+            other => return Err(format!("a broadcast nobody joins: {other:?}")),
+        }
+        return match c.broadcast(&filled(ctx, 3), 0) {
+            Err(Error::Broken { .. }) => Ok("broadcast: Timeout, then Broken".into()),
+            other => Err(format!("a broadcast after the timeout: {other:?}")),
+        };
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    c.set_timeout(Some(Duration::from_millis(300)));
+    let buf = filled(ctx, 0);
+    let result = c.broadcast(&buf, 0);
+    if buf.to_vec().unwrap().contains(&3) {
+        return Err(format!(
+            "joining rank 0's abandoned broadcast ({result:?}) copied 3s, written by a \
+             broadcast rank 0 made after its communicator broke"
+        ));
+    }
+    match result {
+        Err(Error::Timeout { .. }) => Ok("late broadcast: no 3s, Timeout".into()),
+        other => Err(format!("joining rank 0's abandoned broadcast: {other:?}")),
+    }
+}
+
+/// The `broken` case's send (see the file's documentation).
+fn broken_send(
+    world: &mpi::topology::SimpleCommunicator,
+    ctx: &DeviceContext,
+) -> Result<String, String> {
+    let c = on_the_path(world, ctx)?;
+    if c.rank() > 1 {
+        return Ok("no send".into());
+    }
+    let path = c.path_to(1 - c.rank()).map_err(|e| e.to_string())?;
+    if path != Path::SameNode {
+        return Err(format!("ranks 0 and 1 take {path:?}"));
+    }
+    // The shared memory of the pair made and announced.
+    let warm = filled(ctx, 1);
+    if c.rank() == 0 {
+        c.send(&warm, 1, 3)
+            .map_err(|e| format!("first send: {e}"))?;
+        c.set_timeout(Some(Duration::from_millis(50)));
+        match c.send(&filled(ctx, 2), 1, 3) {
+            Err(Error::Timeout { .. }) => {}
+            other => return Err(format!("a send nobody receives yet: {other:?}")),
+        }
+        return match c.send(&filled(ctx, 3), 1, 3) {
+            Err(Error::Broken { .. }) => Ok("send: Timeout, then Broken".into()),
+            other => Err(format!("a send after the timeout: {other:?}")),
+        };
+    }
+    c.recv(&warm, 0, 3)
+        .map_err(|e| format!("first recv: {e}"))?;
+    std::thread::sleep(Duration::from_millis(300));
+    c.set_timeout(Some(Duration::from_millis(300)));
+    let buf = filled(ctx, 0);
+    let result = c.recv(&buf, 0, 3);
+    if buf.to_vec().unwrap().contains(&3) {
+        return Err(format!(
+            "the recv of rank 0's message ({result:?}) holds 3s, from a send rank 0 made \
+             after its communicator broke"
+        ));
+    }
+    Ok(format!("late recv: no 3s ({result:?})"))
 }

@@ -8,10 +8,11 @@
 //!   duplicates of the world, two moved to other threads, each with a
 //!   context of its own): the main thread's made by
 //!   `Communicator::new` (over MPI on lavapipe, whose buffers map
-//!   directly), the other two with the same-node path asked for
-//!   (`SameNodePolicy::Always`: two communicators' shared memory and
-//!   sockets in use at once), at the same time, each result checked
-//!   against a CPU reference. Where MPI provides less, the moved
+//!   directly; its reduce, allgather and reduce_scatter of one round
+//!   travel in pieces, `pipelined.rs`), the other two with the same-node
+//!   path asked for (`SameNodePolicy::Always`: two communicators' shared
+//!   memory and sockets in use at once), at the same time, each result
+//!   checked against a CPU reference. Where MPI provides less, the moved
 //!   communicator must refuse instead (`WrongThread`).
 //! - `funneled`: MPI initialised with `MPI_THREAD_FUNNELED`: a
 //!   communicator moved to another thread refuses every operation there
@@ -202,10 +203,18 @@ fn isends(comm: &Communicator, salt: u32, len: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// `exercise`, then the name of the path the collectives took
-/// (`collective_path`), checked against the count of those that took the
-/// same-node path: all five of each round there, none elsewhere; and so
-/// for rank 0's `send` and two `isend`s of each round to rank 1
+/// Elements (`u32`) of the round of `exercise_on_its_path` whose chunks
+/// are longer than one 4 MiB piece on 2 ranks: over MPI, reduce,
+/// allgather and reduce_scatter travel in pieces through pinned host
+/// buffers (`pipelined.rs`), at the same time as the other threads'
+/// collectives.
+const PIECES_LEN: usize = (2 << 20) + 1;
+
+/// `exercise`, and `other_collectives` once in pieces (`PIECES_LEN`),
+/// then the name of the path the collectives took (`collective_path`),
+/// checked against the count of those that took the same-node path: all
+/// five of each round and the four in pieces there, none elsewhere; and
+/// so for rank 0's `send` and two `isend`s of each round to rank 1
 /// (`path_to(1)`).
 fn exercise_on_its_path(comm: &Communicator, salt: u32, rounds: u32) -> Result<String, String> {
     let before = comm.same_node_collectives();
@@ -222,10 +231,11 @@ fn exercise_on_its_path(comm: &Communicator, salt: u32, rounds: u32) -> Result<S
             comm.path_to(1)
         ));
     }
+    other_collectives(comm, salt, PIECES_LEN).map_err(|e| format!("in pieces: {e}"))?;
     let taken = comm.same_node_collectives() - before;
     let path = comm.collective_path();
     let want = if path == Path::SameNode {
-        5 * u64::from(rounds)
+        5 * u64::from(rounds) + 4
     } else {
         0
     };

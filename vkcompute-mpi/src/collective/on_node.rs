@@ -93,7 +93,22 @@ impl Communicator {
         place: Place<'_, T>,
         n: usize,
     ) -> Result<Filled> {
-        (self.same_node).fill_collective::<T>(op, n, |part| place.copy_range_to(0, n, part))
+        self.fill_shared::<T>(op, n, |part| place.copy_range_to(0, n, part))
+    }
+
+    /// This rank's collective memory, its first `len` elements written by
+    /// `write` (`SameNode::fill_collective`), and its generation for the
+    /// header; `Error::Broken` first, without a write, on a communicator
+    /// that a timeout broke: its peers may still be reading the memory
+    /// (the collective that timed out left them behind).
+    fn fill_shared<T: Element>(
+        &self,
+        op: &'static str,
+        len: usize,
+        write: impl FnOnce(&DeviceBuffer<T>) -> vkcompute::Result<()>,
+    ) -> Result<Filled> {
+        self.raw().state.usable(op)?;
+        (self.same_node).fill_collective::<T>(op, len, write)
     }
 
     /// The first phase of every collective on the path: shares the outcome
@@ -342,13 +357,12 @@ impl Communicator {
         let prepared = check_blocks(op, "send", send.elements(), "recv", m, size)
             .and_then(|()| self.reducer.kernel::<T>(op, self.context(), reduce))
             .and_then(|kernel| {
-                let filled =
-                    (self.same_node).fill_collective::<T>(op, stride * size, |memory| {
-                        (0..size).try_for_each(|k| {
-                            let block = memory.create_sub_buffer::<T>(k * stride, m)?;
-                            send.place().copy_range_to(k * m, m, &block)
-                        })
-                    })?;
+                let filled = self.fill_shared::<T>(op, stride * size, |memory| {
+                    (0..size).try_for_each(|k| {
+                        let block = memory.create_sub_buffer::<T>(k * stride, m)?;
+                        send.place().copy_range_to(k * m, m, &block)
+                    })
+                })?;
                 Ok((kernel, Some(filled)))
             });
         let (kernel, memory) = self.agree_on_node(op, header, prepared)?;

@@ -42,6 +42,7 @@ mod isends;
 mod on_node;
 mod p2p;
 mod requests;
+mod review;
 mod same_node;
 
 use collectives::*;
@@ -49,6 +50,7 @@ use isends::*;
 use on_node::*;
 use p2p::*;
 use requests::*;
+use review::*;
 use same_node::*;
 
 fn main() -> ExitCode {
@@ -188,6 +190,7 @@ fn rank_main() -> ExitCode {
             ),
         ];
         checks.extend(on_the_path);
+        checks.extend(review_checks());
         if large {
             checks.push(("send_and_isend_64_mib", send_and_isend_64_mib));
         }

@@ -94,7 +94,7 @@ pub(crate) fn collectives_take_the_path_where_it_says(t: &Ranks) -> Check {
 
 /// A view of `host.len()` elements at `offset` in a new parent two
 /// elements longer, the rest of which holds `fill`: `(parent, view)`.
-fn view_in_parent<T: Element>(
+pub(crate) fn view_in_parent<T: Element>(
     t: &Ranks,
     offset: usize,
     host: &[T],
@@ -111,7 +111,7 @@ fn view_in_parent<T: Element>(
 }
 
 /// Checks that `parent` holds `want` at `offset` and `fill` elsewhere.
-fn parent_holds<T: Value>(
+pub(crate) fn parent_holds<T: Value>(
     what: &str,
     parent: &DeviceBuffer<T>,
     offset: usize,
@@ -313,9 +313,14 @@ fn while_held<T: Element, R>(
 /// MPI a broadcast into a device buffer that maps directly maps it before
 /// the ranks agree, so there every rank fails.
 pub(crate) fn collectives_with_buffers_the_host_holds(t: &Ranks) -> Check {
+    buffers_the_host_holds(t, 33)
+}
+
+/// `collectives_with_buffers_the_host_holds` with buffers of `m`
+/// elements (blocks of `m` for allgather and reduce_scatter).
+pub(crate) fn buffers_the_host_holds(t: &Ranks, m: usize) -> Check {
     let (p, r, holder) = (t.size as usize, t.rank as usize, t.size - 1);
     let holds = t.rank == holder;
-    let m = 33;
     let source_fails = |what: &str, result: vkcompute_mpi::Result<()>| {
         ensure(fails_for_mapping(holds, holder, &result), || {
             format!("{what} with its source borrowed on rank {holder}: {result:?}")

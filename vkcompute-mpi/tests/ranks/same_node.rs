@@ -310,6 +310,7 @@ pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
     // (`collectives_in_the_halving_range`), and allreduce at 64 MiB
     // (`large_64_mib`).
     checks.extend(on_node_collectives(false));
+    checks.extend(review_checks());
     if large {
         checks.push(("send_and_isend_64_mib", send_and_isend_64_mib));
         checks.push(("collectives_in_pieces", collectives_in_pieces));
