@@ -101,6 +101,10 @@
 //! made one survivor return `Timeout` and the other (its send to the dead
 //! rank not cancellable) abort the job, 4.1 s after the death with a 2 s
 //! timeout. No timeout is set by default: a slow rank is not a dead one.
+//! After a timeout, treat the job as suspect, not only the communicator:
+//! once (2 runs of 4), a later `MPI_Comm_dup` of the world hung in Open
+//! MPI 4.1 after a communicator broke with a receive cancelled and an
+//! answer left unmatched (cause not found).
 //!
 //! **Threads.** MPI is the application's to initialise (`mpi::initialize`
 //! or `initialize_with_threading`); a [`Communicator`] reads the level MPI
