@@ -14,6 +14,13 @@
 //! recursive halving and doubling (`log2(size)` steps each). An allreduce
 //! of at most `DOUBLING_MAX_BYTES` (64 KiB) on 4, 8, ... ranks takes
 //! recursive doubling instead (log2(n) exchanges of the whole buffer).
+//! Where every rank maps its device buffer in place and the ring would
+//! run on 3 to `DIRECT_MAX_RANKS` (8) ranks, the allreduce's
+//! reduce-scatter sends every chunk to its owner at once instead, and
+//! the owner reduces the `n - 1` chunks it receives in one kernel pass:
+//! the ring's bytes, without its `n - 1` dependent steps, and one read
+//! of each operand instead of a kernel pass per step (the ranks learn
+//! that every rank can from the header exchange, `Header::offers_direct`).
 //! Chunks start at multiples of 256 bytes
 //! (and of the device's `minStorageBufferOffsetAlignment`), so that a
 //! kernel can bind any of them.
@@ -76,6 +83,16 @@ pub(crate) const DOUBLING_MAX_BYTES: usize = 64 << 10;
 /// ring) 1.00x and 1.01x, and the same-node path (unchanged) 0.80-1.16x,
 /// which is this VM's noise. 4 MiB is the largest size measured.
 pub(crate) const HALVING_MAX_BYTES: usize = 4 << 20;
+
+/// The most ranks whose mapped allreduce sends every chunk to its owner
+/// at once (`Communicator::takes_direct`): each rank then has
+/// `size - 1` messages under way at once and a landing of `size - 1`
+/// chunks; above it the ring.
+pub(crate) const DIRECT_MAX_RANKS: usize = 8;
+
+/// The largest landing (bytes of pinned host memory, `size - 1` chunks)
+/// that the direct reduce-scatter takes; above it the ring (one chunk).
+pub(crate) const DIRECT_MAX_LANDING_BYTES: usize = 256 << 20;
 
 /// Where each rank's chunk lies in a collective's working buffer: chunk
 /// `k` is `starts[k]..starts[k] + lens[k]`.
@@ -596,11 +613,18 @@ impl Communicator {
             self.chunked::<T>(n)
         };
         let steps = schedule::reduce_scatter(algorithm, rank, size);
+        let stride = self.stride::<T>(n);
+        let offer = !doubling && self.takes_direct::<T>(algorithm, n);
+        let landing = if offer {
+            (size - 1) * stride
+        } else {
+            chunks.longest_step(&steps)
+        };
         let prepared = self
             .reducer
             .kernel::<T>(op, self.context(), reduce)
             .and_then(|kernels| {
-                let inbox = Staged::<T>::new(self, op, chunks.longest_step(&steps))?;
+                let inbox = Staged::<T>::new(self, op, landing)?;
                 let outbox = if doubling {
                     Some(Staged::<T>::new(self, op, n)?)
                 } else {
@@ -610,55 +634,29 @@ impl Communicator {
                 let mapping = buf.map_to_host().map_err(Error::device(op))?;
                 Ok((kernels, inbox, outbox, mapping))
             });
-        let (kernels, inbox, outbox, first) = self.agree(op, header, prepared)?;
+        let ((kernels, inbox, outbox, first), headers) =
+            self.agree_headers(op, header.direct(offer), prepared)?;
         if let Some(outbox) = outbox {
             let result = self.doubling_mapped(op, buf, &kernels, &inbox, &outbox, first);
             inbox.keep(self);
             outbox.keep(self);
             return result;
         }
-        // The staged ring's pieces (`pipeline`), posted at once here.
-        let piece = chunks.piece_bytes::<T>(&steps);
         let mut failed: Option<Error> = None;
         // Stands in for `buf` once it cannot be mapped (zeros go out).
         let mut spare: Vec<T> = Vec::new();
-        let mut mapping = Some(first);
-        for step in &steps {
-            let (send, recv) = (chunks.span(&step.send), chunks.span(&step.recv));
-            let mapped = self.map_or_note(op, buf, mapping.take(), &mut failed);
-            if mapped.is_none() && spare.is_empty() {
-                spare = vec![<T as bytemuck::Zeroable>::zeroed(); n];
-            }
-            {
-                let out: &[T] = mapped.as_deref().unwrap_or(&spare);
-                let mut into = inbox.typed.as_mut_slice().map_err(Error::device(op))?;
-                raw::sendrecv_pieces(
-                    op,
-                    self.raw(),
-                    bytemuck::cast_slice(&out[send]),
-                    step.to,
-                    bytemuck::cast_slice_mut(&mut into[..recv.len()]),
-                    step.from,
-                    COLLECTIVE_TAG,
-                    piece,
-                )?;
-            }
-            if let Some(Err(e)) = mapped.map(|m| m.finish().map_err(Error::device(op))) {
-                failed.get_or_insert(e);
-            }
-            if failed.is_none() {
-                let reduced = buf
-                    .create_sub_buffer::<T>(recv.start, recv.len())
-                    .map_err(Error::device(op))
-                    .and_then(|acc| {
-                        let incoming = inbox.part(op, 0..recv.len())?;
-                        kernels::enqueue_reduce(op, self.context(), &kernels, &acc, &incoming)?;
-                        self.context().flush().map_err(Error::device(op))
-                    });
-                if let Err(e) = reduced {
-                    failed.get_or_insert(e);
-                }
-            }
+        if offer && headers.iter().all(Header::offers_direct) {
+            (self.direct_reduce_scatters).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let ring = (&kernels, &inbox, &chunks, stride);
+            self.direct_reduce_scatter_mapped(op, buf, ring, first, &mut failed)?;
+        } else {
+            self.ring_reduce_scatter_mapped(
+                op,
+                buf,
+                (&kernels, &inbox, &chunks, &steps),
+                first,
+                (&mut failed, &mut spare),
+            )?;
         }
         // The allgather in the mapping, which waits for the last kernel.
         let mut mapped = self.map_or_note(op, buf, None, &mut failed);
@@ -748,6 +746,153 @@ impl Communicator {
             d <<= 1;
         }
         failed.map_or(Ok(()), Err)
+    }
+
+    /// Whether an allreduce of `n` elements of `T` whose reduce-scatter
+    /// takes `algorithm` may send every chunk to its owner at once
+    /// ([`direct_reduce_scatter_mapped`](Self::direct_reduce_scatter_mapped)):
+    /// the ring on 3 to [`DIRECT_MAX_RANKS`] ranks, with a landing of at
+    /// most [`DIRECT_MAX_LANDING_BYTES`]. The same on every rank; it is
+    /// taken where every rank offers it (on 2 ranks the ring is one such
+    /// step already).
+    fn takes_direct<T>(&self, algorithm: Algorithm, n: usize) -> bool {
+        let size = self.size() as usize;
+        let landing = (size.saturating_sub(1))
+            .saturating_mul(self.stride::<T>(n))
+            .saturating_mul(size_of::<T>());
+        algorithm == Algorithm::Ring
+            && (3..=DIRECT_MAX_RANKS).contains(&size)
+            && landing <= DIRECT_MAX_LANDING_BYTES
+    }
+
+    /// The reduce-scatter of [`allreduce_mapped`](Self::allreduce_mapped)
+    /// in `steps` of the ring, in `buf`'s mapping (`first`, mapped again
+    /// for each step after the last one's kernel): each step's chunk goes
+    /// out of the mapping and its peer's comes into `inbox`, and a kernel
+    /// reduces it into `buf`. A failure on this rank after the ranks
+    /// agreed goes to `failed`, and zeros (in `spare`) go out in place of
+    /// the buffer from then on, so that the other ranks still complete.
+    fn ring_reduce_scatter_mapped<'b, T: Reducible>(
+        &self,
+        op: &'static str,
+        buf: &'b DeviceBuffer<T>,
+        (kernels, inbox, chunks, steps): (&kernels::ReduceKernels, &Staged<T>, &Chunks, &[Step]),
+        first: vkcompute::MappedBuffer<'b, T>,
+        (failed, spare): (&mut Option<Error>, &mut Vec<T>),
+    ) -> Result<()> {
+        let n = buf.len();
+        // The staged ring's pieces (`pipeline`), posted at once here.
+        let piece = chunks.piece_bytes::<T>(steps);
+        let mut mapping = Some(first);
+        for step in steps {
+            let (send, recv) = (chunks.span(&step.send), chunks.span(&step.recv));
+            let mapped = self.map_or_note(op, buf, mapping.take(), failed);
+            if mapped.is_none() && spare.is_empty() {
+                *spare = vec![<T as bytemuck::Zeroable>::zeroed(); n];
+            }
+            {
+                let out: &[T] = mapped.as_deref().unwrap_or(spare);
+                let mut into = inbox.typed.as_mut_slice().map_err(Error::device(op))?;
+                raw::sendrecv_pieces(
+                    op,
+                    self.raw(),
+                    bytemuck::cast_slice(&out[send]),
+                    step.to,
+                    bytemuck::cast_slice_mut(&mut into[..recv.len()]),
+                    step.from,
+                    COLLECTIVE_TAG,
+                    piece,
+                )?;
+            }
+            if let Some(Err(e)) = mapped.map(|m| m.finish().map_err(Error::device(op))) {
+                failed.get_or_insert(e);
+            }
+            self.reduce_into(op, (buf, recv), kernels, (&inbox.typed, 1, 0), failed);
+        }
+        Ok(())
+    }
+
+    /// Enqueues the reduction of `count` operands of `incoming`, `stride`
+    /// elements apart, into `range` of `buf` and submits it
+    /// (`kernels::enqueue_reduce_many`); an error goes to `failed`, and
+    /// nothing happens where `failed` holds one already or `range` is
+    /// empty.
+    fn reduce_into<T: Reducible>(
+        &self,
+        op: &'static str,
+        (buf, range): (&DeviceBuffer<T>, Range<usize>),
+        kernels: &kernels::ReduceKernels,
+        (incoming, count, stride): (&HostBuffer<T>, usize, usize),
+        failed: &mut Option<Error>,
+    ) {
+        if failed.is_some() || range.is_empty() {
+            return;
+        }
+        let reduced = buf
+            .create_sub_buffer::<T>(range.start, range.len())
+            .map_err(Error::device(op))
+            .and_then(|acc| {
+                let operands = kernels::Operand::Host(incoming);
+                let shape = (count, stride);
+                kernels::enqueue_reduce_many(op, self.context(), kernels, &acc, operands, shape)?;
+                self.context().flush().map_err(Error::device(op))
+            });
+        if let Err(e) = reduced {
+            failed.get_or_insert(e);
+        }
+    }
+
+    /// The reduce-scatter of [`allreduce_mapped`](Self::allreduce_mapped)
+    /// with every chunk sent to its owner at once: this rank sends chunk
+    /// `k` of `buf`'s mapping (`first`) to rank `k`, receives its own
+    /// chunk of every other rank into `inbox` (`stride` elements apart,
+    /// the rank after it first), and one kernel pass reduces them all into
+    /// its chunk of `buf` (operands in that order). The same bytes as the
+    /// ring in one exchange instead of `size - 1`, and one read of each
+    /// operand on the device instead of a kernel pass per step: on
+    /// lavapipe the kernels are most of an allreduce's time (see
+    /// CONTRIBUTING.md). A failure on this rank after the exchange goes to
+    /// `failed`.
+    fn direct_reduce_scatter_mapped<'b, T: Reducible>(
+        &self,
+        op: &'static str,
+        buf: &'b DeviceBuffer<T>,
+        (kernels, inbox, chunks, stride): (&kernels::ReduceKernels, &Staged<T>, &Chunks, usize),
+        first: vkcompute::MappedBuffer<'b, T>,
+        failed: &mut Option<Error>,
+    ) -> Result<()> {
+        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let mine = chunks.ranges[rank].clone();
+        let piece = pipeline::piece_len::<T>(chunks.longest()) * size_of::<T>();
+        {
+            let out: &[T] = &first;
+            let mut into = inbox.typed.as_mut_slice().map_err(Error::device(op))?;
+            // To the ranks before this one, nearest first; from the ranks
+            // after it, nearest first (so no rank is every rank's first).
+            let outs = (1..size)
+                .map(|d| {
+                    let to = (rank + size - d) % size;
+                    let chunk = bytemuck::cast_slice(&out[chunks.ranges[to].clone()]);
+                    (chunk, to as i32)
+                })
+                .collect();
+            let ins = (into.chunks_mut(stride).take(size - 1).enumerate())
+                .map(|(d, slot)| {
+                    let from = (rank + 1 + d) % size;
+                    (
+                        bytemuck::cast_slice_mut(&mut slot[..mine.len()]),
+                        from as i32,
+                    )
+                })
+                .collect();
+            raw::exchange_with_peers(op, self.raw(), outs, ins, COLLECTIVE_TAG, piece)?;
+        }
+        if let Err(e) = first.finish().map_err(Error::device(op)) {
+            failed.get_or_insert(e);
+        }
+        let operands = (&inbox.typed, size - 1, stride);
+        self.reduce_into(op, (buf, mine), kernels, operands, failed);
+        Ok(())
     }
 
     /// `mapping`, or a new mapping of `buf`; `None` where `failed` holds an

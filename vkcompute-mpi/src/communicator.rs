@@ -2,6 +2,7 @@
 //! point-to-point messages of device and host buffers.
 
 use std::mem::size_of;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mpi::raw::AsRaw;
@@ -181,6 +182,9 @@ pub struct Communicator {
     maps_directly: bool,
     /// The peers on the same-node path, and its sockets and memory.
     pub(crate) same_node: Arc<SameNode>,
+    /// How many allreduces took the direct reduce-scatter
+    /// (`Communicator::direct_reduce_scatters`).
+    pub(crate) direct_reduce_scatters: AtomicU64,
 }
 
 impl Communicator {
@@ -260,6 +264,7 @@ impl Communicator {
             staging: Mutex::new(Vec::new()),
             piece_slots: Mutex::new(Vec::new()),
             maps_directly,
+            direct_reduce_scatters: AtomicU64::new(0),
         })
     }
 
@@ -372,6 +377,15 @@ impl Communicator {
     #[doc(hidden)]
     pub fn same_node_sends(&self) -> u64 {
         self.same_node.sends()
+    }
+
+    /// How many allreduces of this communicator sent every chunk to its
+    /// owner at once (the direct reduce-scatter, taken where every rank
+    /// maps its buffer directly, on 3 to 8 ranks, and the ring would
+    /// otherwise run), for the tests that check where it is taken.
+    #[doc(hidden)]
+    pub fn direct_reduce_scatters(&self) -> u64 {
+        self.direct_reduce_scatters.load(Ordering::Relaxed)
     }
 
     /// This rank's number in the communicator.

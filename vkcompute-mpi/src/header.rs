@@ -13,8 +13,13 @@ use crate::raw::{self, Comm};
 /// "vkMP", little-endian: a header of this crate.
 const MAGIC: u32 = 0x504d_6b76;
 /// The protocol's version; ranks of other versions are refused (3: the
-/// header names the sender's outbox, `Header::outbox`).
-const VERSION: u32 = 3;
+/// header names the sender's outbox, `Header::outbox`; 4: `flags`).
+const VERSION: u32 = 4;
+
+/// `Header::flags`: this rank can take the allreduce whose reduce-scatter
+/// sends every chunk to its owner at once
+/// (`Communicator::allreduce_mapped`).
+const DIRECT_REDUCE_SCATTER: u32 = 1;
 
 /// `Header::shared` of a message whose data travels over MPI.
 const OVER_MPI: u32 = 0;
@@ -151,8 +156,10 @@ pub(crate) struct Header {
     generation: u32,
     /// Which of the sender's exported memories (`SharedMemory::outbox`).
     outbox: u32,
-    /// Zero (the header's size stays a multiple of 8 bytes).
-    reserved: u32,
+    /// What this rank can do beyond the request (`DIRECT_REDUCE_SCATTER`),
+    /// for choices every rank then makes alike; not part of the request
+    /// (`agrees_with` ignores it).
+    flags: u32,
 }
 
 /// The size of a header on the wire.
@@ -175,7 +182,7 @@ impl Header {
             shared: OVER_MPI,
             generation: 0,
             outbox: 0,
-            reserved: 0,
+            flags: 0,
         }
     }
 
@@ -204,6 +211,22 @@ impl Header {
         self.generation = shared.generation;
         self.outbox = shared.outbox;
         self
+    }
+
+    /// Offering the direct reduce-scatter where `yes` (see
+    /// [`offers_direct`](Self::offers_direct)).
+    pub(crate) fn direct(mut self, yes: bool) -> Header {
+        if yes {
+            self.flags |= DIRECT_REDUCE_SCATTER;
+        }
+        self
+    }
+
+    /// Whether this rank offered the allreduce whose reduce-scatter sends
+    /// every chunk to its owner at once (`Communicator::allreduce_mapped`);
+    /// it is taken only where every rank offered it.
+    pub(crate) fn offers_direct(&self) -> bool {
+        self.flags & DIRECT_REDUCE_SCATTER != 0
     }
 
     /// Marked as failed (no data follows, in shared memory or otherwise).

@@ -192,11 +192,7 @@ impl Reducer {
 
 /// Enqueues `acc = acc OP incoming` element by element on `ctx`'s stream,
 /// where `incoming` (pinned host memory, which the kernel reads where it
-/// lies) has `acc`'s length: the elements in whole groups of four by the
-/// wide kernel (bound as `[T; 4]`), the last one to three by the scalar one.
-/// `acc` starts at a multiple of `align_bytes(ctx)` in its memory, as does
-/// `incoming`; the work is split into dispatches whose bindings fit the
-/// device's `maxStorageBufferRange`.
+/// lies) has `acc`'s length: see [`enqueue_reduce_many`].
 pub(crate) fn enqueue_reduce<T: Reducible>(
     op_name: &'static str,
     ctx: &DeviceContext,
@@ -248,30 +244,83 @@ pub(crate) fn enqueue_reduce_with<T: Reducible>(
     acc: &DeviceBuffer<T>,
     incoming: Operand<'_, T>,
 ) -> Result<()> {
-    let bulk = acc.len() / 4 * 4;
+    enqueue_reduce_many(op_name, ctx, kernels, acc, incoming, (1, 0))
+}
+
+/// Enqueues `acc = acc OP in_0 OP in_1 ... OP in_(count-1)` element by
+/// element on `ctx`'s stream, where operand `j` is elements `j * stride
+/// ..` of `incoming` (`acc`'s length each; `incoming` holds at least
+/// `(count - 1) * stride + acc.len()` elements): the elements in whole
+/// groups of four by the wide kernel (bound as `[T; 4]`), all operands in
+/// one pass, the last one to three by the scalar one, once per operand.
+/// `acc` starts at a multiple of `align_bytes(ctx)` in its memory, as do
+/// `incoming` and `stride` elements; the work is split into dispatches
+/// whose bindings fit the device's `maxStorageBufferRange`, and where the
+/// operands together do not fit one binding, each takes passes of its own.
+pub(crate) fn enqueue_reduce_many<T: Reducible>(
+    op_name: &'static str,
+    ctx: &DeviceContext,
+    kernels: &ReduceKernels,
+    acc: &DeviceBuffer<T>,
+    incoming: Operand<'_, T>,
+    shape: (usize, usize),
+) -> Result<()> {
     let per_dispatch = dispatch_elements::<[T; 4]>(ctx);
-    let mut start = 0;
-    while start < bulk / 4 {
-        let len = per_dispatch.min(bulk / 4 - start);
-        let a = acc
-            .create_sub_buffer::<[T; 4]>(start, len)
-            .map_err(Error::device(op_name))?;
-        let groups = len.div_ceil(WORKGROUP * WIDE_UNROLL).min(max_groups(ctx)) as u32;
-        incoming
-            .dispatch(
-                ctx,
-                (&kernels.wide, groups),
-                &a,
-                (start, len),
-                &(len as u32),
-            )
-            .map_err(Error::device(op_name))?;
-        start += len;
+    enqueue_reduce_within(op_name, ctx, kernels, acc, incoming, shape, per_dispatch)
+}
+
+/// [`enqueue_reduce_many`] with bindings of at most `per_dispatch` groups
+/// of four (a multiple of the alignment; the tests pass small ones).
+fn enqueue_reduce_within<T: Reducible>(
+    op_name: &'static str,
+    ctx: &DeviceContext,
+    kernels: &ReduceKernels,
+    acc: &DeviceBuffer<T>,
+    incoming: Operand<'_, T>,
+    (count, stride): (usize, usize),
+    per_dispatch: usize,
+) -> Result<()> {
+    let bulk = acc.len() / 4 * 4;
+    let unit = (align_bytes(ctx) / std::mem::size_of::<[T; 4]>()).max(1);
+    // The groups of four that one binding of `c` operands spans beyond
+    // `len` of them, and the most `len` that fits beside it.
+    let reach = |c: usize| (c.saturating_sub(1)).saturating_mul(stride / 4);
+    let room = |c: usize| per_dispatch.saturating_sub(reach(c)) / unit * unit;
+    // All operands in one pass where they fit one binding, else one each.
+    let passes: Vec<(usize, usize)> = if count <= 1 || room(count) > 0 {
+        vec![(0, count.max(1))]
+    } else {
+        (0..count).map(|j| (j, 1)).collect()
+    };
+    for (first, c) in passes {
+        let mut start = 0;
+        while start < bulk / 4 {
+            let len = room(c).min(bulk / 4 - start);
+            let a = acc
+                .create_sub_buffer::<[T; 4]>(start, len)
+                .map_err(Error::device(op_name))?;
+            let groups = len.div_ceil(WORKGROUP * WIDE_UNROLL).min(max_groups(ctx)) as u32;
+            // Within the `u32`s: `len` is within one binding's range
+            // (below 2^30 bytes), and so is `stride / 4` where it is read
+            // (`c > 1`: `reach(c)` below the range).
+            let push = [len as u32, c as u32, (stride / 4) as u32];
+            let from = first * stride / 4 + start;
+            incoming
+                .dispatch(
+                    ctx,
+                    (&kernels.wide, groups),
+                    &a,
+                    (from, reach(c) + len),
+                    &push,
+                )
+                .map_err(Error::device(op_name))?;
+            start += len;
+        }
     }
     if bulk < acc.len() {
         // The last one to three elements, bound from the last element
         // before them that starts at the alignment (the scalar kernel
-        // starts `first` elements into its bindings).
+        // starts `first` elements into its bindings), once per operand.
         let align = (align_bytes(ctx) / std::mem::size_of::<T>()).max(1);
         let base = bulk / align * align;
         let len = acc.len() - base;
@@ -279,9 +328,17 @@ pub(crate) fn enqueue_reduce_with<T: Reducible>(
             .create_sub_buffer::<T>(base, len)
             .map_err(Error::device(op_name))?;
         let range = [(bulk - base) as u32, len as u32];
-        incoming
-            .dispatch(ctx, (&kernels.scalar, 1), &a, (base, len), &range)
-            .map_err(Error::device(op_name))?;
+        for j in 0..count {
+            incoming
+                .dispatch(
+                    ctx,
+                    (&kernels.scalar, 1),
+                    &a,
+                    (j * stride + base, len),
+                    &range,
+                )
+                .map_err(Error::device(op_name))?;
+        }
     }
     Ok(())
 }
@@ -307,4 +364,60 @@ fn dispatch_elements<T>(ctx: &DeviceContext) -> usize {
     let range = (ctx.limits().max_storage_buffer_range as usize).min(1 << 30);
     let bytes = (range / align).max(1) * align;
     (bytes / std::mem::size_of::<T>()).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vkcompute::ContextOptions;
+
+    /// Three operands in one pass, split over dispatches, and (where
+    /// they do not fit one binding) in passes of their own, each with the
+    /// scalar kernel's tail: the same as the CPU, validation-clean.
+    #[test]
+    fn several_operands_reduce_in_one_pass_or_one_each() {
+        let ctx = DeviceContext::with_options(
+            ContextOptions::new()
+                .validation(true)
+                .pipeline_cache_dir(None),
+        )
+        .expect("a validated context (lavapipe and the validation layers: run `make test`)");
+        let kernels = Reducer::new()
+            .kernel::<f32>("test", &ctx, ReduceOp::Sum)
+            .unwrap();
+        let unit = align_bytes(&ctx) / 16;
+        // 48 groups of four per operand: a multiple of the alignment.
+        let stride = 12 * unit * 4;
+        let len = 37 * 4 + 2;
+        assert!(len <= stride && stride % (align_bytes(&ctx) / 4) == 0);
+        let acc0: Vec<f32> = (0..len).map(|i| i as f32).collect();
+        let incoming: Vec<f32> = (0..3 * stride).map(|i| (i % 1000) as f32 * 0.5).collect();
+        let want: Vec<f32> = (0..len)
+            .map(|i| acc0[i] + incoming[i] + incoming[stride + i] + incoming[2 * stride + i])
+            .collect();
+        let host = ctx.enqueue_create_host_buffer::<f32>(3 * stride).unwrap();
+        host.as_mut_slice().unwrap().copy_from_slice(&incoming);
+        // Room for two passes' worth beside the operands; none beside them
+        // (one pass each); the device's own limit.
+        let reach = 2 * stride / 4;
+        for per_dispatch in [reach + 2 * unit, reach, dispatch_elements::<[f32; 4]>(&ctx)] {
+            let acc = ctx.enqueue_create_buffer::<f32>(len).unwrap();
+            acc.enqueue_copy_from(&acc0[..]).unwrap();
+            let operands = Operand::Host(&host);
+            enqueue_reduce_within(
+                "test",
+                &ctx,
+                &kernels,
+                &acc,
+                operands,
+                (3, stride),
+                per_dispatch,
+            )
+            .unwrap();
+            assert_eq!(acc.to_vec().unwrap(), want, "per_dispatch {per_dispatch}");
+        }
+        ctx.synchronize().unwrap();
+        let messages = ctx.validation_log().messages();
+        assert!(messages.is_empty(), "validation messages: {messages:?}");
+    }
 }

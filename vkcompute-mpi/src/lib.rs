@@ -72,7 +72,12 @@
 //! The reductions and gathers choose their algorithm by size, alike on
 //! every rank: on 4, 8, ... ranks recursive doubling for an allreduce of
 //! at most 64 KiB, recursive halving and doubling (log2 of the ranks
-//! steps) for buffers of at most 4 MiB, and the ring otherwise.
+//! steps) for buffers of at most 4 MiB, and the ring otherwise. Where
+//! the ring would run on 3 to 8 ranks and every rank maps its device
+//! buffer in place, an allreduce's reduce-scatter sends every chunk to
+//! its owner at once instead, and the owner reduces them in one kernel
+//! pass (the ring's bytes; on lavapipe, 4 ranks, 64 MiB, 0.67-0.94x of
+//! the ring's time).
 //!
 //! Non-blocking messages: [`Communicator::isend`] and
 //! [`Communicator::irecv`] return a [`Request`] (`wait`, `test`) over the

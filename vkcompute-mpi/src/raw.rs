@@ -160,18 +160,14 @@ pub(crate) fn sendrecv_pieces(
     tag: i32,
     piece: usize,
 ) -> Result<()> {
-    let piece = piece.max(1);
-    let outs: Vec<&[u8]> = if out.is_empty() {
-        vec![out]
-    } else {
-        out.chunks(piece).collect()
-    };
-    let ins: Vec<&mut [u8]> = if into.is_empty() {
-        vec![into]
-    } else {
-        into.chunks_mut(piece).collect()
-    };
-    exchange_all(op, comm, "MPI_Sendrecv", (outs, dest), (ins, source), tag)
+    exchange_with_peers(
+        op,
+        comm,
+        vec![(out, dest)],
+        vec![(into, source)],
+        tag,
+        piece,
+    )
 }
 
 /// Posts `MPI_Irecv`s into `into` from its rank and `MPI_Isend`s of `out`
@@ -217,10 +213,8 @@ pub(crate) fn recv_all(
     exchange_all(op, comm, "MPI_Recv", (Vec::new(), 0), (pieces, source), tag)
 }
 
-/// Posts `MPI_Irecv`s into every slice of `ins` from its rank, then
-/// `MPI_Isend`s of every slice of `outs` to its rank, all with `tag` and
-/// each in order, and waits for them within the communicator's timeout
-/// (as `call`).
+/// [`exchange_with`] of every slice of `outs` to `dest` and of `ins`
+/// from `source`.
 fn exchange_all(
     op: &'static str,
     comm: &Comm,
@@ -229,10 +223,61 @@ fn exchange_all(
     (ins, source): (Vec<&mut [u8]>, i32),
     tag: i32,
 ) -> Result<()> {
+    let outs = outs.into_iter().map(|out| (out, dest)).collect();
+    let ins = ins.into_iter().map(|into| (into, source)).collect();
+    exchange_with(op, comm, call, outs, ins, tag)
+}
+
+/// Each message of `outs` to the rank beside it, and each of `ins` (exactly its
+/// length) from its peer, all with `tag` and cut into messages of `piece`
+/// bytes (the last shorter; one empty message for an empty slice), all
+/// posted at once and waited for together within the communicator's
+/// timeout: the exchange of a reduce-scatter in which every rank sends
+/// every other its chunk at once (`Communicator::allreduce_mapped`).
+pub(crate) fn exchange_with_peers(
+    op: &'static str,
+    comm: &Comm,
+    outs: Vec<(&[u8], i32)>,
+    ins: Vec<(&mut [u8], i32)>,
+    tag: i32,
+    piece: usize,
+) -> Result<()> {
+    let piece = piece.max(1);
+    let mut out_pieces = Vec::new();
+    for (out, dest) in outs {
+        if out.is_empty() {
+            out_pieces.push((out, dest));
+        } else {
+            out_pieces.extend(out.chunks(piece).map(|p| (p, dest)));
+        }
+    }
+    let mut in_pieces = Vec::new();
+    for (into, source) in ins {
+        if into.is_empty() {
+            in_pieces.push((into, source));
+        } else {
+            in_pieces.extend(into.chunks_mut(piece).map(|p| (p, source)));
+        }
+    }
+    exchange_with(op, comm, "MPI_Sendrecv", out_pieces, in_pieces, tag)
+}
+
+/// Posts `MPI_Irecv`s into every slice of `ins` from the rank beside it,
+/// then `MPI_Isend`s of every slice of `outs` to the rank beside it, all
+/// with `tag` and each in order, and waits for them within the
+/// communicator's timeout (as `call`).
+fn exchange_with(
+    op: &'static str,
+    comm: &Comm,
+    call: &'static str,
+    outs: Vec<(&[u8], i32)>,
+    ins: Vec<(&mut [u8], i32)>,
+    tag: i32,
+) -> Result<()> {
     comm.state.usable(op)?;
     let mut transfers = Vec::new();
     let mut posted = Ok(());
-    for into in ins {
+    for (into, source) in ins {
         let (ptr, len) = (into.as_mut_ptr(), into.len());
         // SAFETY: `into` is borrowed mutably until this returns (the slices
         // of `ins` are distinct borrows, so they do not overlap), and
@@ -243,7 +288,7 @@ fn exchange_all(
             break;
         }
     }
-    for out in outs {
+    for (out, dest) in outs {
         if posted.is_err() {
             break;
         }

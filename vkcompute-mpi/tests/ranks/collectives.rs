@@ -134,6 +134,17 @@ fn allreduce_view(t: &Ranks, op: ReduceOp, offset: usize, len: usize) -> Check {
 /// the kernels cannot bind in place): the messages must pair up whichever
 /// path each rank takes.
 pub(crate) fn allreduce_across_paths(t: &Ranks) -> Check {
+    let direct_before = t.comm.direct_reduce_scatters();
+    allreduce_across_paths_run(t)?;
+    // Rank 2's view cannot be bound in place and the odd ranks pass host
+    // buffers, so not every rank offers the direct reduce-scatter.
+    let direct = t.comm.direct_reduce_scatters() - direct_before;
+    ensure(t.size < 3 || direct == 0, || {
+        format!("{direct} allreduces across paths took the direct reduce-scatter")
+    })
+}
+
+fn allreduce_across_paths_run(t: &Ranks) -> Check {
     for len in [1usize, 7, 1003, 20_000, 100_003, 6_000_011] {
         for op in [ReduceOp::Sum, ReduceOp::Min] {
             let what = format!("allreduce {op:?} of {len} f32 across paths");
@@ -155,6 +166,55 @@ pub(crate) fn allreduce_across_paths(t: &Ranks) -> Check {
                 dev("read", buf.to_vec())?
             };
             same(&what, &got, &reference::<f32>(op, t.size, len))?;
+        }
+    }
+    Ok(())
+}
+
+/// Where every rank maps its device buffer in place (the path
+/// `Path::Direct`), allreduces that would take the ring on 3 to 8 ranks
+/// send every chunk to its owner at once and reduce the chunks in one
+/// kernel pass (`Communicator::direct_reduce_scatters` counts them):
+/// lengths 1, 7, 1003, 100,003 (a chunk of over one piece on no rank
+/// count; at 4 ranks halving keeps those of at most 4 MiB) and 6,000,011
+/// (24 MB: the ring at 4 ranks too, chunks of several pieces), each
+/// element type, sum and maximum, checked against the CPU; elsewhere
+/// (other paths, 2 ranks) none.
+pub(crate) fn allreduce_direct_reduce_scatter(t: &Ranks) -> Check {
+    let size = t.size as usize;
+    let path = t.comm.collective_path();
+    for len in [1usize, 7, 1003, 100_003, 6_000_011] {
+        for op in [ReduceOp::Sum, ReduceOp::Max] {
+            let before = t.comm.direct_reduce_scatters();
+            allreduce_one::<f32>(t, op, len)?;
+            allreduce_one::<i64>(t, op, len)?;
+            if len < 10_000 {
+                allreduce_one::<f64>(t, op, len)?;
+                allreduce_one::<i32>(t, op, len)?;
+                allreduce_one::<u32>(t, op, len)?;
+                allreduce_one::<u64>(t, op, len)?;
+            }
+            // The element sizes of the calls above.
+            let sizes: &[usize] = if len < 10_000 {
+                &[4, 8, 8, 4, 4, 8]
+            } else {
+                &[4, 8]
+            };
+            let taken = t.comm.direct_reduce_scatters() - before;
+            // The ring (not halving: 4, 8 ranks up to 4 MiB, which covers
+            // doubling) on 3 to 8 ranks, every buffer mapped in place.
+            let halving = |bytes: usize| size >= 4 && size.is_power_of_two() && bytes <= 4 << 20;
+            let direct = path == vkcompute_mpi::Path::Direct && (3..=8).contains(&size);
+            let want = sizes
+                .iter()
+                .filter(|&&b| direct && !halving(len * b))
+                .count() as u64;
+            ensure(taken == want, || {
+                format!(
+                    "allreduce {op:?} of {len} on {size} ranks (path {path:?}): {taken} took \
+                     the direct reduce-scatter, expected {want}"
+                )
+            })?;
         }
     }
     Ok(())
@@ -347,6 +407,10 @@ pub(crate) fn allreduces(large: bool) -> Vec<Named> {
         ("allreduce_every_type_and_op", allreduce_every_type_and_op),
         ("allreduce_view_at_odd_offset", allreduce_view_at_odd_offset),
         ("allreduce_across_paths", allreduce_across_paths),
+        (
+            "allreduce_direct_reduce_scatter",
+            allreduce_direct_reduce_scatter,
+        ),
         (
             "allreduce_result_is_stream_ordered",
             allreduce_result_is_stream_ordered,
