@@ -175,38 +175,47 @@ fn allreduce_across_paths_run(t: &Ranks) -> Check {
 /// `Path::Direct`), allreduces that would take the ring on 3 to 8 ranks
 /// send every chunk to its owner at once and reduce the chunks in one
 /// kernel pass (`Communicator::direct_reduce_scatters` counts them):
-/// lengths 1, 7, 1003, 100,003 (a chunk of over one piece on no rank
-/// count; at 4 ranks halving keeps those of at most 4 MiB) and 6,000,011
-/// (24 MB: the ring at 4 ranks too, chunks of several pieces), each
-/// element type, sum and maximum, checked against the CPU; elsewhere
-/// (other paths, 2 ranks) none.
+/// lengths 1, 7 and 1003 of each element type with sum and maximum,
+/// 100,003 of f32 and i64 (at 4 ranks halving keeps those of at most
+/// 4 MiB) and 6,000,011 f32 (24 MB: the ring at 4 ranks too, chunks of
+/// several pieces) with sum, checked against the CPU; elsewhere (other
+/// paths, 2 ranks) none, checked on short lengths.
 pub(crate) fn allreduce_direct_reduce_scatter(t: &Ranks) -> Check {
     let size = t.size as usize;
     let path = t.comm.collective_path();
-    for len in [1usize, 7, 1003, 100_003, 6_000_011] {
-        for op in [ReduceOp::Sum, ReduceOp::Max] {
+    let direct = path == vkcompute_mpi::Path::Direct && (3..=8).contains(&size);
+    let lengths: &[usize] = if direct {
+        &[1, 7, 1003, 100_003, 6_000_011]
+    } else {
+        &[1, 1003]
+    };
+    for &len in lengths {
+        let ops: &[ReduceOp] = if len < 10_000 {
+            &[ReduceOp::Sum, ReduceOp::Max]
+        } else {
+            &[ReduceOp::Sum]
+        };
+        for &op in ops {
             let before = t.comm.direct_reduce_scatters();
             allreduce_one::<f32>(t, op, len)?;
-            allreduce_one::<i64>(t, op, len)?;
+            // The element sizes of the calls.
+            let mut sizes = vec![4];
+            if len < 1_000_000 {
+                allreduce_one::<i64>(t, op, len)?;
+                sizes.push(8);
+            }
             if len < 10_000 {
                 allreduce_one::<f64>(t, op, len)?;
                 allreduce_one::<i32>(t, op, len)?;
                 allreduce_one::<u32>(t, op, len)?;
                 allreduce_one::<u64>(t, op, len)?;
+                sizes.extend([8, 4, 4, 8]);
             }
-            // The element sizes of the calls above.
-            let sizes: &[usize] = if len < 10_000 {
-                &[4, 8, 8, 4, 4, 8]
-            } else {
-                &[4, 8]
-            };
             let taken = t.comm.direct_reduce_scatters() - before;
             // The ring (not halving: 4, 8 ranks up to 4 MiB, which covers
             // doubling) on 3 to 8 ranks, every buffer mapped in place.
             let halving = |bytes: usize| size >= 4 && size.is_power_of_two() && bytes <= 4 << 20;
-            let direct = path == vkcompute_mpi::Path::Direct && (3..=8).contains(&size);
-            let want = sizes
-                .iter()
+            let want = (sizes.iter())
                 .filter(|&&b| direct && !halving(len * b))
                 .count() as u64;
             ensure(taken == want, || {
