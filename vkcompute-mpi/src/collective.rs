@@ -592,7 +592,13 @@ impl Communicator {
     /// mapping ends, and the kernel reduces them with the host buffer where
     /// it lies; the allgather then runs in the mapping. No copies but MPI's
     /// own. Same chunks, steps and messages as the staged path, so ranks on
-    /// either path work together.
+    /// either path work together. Where every rank offers it instead (the
+    /// ring on 3 to [`DIRECT_MAX_RANKS`] ranks, all on this path, each with
+    /// its landing of `size - 1` chunks, at most
+    /// [`DIRECT_MAX_LANDING_BYTES`], allocated), the reduce-scatter is
+    /// [`direct_reduce_scatter_mapped`](Self::direct_reduce_scatter_mapped).
+    /// The landing is kept for reuse like the other staging buffers
+    /// (`Communicator::keep_staging`), also where the ring ran.
     ///
     /// A failure after the ranks agreed (a mapping that fails because
     /// another thread mapped the buffer meanwhile, a device error) does not
@@ -614,17 +620,21 @@ impl Communicator {
         };
         let steps = schedule::reduce_scatter(algorithm, rank, size);
         let stride = self.stride::<T>(n);
-        let offer = !doubling && self.takes_direct::<T>(algorithm, n);
-        let landing = if offer {
-            (size - 1) * stride
-        } else {
-            chunks.longest_step(&steps)
-        };
+        let wanted = !doubling && self.takes_direct::<T>(algorithm, n);
         let prepared = self
             .reducer
             .kernel::<T>(op, self.context(), reduce)
             .and_then(|kernels| {
-                let inbox = Staged::<T>::new(self, op, landing)?;
+                // The direct reduce-scatter's landing (`size - 1` chunks),
+                // where it is wanted and can be had; else the ring's.
+                let landing = wanted
+                    .then(|| Staged::<T>::new(self, op, (size - 1) * stride).ok())
+                    .flatten();
+                let offer = landing.is_some();
+                let inbox = match landing {
+                    Some(landing) => landing,
+                    None => Staged::<T>::new(self, op, chunks.longest_step(&steps))?,
+                };
                 let outbox = if doubling {
                     Some(Staged::<T>::new(self, op, n)?)
                 } else {
@@ -632,9 +642,10 @@ impl Communicator {
                 };
                 // A mapped buffer fails here, before the ranks agree.
                 let mapping = buf.map_to_host().map_err(Error::device(op))?;
-                Ok((kernels, inbox, outbox, mapping))
+                Ok((kernels, (inbox, offer), outbox, mapping))
             });
-        let ((kernels, inbox, outbox, first), headers) =
+        let offer = matches!(&prepared, Ok((_, (_, true), _, _)));
+        let ((kernels, (inbox, _), outbox, first), headers) =
             self.agree_headers(op, header.direct(offer), prepared)?;
         if let Some(outbox) = outbox {
             let result = self.doubling_mapped(op, buf, &kernels, &inbox, &outbox, first);

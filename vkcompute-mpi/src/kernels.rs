@@ -256,7 +256,9 @@ pub(crate) fn enqueue_reduce_with<T: Reducible>(
 /// `acc` starts at a multiple of `align_bytes(ctx)` in its memory, as do
 /// `incoming` and `stride` elements; the work is split into dispatches
 /// whose bindings fit the device's `maxStorageBufferRange`, and where the
-/// operands together do not fit one binding, each takes passes of its own.
+/// operands together leave too little room in one binding (less than the
+/// whole chunk and less than half a dispatch's most), they go in passes of
+/// as many as do, one each at the least.
 pub(crate) fn enqueue_reduce_many<T: Reducible>(
     op_name: &'static str,
     ctx: &DeviceContext,
@@ -266,11 +268,12 @@ pub(crate) fn enqueue_reduce_many<T: Reducible>(
     shape: (usize, usize),
 ) -> Result<()> {
     let per_dispatch = dispatch_elements::<[T; 4]>(ctx);
-    enqueue_reduce_within(op_name, ctx, kernels, acc, incoming, shape, per_dispatch)
+    enqueue_reduce_within(op_name, ctx, kernels, acc, incoming, shape, per_dispatch).map(drop)
 }
 
 /// [`enqueue_reduce_many`] with bindings of at most `per_dispatch` groups
-/// of four (a multiple of the alignment; the tests pass small ones).
+/// of four (a multiple of the alignment; the tests pass small ones);
+/// returns how many dispatches of the wide kernel it enqueued.
 fn enqueue_reduce_within<T: Reducible>(
     op_name: &'static str,
     ctx: &DeviceContext,
@@ -279,19 +282,28 @@ fn enqueue_reduce_within<T: Reducible>(
     incoming: Operand<'_, T>,
     (count, stride): (usize, usize),
     per_dispatch: usize,
-) -> Result<()> {
+) -> Result<usize> {
+    if count == 0 {
+        return Ok(0);
+    }
+    let mut dispatches = 0;
     let bulk = acc.len() / 4 * 4;
     let unit = (align_bytes(ctx) / std::mem::size_of::<[T; 4]>()).max(1);
     // The groups of four that one binding of `c` operands spans beyond
     // `len` of them, and the most `len` that fits beside it.
     let reach = |c: usize| (c.saturating_sub(1)).saturating_mul(stride / 4);
     let room = |c: usize| per_dispatch.saturating_sub(reach(c)) / unit * unit;
-    // All operands in one pass where they fit one binding, else one each.
-    let passes: Vec<(usize, usize)> = if count <= 1 || room(count) > 0 {
-        vec![(0, count.max(1))]
-    } else {
-        (0..count).map(|j| (j, 1)).collect()
-    };
+    // Operands in passes of `k`: the most whose binding leaves room for
+    // the whole chunk, or for at least half the longest dispatch, so that
+    // no pass cuts the chunk into many small dispatches (a binding with a
+    // sliver of room beside its operands would; one operand a pass leaves
+    // all of `per_dispatch`).
+    let enough = (bulk / 4).min(room(1) / 2).max(1);
+    let k = (1..=count).rev().find(|&c| room(c) >= enough).unwrap_or(1);
+    let passes: Vec<(usize, usize)> = (0..count)
+        .step_by(k)
+        .map(|first| (first, k.min(count - first)))
+        .collect();
     for (first, c) in passes {
         let mut start = 0;
         while start < bulk / 4 {
@@ -314,6 +326,7 @@ fn enqueue_reduce_within<T: Reducible>(
                     &push,
                 )
                 .map_err(Error::device(op_name))?;
+            dispatches += 1;
             start += len;
         }
     }
@@ -340,7 +353,7 @@ fn enqueue_reduce_within<T: Reducible>(
                 .map_err(Error::device(op_name))?;
         }
     }
-    Ok(())
+    Ok(dispatches)
 }
 
 /// The most workgroups of one dispatch on `ctx`'s device.
@@ -371,11 +384,14 @@ mod tests {
     use super::*;
     use vkcompute::ContextOptions;
 
-    /// Three operands in one pass, split over dispatches, and (where
-    /// they do not fit one binding) in passes of their own, each with the
-    /// scalar kernel's tail: the same as the CPU, validation-clean.
+    /// Three operands in one pass; in passes of two and one where three
+    /// leave too little room beside them (not a sliver of room cut into
+    /// many dispatches: a review measured 131,072 dispatches, 15x the
+    /// ring's time, for a 4-rank allreduce just under 256 MiB); one a pass;
+    /// and one a pass split over dispatches: each with the scalar
+    /// kernel's tail, the same as the CPU, validation-clean.
     #[test]
-    fn several_operands_reduce_in_one_pass_or_one_each() {
+    fn several_operands_reduce_in_passes_that_fit_one_binding() {
         let ctx = DeviceContext::with_options(
             ContextOptions::new()
                 .validation(true)
@@ -397,23 +413,25 @@ mod tests {
             .collect();
         let host = ctx.enqueue_create_host_buffer::<f32>(3 * stride).unwrap();
         host.as_mut_slice().unwrap().copy_from_slice(&incoming);
-        // Room for two passes' worth beside the operands; none beside them
-        // (one pass each); the device's own limit.
-        let reach = 2 * stride / 4;
-        for per_dispatch in [reach + 2 * unit, reach, dispatch_elements::<[f32; 4]>(&ctx)] {
+        let reach = |c: usize| (c - 1) * stride / 4;
+        // (per_dispatch, wide dispatches): all three in one; a sliver of
+        // room beside three, so two and one; none beside two, so one
+        // each; one each, 37 groups in dispatches of 2 units (32).
+        let cases = [
+            (dispatch_elements::<[f32; 4]>(&ctx), 1),
+            (reach(3) + unit, 2),
+            (reach(2), 3),
+            (2 * unit, 6),
+        ];
+        for (per_dispatch, expected) in cases {
             let acc = ctx.enqueue_create_buffer::<f32>(len).unwrap();
             acc.enqueue_copy_from(&acc0[..]).unwrap();
             let operands = Operand::Host(&host);
-            enqueue_reduce_within(
-                "test",
-                &ctx,
-                &kernels,
-                &acc,
-                operands,
-                (3, stride),
-                per_dispatch,
-            )
-            .unwrap();
+            let shape = (3, stride);
+            let dispatches =
+                enqueue_reduce_within("test", &ctx, &kernels, &acc, operands, shape, per_dispatch)
+                    .unwrap();
+            assert_eq!(dispatches, expected, "per_dispatch {per_dispatch}");
             assert_eq!(acc.to_vec().unwrap(), want, "per_dispatch {per_dispatch}");
         }
         ctx.synchronize().unwrap();

@@ -77,7 +77,9 @@
 //! buffer in place, an allreduce's reduce-scatter sends every chunk to
 //! its owner at once instead, and the owner reduces them in one kernel
 //! pass (the ring's bytes; on lavapipe, 4 ranks, 64 MiB, 0.67-0.94x of
-//! the ring's time).
+//! the ring's time). Each rank then receives into `size - 1` chunks of
+//! pinned host memory (kept for reuse), so the ring stays above 256 MiB
+//! of them (3 ranks, 384 MiB buffers).
 //!
 //! Non-blocking messages: [`Communicator::isend`] and
 //! [`Communicator::irecv`] return a [`Request`] (`wait`, `test`) over the
