@@ -16,7 +16,9 @@
 //! n for allgather and reduce_scatter, = algbw for broadcast, reduce and
 //! a message), `time_us` (per operation, the slowest rank's),
 //! `iters` and `path`: how the data went (`same_node`, `direct` or
-//! `staged`: `Communicator::path_to`; `host` for the host cases). Where
+//! `staged`: `Communicator::path_to`; `host` for the host cases), and for
+//! `allreduce` `algorithm` (`Communicator::allreduce_algorithm`: `ring`,
+//! `halving`, `doubling`, `direct`, `same_node`). Where
 //! ranks 0 and 1 can take the same-node path, `sendrecv` is measured on
 //! it (`SameNodePolicy::Always`) and over MPI (`SameNodePolicy::Off`),
 //! each beside its own `sendrecv_host`, and so are the collectives where
@@ -183,12 +185,18 @@ fn main() {
             if o.staging { " (staging forced)" } else { "" }
         );
     }
+    // `path` is "path" or "path/algorithm" (an allreduce on the device).
     let report = |case: &str, path: &str, bytes: usize, seconds: f64, factor: f64, iters: usize| {
         if rank == 0 {
             let algbw = bytes as f64 / seconds / 1e9;
+            let (path, algorithm) = match path.split_once('/') {
+                Some((path, algorithm)) => (path, format!(",\"algorithm\":\"{algorithm}\"")),
+                None => (path, String::new()),
+            };
             println!(
                 "{{\"case\":\"{case}\",\"bytes\":{bytes},\"ranks\":{size},\"algbw\":{algbw:.4},\
-                 \"busbw\":{:.4},\"time_us\":{:.2},\"iters\":{iters},\"path\":\"{path}\"}}",
+                 \"busbw\":{:.4},\"time_us\":{:.2},\"iters\":{iters},\"path\":\"{path}\"\
+                 {algorithm}}}",
                 algbw * factor,
                 seconds * 1e6
             );
@@ -244,9 +252,10 @@ fn main() {
                 r.unwrap();
                 ctx.synchronize().unwrap();
             };
+            let algorithm = c.allreduce_algorithm(&buf).name();
             case(
                 "allreduce",
-                path,
+                &format!("{path}/{algorithm}"),
                 2.0 * (n - 1.0) / n,
                 &mut || synced(c.allreduce(&buf, ReduceOp::Sum)),
                 &mut || world.all_reduce_into(&host[..], &mut out[..], sum),

@@ -94,6 +94,49 @@ pub(crate) const DIRECT_MAX_RANKS: usize = 8;
 /// that the direct reduce-scatter takes; above it the ring (one chunk).
 pub(crate) const DIRECT_MAX_LANDING_BYTES: usize = 256 << 20;
 
+/// How an allreduce moves and reduces its data
+/// ([`Communicator::allreduce_algorithm`]), chosen by size and path alike
+/// on every rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AllreduceAlgorithm {
+    /// No data moves: an empty buffer, or a communicator of one rank
+    /// (the ranks still exchange headers).
+    Local,
+    /// Recursive doubling: log2(n) exchanges of the whole buffer (4, 8,
+    /// ... ranks, at most 64 KiB).
+    Doubling,
+    /// Recursive halving (the reduce-scatter) and doubling (the
+    /// allgather): log2(n) steps each (4, 8, ... ranks, at most 4 MiB).
+    Halving,
+    /// The ring: n - 1 steps of one chunk in each half (in pieces through
+    /// pinned host memory on the staged path).
+    Ring,
+    /// The reduce-scatter sends every chunk to its owner at once, which
+    /// reduces them in one kernel pass; the allgather is the ring's (3 to
+    /// 8 ranks that all map their buffers in place, where the ring would
+    /// run).
+    Direct,
+    /// Through exported device memory (the same-node path): each rank
+    /// reduces its chunk of every rank's memory, then copies every chunk.
+    SameNode,
+}
+
+impl AllreduceAlgorithm {
+    /// A short name: `local`, `doubling`, `halving`, `ring`, `direct` or
+    /// `same_node`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllreduceAlgorithm::Local => "local",
+            AllreduceAlgorithm::Doubling => "doubling",
+            AllreduceAlgorithm::Halving => "halving",
+            AllreduceAlgorithm::Ring => "ring",
+            AllreduceAlgorithm::Direct => "direct",
+            AllreduceAlgorithm::SameNode => "same_node",
+        }
+    }
+}
+
 /// Where each rank's chunk lies in a collective's working buffer: chunk
 /// `k` is `starts[k]..starts[k] + lens[k]`.
 pub(crate) struct Chunks {
@@ -502,6 +545,40 @@ impl Communicator {
         result.keep(self);
         ring.keep(self);
         Ok(())
+    }
+
+    /// The algorithm [`allreduce`](Self::allreduce) takes for `buf`, where
+    /// every rank passes a buffer on the same path as this rank's (a
+    /// device buffer that maps in place, or not). Where ranks differ, or a
+    /// rank cannot allocate the landing of the direct reduce-scatter, an
+    /// allreduce that this says is [`AllreduceAlgorithm::Direct`] takes
+    /// the ring.
+    pub fn allreduce_algorithm<T: Reducible, B: Buffer<T> + ?Sized>(
+        &self,
+        buf: &B,
+    ) -> AllreduceAlgorithm {
+        let (n, size) = (buf.elements(), self.size() as usize);
+        if n == 0 || size == 1 {
+            return AllreduceAlgorithm::Local;
+        }
+        if self.same_node.spans_communicator() {
+            return AllreduceAlgorithm::SameNode;
+        }
+        if self.doubles::<T>(n) {
+            return AllreduceAlgorithm::Doubling;
+        }
+        let algorithm = self.algorithm::<T>(n);
+        let mapped = match buf.place() {
+            Place::Device(dev) => self.maps_device_memory() && self.binds_in_place(dev),
+            _ => false,
+        };
+        match algorithm {
+            Algorithm::Halving => AllreduceAlgorithm::Halving,
+            Algorithm::Ring if mapped && self.takes_direct::<T>(algorithm, n) => {
+                AllreduceAlgorithm::Direct
+            }
+            Algorithm::Ring => AllreduceAlgorithm::Ring,
+        }
     }
 
     /// The algorithm of a reduce-scatter or allgather whose buffer holds

@@ -149,6 +149,7 @@ mod same_node;
 mod schedule;
 mod threads;
 
+pub use collective::AllreduceAlgorithm;
 pub use communicator::{Buffer, Communicator, Place, DEFAULT_PIECE_BYTES, MAX_TAG};
 pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};
 pub use error::{Error, Result};

@@ -197,7 +197,7 @@ pub(crate) fn allreduce_direct_reduce_scatter(t: &Ranks) -> Check {
         };
         for &op in ops {
             let before = t.comm.direct_reduce_scatters();
-            allreduce_one::<f32>(t, op, len)?;
+            allreduce_f32_as_announced(t, op, len)?;
             // The element sizes of the calls.
             let mut sizes = vec![4];
             if len < 1_000_000 {
@@ -227,6 +227,41 @@ pub(crate) fn allreduce_direct_reduce_scatter(t: &Ranks) -> Check {
         }
     }
     Ok(())
+}
+
+/// `allreduce_one::<f32>`, checking that `Communicator::allreduce_algorithm`
+/// said beforehand whether it would take the direct reduce-scatter, and
+/// what it says of a host buffer of that length and of an empty buffer.
+fn allreduce_f32_as_announced(t: &Ranks, op: ReduceOp, len: usize) -> Check {
+    use vkcompute_mpi::AllreduceAlgorithm as A;
+    let buf = upload(t.ctx, &data::<f32>(t.rank, len))?;
+    let said = t.comm.allreduce_algorithm(&buf);
+    let before = t.comm.direct_reduce_scatters();
+    let what = format!("allreduce {op:?} of {len} f32 ({said:?})");
+    ok(&what, t.comm.allreduce(&buf, op))?;
+    let direct = t.comm.direct_reduce_scatters() - before == 1;
+    ensure(direct == (said == A::Direct), || {
+        format!("{what}: took the direct reduce-scatter: {direct}")
+    })?;
+    let on_node = t.comm.collective_path() == vkcompute_mpi::Path::SameNode;
+    ensure(on_node == (said == A::SameNode) || t.size == 1, || {
+        format!("{what} on path {:?}", t.comm.collective_path())
+    })?;
+    let host = host_buffer(t.ctx, &data::<f32>(t.rank, len))?;
+    let host_said = t.comm.allreduce_algorithm(&host);
+    ensure(host_said != A::Direct, || {
+        format!("a host buffer of {len} f32: {host_said:?}")
+    })?;
+    let empty = dev("create", t.ctx.enqueue_create_buffer::<f32>(0))?;
+    let empty_said = t.comm.allreduce_algorithm(&empty);
+    ensure(empty_said == A::Local, || {
+        format!("an empty buffer: {empty_said:?}")
+    })?;
+    same(
+        &what,
+        &dev("read", buf.to_vec())?,
+        &reference::<f32>(op, t.size, len),
+    )
 }
 
 /// The input is written by enqueued work just before the call, and the
