@@ -429,16 +429,7 @@ impl Communicator {
             {
                 let out = outbox.as_slice().map_err(Error::device(op))?;
                 let mut into = ring.inbox.typed.as_mut_slice().map_err(Error::device(op))?;
-                raw::sendrecv_pieces(
-                    op,
-                    self.raw(),
-                    bytemuck::cast_slice(&out),
-                    step.to,
-                    bytemuck::cast_slice_mut(&mut into[..recv.len()]),
-                    step.from,
-                    COLLECTIVE_TAG,
-                    piece,
-                )?;
+                self.sendrecv_step(op, step, (&out, &mut into[..recv.len()]), piece)?;
             }
             let acc = ring
                 .acc
@@ -448,6 +439,28 @@ impl Communicator {
             kernels::enqueue_reduce(op, self.context(), &ring.kernel, &acc, &incoming)?;
         }
         Ok(())
+    }
+
+    /// One step of a schedule: `out` to `step.to` while `into` comes from
+    /// `step.from`, in messages of `piece` bytes (`raw::sendrecv_pieces`).
+    fn sendrecv_step<T: Pod>(
+        &self,
+        op: &'static str,
+        step: &Step,
+        (out, into): (&[T], &mut [T]),
+        piece: usize,
+    ) -> Result<()> {
+        let (out, into) = (bytemuck::cast_slice(out), bytemuck::cast_slice_mut(into));
+        raw::sendrecv_pieces(
+            op,
+            self.raw(),
+            out,
+            step.to,
+            into,
+            step.from,
+            COLLECTIVE_TAG,
+            piece,
+        )
     }
 
     /// The allgather over host memory (`schedule::allgather`): chunk `rank`
@@ -464,16 +477,7 @@ impl Communicator {
         for step in &steps {
             let (send, recv) = (chunks.span(&step.send), chunks.span(&step.recv));
             let (out, into) = disjoint(all, send, recv);
-            raw::sendrecv_pieces(
-                op,
-                self.raw(),
-                bytemuck::cast_slice(out),
-                step.to,
-                bytemuck::cast_slice_mut(into),
-                step.from,
-                COLLECTIVE_TAG,
-                piece,
-            )?;
+            self.sendrecv_step(op, step, (out, into), piece)?;
         }
         Ok(())
     }
@@ -503,10 +507,8 @@ impl Communicator {
         if !trivial && self.same_node.spans_communicator() {
             return self.allreduce_same_node(op, buf, reduce, header);
         }
-        if let (false, Place::Device(dev)) = (trivial, buf.place()) {
-            if self.maps_device_memory() && self.binds_in_place(dev) {
-                return self.allreduce_mapped(op, dev, reduce, header);
-            }
+        if let (false, Some(dev)) = (trivial, self.mapped_in_place(buf)) {
+            return self.allreduce_mapped(op, dev, reduce, header);
         }
         if !trivial && self.doubles::<T>(n) {
             let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
@@ -568,10 +570,7 @@ impl Communicator {
             return AllreduceAlgorithm::Doubling;
         }
         let algorithm = self.algorithm::<T>(n);
-        let mapped = match buf.place() {
-            Place::Device(dev) => self.maps_device_memory() && self.binds_in_place(dev),
-            _ => false,
-        };
+        let mapped = self.mapped_in_place(buf).is_some();
         match algorithm {
             Algorithm::Halving => AllreduceAlgorithm::Halving,
             Algorithm::Ring if mapped && self.takes_direct::<T>(algorithm, n) => {
@@ -655,6 +654,20 @@ impl Communicator {
         Ok(())
     }
 
+    /// `buf`'s device buffer where allreduce works in it in place
+    /// (`allreduce_mapped`): it maps directly and the kernels bind it.
+    fn mapped_in_place<'b, T: Pod, B: Buffer<T> + ?Sized>(
+        &self,
+        buf: &'b B,
+    ) -> Option<&'b DeviceBuffer<T>> {
+        match buf.place() {
+            Place::Device(dev) if self.maps_device_memory() && self.binds_in_place(dev) => {
+                Some(dev)
+            }
+            _ => None,
+        }
+    }
+
     /// Whether the reduction kernels can bind the chunks of `buf` where it
     /// lies: it starts at the binding alignment in its `VkBuffer`.
     pub(crate) fn binds_in_place<T: Pod>(&self, buf: &DeviceBuffer<T>) -> bool {
@@ -735,8 +748,8 @@ impl Communicator {
         let mut spare: Vec<T> = Vec::new();
         if offer && headers.iter().all(Header::offers_direct) {
             (self.direct_reduce_scatters).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let ring = (&kernels, &inbox, &chunks, stride);
-            self.direct_reduce_scatter_mapped(op, buf, ring, first, &mut failed)?;
+            let landing = (&kernels, &inbox, &chunks, stride);
+            self.direct_reduce_scatter_mapped(op, buf, landing, first, &mut failed)?;
         } else {
             self.ring_reduce_scatter_mapped(
                 op,
@@ -881,16 +894,7 @@ impl Communicator {
             {
                 let out: &[T] = mapped.as_deref().unwrap_or(spare);
                 let mut into = inbox.typed.as_mut_slice().map_err(Error::device(op))?;
-                raw::sendrecv_pieces(
-                    op,
-                    self.raw(),
-                    bytemuck::cast_slice(&out[send]),
-                    step.to,
-                    bytemuck::cast_slice_mut(&mut into[..recv.len()]),
-                    step.from,
-                    COLLECTIVE_TAG,
-                    piece,
-                )?;
+                self.sendrecv_step(op, step, (&out[send], &mut into[..recv.len()]), piece)?;
             }
             if let Some(Err(e)) = mapped.map(|m| m.finish().map_err(Error::device(op))) {
                 failed.get_or_insert(e);

@@ -228,12 +228,13 @@ fn exchange_all(
     exchange_with(op, comm, call, outs, ins, tag)
 }
 
-/// Each message of `outs` to the rank beside it, and each of `ins` (exactly its
-/// length) from its peer, all with `tag` and cut into messages of `piece`
-/// bytes (the last shorter; one empty message for an empty slice), all
-/// posted at once and waited for together within the communicator's
-/// timeout: the exchange of a reduce-scatter in which every rank sends
-/// every other its chunk at once (`Communicator::allreduce_mapped`).
+/// Each message of `outs` to the rank beside it, and each of `ins`
+/// (exactly its length) from the rank beside it, all with `tag` and cut
+/// into messages of `piece` bytes (the last shorter; one empty message
+/// for an empty slice), all posted at once and waited for together
+/// within the communicator's timeout: the exchange of a reduce-scatter
+/// in which every rank sends every other its chunk at once
+/// (`Communicator::allreduce_mapped`).
 pub(crate) fn exchange_with_peers(
     op: &'static str,
     comm: &Comm,
