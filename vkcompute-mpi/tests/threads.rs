@@ -1,4 +1,4 @@
-//! Threads under real MPI (Open MPI's `mpirun`, 2 ranks on localhost):
+//! Threads under real MPI (Open MPI's `mpirun`, 2 and 3 ranks on localhost):
 //!
 //! - `multiple`: MPI initialised with `MPI_THREAD_MULTIPLE`; where MPI
 //!   provides it (`Communicator::thread_level`), three threads per rank
@@ -20,7 +20,11 @@
 //!   moved back; one cannot be made on another thread.
 //!
 //! Run by `cargo test` (harness = false): started without MPI, the program
-//! launches itself once per case with `mpirun --oversubscribe -np 2`.
+//! launches itself once per case with `mpirun --oversubscribe -np 2`, and
+//! `multiple` once more on 3 ranks, where the main thread's allreduces
+//! take the direct reduce-scatter (every chunk to its owner at once,
+//! `Communicator::allreduce_algorithm`) while the other threads run
+//! theirs on the same-node path.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -32,7 +36,7 @@ use std::process::{Command, ExitCode};
 
 use mpi::Threading;
 use vkcompute::{ContextOptions, DeviceContext};
-use vkcompute_mpi::{Communicator, Error, Path, ReduceOp, SameNodePolicy};
+use vkcompute_mpi::{AllreduceAlgorithm, Communicator, Error, Path, ReduceOp, SameNodePolicy};
 
 fn main() -> ExitCode {
     match std::env::var("VKCOMPUTE_MPI_THREADS") {
@@ -44,8 +48,8 @@ fn main() -> ExitCode {
 fn launch() -> ExitCode {
     let exe = std::env::current_exe().unwrap();
     let mut failed = Vec::new();
-    for case in ["multiple", "funneled"] {
-        let args = ["--oversubscribe", "--timeout", "120", "-np", "2"];
+    for (case, ranks) in [("multiple", "2"), ("multiple", "3"), ("funneled", "2")] {
+        let args = ["--oversubscribe", "--timeout", "120", "-np", ranks];
         eprintln!("== mpirun {} {} ({case})", args.join(" "), exe.display());
         let status = Command::new("mpirun")
             .args(args)
@@ -56,9 +60,9 @@ fn launch() -> ExitCode {
             .status()
             .expect("mpirun runs (run `make setup`, which installs Open MPI)");
         if status.success() {
-            eprintln!("== {case}: passed");
+            eprintln!("== {case} on {ranks} ranks: passed");
         } else {
-            eprintln!("== {case}: FAILED ({status})");
+            eprintln!("== {case} on {ranks} ranks: FAILED ({status})");
             failed.push(case);
         }
     }
@@ -136,8 +140,16 @@ fn exercise(comm: &Communicator, salt: u32, rounds: u32) -> Result<(), String> {
         let len = 1000 + 37 * round as usize + salt as usize;
         let buf = ctx.enqueue_create_buffer::<u32>(len).unwrap();
         buf.enqueue_fill(rank + salt + round).unwrap();
+        let said = comm.allreduce_algorithm(&buf);
+        let before = comm.direct_reduce_scatters();
         comm.allreduce(&buf, ReduceOp::Sum)
             .map_err(|e| format!("allreduce: {e}"))?;
+        let direct = comm.direct_reduce_scatters() - before == 1;
+        if direct != (said == AllreduceAlgorithm::Direct) {
+            return Err(format!(
+                "allreduce round {round}: {said:?} said, the direct reduce-scatter taken: {direct}"
+            ));
+        }
         let want = (0..size).map(|r| r + salt + round).sum::<u32>();
         check(
             &format!("allreduce round {round}"),
@@ -219,7 +231,22 @@ const PIECES_LEN: usize = (2 << 20) + 1;
 fn exercise_on_its_path(comm: &Communicator, salt: u32, rounds: u32) -> Result<String, String> {
     let before = comm.same_node_collectives();
     let sends_before = comm.same_node_sends();
+    let direct_before = comm.direct_reduce_scatters();
     exercise(comm, salt, rounds)?;
+    // On 3 ranks over MPI in mapped memory every round's allreduce (the
+    // ring's sizes) sends each chunk to its owner at once; on 2, none.
+    let direct = comm.direct_reduce_scatters() - direct_before;
+    let mapped = comm.collective_path() == Path::Direct;
+    let want = if mapped && comm.size() == 3 {
+        u64::from(rounds)
+    } else {
+        0
+    };
+    if direct != want {
+        return Err(format!(
+            "{direct} allreduces took the direct reduce-scatter, expected {want}"
+        ));
+    }
     let sends = comm.same_node_sends() - sends_before;
     let want = match (comm.rank(), comm.path_to(1)) {
         (0, Ok(Path::SameNode)) => 3 * u64::from(rounds),
