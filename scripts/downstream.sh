@@ -14,10 +14,15 @@ rm -rf "$work"
 mkdir -p "$work"
 # --no-verify: building the package is what the downstream build below does.
 # --allow-dirty: so that uncommitted work can be checked too.
+# With the kernel model it depends on (vkcompute-spirv), packaged together:
+# unpacked beside it, the downstream crates' `[patch.crates-io]` finds it.
 env -u SHADERC_LIB_DIR -u VULKAN_SDK cargo package -q --no-verify --allow-dirty \
-  --target-dir "$work/package-target"
+  -p vkcompute-spirv -p vkcompute --target-dir "$work/package-target"
 tar -xzf "$work/package-target/package/vkcompute-$version.crate" -C "$work"
 mv "$work/vkcompute-$version" "$work/vkcompute"
+spirv_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' vkcompute-spirv/Cargo.toml | head -n 1)
+tar -xzf "$work/package-target/package/vkcompute-spirv-$spirv_version.crate" -C "$work"
+mv "$work/vkcompute-spirv-$spirv_version" "$work/vkcompute-spirv"
 cp -r "$root/tests/downstream" "$work/downstream"
 # The versions this repository is tested with (no registry look-ups needed).
 cp "$root/Cargo.lock" "$work/downstream/Cargo.lock"
@@ -39,7 +44,7 @@ cd "$root"
 # shellcheck source=/dev/null
 source "$root/.setup/env.sh"
 build_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' vkcompute-build/Cargo.toml | head -n 1)
-cargo package -q --no-verify --allow-dirty -p vkcompute-build \
+cargo package -q --no-verify --allow-dirty -p vkcompute-spirv -p vkcompute-build \
   --target-dir "$work/package-target"
 tar -xzf "$work/package-target/package/vkcompute-build-$build_version.crate" -C "$work"
 mv "$work/vkcompute-build-$build_version" "$work/vkcompute-build"

@@ -162,7 +162,7 @@ mod shipped_spirv {
             let words = super::compile_glsl(&source, &shown, "main")
                 .unwrap_or_else(|e| panic!("{shown} does not compile:\n{e}"));
             for vulkan_1_3 in [false, true] {
-                if let Err(e) = crate::vk::spirv_val::validate(&words, vulkan_1_3) {
+                if let Err(e) = vkcompute_spirv::validate::validate(&words, vulkan_1_3) {
                     panic!("SPIRV-Tools rejects {shown} (Vulkan 1.3: {vulkan_1_3}): {e}");
                 }
             }

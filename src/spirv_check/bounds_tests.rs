@@ -1,7 +1,9 @@
-//! The bounds instrumentation (src/bounds) checked by the validator.
+//! The preparation of modules for the driver (`vkcompute_spirv::bounds`)
+//! checked by the validator, on the shipped kernels and on GLSL.
 
-use crate::bounds::*;
-use crate::spirv_words::{OP_EXECUTION_MODE_ID, OP_EXT_INST_IMPORT};
+use vkcompute_spirv::bounds::*;
+use vkcompute_spirv::words::{OP_EXECUTION_MODE_ID, OP_EXT_INST_IMPORT};
+use vkcompute_spirv::WorkgroupVariable;
 
 /// Validates `words` for both Vulkan versions the runtime supports.
 #[cfg(feature = "validate")]
@@ -13,7 +15,7 @@ fn assert_valid(words: &[u32], what: &str) {
 #[cfg(feature = "validate")]
 fn assert_valid_for(words: &[u32], what: &str, versions: &[bool]) {
     for &vulkan_1_3 in versions {
-        if let Err(e) = crate::vk::spirv_val::validate(words, vulkan_1_3) {
+        if let Err(e) = vkcompute_spirv::validate::validate(words, vulkan_1_3) {
             panic!("{what} (Vulkan 1.{}): {e}", if vulkan_1_3 { 3 } else { 2 });
         }
     }
@@ -37,12 +39,12 @@ fn a_module_with_nothing_to_bound_is_handed_on_unchanged() {
     let prepared = prepare(crate::shaders::STORE, "main", true, &[]).unwrap();
     assert_eq!(prepared.clamped, 0);
     assert_eq!(prepared.words, crate::shaders::STORE);
-    assert!(prepared.workgroup.is_empty());
+    assert!(prepared.interface.workgroup.is_empty());
     let reduce = prepare(crate::shaders::REDUCE_SUM, "main", false, &[]).unwrap();
     assert_eq!(reduce.words, crate::shaders::REDUCE_SUM);
     // The shipped SPIR-V is optimized, without names.
     assert_eq!(
-        reduce.workgroup,
+        reduce.interface.workgroup,
         [WorkgroupVariable {
             name: "%61".into(),
             ty: "float32_t[256]".into(),
@@ -133,10 +135,12 @@ mod glsl {
                 (1, u32::from(wide).to_le_bytes().to_vec()),
                 (2, m.to_le_bytes().to_vec()),
             ];
-            let frozen = crate::spirv_rules::freeze(&words, &spec);
+            let model = vkcompute_spirv::Module::read(&words).unwrap();
+            let frozen = vkcompute_spirv::rules::freeze(&words, &model, &spec);
             let prepared = prepare(&frozen, "main", true, &[]).unwrap();
             assert_valid(&prepared.words, "specialized");
             let sizes: Vec<(String, Option<u64>)> = prepared
+                .interface
                 .workgroup
                 .iter()
                 .map(|v| (v.name.clone(), v.bytes))
@@ -173,7 +177,7 @@ mod glsl {
             shaderc::EnvVersion::Vulkan1_3,
         );
         let modes = |w: &[u32]| {
-            crate::spirv_words::instructions(w)
+            vkcompute_spirv::words::instructions(w)
                 .filter(|(op, _)| *op == OP_EXECUTION_MODE_ID)
                 .count()
         };
@@ -198,7 +202,12 @@ mod glsl {
             void main() { o[0] = helper(gl_LocalInvocationID.x); }"#,
         );
         let prepared = prepare(&words, "main", true, &[]).unwrap();
-        let names: Vec<&str> = prepared.workgroup.iter().map(|v| v.name.as_str()).collect();
+        let names: Vec<&str> = prepared
+            .interface
+            .workgroup
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect();
         assert_eq!(names, ["used"]);
     }
 }

@@ -28,10 +28,14 @@ pub(crate) fn check_module(
     }
 }
 
-/// Checks `frozen`, the module `original` with its specialization constants
-/// set (a module can be valid with its defaults and invalid with the values
-/// given), as [`check_module`] checks a module.
-pub(crate) fn check_specialized(
+/// Checks `prepared`, the module made from `original` for the driver
+/// (specialized into `frozen`, then reduced to one entry point, sized and
+/// bounded), as [`check_module`] checks a module. Where it is invalid, the
+/// error says whose it is: the specialization's (a module can be valid with
+/// its defaults and invalid with the values given, e.g. an array length
+/// that makes a block's members overlap), or vkcompute's own preparation.
+pub(crate) fn check_prepared(
+    prepared: &[u32],
     frozen: &[u32],
     original: &[u32],
     label: &str,
@@ -40,45 +44,52 @@ pub(crate) fn check_specialized(
 ) -> Result<()> {
     match trust {
         Trust::CallerVouches => Ok(()),
-        Trust::Check => check_frozen(frozen, original, label, vulkan_1_3),
+        Trust::Check => check_prepared_module(prepared, frozen, original, label, vulkan_1_3),
     }
 }
 
 #[cfg(feature = "validate")]
-fn check_frozen(frozen: &[u32], _original: &[u32], _label: &str, vulkan_1_3: bool) -> Result<()> {
-    crate::vk::spirv_val::validate(frozen, vulkan_1_3).map_err(|reason| Error::InvalidSpirv {
-        reason: format!("with its specialization constants set: {reason}"),
+fn check_prepared_module(
+    prepared: &[u32],
+    frozen: &[u32],
+    _original: &[u32],
+    _label: &str,
+    vulkan_1_3: bool,
+) -> Result<()> {
+    use vkcompute_spirv::validate::validate;
+    let Err(reason) = validate(prepared, vulkan_1_3) else {
+        return Ok(());
+    };
+    if let Err(reason) = validate(frozen, vulkan_1_3) {
+        return Err(Error::InvalidSpirv {
+            reason: format!("with its specialization constants set: {reason}"),
+        });
+    }
+    Err(Error::InvalidSpirv {
+        reason: format!(
+            "vkcompute's preparation of the module (bounds, entry point) made an invalid module \
+             (a vkcompute bug; please report it): {reason}"
+        ),
     })
 }
 
 /// Without the validator only the shipped kernels load, and their
 /// specialization constants are workgroup sizes, which the loader checks
-/// against the device's limits.
+/// against the device's limits; the preparation is trusted as tested.
 #[cfg(not(feature = "validate"))]
-fn check_frozen(_frozen: &[u32], original: &[u32], label: &str, vulkan_1_3: bool) -> Result<()> {
+fn check_prepared_module(
+    _prepared: &[u32],
+    _frozen: &[u32],
+    original: &[u32],
+    label: &str,
+    vulkan_1_3: bool,
+) -> Result<()> {
     check(original, label, vulkan_1_3)
-}
-
-/// Checks the module that bounds instrumentation (src/bounds) made, where
-/// the validator is built in: an invalid one is a bug of vkcompute's, and
-/// is refused rather than handed to the driver. Without the validator the
-/// pass is trusted as tested.
-pub(crate) fn check_instrumented(words: &[u32], vulkan_1_3: bool) -> Result<()> {
-    #[cfg(feature = "validate")]
-    crate::vk::spirv_val::validate(words, vulkan_1_3).map_err(|reason| Error::InvalidSpirv {
-        reason: format!(
-            "vkcompute's bounds instrumentation made an invalid module (a vkcompute bug; \
-             please report it): {reason}"
-        ),
-    })?;
-    #[cfg(not(feature = "validate"))]
-    let _ = (words, vulkan_1_3);
-    Ok(())
 }
 
 #[cfg(feature = "validate")]
 fn check(words: &[u32], _label: &str, vulkan_1_3: bool) -> Result<()> {
-    crate::vk::spirv_val::validate(words, vulkan_1_3)
+    vkcompute_spirv::validate::validate(words, vulkan_1_3)
         .map_err(|reason| Error::InvalidSpirv { reason })
 }
 
@@ -95,6 +106,9 @@ fn check(words: &[u32], label: &str, _vulkan_1_3: bool) -> Result<()> {
 
 #[cfg(test)]
 mod bounds_tests;
+
+#[cfg(test)]
+mod model_tests;
 
 #[cfg(test)]
 mod tests {

@@ -17,8 +17,6 @@ mod instance;
 pub(crate) mod memory;
 pub(crate) mod pipeline;
 mod pipeline_cache;
-#[cfg(feature = "validate")]
-pub(crate) mod spirv_val;
 mod timeline;
 mod waiter;
 mod win32;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{Optimization, ShaderOptions, SpecValue, Target};
+use crate::{Optimization, ShaderOptions, Target};
 
 /// What compiling one shader needs beside its options.
 pub(crate) struct Job<'a> {
@@ -30,8 +30,12 @@ pub(crate) fn module(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), String> 
     } else {
         glsl(job)?
     };
-    set_spec_defaults(&mut words, &job.options.specialization)
-        .map_err(|e| format!("{}: {e}", job.name))?;
+    if !job.options.specialization.is_empty() {
+        let model =
+            vkcompute_spirv::Module::read(&words).map_err(|e| format!("{}: {e}", job.name))?;
+        words = vkcompute_spirv::rules::set_defaults(&words, &model, &job.options.specialization)
+            .map_err(|e| format!("{}: {e}", job.name))?;
+    }
     Ok((words, read))
 }
 
@@ -129,80 +133,4 @@ fn glsl(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), String> {
     drop(options);
     let read = read.lock().map(|r| r.clone()).unwrap_or_default();
     Ok((artifact.as_binary().to_vec(), read))
-}
-
-const OP_DECORATE: u32 = 71;
-const OP_SPEC_CONSTANT_TRUE: u32 = 48;
-const OP_SPEC_CONSTANT_FALSE: u32 = 49;
-const OP_SPEC_CONSTANT: u32 = 50;
-const DECORATION_SPEC_ID: u32 = 1;
-
-/// Sets the defaults of the specialization constants `values` names (by
-/// `constant_id`) in `words`: what the module then runs with, and what
-/// it is validated with.
-fn set_spec_defaults(words: &mut [u32], values: &[(u32, SpecValue)]) -> Result<(), String> {
-    if values.is_empty() {
-        return Ok(());
-    }
-    let mut targets = Vec::new();
-    let mut at = 5;
-    while at < words.len() {
-        let count = (words[at] >> 16) as usize;
-        if count == 0 || at + count > words.len() {
-            return Err("the module's instructions do not add up".into());
-        }
-        let op = words[at] & 0xffff;
-        if op == OP_DECORATE && count == 4 && words[at + 2] == DECORATION_SPEC_ID {
-            targets.push((words[at + 1], words[at + 3]));
-        }
-        at += count;
-    }
-    for (id, value) in values {
-        let Some(&(target, _)) = targets.iter().find(|(_, spec)| spec == id) else {
-            return Err(format!("it declares no specialization constant {id}"));
-        };
-        let mut at = 5;
-        let mut found = false;
-        while at < words.len() {
-            let count = (words[at] >> 16) as usize;
-            let op = words[at] & 0xffff;
-            let result = words.get(at + 2).copied();
-            if result == Some(target) {
-                match (op, value) {
-                    (OP_SPEC_CONSTANT_TRUE | OP_SPEC_CONSTANT_FALSE, SpecValue::Bool(b)) => {
-                        let op = if *b {
-                            OP_SPEC_CONSTANT_TRUE
-                        } else {
-                            OP_SPEC_CONSTANT_FALSE
-                        };
-                        words[at] = (words[at] & 0xffff_0000) | op;
-                    }
-                    (OP_SPEC_CONSTANT, value) if !matches!(value, SpecValue::Bool(_)) => {
-                        let literal = value.words();
-                        if literal.len() != count - 3 {
-                            return Err(format!(
-                                "specialization constant {id} is {} bits wide, the value given {}",
-                                (count - 3) * 32,
-                                literal.len() * 32
-                            ));
-                        }
-                        words[at + 3..at + count].copy_from_slice(&literal);
-                    }
-                    _ => {
-                        return Err(format!(
-                            "specialization constant {id} is not of the kind of the value given \
-                             ({value:?})"
-                        ))
-                    }
-                }
-                found = true;
-                break;
-            }
-            at += count.max(1);
-        }
-        if !found {
-            return Err(format!("specialization constant {id} has no definition"));
-        }
-    }
-    Ok(())
 }

@@ -1,6 +1,8 @@
-//! Full SPIR-V validation with SPIRV-Tools (`spirv-val`'s library), which
-//! the crate links through `shaderc-sys` anyway: a module that is invalid
-//! for the device's Vulkan version is an error here, not a driver crash.
+//! Full SPIR-V validation with SPIRV-Tools (`spirv-val`'s library), linked
+//! through `shaderc-sys` (feature `validate`): a module that is invalid for
+//! the device's Vulkan version is an error here, not a driver crash. The
+//! runtime and vkcompute-build both validate through this one binding.
+#![allow(unsafe_code, reason = "the FFI calls into SPIRV-Tools")]
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -39,7 +41,7 @@ const SUCCESS: c_int = 0;
 
 /// Validates `words` for Vulkan 1.3 (`vulkan_1_3`) or 1.2; the error is the
 /// validator's message.
-pub(crate) fn validate(words: &[u32], vulkan_1_3: bool) -> Result<(), String> {
+pub fn validate(words: &[u32], vulkan_1_3: bool) -> Result<(), String> {
     let env = if vulkan_1_3 {
         ENV_VULKAN_1_3
     } else {
