@@ -161,6 +161,56 @@ fn a_specialization_constant_without_a_spec_id_keeps_its_default() {
     });
 }
 
+/// A valid module whose private variable's type is `depth` one-element
+/// arrays nested in one another.
+fn nested_arrays(depth: u32) -> Vec<u32> {
+    let mut words = vec![0x0723_0203, 0x0001_0000, 0, 0, 0];
+    let mut inst = |op: u32, operands: &[u32]| {
+        words.push(((operands.len() as u32 + 1) << 16) | op);
+        words.extend_from_slice(operands);
+    };
+    let (void, func, uint, one, main, label) = (1, 2, 3, 4, 5, 6);
+    inst(17, &[1]); // OpCapability Shader
+    inst(14, &[0, 1]); // OpMemoryModel Logical GLSL450
+    inst(15, &[5, main, 0x6e69_616d, 0]); // OpEntryPoint GLCompute %main "main"
+    inst(16, &[main, 17, 1, 1, 1]); // OpExecutionMode LocalSize 1 1 1
+    inst(19, &[void]);
+    inst(33, &[func, void]);
+    inst(21, &[uint, 32, 0]);
+    inst(43, &[uint, one, 1]);
+    let mut ty = uint;
+    let mut next = 7;
+    for _ in 0..depth {
+        inst(28, &[next, ty, one]); // OpTypeArray
+        ty = next;
+        next += 1;
+    }
+    let (pointer, var) = (next, next + 1);
+    inst(32, &[pointer, 6, ty]); // OpTypePointer Private
+    inst(59, &[pointer, var, 6]); // OpVariable Private
+    inst(54, &[void, main, 0, func]); // OpFunction
+    inst(248, &[label]); // OpLabel
+    inst(253, &[]); // OpReturn
+    inst(56, &[]); // OpFunctionEnd
+    words[3] = var + 1;
+    words
+}
+
+#[test]
+fn types_nested_past_the_limit_are_refused_before_the_validator() {
+    run_with(common::options(Path::Direct), "nested types", |ctx| {
+        // 12,000 levels made SPIRV-Tools' validator throw std::bad_alloc
+        // through the FFI, which aborted the process.
+        refused(
+            Kernel::new(ctx, &nested_arrays(12_000), "main"),
+            "levels deep",
+            "12,000 nested arrays",
+        );
+        Kernel::new(ctx, &nested_arrays(200), "main").unwrap();
+        still_works(ctx);
+    });
+}
+
 /// GLSL compiled at run time: programs other projects test with, or a
 /// user writes.
 #[cfg(feature = "glsl")]
@@ -317,6 +367,115 @@ mod glsl {
                 Err(e @ Error::Argument { .. }) => assert!(e.to_string().contains("44"), "{e}"),
                 other => panic!("{other:?}"),
             }
+        });
+    }
+
+    #[test]
+    fn the_most_negative_integer_divided_by_minus_one_compiles_and_runs() {
+        run_with(common::options(Path::Direct), "INT_MIN / -1", |ctx| {
+            // SPIRV-Tools' optimizer folded this with the host's trapping
+            // division: SIGFPE. SPIR-V leaves the result undefined; the
+            // kernel must load and run, whatever it computes.
+            for body in [
+                "int a = -2147483647 - 1; d[0] = a / -1; d[1] = a % -1;",
+                "int a = d[2]; int b = -1; d[0] = a / b; d[1] = a % b;",
+            ] {
+                let source = format!(
+                    "#version 450\nlayout(local_size_x = 1) in;\n\
+                     layout(std430, binding = 0) buffer D {{ int d[]; }};\n\
+                     void main() {{ {body} }}\n"
+                );
+                let kernel = Kernel::from_glsl(ctx, &source, "main").unwrap();
+                let d = ctx.enqueue_create_buffer::<i32>(3).unwrap();
+                d.enqueue_copy_from(&[0, 0, i32::MIN][..]).unwrap();
+                ctx.enqueue_function(&kernel, 1, &[d.arg()], &()).unwrap();
+                assert_eq!(d.to_vec().unwrap()[2], i32::MIN, "{body}");
+            }
+            // A kernel without signed division is optimized as before.
+            let plain = "#version 450\nlayout(local_size_x = 1) in;\n\
+                layout(std430, binding = 0) buffer D { uint d[]; };\n\
+                void main() { uint x = 6u; uint unused = x * 9u; d[0] = d[1] / 3u; }\n";
+            let optimized = Kernel::glsl(plain).compile().unwrap();
+            let unoptimized = Kernel::glsl(plain)
+                .optimization(GlslOptimization::None)
+                .compile()
+                .unwrap();
+            assert!(optimized.len() < unoptimized.len());
+        });
+    }
+
+    #[test]
+    fn a_very_long_expression_compiles_on_any_caller_stack_or_is_refused() {
+        run_with(common::options(Path::Direct), "long expressions", |ctx| {
+            let source = |terms: usize| {
+                let sum: Vec<String> = (0..terms).map(|i| format!("d[{}]", i % 4)).collect();
+                format!(
+                    "#version 450\nlayout(local_size_x = 1) in;\n\
+                     layout(std430, binding = 0) buffer D {{ uint d[]; }};\n\
+                     void main() {{ d[4] = {}; }}\n",
+                    sum.join(" + ")
+                )
+            };
+            // 50,000 terms overflowed the caller's 8 MiB stack inside
+            // glslang; here the caller has 1 MiB.
+            let (long, too_long) = (source(50_000), source(60_000));
+            let compiled = std::thread::scope(|scope| {
+                std::thread::Builder::new()
+                    .stack_size(1 << 20)
+                    .spawn_scoped(scope, || {
+                        (
+                            Kernel::glsl(&long).compile().map(|w| w.len()),
+                            Kernel::glsl(&too_long).compile().map(|w| w.len()),
+                        )
+                    })
+                    .unwrap()
+                    .join()
+                    .unwrap()
+            });
+            assert!(compiled.0.is_ok(), "{:?}", compiled.0);
+            match compiled.1 {
+                Err(e @ Error::ShaderCompilation { .. }) => {
+                    assert!(e.to_string().contains("more than 50000 operators"), "{e}")
+                }
+                other => panic!("{other:?}"),
+            }
+            still_works(ctx);
+        });
+    }
+
+    #[test]
+    fn deep_call_chains_and_large_local_arrays_are_refused_before_the_driver() {
+        run_with(common::options(Path::Direct), "driver limits", |ctx| {
+            // A chain of 100 calls (unoptimized, so nothing is inlined):
+            // 20,000 took lavapipe 53 s to compile.
+            let mut source = String::from(
+                "#version 450\nlayout(local_size_x = 1) in;\n\
+                 layout(std430, binding = 0) buffer D { uint d[]; };\n\
+                 uint f0(uint x) { return x + 1u; }\n",
+            );
+            for i in 1..100 {
+                source.push_str(&format!("uint f{i}(uint x) {{ return f{}(x) + 1u; }}\n", i - 1));
+            }
+            source.push_str("void main() { d[0] = f99(d[0]); }\n");
+            let deep = Kernel::glsl(&source).optimization(GlslOptimization::None);
+            refused(deep.build(ctx), "calls nest 101 deep", "100 nested calls");
+            // Optimized, the calls are inlined and the kernel runs.
+            let kernel = Kernel::glsl(&source).build(ctx).unwrap();
+            let d = ctx.enqueue_create_buffer::<u32>(1).unwrap();
+            d.enqueue_fill(5).unwrap();
+            ctx.enqueue_function(&kernel, 1, &[d.arg()], &()).unwrap();
+            assert_eq!(d.to_vec().unwrap(), [105]);
+            // A function-local array of 2^16 words indexed dynamically:
+            // lavapipe compiled it for 36 s (2^20: minutes, gigabytes).
+            let local = "#version 450\nlayout(local_size_x = 1) in;\n\
+                layout(std430, binding = 0) buffer D { uint d[]; };\n\
+                void main() { uint a[65536]; a[d[0]] = 1u; d[1] = a[d[2]]; }\n";
+            refused(
+                Kernel::from_glsl(ctx, local, "main"),
+                "private and function-local variables take 262144 bytes",
+                "a 256 KiB local array",
+            );
+            still_works(ctx);
         });
     }
 

@@ -30,6 +30,8 @@
 
 pub mod bounds;
 mod eval;
+#[cfg(feature = "glsl")]
+pub mod glsl;
 pub mod interface;
 mod module;
 pub mod rules;

@@ -255,14 +255,21 @@ pub fn check_constant_indices(words: &[u32], model: &Module) -> Result<(), Strin
 /// The most members a type may have once nested types are written out.
 pub const MAX_EXPANDED_TYPE: u64 = 1 << 16;
 
+/// The deepest a type may nest (an array of arrays of ..., a struct in a
+/// struct in ...). SPIRV-Tools' validator takes time and memory growing
+/// with the square of the depth: 12,000 nested one-element arrays (a
+/// 187 KB module) made it throw `std::bad_alloc` through the FFI, which
+/// aborts the process. Real kernels nest a few levels.
+pub const MAX_TYPE_DEPTH: u32 = 256;
+
 /// Checks that no type, written out as a tree (a struct of two structs
-/// counts each twice), has more than [`MAX_EXPANDED_TYPE`] parts. Types
-/// nest as a graph, so a module of a few dozen structs, each holding two of
-/// the one before, describes a type of billions of members; reflection
-/// (spirq, and any code that walks types as trees) would take exponential
-/// time and memory on it.
+/// counts each twice), has more than [`MAX_EXPANDED_TYPE`] parts, or nests
+/// deeper than [`MAX_TYPE_DEPTH`]. Types nest as a graph, so a module of a
+/// few dozen structs, each holding two of the one before, describes a type
+/// of billions of members; code that walks types as trees would take
+/// exponential time and memory on it.
 pub fn check_type_nesting(words: &[u32]) -> Result<(), String> {
-    let mut size: HashMap<u32, u64> = HashMap::new();
+    let mut size: HashMap<u32, (u64, u32)> = HashMap::new();
     for (op, operands) in instructions(words) {
         let (id, parts): (u32, &[u32]) = match (op, operands) {
             (OP_TYPE_STRUCT, [id, members @ ..]) => (*id, members),
@@ -277,17 +284,26 @@ pub fn check_type_nesting(words: &[u32]) -> Result<(), String> {
             _ => continue,
         };
         // Types are declared before use (forward pointers aside, which
-        // count 1 here): every part's size is known.
-        let total = parts.iter().fold(1u64, |sum, part| {
-            sum.saturating_add(size.get(part).copied().unwrap_or(1))
-        });
+        // count 1 here): every part's size and depth are known.
+        let (mut total, mut depth) = (1u64, 1u32);
+        for part in parts {
+            let (n, d) = size.get(part).copied().unwrap_or((1, 0));
+            total = total.saturating_add(n);
+            depth = depth.max(d.saturating_add(1));
+        }
         if total > MAX_EXPANDED_TYPE {
             return Err(format!(
                 "type %{id} nests more than {MAX_EXPANDED_TYPE} members once written out (a \
                  struct of structs that repeat); vkcompute refuses it rather than reflect it"
             ));
         }
-        size.insert(id, total);
+        if depth > MAX_TYPE_DEPTH {
+            return Err(format!(
+                "type %{id} nests more than {MAX_TYPE_DEPTH} levels deep; vkcompute refuses it \
+                 (the validator's time and memory grow with the square of the depth)"
+            ));
+        }
+        size.insert(id, (total, depth));
     }
     Ok(())
 }

@@ -39,9 +39,28 @@ const ENV_VULKAN_1_3: c_int = 25;
 /// `SPV_SUCCESS`.
 const SUCCESS: c_int = 0;
 
-/// Validates `words` for Vulkan 1.3 (`vulkan_1_3`) or 1.2; the error is the
-/// validator's message.
+/// The stack of the thread the validator runs on: its checks recurse over
+/// some structures of the module, whatever the caller's stack (a spawned
+/// Rust thread has 2 MiB). Reserved, not committed.
+const STACK_BYTES: usize = 64 << 20;
+
+/// Validates `words` for Vulkan 1.3 (`vulkan_1_3`) or 1.2, on a thread of
+/// its own with a [`STACK_BYTES`] stack; the error is the validator's
+/// message. Inputs whose validation grows without bound are refused before
+/// (`words::check_structure`'s size, `rules::check_type_nesting`'s depth).
 pub fn validate(words: &[u32], vulkan_1_3: bool) -> Result<(), String> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("vkcompute-spirv-val".into())
+            .stack_size(STACK_BYTES)
+            .spawn_scoped(scope, || validate_here(words, vulkan_1_3))
+            .map_err(|e| format!("could not start the validator's thread: {e}"))?
+            .join()
+            .map_err(|_| "the validator panicked".to_string())?
+    })
+}
+
+fn validate_here(words: &[u32], vulkan_1_3: bool) -> Result<(), String> {
     let env = if vulkan_1_3 {
         ENV_VULKAN_1_3
     } else {

@@ -83,6 +83,11 @@ pub const STORAGE_CLASS_STORAGE_BUFFER: u32 = 12;
 /// GLSL.std.450's `UMin` (an extended instruction number).
 pub const GLSL_UMIN: u32 = 38;
 
+/// The most words a module may have: 16 Mi (64 MiB). The largest real
+/// compute kernels are a few MiB; the validator's and the driver's time
+/// grow with the size.
+pub const MAX_WORDS: usize = 1 << 24;
+
 /// Checks that `words` is a well-formed SPIR-V module: a valid header and
 /// an instruction stream whose word counts add up exactly. (A truncated or
 /// corrupted module must not reach the driver, which may crash on it.)
@@ -90,6 +95,12 @@ pub fn check_structure(words: &[u32]) -> Result<(), String> {
     if words.len() < 5 {
         return Err(format!(
             "{} words is shorter than the 5-word header",
+            words.len()
+        ));
+    }
+    if words.len() > MAX_WORDS {
+        return Err(format!(
+            "{} words is more than the {MAX_WORDS} (64 MiB) vkcompute accepts",
             words.len()
         ));
     }
