@@ -454,7 +454,10 @@ mod glsl {
                  uint f0(uint x) { return x + 1u; }\n",
             );
             for i in 1..100 {
-                source.push_str(&format!("uint f{i}(uint x) {{ return f{}(x) + 1u; }}\n", i - 1));
+                source.push_str(&format!(
+                    "uint f{i}(uint x) {{ return f{}(x) + 1u; }}\n",
+                    i - 1
+                ));
             }
             source.push_str("void main() { d[0] = f99(d[0]); }\n");
             let deep = Kernel::glsl(&source).optimization(GlslOptimization::None);

@@ -98,6 +98,7 @@ fn build(
         ref array_lengths,
         label: _,
     } = *load;
+    device.check_alive("vkCreateComputePipelines")?;
     let unsupported = |reason: String| Error::UnsupportedKernel {
         kernel: label.to_string(),
         reason,

@@ -42,7 +42,7 @@ const SUCCESS: c_int = 0;
 /// The stack of the thread the validator runs on: its checks recurse over
 /// some structures of the module, whatever the caller's stack (a spawned
 /// Rust thread has 2 MiB). Reserved, not committed.
-const STACK_BYTES: usize = 64 << 20;
+pub const STACK_BYTES: usize = 64 << 20;
 
 /// Validates `words` for Vulkan 1.3 (`vulkan_1_3`) or 1.2, on a thread of
 /// its own with a [`STACK_BYTES`] stack; the error is the validator's
