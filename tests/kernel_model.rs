@@ -114,8 +114,11 @@ fn sets_and_specialization_expressions_together() {
                 .specialize(1, n)
                 .build(ctx)
                 .unwrap();
-            let places: Vec<(u32, u32)> =
-                kernel.bindings().iter().map(|b| (b.set, b.binding)).collect();
+            let places: Vec<(u32, u32)> = kernel
+                .bindings()
+                .iter()
+                .map(|b| (b.set, b.binding))
+                .collect();
             assert_eq!(places, [(0, 1), (2, 0)]);
             let input = ctx.enqueue_create_buffer::<u32>(4).unwrap();
             input.enqueue_copy_from(&[10u32, 20, 30, 40][..]).unwrap();
