@@ -20,9 +20,7 @@ const REFRESH_HINT: &str = "run `make spirv` (in vkcompute's repository) to reco
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/spirv_source.rs");
-    for var in ["VKCOMPUTE_REFRESH_SPIRV"] {
-        println!("cargo:rerun-if-env-changed={var}");
-    }
+    println!("cargo:rerun-if-env-changed=VKCOMPUTE_REFRESH_SPIRV");
     if let Err(e) = run() {
         eprintln!("error: {e}");
         std::process::exit(1);
