@@ -206,6 +206,9 @@ pub struct Kernels {
     optimization: Optimization,
     warnings_as_errors: bool,
     out_file: String,
+    /// The crate's folder (in a build script): how messages name included
+    /// files outside the shader root.
+    manifest: Option<PathBuf>,
 }
 
 /// Why the shaders could not be built: one `file:line: message` (or
@@ -255,6 +258,7 @@ impl Kernels {
             optimization: Optimization::default(),
             warnings_as_errors: false,
             out_file: "vkcompute_kernels.rs".into(),
+            manifest: None,
         }
     }
 
@@ -340,6 +344,7 @@ impl Kernels {
         let built = Kernels {
             root,
             include_dirs,
+            manifest: Some(manifest),
             ..self
         }
         .generate(&out_dir)?;
@@ -380,7 +385,7 @@ impl Kernels {
                         ));
                     }
                 }
-                Err(e) => diagnostics.push(e),
+                Err(e) => diagnostics.extend(e),
             }
         }
         if !diagnostics.is_empty() {
@@ -406,7 +411,7 @@ impl Kernels {
         path: &Path,
         rel: &str,
         read: &mut Vec<PathBuf>,
-    ) -> Result<(String, String), String> {
+    ) -> Result<(String, String), Vec<String>> {
         let options = self
             .per_shader
             .get(rel)
@@ -414,6 +419,8 @@ impl Kernels {
         let job = compile::Job {
             path,
             name: rel,
+            root: &self.root,
+            base: self.manifest.as_deref(),
             options: &options,
             include_dirs: &self.include_dirs,
             target: self.target,
@@ -430,11 +437,11 @@ impl Kernels {
                 continue;
             }
             vkcompute_spirv::validate::validate(&words, vulkan_1_3)
-                .map_err(|e| format!("{rel}: SPIRV-Tools (Vulkan {name}): {e}"))?;
+                .map_err(|e| vec![format!("{rel}: SPIRV-Tools (Vulkan {name}): {e}")])?;
             validated_for.push(name);
         }
         let entry = options.entry.as_deref().unwrap_or("main");
-        let reflected = reflect::reflect(&words, entry).map_err(|e| format!("{rel}: {e}"))?;
+        let reflected = reflect::reflect(&words, entry).map_err(|e| vec![format!("{rel}: {e}")])?;
         let stem = rel.rsplit_once('.').map_or(rel, |(s, _)| s);
         let module = codegen::snake(stem, "shader");
         let code = codegen::module(&codegen::Shader {
@@ -445,7 +452,7 @@ impl Kernels {
             reflected: &reflected,
             validated_for: &validated_for,
         })
-        .map_err(|e| format!("{rel}: {e}"))?;
+        .map_err(|e| vec![format!("{rel}: {e}")])?;
         Ok((module, code))
     }
 }
@@ -466,7 +473,10 @@ fn find_shaders(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, String)>) -> st
         let path = entry?.path();
         if path.is_dir() {
             find_shaders(root, &path, out)?;
-        } else if path.extension().is_some_and(|e| e == "comp" || e == "spv") {
+        } else if path
+            .extension()
+            .is_some_and(|e| e == "comp" || e == "hlsl" || e == "spv")
+        {
             let rel = path
                 .strip_prefix(root)
                 .unwrap_or(&path)

@@ -30,6 +30,52 @@ const ADD: &str = "#version 450\nlayout(local_size_x = 64) in;\n\
     void main() { uint i = gl_GlobalInvocationID.x; if (i < params.n) data[i] += VALUE; }\n";
 
 #[test]
+fn compile_errors_print_as_file_line_message_relative_to_the_root() {
+    let dir = tree(
+        "messages",
+        &[
+            (
+                "shaders/sub/two.comp",
+                "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n  nope();\n  uint x = nada;\n}\n",
+            ),
+            (
+                "shaders/inc.comp",
+                "#version 450\n#include \"helper.glsl\"\nlayout(local_size_x = 1) in;\nvoid main() {}\n",
+            ),
+            ("shaders/helper.glsl", "uint helper() { return missing; }\n"),
+        ],
+    );
+    let e = Kernels::new(dir.join("shaders"))
+        .generate(&dir)
+        .unwrap_err();
+    let text = e.to_string();
+    // One line a problem, each `file:line: message`, the file relative to
+    // the shader root (an included file by its own name): no compiler
+    // header, no absolute path.
+    let d = e.diagnostics();
+    assert_eq!(text, d.join("\n"));
+    for (file, line, word) in [
+        ("helper.glsl", 1, "'missing' : undeclared identifier"),
+        (
+            "sub/two.comp",
+            4,
+            "'nope' : no matching overloaded function",
+        ),
+        ("sub/two.comp", 5, "'nada' : undeclared identifier"),
+    ] {
+        let want = format!("{file}:{line}: error: {word}");
+        assert!(d.iter().any(|m| m.starts_with(&want)), "{want}\n{text}");
+    }
+    assert!(
+        d.iter()
+            .all(|m| m.starts_with("helper.glsl:1: ") || m.starts_with("sub/two.comp:")),
+        "{text}"
+    );
+    assert!(!text.contains(&dir.display().to_string()), "{text}");
+    assert!(!text.contains("compilation error"), "{text}");
+}
+
+#[test]
 fn a_compile_error_names_the_file_and_line() {
     let dir = tree(
         "errors",
@@ -244,5 +290,55 @@ fn a_uniform_block_is_a_typed_std140_struct() {
     assert!(
         code.contains("assert!(::core::mem::size_of::<Scale>() == 32);"),
         "{code}"
+    );
+}
+
+#[test]
+fn hlsl_compute_shaders_compile_beside_glsl() {
+    let source = "// y = x * factor, x in set 0 and y in set 1.\n\
+        struct Params { float factor; uint n; };\n\
+        [[vk::push_constant]] ConstantBuffer<Params> params;\n\
+        StructuredBuffer<float> x : register(t1, space0);\n\
+        RWStructuredBuffer<float> y : register(u0, space1);\n\
+        [numthreads(64, 1, 1)]\n\
+        void main(uint3 id : SV_DispatchThreadID) {\n\
+            if (id.x < params.n) y[id.x] = x[id.x] * params.factor;\n\
+        }\n";
+    let dir = tree("hlsl", &[("scale.hlsl", source)]);
+    let code = generated(&Kernels::new(&dir), &dir);
+    // (set, binding) order: `x` (set 0, binding 1), then `y` (set 1,
+    // binding 0); the push-constant block's struct; `main` the entry.
+    let signature = "x: &vkcompute::DeviceBuffer<f32>,\n            \
+        y: &vkcompute::DeviceBuffer<f32>,\n            push: &Params,";
+    assert!(code.contains(signature), "{code}");
+    assert!(
+        code.contains("`y`: set 1, binding 0, elements of `f32`, written"),
+        "{code}"
+    );
+    assert!(
+        code.contains("`x`: binding 1, elements of `f32`, read only"),
+        "{code}"
+    );
+    assert!(code.contains("pub const ENTRY: &str = \"main\";"), "{code}");
+    assert!(
+        code.contains("pub const LOCAL_SIZE: [u32; 3] = [64, 1, 1];"),
+        "{code}"
+    );
+    // Another entry point, from the shader's options; HLSL has no
+    // `#version`, and its errors are `file:line: message` too.
+    let renamed = source.replace("void main(", "void scale(");
+    let dir = tree("hlsl-entry", &[("k/scale.hlsl", &renamed)]);
+    let code = generated(
+        &Kernels::new(&dir).shader("k/scale.hlsl", |s| s.entry("scale")),
+        &dir,
+    );
+    assert!(
+        code.contains("pub const ENTRY: &str = \"scale\";"),
+        "{code}"
+    );
+    let e = Kernels::new(&dir).generate(&dir).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "k/scale.hlsl: the HLSL source defines no function `main`, the entry point"
     );
 }
