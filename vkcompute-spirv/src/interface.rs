@@ -137,6 +137,9 @@ pub struct SpecConstant {
     pub kind: SpecKind,
     /// Its size in bytes in `VkSpecializationInfo` (4 or 8; `bool` 4).
     pub size: u32,
+    /// The id of the constant (the first `OpSpecConstant*` with this
+    /// `SpecId`): [`Module::value`] of it is its default.
+    pub constant: u32,
 }
 
 /// What an entry point declares.
@@ -526,6 +529,7 @@ impl Module {
                     name: self.name(id).map(str::to_string),
                     kind,
                     size,
+                    constant: id,
                 }),
             }
         }
