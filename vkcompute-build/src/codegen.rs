@@ -433,8 +433,8 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
         String::new()
     } else {
         format!(
-            "\n    ///\n    /// As specialized at build time ({}): a load that specializes \
-             those constants\n    /// otherwise runs another size (`Kernel::local_size` says which).",
+            "\n    ///\n    /// The values built in ({}): `Kernel::load_with` with others \
+             runs another\n    /// size (`kernel().local_size()` says which).",
             from_spec.join(", ")
         )
     };
@@ -509,6 +509,7 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
          \x20       /// The loaded `vkcompute::Kernel` (for graphs and timing).\n\
          \x20       pub fn kernel(&self) -> &vkcompute::Kernel {{\n            &self.0\n        }}\n\n\
          \x20       /// Enqueues the kernel on `ctx`'s stream over `grid` workgroups, with:\n{docs}\
+         \x20       #[allow(clippy::too_many_arguments)]\n\
          \x20       pub fn dispatch(\n            &self,\n            ctx: &vkcompute::DeviceContext,\n\
          \x20           grid: impl Into<vkcompute::Grid>,\n{}\n        ) -> vkcompute::Result<()> {{\n\
          \x20           ctx.enqueue_function(&self.0, grid, &[{}], {push_arg})\n        }}\n    }}\n}}",
@@ -666,6 +667,7 @@ fn spec_struct(r: &Reflected, names: &[String]) -> Result<(String, String), Stri
          \x20   /// shader's, or what `build.rs` set), which `Kernel::load` uses.{left_out}\n\
          \x20   #[derive(Clone, Copy, Debug, PartialEq)]\n\
          \x20   pub struct Spec {{\n{fields}    }}\n\n\
+         \x20   #[allow(clippy::derivable_impls)]\n\
          \x20   impl Default for Spec {{\n\
          \x20       fn default() -> Self {{\n\
          \x20           Spec {{ {} }}\n\
