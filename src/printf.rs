@@ -11,6 +11,7 @@ use vkcompute_spirv::printf::{Printf, HEADER_WORDS};
 
 use crate::error::{Error, KernelAssertion, Result};
 use crate::stream::{Completion, Stream};
+use crate::trace::escape;
 use crate::vk::memory::RawBuffer;
 use crate::vk::{Device, MemoryUsage};
 
@@ -203,12 +204,14 @@ pub(crate) fn completion(
                     invocation: record.invocation,
                 })));
             }
-            output.emit(&PrintfLine {
+            let line = PrintfLine {
                 kernel: &label,
                 invocation: record.invocation,
                 text: &record.text,
                 location,
-            });
+            };
+            trace_line(stream, &line);
+            output.emit(&line);
         }
         if dropped > 0 {
             let text = format!(
@@ -216,12 +219,31 @@ pub(crate) fn completion(
                  full (ContextOptions::printf_buffer_bytes)",
                 u64::from(capacity) * 4
             );
-            output.emit(&PrintfLine {
+            let line = PrintfLine {
                 kernel: &label,
                 invocation: [0; 3],
                 text: &text,
                 location: None,
-            });
+            };
+            trace_line(stream, &line);
+            output.emit(&line);
         }
     })
+}
+
+/// `line` as an instant event `printf` on the stream's device track,
+/// where the context traces.
+fn trace_line(stream: &Stream, line: &PrintfLine<'_>) {
+    if let Some(t) = &stream.trace {
+        let [x, y, z] = line.invocation;
+        t.tracer.instant(
+            t.batches,
+            "printf",
+            &format!(
+                r#""kernel":"{}","invocation":[{x},{y},{z}],"text":"{}""#,
+                escape(line.kernel),
+                escape(line.text)
+            ),
+        );
+    }
 }

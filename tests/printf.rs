@@ -297,3 +297,26 @@ fn formats_arguments_do_not_suit_are_refused_at_load() {
     drop(ctx);
     assert_clean(&log, "refused formats");
 }
+
+#[test]
+fn a_trace_shows_each_line_as_an_instant_on_the_device_track() {
+    let dir = common::TempDir::new("printf-trace");
+    let path = dir.0.join("trace.json");
+    let (ctx, lines) = collecting(Path::Direct, |o| o.trace(&path));
+    let k = kernel(&ctx, 2, r#"debugPrintfEXT("hello \"%u\"", i);"#).unwrap();
+    run(&ctx, &k, 1, 0).unwrap();
+    drop((k, ctx));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let mut printed: Vec<String> = events
+        .iter()
+        .filter(|e| e["name"] == "printf" && e["ph"] == "i")
+        .map(|e| {
+            assert_eq!(e["args"]["kernel"], "k");
+            e["args"]["text"].as_str().unwrap().to_string()
+        })
+        .collect();
+    printed.sort();
+    assert_eq!(printed, ["hello \"0\"", "hello \"1\""]);
+    assert_eq!(lines.lock().unwrap().len(), 2);
+}
