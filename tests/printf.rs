@@ -14,7 +14,10 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::{assert_clean, context_with, Path};
-use vkcompute::{ContextOptions, DeviceContext, Error, GraphParams, Kernel, PrintfOutput};
+use vkcompute::{
+    ContextOptions, DeviceContext, Error, GlslOptimization, GlslTarget, GraphParams, Kernel,
+    PrintfOutput,
+};
 
 /// A printed line as the callback saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -356,6 +359,72 @@ fn graphs_print_on_every_replay_and_assert() {
     let printed = got.len() - 2;
     assert!(printed > 0 && printed < 64, "{got:?}");
     assert_eq!(printed % 2, 0, "{got:?}");
+}
+
+#[test]
+fn every_spirv_version_and_optimization_prints() {
+    let (ctx, lines) = collecting(Path::Direct, |o| o);
+    let version = &ctx.info().api_version;
+    let vulkan13 = version.starts_with("1.3") || version.starts_with("1.4");
+    // A call in a function called from a loop, and an assertion.
+    let source = r#"#version 450
+        #include <vkcompute.glsl>
+        layout(local_size_x = 1) in;
+        layout(std430, binding = 0) buffer D { uint d[]; };
+        uint twice(uint x) { debugPrintfEXT("twice %u", x); return 2u * x; }
+        void main() {
+            uint i = gl_GlobalInvocationID.x;
+            for (uint k = 0u; k < 2u; k++) { d[i] += twice(k + i); }
+            VK_ASSERT1(d[i] != 2u, "d=%u", d[i]);
+            d[i] += 100u;
+        }"#;
+    let d = ctx.enqueue_create_buffer::<u32>(1).unwrap();
+    for target in [
+        GlslTarget::Vulkan1_1,
+        GlslTarget::Vulkan1_2,
+        GlslTarget::Vulkan1_3,
+    ] {
+        if target == GlslTarget::Vulkan1_3 && !vulkan13 {
+            continue;
+        }
+        for level in [GlslOptimization::None, GlslOptimization::Performance] {
+            let kernel = Kernel::glsl(source)
+                .target(target)
+                .optimization(level)
+                .build(&ctx)
+                .unwrap();
+            d.enqueue_fill(0).unwrap();
+            ctx.enqueue_function(&kernel, 1, &[d.arg()], &()).unwrap();
+            match ctx.synchronize() {
+                Err(Error::KernelAssert(e)) => assert_eq!(e.message, "d=2"),
+                other => panic!("{target:?} {level:?}: {other:?}"),
+            }
+            assert_eq!(d.to_vec().unwrap(), [2], "{target:?} {level:?}");
+            let printed = std::mem::take(&mut *lines.lock().unwrap());
+            let printed: Vec<&str> = printed.iter().map(|l| l.text.as_str()).collect();
+            assert_eq!(
+                printed,
+                ["twice 0", "twice 1", "d=2"],
+                "{target:?} {level:?}"
+            );
+        }
+    }
+    // SPIR-V 1.0 (buffers as Uniform BufferBlock), from another compiler.
+    let words = std::fs::read(format!(
+        "{}/tests/spirv/printf_spirv10.spv",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let kernel = Kernel::from_bytes(&ctx, &words, "main").unwrap();
+    let d = ctx.enqueue_create_buffer::<u32>(2).unwrap();
+    ctx.enqueue_function(&kernel, 1, &[d.arg()], &()).unwrap();
+    ctx.synchronize().unwrap();
+    let mut printed = texts(&lines);
+    printed.sort();
+    assert_eq!(
+        printed,
+        ["spirv 1.0: i=0 d=0 v=0, 9", "spirv 1.0: i=1 d=7 v=1, 9"]
+    );
 }
 
 #[test]
