@@ -84,6 +84,8 @@ test: lint unit downstream mpi-test
 	    echo "== example $$e $${d:+(second driver)}"; \
 	    $(STRICT) $$d $(CARGO) run -q --example $$e || exit 1; \
 	  done; \
+	  echo "== example printf (feature glsl) $${d:+(second driver)}"; \
+	  $(STRICT) $$d $(CARGO) run -q --all-features --example printf || exit 1; \
 	  echo "== example matmul (own kernel, built by vkcompute-build) $${d:+(second driver)}"; \
 	  $(STRICT) $$d $(CARGO) run -q -p matmul || exit 1; \
 	  echo "== bench --quick (release), both memory paths $${d:+(second driver)}"; \
