@@ -437,3 +437,17 @@ fn spec_lists_each_settable_constant_with_its_built_in_value() {
     assert!(code.contains("pub struct Spec {\n    }"), "{code}");
     assert!(code.contains("pub fn load_with("), "{code}");
 }
+
+#[test]
+fn a_printf_record_buffer_is_no_parameter() {
+    let source = "#version 450\n#extension GL_EXT_debug_printf : require\n\
+        layout(local_size_x = 1) in;\n\
+        layout(std430, binding = 0) buffer Data { uint data[]; };\n\
+        void main() { debugPrintfEXT(\"data[0] = %u\", data[0]); data[0] += 1u; }\n";
+    let dir = tree("printf", &[("p.comp", source)]);
+    let code = generated(&Kernels::new(&dir), &dir);
+    assert!(
+        code.contains("&[data.arg()], &())"),
+        "only `data` is an argument:\n{code}"
+    );
+}
