@@ -44,6 +44,7 @@ LEAK := VKCOMPUTE_LEAK_CYCLES=40000
 unit: setup
 	$(STRICT) $(SERIAL) $(LEAK) $(CARGO) test --all-features
 	$(CARGO) test -p vkcompute-build
+	$(CARGO) test -p vkcompute-spirv --all-features
 	@echo "== the library's and integration tests on the second driver"
 	$(STRICT) $(SERIAL) $(LEAK) $(DRIVER2) $(CARGO) test --all-features --tests
 

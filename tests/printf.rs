@@ -181,8 +181,23 @@ fn printf_in_functions_and_loops_and_unreached_printf() {
     let mut got = texts(&lines);
     got.sort();
     assert_eq!(got, ["twice(0)", "twice(1)", "twice(10)", "twice(11)"]);
-    // The kernel's bindings are the shader's own.
+    // The kernel's bindings are the shader's own: the record buffer's
+    // cannot be given an argument.
     assert_eq!(k.bindings().len(), 1);
+    let other = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+    for args in [
+        vec![d.arg(), other.arg()],
+        vec![d.arg(), other.arg().at(0, 1)],
+    ] {
+        let e = ctx.enqueue_function(&k, 1, &args, &()).unwrap_err();
+        assert!(
+            matches!(e, Error::ArgumentCount { .. } | Error::Argument { .. }),
+            "{e:?}"
+        );
+    }
+    ctx.enqueue_function(&k, 1, &[d.arg()], &()).unwrap();
+    ctx.synchronize().unwrap();
+    assert_eq!(lines.lock().unwrap().len(), 8);
 }
 
 #[test]
@@ -284,6 +299,20 @@ fn formats_arguments_do_not_suit_are_refused_at_load() {
             }
             other => panic!("{body}: {other:?}"),
         }
+    }
+    // The record buffer needs a binding after the kernel's last.
+    let last = "#version 450\n#extension GL_EXT_debug_printf : enable\n\
+                layout(local_size_x = 1) in;\n\
+                layout(std430, binding = 4095) buffer D { uint d[]; };\n\
+                void main() { d[0] = 1u; debugPrintfEXT(\"x\"); }\n";
+    match Kernel::glsl(last).build(&ctx) {
+        Err(e @ Error::UnsupportedKernel { .. }) => {
+            assert!(
+                e.to_string().contains("number the kernel's bindings lower"),
+                "{e}"
+            )
+        }
+        other => panic!("{other:?}"),
     }
     drop(ctx);
     assert_clean(&log, "refused formats");
