@@ -1,8 +1,10 @@
 //! Runs the build-time kernels on the packaged vkcompute (default
 //! features) and checks them against the CPU.
 
-use downstream_build::{hist, hlsl_scale, layout, saxpy_typed, scaled, weighted};
-use vkcompute::{DeviceContext, Error};
+use std::sync::{Arc, Mutex};
+
+use downstream_build::{hist, hlsl_scale, layout, saxpy_typed, scaled, talk, weighted};
+use vkcompute::{ContextOptions, DeviceContext, Error, PrintfOutput};
 
 fn main() {
     if let Err(e) = run() {
@@ -92,10 +94,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     check_hist(&ctx)?;
     check_weighted(&ctx)?;
     check_hlsl(&ctx)?;
+    check_talk()?;
     println!(
         "downstream-build check: build-time kernels `{}`, `{}` (constant {} set to 3 by build.rs), \
          `{}` (a uniform block), `hist.comp` (a fixed-size storage block), `weighted.comp` \
-         (specialized at load) and `hlsl_scale.hlsl` (HLSL, two descriptor sets) ran on {} \
+         (specialized at load), `hlsl_scale.hlsl` (HLSL, two descriptor sets) and `talk.comp` \
+         (printf and VK_ASSERT) ran on {} \
          with vkcompute's default features and match the CPU",
         saxpy.kernel().label(),
         kernel.kernel().label(),
@@ -103,6 +107,48 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         scaler.kernel().label(),
         ctx.name()
     );
+    Ok(())
+}
+
+/// talk: a build-time kernel's debugPrintfEXT lines reach the context's
+/// callback, and its failed VK_ASSERT is the next wait's error.
+fn check_talk() -> Result<(), Box<dyn std::error::Error>> {
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let ctx = DeviceContext::with_options(ContextOptions::new().printf(PrintfOutput::callback(
+        move |line| {
+            if let Ok(mut lines) = sink.lock() {
+                lines.push(line.text.to_string());
+            }
+        },
+    )))?;
+    let kernel = talk::Kernel::load(&ctx)?;
+    let data = ctx.enqueue_create_buffer::<u32>(4)?;
+    data.enqueue_copy_from(&[1u32, 2, 3, 4][..])?;
+    kernel.dispatch(&ctx, 1, &data, &talk::Params::new(100))?;
+    ctx.synchronize()?;
+    let mut printed = lines.lock().map_err(|_| "talk: lines poisoned")?.clone();
+    printed.sort();
+    let want = [
+        "data[0] doubled to 2",
+        "data[1] doubled to 4",
+        "data[2] doubled to 6",
+        "data[3] doubled to 8",
+    ];
+    if printed != want {
+        return Err(format!("talk: printed {printed:?}, expected {want:?}").into());
+    }
+    // Now [2, 4, 6, 8]: invocations 2 and 3 fail the assertion and stop.
+    kernel.dispatch(&ctx, 1, &data, &talk::Params::new(6))?;
+    match ctx.synchronize() {
+        Err(Error::KernelAssert(failed))
+            if failed.line == 10 && failed.message.ends_with("is at the limit") => {}
+        other => return Err(format!("talk: expected a failed assertion, got {other:?}").into()),
+    }
+    let got = data.to_vec()?;
+    if got != [4, 8, 6, 8] {
+        return Err(format!("talk: {got:?}, expected [4, 8, 6, 8]").into());
+    }
     Ok(())
 }
 
