@@ -362,7 +362,10 @@ pub(super) unsafe fn queue_submit(
     let queue = device.queue(queue);
     // SAFETY: the queue is locked; every handle in `info` is valid as the
     // caller guarantees.
-    unsafe { device.raw.queue_submit(*queue, &[info], fence) }
+    let submitted = unsafe { device.raw.queue_submit(*queue, &[info], fence) };
+    drop(queue);
+    super::exit::after_submission(&device.submissions);
+    submitted
 }
 
 /// Timestamp queries: two a slot (the start and end of a batch or a

@@ -8,6 +8,7 @@ pub(crate) mod command;
 mod conv;
 mod debug;
 mod device;
+mod exit;
 mod external;
 mod external_memory;
 mod external_semaphore;

@@ -70,8 +70,10 @@ impl Timeline {
     /// The value the semaphore has reached, asking the device.
     pub(crate) fn query(&self) -> Result<u64> {
         // SAFETY: the semaphore is live while `self` is.
-        let value = unsafe { self.device.raw.get_semaphore_counter_value(self.semaphore) }
-            .during("vkGetSemaphoreCounterValue")?;
+        let value = super::exit::gate(|| unsafe {
+            self.device.raw.get_semaphore_counter_value(self.semaphore)
+        })
+        .during("vkGetSemaphoreCounterValue")?;
         self.completed.fetch_max(value, Ordering::AcqRel);
         Ok(value)
     }
@@ -88,13 +90,15 @@ impl Timeline {
         self.query().is_ok_and(|v| v >= value)
     }
 
-    /// Waits for a value that has been submitted already.
+    /// Waits for a value that has been submitted already, in slices of
+    /// `WAIT_SLICE_NS`, so that the process may exit meanwhile (`exit.rs`).
     pub(crate) fn wait_submitted(&self, value: u64) -> Result<()> {
-        self.wait_submitted_for(value, u64::MAX).map(drop)
+        while !self.wait_submitted_for(value, super::exit::WAIT_SLICE_NS)? {}
+        Ok(())
     }
 
-    /// Waits at most `timeout_ns` for a value that has been submitted
-    /// already: whether it was reached.
+    /// Waits at most `timeout_ns` (at most `WAIT_SLICE_NS`) for a value
+    /// that has been submitted already: whether it was reached.
     pub(crate) fn wait_submitted_for(&self, value: u64, timeout_ns: u64) -> Result<bool> {
         if self.completed.load(Ordering::Acquire) >= value {
             return Ok(true);
@@ -104,9 +108,10 @@ impl Timeline {
         let info = vk::SemaphoreWaitInfo::default()
             .semaphores(&semaphores)
             .values(&values);
+        let timeout_ns = timeout_ns.min(super::exit::WAIT_SLICE_NS);
         // SAFETY: the semaphore is live; `value` was submitted (or signalled
         // from the host after a failed submission), so the wait ends.
-        match unsafe { self.device.raw.wait_semaphores(&info, timeout_ns) } {
+        match super::exit::gate(|| unsafe { self.device.raw.wait_semaphores(&info, timeout_ns) }) {
             Ok(()) => {}
             Err(vk::Result::TIMEOUT) => return Ok(false),
             Err(e) => return Err(Error::vk("vkWaitSemaphores", e)),
