@@ -18,6 +18,7 @@ mod instance;
 pub(crate) mod memory;
 pub(crate) mod pipeline;
 mod pipeline_cache;
+mod sizes;
 #[cfg(feature = "validate")]
 pub(crate) mod spirv_val;
 mod timeline;
