@@ -20,7 +20,7 @@
 //! loads the layer again for an instance made after one was destroyed:
 //! hence a registration per device, a few dozen bytes each), so the gate
 //! closes before any of their state goes. Host waits are cut into slices
-//! of at most [`WAIT_SLICE_NS`] (`Timeline::wait_submitted`), so the
+//! of at most [`WAIT_SLICE_NS`] (`Timeline::wait_submitted_for`), so the
 //! handler waits that long at most for a waiting thread to come out
 //! ([`EXIT_WAIT`] bounds it for a call that overruns). A thread that
 //! comes to the closed gate never calls the driver again: it sleeps until

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ash::vk;
 
@@ -90,25 +91,43 @@ impl Timeline {
         self.query().is_ok_and(|v| v >= value)
     }
 
-    /// Waits for a value that has been submitted already, in slices of
-    /// `WAIT_SLICE_NS`, so that the process may exit meanwhile (`exit.rs`).
+    /// Waits for a value that has been submitted already.
     pub(crate) fn wait_submitted(&self, value: u64) -> Result<()> {
-        while !self.wait_submitted_for(value, super::exit::WAIT_SLICE_NS)? {}
-        Ok(())
+        self.wait_submitted_for(value, u64::MAX).map(drop)
     }
 
-    /// Waits at most `timeout_ns` (at most `WAIT_SLICE_NS`) for a value
-    /// that has been submitted already: whether it was reached.
+    /// Waits at most `timeout_ns` for a value that has been submitted
+    /// already: whether it was reached. The wait is cut into calls of at
+    /// most `WAIT_SLICE_NS`, each through the exit gate, so that the
+    /// process may exit meanwhile (`exit.rs`).
     pub(crate) fn wait_submitted_for(&self, value: u64, timeout_ns: u64) -> Result<bool> {
-        if self.completed.load(Ordering::Acquire) >= value {
-            return Ok(true);
+        // `None`: no end (a timeout beyond what `Instant` holds).
+        let deadline = Instant::now().checked_add(Duration::from_nanos(timeout_ns));
+        loop {
+            if self.completed.load(Ordering::Acquire) >= value {
+                return Ok(true);
+            }
+            let left = deadline.map_or(u64::MAX, |d| {
+                let left = d.saturating_duration_since(Instant::now()).as_nanos();
+                u64::try_from(left).unwrap_or(u64::MAX)
+            });
+            if self.wait_slice(value, left.min(super::exit::WAIT_SLICE_NS))? {
+                return Ok(true);
+            }
+            if left <= super::exit::WAIT_SLICE_NS {
+                return Ok(false);
+            }
         }
+    }
+
+    /// One call of [`wait_submitted_for`](Self::wait_submitted_for), of at
+    /// most `timeout_ns`.
+    fn wait_slice(&self, value: u64, timeout_ns: u64) -> Result<bool> {
         let semaphores = [self.semaphore];
         let values = [value];
         let info = vk::SemaphoreWaitInfo::default()
             .semaphores(&semaphores)
             .values(&values);
-        let timeout_ns = timeout_ns.min(super::exit::WAIT_SLICE_NS);
         // SAFETY: the semaphore is live; `value` was submitted (or signalled
         // from the host after a failed submission), so the wait ends.
         match super::exit::gate(|| unsafe { self.device.raw.wait_semaphores(&info, timeout_ns) }) {
