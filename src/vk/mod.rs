@@ -34,7 +34,8 @@ pub use win32::Win32Handle;
 
 pub(crate) use adapter::Adapter;
 pub(crate) use debug::name_object;
-pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
+pub(crate) use device::{Device, DeviceOptions, Enabled};
+pub(crate) use memory::MemoryUsage;
 pub(crate) use external::{buffer_support, ownership_barrier, semaphore_support, AliasLinks};
 #[cfg(unix)]
 pub(crate) use external_memory::{export_memory_fd, fd_memory_types};
