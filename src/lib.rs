@@ -25,9 +25,8 @@
 //! The [`guide`] has a page per topic: your own kernels, memory, streams
 //! and events, graphs, sharing, tracing, errors.
 
-// Unsafe code lives in `vk` (the Vulkan objects, mapped memory, and the
-// SPIRV-Tools validator) and in the few public raw entry points, each
-// allowed where it stands.
+// Unsafe code lives in `vk` (the Vulkan objects and mapped memory) and in
+// the few public raw entry points, each allowed where it stands.
 #![deny(unsafe_code)]
 // Feature badges on docs.rs (`--cfg docsrs`, nightly rustdoc).
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -56,7 +55,6 @@ mod introspect;
 
 // The rest.
 mod batch_pool;
-mod bounds;
 mod capabilities;
 mod display;
 mod error;
@@ -73,15 +71,9 @@ mod recorder;
 mod reflect;
 mod resource;
 mod spirv_check;
-mod spirv_rules;
 #[cfg(any(feature = "build", feature = "glsl"))]
 #[cfg_attr(not(feature = "build"), allow(dead_code))]
 mod spirv_source;
-mod spirv_words;
-// Linked for its native library (SPIRV-Tools inside shaderc), which
-// `vk::spirv_val` calls; no Rust item of the crate is used.
-#[cfg(feature = "validate")]
-extern crate shaderc_sys;
 mod staging;
 mod stream;
 mod stream_handle;

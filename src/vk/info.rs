@@ -133,6 +133,9 @@ pub struct ComputeLimits {
     /// `maxBufferSize` (Vulkan 1.3, `VK_KHR_maintenance4`), where the device
     /// reports it: the most bytes of one buffer.
     pub max_buffer_size: Option<u64>,
+    /// `maxBoundDescriptorSets`: a kernel's bindings may be in sets 0 up
+    /// to one less than this (at least 4 on every Vulkan device).
+    pub max_bound_descriptor_sets: u32,
 }
 
 impl ComputeLimits {
@@ -151,6 +154,7 @@ impl ComputeLimits {
             max_push_constants_bytes: l.max_push_constants_size,
             max_storage_buffer_range: l.max_storage_buffer_range,
             min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
+            max_bound_descriptor_sets: l.max_bound_descriptor_sets,
         }
     }
 }

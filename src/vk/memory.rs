@@ -11,8 +11,8 @@ use gpu_allocator::{AllocationError, MemoryLocation};
 use super::sizes::{allocation_error, buffer_call_error};
 pub(crate) use super::sizes::{check_allocation, check_size};
 use crate::error::{Error, Result, VkResultExt};
-pub(crate) use crate::vk::HostAllocation;
 use crate::vk::Device;
+pub(crate) use crate::vk::HostAllocation;
 
 /// The host address of mapped memory.
 #[derive(Clone, Copy, Debug)]
@@ -227,6 +227,7 @@ impl RawBuffer {
     /// in errors: a retired one of the same size and usage from the device's
     /// cache where there is one, else a new one.
     pub(crate) fn new(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Result<Self> {
+        device.check_alive("vkAllocateMemory")?;
         if let Some(raw) = device.buffer_cache().take(size, usage) {
             return Ok(raw);
         }

@@ -19,8 +19,6 @@ pub(crate) mod memory;
 pub(crate) mod pipeline;
 mod pipeline_cache;
 mod sizes;
-#[cfg(feature = "validate")]
-pub(crate) mod spirv_val;
 mod timeline;
 mod waiter;
 mod win32;
@@ -35,7 +33,6 @@ pub use win32::Win32Handle;
 pub(crate) use adapter::Adapter;
 pub(crate) use debug::name_object;
 pub(crate) use device::{Device, DeviceOptions, Enabled};
-pub(crate) use memory::MemoryUsage;
 pub(crate) use external::{buffer_support, ownership_barrier, semaphore_support, AliasLinks};
 #[cfg(unix)]
 pub(crate) use external_memory::{export_memory_fd, fd_memory_types};
@@ -50,6 +47,7 @@ pub(crate) use external_semaphore::{
     export_semaphore_fd, export_sync_fd, import_semaphore_fd, import_sync_fd,
 };
 pub(crate) use instance::Instance;
+pub(crate) use memory::MemoryUsage;
 pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;
 pub(crate) use timeline::Timeline;
 pub(crate) use waiter::{Waiters, WakerSlot};

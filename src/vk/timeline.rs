@@ -71,10 +71,12 @@ impl Timeline {
     /// The value the semaphore has reached, asking the device.
     pub(crate) fn query(&self) -> Result<u64> {
         // SAFETY: the semaphore is live while `self` is.
-        let value = super::exit::gate(|| unsafe {
-            self.device.raw.get_semaphore_counter_value(self.semaphore)
-        })
-        .during("vkGetSemaphoreCounterValue")?;
+        let value = self
+            .device
+            .note(super::exit::gate(|| unsafe {
+                self.device.raw.get_semaphore_counter_value(self.semaphore)
+            }))
+            .during("vkGetSemaphoreCounterValue")?;
         self.completed.fetch_max(value, Ordering::AcqRel);
         Ok(value)
     }
@@ -130,7 +132,9 @@ impl Timeline {
             .values(&values);
         // SAFETY: the semaphore is live; `value` was submitted (or signalled
         // from the host after a failed submission), so the wait ends.
-        match super::exit::gate(|| unsafe { self.device.raw.wait_semaphores(&info, timeout_ns) }) {
+        match self.device.note(super::exit::gate(|| unsafe {
+            self.device.raw.wait_semaphores(&info, timeout_ns)
+        })) {
             Ok(()) => {}
             Err(vk::Result::TIMEOUT) => return Ok(false),
             Err(e) => return Err(Error::vk("vkWaitSemaphores", e)),

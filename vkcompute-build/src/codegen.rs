@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use spirq::ty::{ScalarType, Type};
+use vkcompute_spirv::Type;
 
-use crate::reflect::{extent, Reflected};
+use crate::reflect::Reflected;
 
 /// What the generated module of one shader is made from.
 pub(crate) struct Shader<'a> {
@@ -99,46 +99,60 @@ impl Structs {
     /// The Rust type of `ty`; `hint` names a struct made for it.
     fn rust(&mut self, ty: &Type, hint: &str) -> Result<Rust, String> {
         Ok(match ty {
-            Type::Scalar(s) => scalar(s)?,
-            Type::Vector(v) => {
-                let s = scalar(&v.scalar_ty)?;
+            Type::Int { .. } | Type::Float { .. } | Type::Bool => scalar(ty)?,
+            Type::Vector { component, count } => {
+                let s = scalar(component)?;
                 Rust {
-                    spelling: format!("[{}; {}]", s.spelling, v.nscalar),
-                    size: s.size * v.nscalar as usize,
+                    spelling: format!("[{}; {count}]", s.spelling),
+                    size: s.size * *count as usize,
                     align: s.align,
                 }
             }
-            Type::Matrix(m) => {
-                let column = self.rust(&Type::Vector(m.vector_ty.clone()), hint)?;
-                let stride = m.stride.ok_or("a matrix without a stride")?;
-                let column = self.padded(column, stride, &format!("{hint}Column"))?;
+            Type::Matrix {
+                stride, row_major, ..
+            } => {
+                let (lines, per_line, component) = ty
+                    .matrix_lines()
+                    .ok_or("a matrix whose columns are not vectors")?;
+                let line = self.rust(
+                    &Type::Vector {
+                        component: Box::new(component.clone()),
+                        count: per_line,
+                    },
+                    hint,
+                )?;
+                let stride = stride.ok_or("a matrix without a stride")? as usize;
+                let suffix = if *row_major { "Row" } else { "Column" };
+                let line = self.padded(line, stride, &format!("{hint}{suffix}"))?;
                 Rust {
-                    spelling: format!("[{}; {}]", column.spelling, m.nvector),
-                    size: column.size * m.nvector as usize,
-                    align: column.align,
+                    spelling: format!("[{}; {lines}]", line.spelling),
+                    size: line.size * lines as usize,
+                    align: line.align,
                 }
             }
-            Type::Array(a) => {
-                let n = a
-                    .nelement
-                    .ok_or("a runtime array where a fixed size is needed")?;
-                let stride = a.stride.ok_or("an array without a stride")?;
-                let element = self.rust(&a.element_ty, &format!("{hint}Element"))?;
-                let element = self.padded(element, stride, &format!("{hint}Element"))?;
+            Type::Array {
+                element,
+                length,
+                stride,
+            } => {
+                let n = length.ok_or("a runtime array where a fixed size is needed")?;
+                let stride = stride.ok_or("an array without a stride")? as usize;
+                let element_rust = self.rust(element, &format!("{hint}Element"))?;
+                let element_rust = self.padded(element_rust, stride, &format!("{hint}Element"))?;
                 Rust {
-                    spelling: format!("[{}; {n}]", element.spelling),
-                    size: element.size * n as usize,
-                    align: element.align,
+                    spelling: format!("[{}; {n}]", element_rust.spelling),
+                    size: element_rust.size * n as usize,
+                    align: element_rust.align,
                 }
             }
-            Type::Struct(s) => {
-                let name = camel(s.name().unwrap_or(hint));
+            Type::Struct { name, members } => {
+                let name = camel(name.as_deref().unwrap_or(hint));
                 let mut fields = Vec::new();
-                let mut members: Vec<_> = s.members.iter().enumerate().collect();
-                members.sort_by_key(|(_, m)| m.offset);
+                let mut ordered: Vec<_> = members.iter().enumerate().collect();
+                ordered.sort_by_key(|(_, m)| m.offset);
                 let mut used = Vec::new();
-                for (i, m) in members {
-                    let offset = m.offset.ok_or("a struct member without an offset")?;
+                for (i, m) in ordered {
+                    let offset = m.offset.ok_or("a struct member without an offset")? as usize;
                     let mut field = snake(m.name.as_deref().unwrap_or(""), &format!("member{i}"));
                     while used.contains(&field) {
                         field.push('_');
@@ -147,10 +161,15 @@ impl Structs {
                     let ty = self.rust(&m.ty, &format!("{name}{}", camel(&field)))?;
                     fields.push((field, offset, ty));
                 }
-                let size = extent(ty).ok_or("a struct of no fixed size")?;
+                let size = ty.extent().ok_or("a struct of no fixed size")? as usize;
                 self.define(&name, &fields, size)?
             }
-            other => return Err(format!("a {other} cannot be shared with the host")),
+            other => {
+                return Err(format!(
+                    "a {} cannot be shared with the host",
+                    other.describe()
+                ))
+            }
         })
     }
 
@@ -256,23 +275,23 @@ impl Structs {
     }
 }
 
-fn scalar(s: &ScalarType) -> Result<Rust, String> {
-    let (spelling, size) = match s {
-        ScalarType::Integer { bits, is_signed } => match bits {
+fn scalar(ty: &Type) -> Result<Rust, String> {
+    let (spelling, size) = match ty {
+        Type::Int { width, signed } => match width {
             8 | 16 | 32 | 64 => (
-                format!("{}{bits}", if *is_signed { "i" } else { "u" }),
-                *bits as usize / 8,
+                format!("{}{width}", if *signed { "i" } else { "u" }),
+                *width as usize / 8,
             ),
             other => return Err(format!("a {other}-bit integer has no Rust type")),
         },
-        ScalarType::Float { bits } => match bits {
+        Type::Float { width } => match width {
             16 => ("vkcompute::half::f16".to_string(), 2),
             32 => ("f32".to_string(), 4),
             64 => ("f64".to_string(), 8),
             other => return Err(format!("a {other}-bit float has no Rust type")),
         },
-        ScalarType::Boolean => return Err("a boolean cannot be shared with the host".into()),
-        other => return Err(format!("{other:?} has no Rust type")),
+        Type::Bool => return Err("a boolean cannot be shared with the host".into()),
+        other => return Err(format!("{} has no Rust type", other.describe())),
     };
     Ok(Rust {
         spelling,
@@ -288,7 +307,7 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
     let push = match &r.push {
         Some((ty, size)) => {
             let rust = structs.rust(ty, "Push")?;
-            if rust.size != *size {
+            if rust.size != *size as usize {
                 return Err(format!(
                     "the push constants span {size} bytes but their Rust type {}",
                     rust.size
@@ -303,10 +322,18 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
     let mut docs = String::new();
     let mut names = Vec::new();
     for b in &r.bindings {
-        let mut name = snake(
-            b.name.as_deref().unwrap_or(""),
-            &format!("binding{}", b.binding),
-        );
+        let (fallback, place) = if b.set == 0 {
+            (
+                format!("binding{}", b.binding),
+                format!("binding {}", b.binding),
+            )
+        } else {
+            (
+                format!("set{}_binding{}", b.set, b.binding),
+                format!("set {}, binding {}", b.set, b.binding),
+            )
+        };
+        let mut name = snake(b.name.as_deref().unwrap_or(""), &fallback);
         while names.contains(&name) {
             name.push('_');
         }
@@ -317,8 +344,8 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
                 let rust = structs.rust(block, &camel(&name))?;
                 let _ = writeln!(
                     docs,
-                    "        /// - `{name}`: binding {}, a uniform buffer holding one `{}` (std140);",
-                    b.binding, rust.spelling
+                    "        /// - `{name}`: {place}, a uniform buffer holding one `{}` (std140);",
+                    rust.spelling
                 );
                 params.push(format!(
                     "{name}: &vkcompute::DeviceBuffer<{}>",
@@ -328,11 +355,12 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
             }
             (None, Some((element, stride))) => {
                 let rust = structs.rust(element, &camel(&format!("{name}_element")))?;
-                let rust = structs.padded(rust, *stride, &format!("{}Element", camel(&name)))?;
+                let rust =
+                    structs.padded(rust, *stride as usize, &format!("{}Element", camel(&name)))?;
                 let _ = writeln!(
                     docs,
-                    "        /// - `{name}`: binding {}, elements of `{}`, {access};",
-                    b.binding, rust.spelling
+                    "        /// - `{name}`: {place}, elements of `{}`, {access};",
+                    rust.spelling
                 );
                 params.push(format!(
                     "{name}: &vkcompute::DeviceBuffer<{}>",
@@ -343,9 +371,8 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
             (None, None) => {
                 let _ = writeln!(
                     docs,
-                    "        /// - `{name}`: binding {} (a block that is not one runtime array: any \
-                     element type whose bytes fit it), {access};",
-                    b.binding
+                    "        /// - `{name}`: {place} (a block that is not one runtime array: any \
+                     element type whose bytes fit it), {access};"
                 );
                 params.push(format!("{name}: vkcompute::KernelArg<'_>"));
                 name.clone()
@@ -374,18 +401,43 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
          \x20   /// The kernel's label in errors and traces: the shader's file.\n    pub const LABEL: &str = {:?};",
         shader.words, shader.entry, shader.label
     );
-    if let Some([x, y, z]) = r.local_size {
-        let _ = writeln!(
-            out,
-            "    /// The workgroup size (invocations in x, y and z).\n    pub const LOCAL_SIZE: [u32; 3] = [{x}, {y}, {z}];"
-        );
-    }
+    let [x, y, z] = r.local_size;
+    let from_spec: Vec<String> = r
+        .local_size_ids
+        .iter()
+        .zip(["x", "y", "z"])
+        .filter_map(|(id, axis)| id.map(|id| format!("{axis} from `constant_id = {id}`")))
+        .collect();
+    let specialized = if from_spec.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\n    ///\n    /// As specialized at build time ({}): a load that specializes \
+             those constants\n    /// otherwise runs another size (`Kernel::local_size` says which).",
+            from_spec.join(", ")
+        )
+    };
+    let _ = writeln!(
+        out,
+        "    /// The workgroup size (invocations in x, y and z).{specialized}\n    pub const LOCAL_SIZE: [u32; 3] = [{x}, {y}, {z}];"
+    );
     for s in &r.spec {
-        let name = snake(s.name.as_deref().unwrap_or(""), &format!("n{}", s.id)).to_uppercase();
+        // An unnamed constant that sets the workgroup size is named for it.
+        let axis = r
+            .local_size_ids
+            .iter()
+            .position(|id| *id == Some(s.id))
+            .map(|i| format!("local_size_{}", ["x", "y", "z"][i]));
+        let fallback = axis.unwrap_or_else(|| format!("n{}", s.id));
+        let name = snake(s.name.as_deref().unwrap_or(""), &fallback).to_uppercase();
+        let what = match &s.name {
+            Some(n) => format!("specialization constant `{n}`"),
+            None => "the unnamed specialization constant".to_string(),
+        };
         let _ = writeln!(
             out,
-            "    /// The `constant_id` of specialization constant `{}`.\n    pub const SPEC_{name}: u32 = {};",
-            s.name.as_deref().unwrap_or("?"),
+            "    /// The `constant_id` of {what}: the id to give \
+             `vkcompute::KernelBuilder::specialize`.\n    pub const SPEC_{name}: u32 = {};",
             s.id
         );
     }

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::{Optimization, ShaderOptions, SpecValue, Target};
+use crate::{Optimization, ShaderOptions, Target};
 
 /// What compiling one shader needs beside its options.
 pub(crate) struct Job<'a> {
@@ -30,8 +30,12 @@ pub(crate) fn module(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), String> 
     } else {
         glsl(job)?
     };
-    set_spec_defaults(&mut words, &job.options.specialization)
-        .map_err(|e| format!("{}: {e}", job.name))?;
+    if !job.options.specialization.is_empty() {
+        let model =
+            vkcompute_spirv::Module::read(&words).map_err(|e| format!("{}: {e}", job.name))?;
+        words = vkcompute_spirv::rules::set_defaults(&words, &model, &job.options.specialization)
+            .map_err(|e| format!("{}: {e}", job.name))?;
+    }
     Ok((words, read))
 }
 
@@ -57,152 +61,54 @@ fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>, String> {
 
 fn glsl(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), String> {
     let source = std::fs::read_to_string(job.path).map_err(|e| format!("{}: {e}", job.name))?;
-    let compiler = shaderc::Compiler::new().map_err(|e| format!("shaderc could not start: {e}"))?;
-    let mut options = shaderc::CompileOptions::new()
-        .map_err(|e| format!("shaderc options could not be made: {e}"))?;
-    options.set_target_env(
-        shaderc::TargetEnv::Vulkan,
-        match job.target {
-            Target::Vulkan1_2 => shaderc::EnvVersion::Vulkan1_2,
-            Target::Vulkan1_3 => shaderc::EnvVersion::Vulkan1_3,
-        } as u32,
-    );
-    options.set_optimization_level(match job.optimization {
-        Optimization::None => shaderc::OptimizationLevel::Zero,
-        Optimization::Size => shaderc::OptimizationLevel::Size,
-        Optimization::Performance => shaderc::OptimizationLevel::Performance,
-    });
-    // Names survive optimization only with debug information; the
-    // generated code is named after them.
-    options.set_generate_debug_info();
-    if job.warnings_as_errors {
-        options.set_warnings_as_errors();
-    }
-    for (name, value) in &job.options.defines {
-        options.add_macro_definition(name, value.as_deref());
-    }
-    let read = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let dirs = job.include_dirs.to_vec();
+    let dirs = job.include_dirs;
     let own_dir = job.path.parent().map(Path::to_path_buf);
-    let found = read.clone();
-    options.set_include_callback(move |name, kind, from, _depth| {
-        let from_dir = match kind {
-            shaderc::IncludeType::Relative => Path::new(from)
-                .parent()
-                .map(Path::to_path_buf)
-                .filter(|d| !d.as_os_str().is_empty())
-                .or_else(|| own_dir.clone()),
-            shaderc::IncludeType::Standard => None,
-        };
-        for dir in from_dir.iter().chain(&dirs) {
+    let include = |name: &str, relative: bool, from: &str| -> Result<(String, String), String> {
+        let from_dir = relative
+            .then(|| {
+                Path::new(from)
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .or_else(|| own_dir.clone())
+            })
+            .flatten();
+        for dir in from_dir.iter().chain(dirs) {
             let candidate = dir.join(name);
             if let Ok(content) = std::fs::read_to_string(&candidate) {
-                if let Ok(mut read) = found.lock() {
-                    read.push(candidate.clone());
-                }
-                return Ok(shaderc::ResolvedInclude {
-                    resolved_name: candidate.display().to_string(),
-                    content,
-                });
+                return Ok((candidate.display().to_string(), content));
             }
         }
         Err(format!(
             "`{name}` was not found (looked in {})",
             from_dir
                 .iter()
-                .chain(&dirs)
+                .chain(dirs)
                 .map(|d| d.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
         ))
-    });
-    let entry = job.options.entry.as_deref().unwrap_or("main");
-    let artifact = compiler
-        .compile_into_spirv(
-            &source,
-            shaderc::ShaderKind::Compute,
-            &job.path.display().to_string(),
-            entry,
-            Some(&options),
-        )
-        .map_err(|e| e.to_string())?;
-    drop(options);
-    let read = read.lock().map(|r| r.clone()).unwrap_or_default();
-    Ok((artifact.as_binary().to_vec(), read))
-}
-
-const OP_DECORATE: u32 = 71;
-const OP_SPEC_CONSTANT_TRUE: u32 = 48;
-const OP_SPEC_CONSTANT_FALSE: u32 = 49;
-const OP_SPEC_CONSTANT: u32 = 50;
-const DECORATION_SPEC_ID: u32 = 1;
-
-/// Sets the defaults of the specialization constants `values` names (by
-/// `constant_id`) in `words`: what the module then runs with, and what
-/// it is validated with.
-fn set_spec_defaults(words: &mut [u32], values: &[(u32, SpecValue)]) -> Result<(), String> {
-    if values.is_empty() {
-        return Ok(());
-    }
-    let mut targets = Vec::new();
-    let mut at = 5;
-    while at < words.len() {
-        let count = (words[at] >> 16) as usize;
-        if count == 0 || at + count > words.len() {
-            return Err("the module's instructions do not add up".into());
-        }
-        let op = words[at] & 0xffff;
-        if op == OP_DECORATE && count == 4 && words[at + 2] == DECORATION_SPEC_ID {
-            targets.push((words[at + 1], words[at + 3]));
-        }
-        at += count;
-    }
-    for (id, value) in values {
-        let Some(&(target, _)) = targets.iter().find(|(_, spec)| spec == id) else {
-            return Err(format!("it declares no specialization constant {id}"));
-        };
-        let mut at = 5;
-        let mut found = false;
-        while at < words.len() {
-            let count = (words[at] >> 16) as usize;
-            let op = words[at] & 0xffff;
-            let result = words.get(at + 2).copied();
-            if result == Some(target) {
-                match (op, value) {
-                    (OP_SPEC_CONSTANT_TRUE | OP_SPEC_CONSTANT_FALSE, SpecValue::Bool(b)) => {
-                        let op = if *b {
-                            OP_SPEC_CONSTANT_TRUE
-                        } else {
-                            OP_SPEC_CONSTANT_FALSE
-                        };
-                        words[at] = (words[at] & 0xffff_0000) | op;
-                    }
-                    (OP_SPEC_CONSTANT, value) if !matches!(value, SpecValue::Bool(_)) => {
-                        let literal = value.words();
-                        if literal.len() != count - 3 {
-                            return Err(format!(
-                                "specialization constant {id} is {} bits wide, the value given {}",
-                                (count - 3) * 32,
-                                literal.len() * 32
-                            ));
-                        }
-                        words[at + 3..at + count].copy_from_slice(&literal);
-                    }
-                    _ => {
-                        return Err(format!(
-                            "specialization constant {id} is not of the kind of the value given \
-                             ({value:?})"
-                        ))
-                    }
-                }
-                found = true;
-                break;
-            }
-            at += count.max(1);
-        }
-        if !found {
-            return Err(format!("specialization constant {id} has no definition"));
-        }
-    }
-    Ok(())
+    };
+    let file_name = job.path.display().to_string();
+    let compiled = vkcompute_spirv::glsl::compile(&vkcompute_spirv::glsl::Job {
+        source: &source,
+        file_name: &file_name,
+        entry: job.options.entry.as_deref().unwrap_or("main"),
+        vulkan_version: match job.target {
+            Target::Vulkan1_2 => shaderc::EnvVersion::Vulkan1_2,
+            Target::Vulkan1_3 => shaderc::EnvVersion::Vulkan1_3,
+        } as u32,
+        optimization: match job.optimization {
+            Optimization::None => vkcompute_spirv::glsl::Optimization::None,
+            Optimization::Size => vkcompute_spirv::glsl::Optimization::Size,
+            Optimization::Performance => vkcompute_spirv::glsl::Optimization::Performance,
+        },
+        warnings_as_errors: job.warnings_as_errors,
+        // Names survive optimization only with debug information; the
+        // generated code is named after them.
+        debug_info: true,
+        defines: &job.options.defines,
+        include: &include,
+    })?;
+    Ok((compiled.words, compiled.included))
 }

@@ -112,7 +112,6 @@
 mod codegen;
 mod compile;
 mod reflect;
-mod validate;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -140,50 +139,9 @@ pub enum Optimization {
     Performance,
 }
 
-/// A specialization constant's default, set at build time.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum SpecValue {
-    /// A `bool` constant.
-    Bool(bool),
-    /// A 32-bit unsigned constant.
-    U32(u32),
-    /// A 32-bit signed constant.
-    I32(i32),
-    /// A 32-bit float constant.
-    F32(f32),
-    /// A 64-bit unsigned constant.
-    U64(u64),
-    /// A 64-bit signed constant.
-    I64(i64),
-    /// A 64-bit float constant.
-    F64(f64),
-}
-
-impl SpecValue {
-    fn words(self) -> Vec<u32> {
-        let wide = |v: u64| vec![v as u32, (v >> 32) as u32];
-        match self {
-            SpecValue::Bool(b) => vec![u32::from(b)],
-            SpecValue::U32(v) => vec![v],
-            SpecValue::I32(v) => vec![v as u32],
-            SpecValue::F32(v) => vec![v.to_bits()],
-            SpecValue::U64(v) => wide(v),
-            SpecValue::I64(v) => wide(v as u64),
-            SpecValue::F64(v) => wide(v.to_bits()),
-        }
-    }
-}
-
-macro_rules! spec_from {
-    ($($t:ty => $v:ident),*) => {$(
-        impl From<$t> for SpecValue {
-            fn from(v: $t) -> Self {
-                SpecValue::$v(v)
-            }
-        }
-    )*};
-}
-spec_from!(bool => Bool, u32 => U32, i32 => I32, f32 => F32, u64 => U64, i64 => I64, f64 => F64);
+/// A specialization constant's default, set at build time (the same type
+/// the runtime's `Kernel::builder(..).specialize` takes).
+pub use vkcompute_spirv::SpecValue;
 
 /// Options of one shader (or of all: [`Kernels`] holds the defaults).
 #[derive(Clone, Debug, Default)]
@@ -467,11 +425,11 @@ impl Kernels {
         // SPIR-V 1.6 is Vulkan 1.3's alone.
         let version = words.get(1).copied().unwrap_or(0);
         let mut validated_for = Vec::new();
-        for (name, env) in validate::VULKAN_VERSIONS {
-            if version >= 0x0001_0600 && name == "1.2" {
+        for (name, vulkan_1_3) in [("1.2", false), ("1.3", true)] {
+            if version >= 0x0001_0600 && !vulkan_1_3 {
                 continue;
             }
-            validate::validate(&words, env)
+            vkcompute_spirv::validate::validate(&words, vulkan_1_3)
                 .map_err(|e| format!("{rel}: SPIRV-Tools (Vulkan {name}): {e}"))?;
             validated_for.push(name);
         }

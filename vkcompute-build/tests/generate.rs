@@ -154,7 +154,10 @@ fn specialization_defaults_are_set_and_checked() {
         .shader("spec.comp", |s| s.specialize(7, 1u64))
         .generate(&dir)
         .unwrap_err();
-    assert!(e.to_string().contains("32 bits wide"), "{e}");
+    assert!(
+        e.to_string().contains("a 32-bit unsigned integer") && e.to_string().contains("U64(1)"),
+        "{e}"
+    );
 }
 
 #[test]
