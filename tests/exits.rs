@@ -12,7 +12,7 @@
 //! exits under the layer crashed (every future case, most blocked waits;
 //! without the child's handler, 4-27% of the future cases), and none
 //! without the layer. `VKCOMPUTE_EXIT_RUNS` sets the runs of each case
-//! (default 4: 64 exits with the layer and 64 without; 63 gives the
+//! (default 2: 32 exits with the layer and 32 without; 63 gives the
 //! 1,008 of CONTRIBUTING's long run).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
@@ -47,7 +47,7 @@ fn runs() -> usize {
     std::env::var("VKCOMPUTE_EXIT_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(4)
+        .unwrap_or(2)
 }
 
 /// Runs one child: `Ok` if it exited with status 0 within the limit.
