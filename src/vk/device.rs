@@ -13,9 +13,10 @@ use super::adapter::Adapter;
 use super::external::{ExternalExtensions, ExternalFns};
 use super::info::KernelFeatures;
 use super::instance::Instance;
-use super::memory::{BufferCache, MemoryUsage, RawBuffer};
+use super::memory::{BufferCache, RawBuffer};
 use super::pipeline::ComputePipeline;
 use super::pipeline_cache::{create_pipeline_cache, DiskCache};
+use super::MemoryUsage;
 use crate::capabilities::{Capabilities, Feature, FeatureStructs};
 use crate::error::{Error, Result, VkResultExt};
 

@@ -16,6 +16,7 @@ pub(crate) mod fault;
 mod info;
 mod instance;
 pub(crate) mod memory;
+mod memory_usage;
 pub(crate) mod pipeline;
 mod pipeline_cache;
 mod sizes;
@@ -47,7 +48,7 @@ pub(crate) use external_semaphore::{
     export_semaphore_fd, export_sync_fd, import_semaphore_fd, import_sync_fd,
 };
 pub(crate) use instance::Instance;
-pub(crate) use memory::MemoryUsage;
+pub(crate) use memory_usage::MemoryUsage;
 pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;
 pub(crate) use timeline::Timeline;
 pub(crate) use waiter::{Waiters, WakerSlot};
