@@ -87,6 +87,11 @@ impl Output {
     }
 }
 
+/// The words of records a buffer of `bytes` of records holds.
+pub(crate) fn capacity_words(bytes: u64) -> u32 {
+    u32::try_from(bytes / 4).unwrap_or(u32::MAX - (1 << 20))
+}
+
 /// One dispatch's record buffer: host-visible memory the kernel appends
 /// to, read by the host once the dispatch completes.
 pub(crate) struct RecordBuffer {
@@ -100,7 +105,7 @@ impl RecordBuffer {
     /// A buffer for `table`'s records: the header, `capacity_bytes` of
     /// records, and room past them for the record that does not fit.
     pub(crate) fn new(device: &Arc<Device>, table: &Printf, capacity_bytes: u64) -> Result<Self> {
-        let capacity = u32::try_from(capacity_bytes / 4).unwrap_or(u32::MAX - (1 << 20));
+        let capacity = capacity_words(capacity_bytes);
         let words =
             u64::from(HEADER_WORDS) + u64::from(capacity) + u64::from(table.max_record_words());
         let raw = RawBuffer::new(
