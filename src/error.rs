@@ -163,8 +163,13 @@ pub enum Error {
         type_name: &'static str,
     },
 
-    /// A buffer larger than a device limit allows.
-    #[error("{what}: {bytes} bytes exceed the device's {limit_name} of {limit} bytes")]
+    /// A buffer larger than a device limit allows (`maxBufferSize`,
+    /// `maxMemoryAllocationSize`, the size of the memory heap it would
+    /// come from).
+    #[error(
+        "{what}: {bytes} bytes exceed the device's {limit_name} of {limit} bytes; \
+         split the data over buffers of at most {limit} bytes"
+    )]
     TooLarge {
         /// The call and argument.
         what: String,

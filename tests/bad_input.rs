@@ -87,6 +87,30 @@ fn rows() -> Vec<Row> {
             "4398046511104"
         ),
         row!(
+            "enqueue_create_buffer",
+            "one byte more than maxMemoryAllocationSize",
+            |e| {
+                let most = e.ctx.info().limits.max_memory_allocation_size;
+                e.ctx
+                    .enqueue_create_buffer::<u8>(most as usize + 1)
+                    .map(drop)
+            },
+            Error::TooLarge { .. },
+            "maxMemoryAllocationSize"
+        ),
+        row!(
+            "enqueue_create_host_buffer",
+            "one byte more than maxMemoryAllocationSize",
+            |e| {
+                let most = e.ctx.info().limits.max_memory_allocation_size;
+                e.ctx
+                    .enqueue_create_host_buffer::<u8>(most as usize + 1)
+                    .map(drop)
+            },
+            Error::TooLarge { .. },
+            "maxMemoryAllocationSize"
+        ),
+        row!(
             "enqueue_create_host_buffer",
             "len * size_of::<T>() overflows",
             |e| e

@@ -486,6 +486,59 @@ fn substitutes_that_would_break_a_capture_check_are_refused() {
     assert_clean(&log, "refused substitutes");
 }
 
+/// A `DispatchId` belongs to its graph: given with another graph whose
+/// dispatch takes push constants of the same size, it is refused with an
+/// error that names both graphs, and neither graph's buffers change.
+/// (Before issue 34 the other graph's dispatch ran with the values.)
+#[test]
+fn a_dispatch_id_of_one_graph_is_refused_by_another() {
+    let ctx = context_with(options(true));
+    let log = ctx.validation_log();
+    let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+    let (a, b) = (
+        ctx.enqueue_create_buffer::<u32>(64).unwrap(),
+        ctx.enqueue_create_buffer::<u32>(64).unwrap(),
+    );
+    a.enqueue_fill(10).unwrap();
+    b.enqueue_fill(20).unwrap();
+    let capture = |buf: &DeviceBuffer<u32>, label: &str| {
+        let mut g = ctx.capture_graph();
+        let id = g.dispatch(&add_one, 1, &[buf.arg()], &64u32).unwrap();
+        g.label(label);
+        (g.finish().unwrap(), id)
+    };
+    let (graph_a, id_a) = capture(&a, "graph a");
+    let (graph_b, id_b) = capture(&b, "graph b");
+    assert_ne!(graph_a.id(), graph_b.id());
+    assert_eq!((id_a.graph(), id_b.graph()), (graph_a.id(), graph_b.id()));
+    // The same dispatch index and push size in both graphs.
+    let e = ctx
+        .enqueue_graph_with(&graph_b, &GraphParams::new().push(id_a, &32u32))
+        .unwrap_err();
+    let message = e.to_string();
+    assert!(matches!(e, Error::GraphParameter { .. }), "{e}");
+    for name in [
+        format!("graph {}", graph_a.id()),
+        format!("graph {} (`graph b`)", graph_b.id()),
+    ] {
+        assert!(message.contains(&name), "{name:?} not in: {message}");
+    }
+    // A clone of a graph is the same graph.
+    ctx.enqueue_graph_with(&graph_b.clone(), &GraphParams::new().push(id_b, &32u32))
+        .unwrap();
+    ctx.enqueue_graph_with(&graph_a, &GraphParams::new().push(id_a, &64u32))
+        .unwrap();
+    let (mut want_a, mut want_b) = (vec![11u32; 64], vec![20u32; 64]);
+    want_b[..32].iter_mut().for_each(|v| *v += 1);
+    assert_eq!(a.to_vec().unwrap(), want_a, "graph a");
+    assert_eq!(b.to_vec().unwrap(), want_b, "graph b: only its own replay");
+    ctx.enqueue_graph(&graph_a).unwrap();
+    want_a.iter_mut().for_each(|v| *v += 1);
+    assert_eq!(a.to_vec().unwrap(), want_a, "graph a after the refusal");
+    drop((graph_a, graph_b, add_one, a, b, ctx));
+    assert_clean(&log, "a DispatchId given to another graph");
+}
+
 #[test]
 fn one_graph_replayed_from_two_threads_on_two_streams_beside_a_mapping() {
     let ctx = context_with(options(true));

@@ -12,6 +12,7 @@
 //! from the captured operations (no checks repeat but the substitutes'),
 //! and plans each fill again for the offset of the view it fills then.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytemuck::Pod;
@@ -39,6 +40,8 @@ use record::{record, use_accesses, Indirect, Op, Pools, Recording, Substitutions
 
 struct GraphInner {
     device: Arc<Device>,
+    /// The graph's number, which its `DispatchId`s carry.
+    id: u64,
     /// The label given to the builder, if any.
     label: Option<String>,
     ops: Vec<Op>,
@@ -70,21 +73,45 @@ impl Graph {
             None => format!("graph of {} operations", self.inner.ops.len()),
         }
     }
+
+    /// The graph's number: unique in the process, carried by its
+    /// [`DispatchId`]s and named in errors (clones share it).
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
 }
 
 impl std::fmt::Debug for Graph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Graph")
+            .field("id", &self.inner.id)
             .field("label", &self.label())
             .field("operations", &self.inner.ops.len())
             .finish()
     }
 }
 
-/// Which dispatch of a graph: returned by [`GraphBuilder::dispatch`], to
-/// change its push constants on a replay.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DispatchId(usize);
+/// Which dispatch of which graph: returned by [`GraphBuilder::dispatch`],
+/// to change its push constants on a replay of that graph. Given with
+/// another graph, it is an error ([`Error::GraphParameter`]) that names
+/// both graphs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DispatchId {
+    /// The number of the graph whose builder returned it.
+    graph: u64,
+    /// The dispatch's place among the graph's dispatches.
+    index: usize,
+}
+
+impl DispatchId {
+    /// The number of the graph it belongs to ([`Graph::id`]).
+    pub fn graph(&self) -> u64 {
+        self.graph
+    }
+}
+
+/// The number of the next graph captured (from 1).
+static NEXT_GRAPH: AtomicU64 = AtomicU64::new(1);
 
 /// Records operations into a [`Graph`]: see [`DeviceContext::capture_graph`].
 ///
@@ -93,6 +120,8 @@ pub struct DispatchId(usize);
 /// a host slice as a copy's source is an error ([`Error::NotCapturable`]).
 pub struct GraphBuilder<'c> {
     ctx: &'c DeviceContext,
+    /// The number of the graph it makes.
+    id: u64,
     ops: Vec<Op>,
     dispatches: usize,
     label: Option<String>,
@@ -121,6 +150,7 @@ impl DeviceContext {
     pub fn capture_graph(&self) -> GraphBuilder<'_> {
         GraphBuilder {
             ctx: self,
+            id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed),
             ops: Vec::new(),
             dispatches: 0,
             label: None,
@@ -379,7 +409,10 @@ impl GraphBuilder<'_> {
             indirect,
         });
         self.dispatches += 1;
-        Ok(DispatchId(self.dispatches - 1))
+        Ok(DispatchId {
+            graph: self.id,
+            index: self.dispatches - 1,
+        })
     }
 
     /// Makes every replay wait (on the device) for the work enqueued on
@@ -414,6 +447,7 @@ impl GraphBuilder<'_> {
         Ok(Graph {
             inner: Arc::new(GraphInner {
                 device,
+                id: self.id,
                 label: self.label,
                 index: OpIndex::new(&self.ops),
                 ops: self.ops,

@@ -181,10 +181,20 @@ pub(super) fn enqueue_with(
         subst.views.push((captured, with));
     }
     for (id, bytes) in &params.push {
+        if id.graph != inner.id {
+            return Err(bad(format!(
+                "dispatch {} of graph {} was given for graph {} (`{}`): a DispatchId \
+                 belongs to the graph whose builder returned it",
+                id.index,
+                id.graph,
+                inner.id,
+                graph.label()
+            )));
+        }
         let found = inner
             .index
             .dispatches
-            .get(id.0)
+            .get(id.index)
             .map(|&i| (i, &inner.ops[i]));
         let Some((
             index,
@@ -193,7 +203,12 @@ pub(super) fn enqueue_with(
             },
         )) = found
         else {
-            return Err(bad(format!("the graph has no dispatch {}", id.0)));
+            return Err(bad(format!(
+                "graph {} (`{}`) has no dispatch {}",
+                inner.id,
+                graph.label(),
+                id.index
+            )));
         };
         if bytes.len() != *push_size {
             return Err(Error::PushConstantSize {
@@ -203,7 +218,7 @@ pub(super) fn enqueue_with(
             });
         }
         live.push(index);
-        subst.push.push((id.0, bytes));
+        subst.push.push((id.index, bytes));
     }
     live.sort_unstable();
     live.dedup();

@@ -13,7 +13,9 @@ use ash::vk;
 use super::{hex, ExternalMemoryInfo, MemoryHandleType};
 use crate::error::{Error, Result};
 use crate::resource::BufferMemory;
-use crate::vk::memory::{buffer_usage, check_size, Dedicated, DedicatedKind, RawBuffer};
+use crate::vk::memory::{
+    buffer_usage, check_allocation, check_size, Dedicated, DedicatedKind, RawBuffer,
+};
 use crate::vk::{
     buffer_support, export_memory_win32, AliasLinks, Device, ExternalBuffer, MemorySource,
     MemoryUsage, Win32Handle,
@@ -159,7 +161,7 @@ pub(crate) fn create_exportable(
     asked: Option<&[MemoryHandleType]>,
 ) -> Result<RawBuffer> {
     let handle_types = export_types(device, asked)?;
-    check_size(device, size, MemoryUsage::Device, what)?;
+    check_size(device, size, what)?;
     let buffer = ExternalBuffer::new(device, size, buffer_usage(device), handle_types)?;
     let requirements = buffer.requirements;
     let Some(type_index) = device.memory_type(requirements.memory_type_bits, MemoryUsage::Device)
@@ -169,6 +171,7 @@ pub(crate) fn create_exportable(
             device: device.name().to_string(),
         });
     };
+    check_allocation(device, type_index, requirements.size, what)?;
     let (buffer, memory) = buffer.bind(
         MemorySource::Export(handle_types),
         requirements.size,

@@ -121,6 +121,7 @@ impl Adapter {
         // and of extensions it offers.
         unsafe { vki.get_physical_device_properties2(raw, &mut props2) };
         let properties = props2.properties;
+        let max_buffer_size = is_v13.then_some(maintenance4.max_buffer_size);
 
         let mut features = Default::default();
         if new_enough {
@@ -216,7 +217,11 @@ impl Adapter {
                     required_size_stages: size_control.required_subgroup_size_stages,
                     max_compute_workgroup_subgroups: size_control.max_compute_workgroup_subgroups,
                 },
-                limits: ComputeLimits::from_limits(&properties.limits),
+                limits: ComputeLimits::from_limits(
+                    &properties.limits,
+                    maintenance3.max_memory_allocation_size,
+                    max_buffer_size,
+                ),
                 uuid: ids.device_uuid,
                 driver_uuid: ids.driver_uuid,
                 luid: (ids.device_luid_valid == vk::TRUE).then_some(ids.device_luid),
@@ -228,8 +233,7 @@ impl Adapter {
             capabilities,
             queue_family,
             max_allocation_size: maintenance3.max_memory_allocation_size,
-            max_buffer_size: (api_version >= vk::API_VERSION_1_3)
-                .then_some(maintenance4.max_buffer_size),
+            max_buffer_size,
             vendor_id: properties.vendor_id,
             device_id: properties.device_id,
             pipeline_cache_uuid: properties.pipeline_cache_uuid,

@@ -35,6 +35,25 @@ pub(crate) const READS_AND_WRITES: vk::AccessFlags = vk::AccessFlags::from_raw(
         | vk::AccessFlags::INDIRECT_COMMAND_READ.as_raw(),
 );
 
+/// The most bytes one copy region or fill covers; larger ones are
+/// recorded as several. Both lavapipes (Mesa 22.3 and 25.0) keep a copy
+/// region's offset and size in C `int`s (gallium's `pipe_box`), so a
+/// region of 2^31 bytes wrapped negative: a 2 GiB copy between buffers
+/// returned having moved 256 bytes, and one into a host buffer crashed in
+/// the driver's `memcpy` (issue 34); GPU drivers have had bugs of the same
+/// class at 2^31 and 2^32 bytes. 2^28 (256 MiB) is far below both, a
+/// multiple of every alignment a copy or fill needs, and costs nothing
+/// measurable: a 2 GiB copy is eight regions of one command.
+pub(crate) const MAX_REGION: u64 = 1 << 28;
+
+/// The pieces, (start, length), of a region of `size` bytes: each at most
+/// [`MAX_REGION`] bytes, in order, covering it exactly.
+fn pieces(size: u64) -> impl Iterator<Item = (u64, u64)> {
+    (0..size)
+        .step_by(MAX_REGION as usize)
+        .map(move |at| (at, (size - at).min(MAX_REGION)))
+}
+
 /// A command pool of the device's compute family and the command buffers
 /// it made. One owner uses it at a time (a stream under its lock, a graph
 /// under its pool lock), as Vulkan requires. Dropping it destroys the pool
@@ -200,7 +219,8 @@ impl Cmd {
     }
 
     /// Records a copy of `regions` from `src` to `dst` (each region inside
-    /// both buffers, checked by the caller).
+    /// both buffers, checked by the caller), in regions of at most
+    /// [`MAX_REGION`] bytes.
     pub(crate) fn copy_buffer(
         self,
         device: &Device,
@@ -208,13 +228,31 @@ impl Cmd {
         dst: vk::Buffer,
         regions: &[vk::BufferCopy],
     ) {
+        let split: smallvec::SmallVec<[vk::BufferCopy; 4]>;
+        let regions = if regions.iter().all(|r| r.size <= MAX_REGION) {
+            regions
+        } else {
+            split = regions
+                .iter()
+                .flat_map(|r| {
+                    pieces(r.size).map(|(at, size)| vk::BufferCopy {
+                        src_offset: r.src_offset + at,
+                        dst_offset: r.dst_offset + at,
+                        size,
+                    })
+                })
+                .collect();
+            &split
+        };
         // SAFETY: `self` is recording; the buffers are live until the work
-        // completes and the regions lie inside them (the module's contract).
+        // completes and the regions lie inside them (the module's contract;
+        // the pieces of a region lie inside it).
         unsafe { device.raw.cmd_copy_buffer(self.0, src, dst, regions) };
     }
 
     /// Records a fill of `size` bytes of `dst` at `offset` with `word`
-    /// (both multiples of 4, inside the buffer: checked by the caller).
+    /// (both multiples of 4, inside the buffer: checked by the caller), as
+    /// fills of at most [`MAX_REGION`] bytes.
     pub(crate) fn fill_buffer(
         self,
         device: &Device,
@@ -224,9 +262,16 @@ impl Cmd {
         word: u32,
     ) {
         debug_assert!(offset % 4 == 0 && size % 4 == 0);
-        // SAFETY: `self` is recording; the range is inside the live buffer
-        // and 4-byte aligned (the module's contract).
-        unsafe { device.raw.cmd_fill_buffer(self.0, dst, offset, size, word) };
+        for (at, size) in pieces(size) {
+            // SAFETY: `self` is recording; the range is inside the live
+            // buffer and 4-byte aligned (the module's contract; so is each
+            // piece, `MAX_REGION` being a multiple of 4).
+            unsafe {
+                device
+                    .raw
+                    .cmd_fill_buffer(self.0, dst, offset + at, size, word)
+            };
+        }
     }
 
     /// Runs `secondary` (ended, simultaneous use, of this device's compute
@@ -362,7 +407,10 @@ pub(super) unsafe fn queue_submit(
     let queue = device.queue(queue);
     // SAFETY: the queue is locked; every handle in `info` is valid as the
     // caller guarantees.
-    unsafe { device.raw.queue_submit(*queue, &[info], fence) }
+    let submitted = unsafe { device.raw.queue_submit(*queue, &[info], fence) };
+    drop(queue);
+    super::exit::after_submission(&device.submissions);
+    submitted
 }
 
 /// Timestamp queries: two a slot (the start and end of a batch or a
@@ -466,5 +514,37 @@ impl Drop for TimestampPool {
         // SAFETY: dropped by an owner whose work writing the queries has
         // completed (or was never submitted).
         unsafe { self.device.raw.destroy_query_pool(self.raw, None) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pieces, MAX_REGION};
+
+    /// Regions at and around the limit become pieces of at most
+    /// `MAX_REGION` bytes that cover them exactly, in order.
+    #[test]
+    fn regions_are_split_into_pieces_that_cover_them_exactly() {
+        for size in [
+            1,
+            MAX_REGION - 1,
+            MAX_REGION,
+            MAX_REGION + 1,
+            (1 << 31) - 1,
+            1 << 31,
+            (1 << 31) + 4,
+            1 << 32,
+        ] {
+            let list: Vec<(u64, u64)> = pieces(size).collect();
+            assert_eq!(list.len() as u64, size.div_ceil(MAX_REGION), "{size}");
+            let mut next = 0;
+            for (at, len) in list {
+                assert_eq!(at, next, "{size}");
+                assert!(len > 0 && len <= MAX_REGION, "{size}: {len}");
+                next = at + len;
+            }
+            assert_eq!(next, size);
+        }
+        assert_eq!(pieces(0).count(), 0);
     }
 }

@@ -97,6 +97,8 @@ pub(crate) struct Device {
     pub(crate) id: u64,
     /// Bytes of exportable buffers' own (dedicated) memory, for `MemoryInfo`.
     pub(crate) exportable_bytes: AtomicU64,
+    /// Submissions so far, for the exit handler's registrations (exit.rs).
+    pub(crate) submissions: AtomicU64,
     /// `VK_EXT_debug_utils`' device functions, loaded on the first name.
     pub(crate) debug_names: std::sync::OnceLock<ash::ext::debug_utils::Device>,
     #[cfg(feature = "fault-injection")]
@@ -257,6 +259,8 @@ impl Device {
             .push_descriptors
             .then(|| ash::khr::push_descriptor::Device::new(&instance.raw, &raw));
         let external = ExternalFns::load(&instance, &raw, enabled.external);
+        // After the layer's and the driver's exit handlers (see exit.rs).
+        super::exit::register();
         Ok(Arc::new(Device {
             raw,
             queue_family: enabled.queue_family,
@@ -279,6 +283,7 @@ impl Device {
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             debug_names: Default::default(),
             exportable_bytes: AtomicU64::new(0),
+            submissions: AtomicU64::new(0),
             #[cfg(feature = "fault-injection")]
             faults: Default::default(),
             owned,
@@ -456,7 +461,8 @@ impl Device {
         let _queues: Vec<_> = (0..self.queues.len()).map(|i| self.queue(i)).collect();
         // SAFETY: every queue of the device is locked, and vkcompute owns
         // the device, so no other thread submits meanwhile.
-        unsafe { self.raw.device_wait_idle() }.map_err(|e| crate::Error::vk("vkDeviceWaitIdle", e))
+        super::exit::gate(|| unsafe { self.raw.device_wait_idle() })
+            .map_err(|e| crate::Error::vk("vkDeviceWaitIdle", e))
     }
 
     /// Frees `raw` when the device is destroyed, once it is idle.

@@ -127,14 +127,26 @@ pub struct ComputeLimits {
     /// `minStorageBufferOffsetAlignment`: a bound view's offset is a
     /// multiple of it.
     pub min_storage_buffer_offset_alignment: u64,
+    /// `maxMemoryAllocationSize` (Vulkan 1.1): the most bytes of one
+    /// buffer's memory; a larger buffer is [`Error::TooLarge`](crate::Error::TooLarge).
+    pub max_memory_allocation_size: u64,
+    /// `maxBufferSize` (Vulkan 1.3, `VK_KHR_maintenance4`), where the device
+    /// reports it: the most bytes of one buffer.
+    pub max_buffer_size: Option<u64>,
     /// `maxBoundDescriptorSets`: a kernel's bindings may be in sets 0 up
     /// to one less than this (at least 4 on every Vulkan device).
     pub max_bound_descriptor_sets: u32,
 }
 
 impl ComputeLimits {
-    pub(super) fn from_limits(l: &vk::PhysicalDeviceLimits) -> Self {
+    pub(super) fn from_limits(
+        l: &vk::PhysicalDeviceLimits,
+        max_memory_allocation_size: u64,
+        max_buffer_size: Option<u64>,
+    ) -> Self {
         ComputeLimits {
+            max_memory_allocation_size,
+            max_buffer_size,
             max_workgroup_size: l.max_compute_work_group_size,
             max_workgroup_count: l.max_compute_work_group_count,
             max_workgroup_invocations: l.max_compute_work_group_invocations,
@@ -180,23 +192,13 @@ impl MemoryInfo {
             + device
                 .exportable_bytes
                 .load(std::sync::atomic::Ordering::Acquire);
-        if !device.memory_budget {
+        let Some(budget) = heap_budget(device) else {
             return MemoryInfo {
                 free: total.saturating_sub(allocated),
                 total,
                 allocated,
                 source: FreeMemorySource::OwnAllocations,
             };
-        }
-        let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
-        let mut props2 = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
-        // SAFETY: the extension is enabled on this device; the structs are
-        // valid and chained as the extension defines.
-        unsafe {
-            device
-                .instance
-                .raw
-                .get_physical_device_memory_properties2(device.adapter.raw, &mut props2)
         };
         let free = (0..heaps.len())
             .filter(|&i| local(i))
@@ -209,6 +211,30 @@ impl MemoryInfo {
             source: FreeMemorySource::DriverBudget,
         }
     }
+}
+
+/// Each heap's budget and usage, where the device has
+/// `VK_EXT_memory_budget` enabled.
+pub(crate) fn heap_budget(
+    device: &Device,
+) -> Option<vk::PhysicalDeviceMemoryBudgetPropertiesEXT<'static>> {
+    if !device.memory_budget {
+        return None;
+    }
+    let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+    let mut props2 = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
+    // SAFETY: the extension is enabled on this device; the structs are
+    // valid and chained as the extension defines.
+    unsafe {
+        device
+            .instance
+            .raw
+            .get_physical_device_memory_properties2(device.adapter.raw, &mut props2)
+    };
+    Some(vk::PhysicalDeviceMemoryBudgetPropertiesEXT {
+        p_next: std::ptr::null_mut(),
+        ..budget
+    })
 }
 
 /// Where [`MemoryInfo::free`] comes from.

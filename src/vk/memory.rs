@@ -8,9 +8,11 @@ use ash::vk;
 use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
 use gpu_allocator::{AllocationError, MemoryLocation};
 
+use super::sizes::{allocation_error, buffer_call_error};
+pub(crate) use super::sizes::{check_allocation, check_size};
 use crate::error::{Error, Result, VkResultExt};
 pub(crate) use crate::vk::HostAllocation;
-use crate::vk::{Device, MemoryInfo, MemoryUsage};
+use crate::vk::{Device, MemoryUsage};
 
 /// The host address of mapped memory.
 #[derive(Clone, Copy, Debug)]
@@ -242,7 +244,7 @@ impl RawBuffer {
     /// Creates a new buffer (see [`new`](Self::new)).
     fn create(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Result<Self> {
         debug_assert!(size > 0);
-        check_size(device, size, usage, what)?;
+        check_size(device, size, what)?;
         let info = vk::BufferCreateInfo::default()
             .size(size)
             .usage(buffer_usage(device))
@@ -266,6 +268,11 @@ impl RawBuffer {
                 ),
             });
         };
+        if let Err(e) = check_allocation(device, type_index, requirements.size, what) {
+            // SAFETY: the buffer is unused and destroyed once.
+            unsafe { device.raw.destroy_buffer(buffer, None) };
+            return Err(e);
+        }
         // Choose the memory type here (gpu-allocator's locations cannot say
         // "cached system memory" or "write-combined, not device-local").
         requirements.memory_type_bits = 1 << type_index;
@@ -500,70 +507,5 @@ impl BufferCache {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.bytes == 0
-    }
-}
-
-/// Rejects sizes beyond the device's limits before anything reaches the driver.
-pub(crate) fn check_size(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Result<()> {
-    let adapter = &device.adapter;
-    if let Some(limit) = adapter.max_buffer_size {
-        if size > limit {
-            return Err(Error::TooLarge {
-                what: what.to_string(),
-                bytes: size,
-                limit_name: "maxBufferSize",
-                limit,
-            });
-        }
-    }
-    if adapter.max_allocation_size > 0 && size > adapter.max_allocation_size {
-        return Err(Error::TooLarge {
-            what: what.to_string(),
-            bytes: size,
-            limit_name: "maxMemoryAllocationSize",
-            limit: adapter.max_allocation_size,
-        });
-    }
-    let total = MemoryInfo::of(device).total;
-    if usage == MemoryUsage::Device && size > total {
-        return Err(Error::OutOfMemory {
-            what: what.to_string(),
-            bytes: size,
-            detail: format!("the device has {total} bytes of device-local memory in all"),
-        });
-    }
-    Ok(())
-}
-
-/// The error of a failed call on a buffer: out of memory names the buffer
-/// and its size (which the call's own error does not know).
-fn buffer_call_error(what: &str, size: u64, call: &'static str, result: vk::Result) -> Error {
-    match Error::vk(call, result) {
-        Error::OutOfMemory { .. } => Error::OutOfMemory {
-            what: what.to_string(),
-            bytes: size,
-            detail: format!("{call} returned {result}"),
-        },
-        e => e,
-    }
-}
-
-fn allocation_error(device: &Device, what: &str, size: u64, e: AllocationError) -> Error {
-    match e {
-        AllocationError::OutOfMemory => {
-            let MemoryInfo { free, total, .. } = MemoryInfo::of(device);
-            Error::OutOfMemory {
-                what: what.to_string(),
-                bytes: size,
-                detail: format!(
-                    "about {free} of {total} bytes are free; drop buffers (and let the stream \
-                     retire them) or allocate less"
-                ),
-            }
-        }
-        e => Error::Allocation {
-            what: what.to_string(),
-            detail: e.to_string(),
-        },
     }
 }

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ash::vk;
 
@@ -72,7 +73,9 @@ impl Timeline {
         // SAFETY: the semaphore is live while `self` is.
         let value = self
             .device
-            .note(unsafe { self.device.raw.get_semaphore_counter_value(self.semaphore) })
+            .note(super::exit::gate(|| unsafe {
+                self.device.raw.get_semaphore_counter_value(self.semaphore)
+            }))
             .during("vkGetSemaphoreCounterValue")?;
         self.completed.fetch_max(value, Ordering::AcqRel);
         Ok(value)
@@ -96,11 +99,32 @@ impl Timeline {
     }
 
     /// Waits at most `timeout_ns` for a value that has been submitted
-    /// already: whether it was reached.
+    /// already: whether it was reached. The wait is cut into calls of at
+    /// most `WAIT_SLICE_NS`, each through the exit gate, so that the
+    /// process may exit meanwhile (`exit.rs`).
     pub(crate) fn wait_submitted_for(&self, value: u64, timeout_ns: u64) -> Result<bool> {
-        if self.completed.load(Ordering::Acquire) >= value {
-            return Ok(true);
+        // `None`: no end (a timeout beyond what `Instant` holds).
+        let deadline = Instant::now().checked_add(Duration::from_nanos(timeout_ns));
+        loop {
+            if self.completed.load(Ordering::Acquire) >= value {
+                return Ok(true);
+            }
+            let left = deadline.map_or(u64::MAX, |d| {
+                let left = d.saturating_duration_since(Instant::now()).as_nanos();
+                u64::try_from(left).unwrap_or(u64::MAX)
+            });
+            if self.wait_slice(value, left.min(super::exit::WAIT_SLICE_NS))? {
+                return Ok(true);
+            }
+            if left <= super::exit::WAIT_SLICE_NS {
+                return Ok(false);
+            }
         }
+    }
+
+    /// One call of [`wait_submitted_for`](Self::wait_submitted_for), of at
+    /// most `timeout_ns`.
+    fn wait_slice(&self, value: u64, timeout_ns: u64) -> Result<bool> {
         let semaphores = [self.semaphore];
         let values = [value];
         let info = vk::SemaphoreWaitInfo::default()
@@ -108,10 +132,9 @@ impl Timeline {
             .values(&values);
         // SAFETY: the semaphore is live; `value` was submitted (or signalled
         // from the host after a failed submission), so the wait ends.
-        match self
-            .device
-            .note(unsafe { self.device.raw.wait_semaphores(&info, timeout_ns) })
-        {
+        match self.device.note(super::exit::gate(|| unsafe {
+            self.device.raw.wait_semaphores(&info, timeout_ns)
+        })) {
             Ok(()) => {}
             Err(vk::Result::TIMEOUT) => return Ok(false),
             Err(e) => return Err(Error::vk("vkWaitSemaphores", e)),

@@ -19,7 +19,11 @@
 //! ([`Waiters::join`]), so that the device (which the timeline holds) is
 //! not destroyed on one of them while the process exits: a device, and
 //! with it the instance, destroyed on a thread while `main` returns races
-//! the validation layer's and the driver's exit handlers.
+//! the validation layer's and the driver's exit handlers. A thread whose
+//! futures are still pending when the process exits (the context leaked,
+//! kept in a static, or `std::process::exit` called) stops at the exit
+//! gate (`exit.rs`) before its next call into the driver, and is never
+//! inside one while those handlers run.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
