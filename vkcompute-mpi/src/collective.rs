@@ -285,13 +285,18 @@ impl<T: Pod> Ring<T> {
 }
 
 impl Communicator {
-    /// Waits until every rank has called `barrier` (`MPI_Barrier`). Device
-    /// work is not involved: synchronize a stream first where the barrier
-    /// should also mean "my enqueued work is done".
+    /// Waits until every rank has called `barrier`. Device work is not
+    /// involved: synchronize a stream first where the barrier should also
+    /// mean "my enqueued work is done".
+    ///
+    /// The ranks exchange headers as in every collective (the exchange is
+    /// the barrier: no rank's completes before every rank has sent its
+    /// own), so a barrier against another collective on another rank is
+    /// [`Error::Mismatch`] on every rank, not an MPI error.
     pub fn barrier(&self) -> Result<()> {
         let op = "Communicator::barrier";
-        self.check_thread(op)?;
-        raw::barrier(op, self.raw())
+        let header = Header::new(Kind::Barrier, crate::element::ElementType::U8, 0);
+        self.agree(op, header, Ok(()))
     }
 
     /// Shares the failure of this rank's preparation and checks that every

@@ -9,6 +9,7 @@ use mpi::raw::AsRaw;
 use mpi::traits::Communicator as _;
 use vkcompute::{CopyDestination, CopySource, DeviceBuffer, DeviceContext, HostBuffer};
 
+use crate::deadline;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind, HEADER_BYTES};
@@ -606,10 +607,16 @@ impl Communicator {
         }
         let prepared = Outgoing::prepare(self, op, buf.place(), self.piece_elements::<T>());
         let outgoing = self.prepared_or_told(op, prepared, header, (dest, tag))?;
+        // The data goes out after that of every earlier message to `dest`
+        // with `tag` (`deadline::Ticket`), as their headers did.
+        let ticket = comm.state.ticket((true, dest, tag));
         raw::send(op, comm, header.bytes(), dest, tag)?;
         let mut answer = [0u8; HEADER_BYTES];
         raw::recv(op, comm, &mut answer, dest, ACK_TAGS + tag)?;
-        if let Err(e) = self.refusal::<T>(op, dest, len, &answer) {
+        let turn = self
+            .refusal::<T>(op, dest, len, &answer)
+            .and_then(|()| deadline::wait_turn(op, comm, &ticket));
+        if let Err(e) = turn {
             outgoing.finish(self);
             return Err(e);
         }
@@ -762,6 +769,10 @@ impl Communicator {
         self.check_peer(op, source, tag)?;
         let comm = self.raw();
         let len = buf.elements();
+        // The answer, and the receives of the data, go after those of
+        // every earlier receive from `source` with `tag`
+        // (`deadline::Ticket`), whose headers MPI matched first.
+        let ticket = comm.state.ticket((false, source, tag));
         let mut wire = [0u8; HEADER_BYTES];
         raw::recv(op, comm, &mut wire, source, tag)?;
         let sent = Header::from_bytes(&wire);
@@ -779,6 +790,7 @@ impl Communicator {
         // A new generation's descriptor comes off the socket whatever
         // becomes of the message.
         let inbox = (sent.shared_memory()).map(|shared| self.same_node.inbox(op, source, shared));
+        deadline::wait_turn(op, comm, &ticket)?;
         let size = size_of::<T>() as u64;
         let piece_ok = sent.piece_bytes() > 0 && sent.piece_bytes() % size == 0;
         if !wanted.accepts(&sent) || !piece_ok {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use vkcompute::{DeviceBuffer, HostBuffer};
 
 use crate::communicator::{Communicator, ACK_TAGS, DATA_TAGS, TRAILER_BYTES};
-use crate::deadline::Pollable;
+use crate::deadline::{Pollable, Ticket};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind, HEADER_BYTES};
@@ -86,6 +86,9 @@ pub(crate) struct Op<T: Element> {
     pub(crate) piece_bytes: usize,
     /// A receiver's destination (a clone of the handle: it stays alive).
     pub(crate) dest: Option<Dest<T>>,
+    /// Its place in the matching order of its peer and tag, until it
+    /// has taken the step after its header (`deadline::Ticket`).
+    pub(crate) ticket: Option<Ticket>,
     /// The MPI operations under way.
     pub(crate) transfers: Vec<Transfer>,
     /// The error the operation ends with once nothing is under way.
@@ -121,6 +124,7 @@ impl<T: Element> Op<T> {
             lent: None,
             piece_bytes: 1,
             dest: None,
+            ticket: None,
             transfers: Vec::new(),
             error: None,
             result: None,
@@ -171,6 +175,7 @@ impl<T: Element> Op<T> {
     /// Ends the operation with `result`.
     pub(crate) fn end(&mut self, result: Result<()>) {
         self.phase = Phase::Over;
+        self.ticket = None;
         self.result = Some(result);
     }
 
@@ -398,7 +403,17 @@ impl<T: Element> Pollable for Op<T> {
                 self.end(Err(e));
                 return;
             }
-            match self.next() {
+            // The step after the header waits for the earlier ends of
+            // this peer and tag to take theirs.
+            let ordered = self.phase == Phase::Header;
+            if ordered && self.ticket.as_ref().is_some_and(|t| !t.has_turn()) {
+                return;
+            }
+            let next = self.next();
+            if ordered {
+                self.ticket = None;
+            }
+            match next {
                 Ok(Some(phase)) => self.phase = phase,
                 Ok(None) => self.end(Ok(())),
                 // Ends with it once whatever was posted (a refusal, say)
@@ -409,14 +424,6 @@ impl<T: Element> Pollable for Op<T> {
                 }
             }
         }
-    }
-
-    fn header_key(&self) -> Option<(bool, i32, i32)> {
-        (self.phase == Phase::Header && self.error.is_none()).then_some((
-            self.side == Side::Send,
-            self.peer,
-            self.tag,
-        ))
     }
 
     fn is_over(&self) -> bool {

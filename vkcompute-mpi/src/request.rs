@@ -201,6 +201,7 @@ impl Communicator {
         match staged {
             Ok(header) => {
                 state.set_out_header(header);
+                state.ticket = Some(self.raw().state.ticket((true, dest, tag)));
                 let posted = state
                     .post_out_header(tag)
                     .and_then(|()| state.post_in_header(ACK_TAGS + tag));
@@ -256,6 +257,7 @@ impl Communicator {
             Place::Device(device) => Dest::Device(device.clone()),
             Place::Host(host) => Dest::Host(host.clone()),
         });
+        state.ticket = Some(self.raw().state.ticket((false, source, tag)));
         if let Err(e) = state.post_in_header(tag) {
             state.phase = Phase::Data;
             state.error = Some(e);

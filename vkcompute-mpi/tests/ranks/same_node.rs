@@ -299,6 +299,7 @@ pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
     )];
     checks.extend(blocking_sends());
     checks.extend(nonblocking());
+    checks.extend(ordering_checks());
     checks.extend(allreduces(large));
     checks.extend(collectives_but_allreduce());
     // The 64 MiB allgather and reduce_scatter (`collectives_64_mib`) run
