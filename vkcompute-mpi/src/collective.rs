@@ -44,14 +44,15 @@ use std::mem::size_of;
 use std::ops::Range;
 
 use bytemuck::Pod;
-use vkcompute::{CopyDestination, DeviceBuffer, HostBuffer};
+use vkcompute::{DeviceBuffer, HostBuffer};
 
-use crate::communicator::{Buffer, Communicator, Place, COLLECTIVE_TAG};
+use crate::communicator::{Communicator, COLLECTIVE_TAG};
 use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
 use crate::header::{self, Failure, Header, Kind};
 use crate::kernels;
 use crate::pipeline;
+use crate::place::{self, Buffer, Place};
 use crate::raw;
 use crate::schedule::{self, Algorithm, Step};
 
@@ -246,12 +247,8 @@ impl<T: Pod> Staged<T> {
 }
 
 /// Enqueues a copy of `src` into `dst` on `src`'s stream and submits it.
-fn copy_out<T: Pod, D: CopyDestination<T> + ?Sized>(
-    op: &'static str,
-    src: &DeviceBuffer<T>,
-    dst: &D,
-) -> Result<()> {
-    src.enqueue_copy_to(dst)
+fn copy_out<T: Pod>(op: &'static str, src: &DeviceBuffer<T>, dst: &HostBuffer<T>) -> Result<()> {
+    place::copy_parts((dst, 0), (src, 0), src.len())
         .and_then(|()| src.context().flush())
         .map_err(Error::device(op))
 }

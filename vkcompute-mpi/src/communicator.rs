@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use mpi::raw::AsRaw;
 use mpi::traits::Communicator as _;
-use vkcompute::{CopyDestination, CopySource, DeviceBuffer, DeviceContext, HostBuffer};
+use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer};
 
 use crate::deadline;
 use crate::element::Element;
@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind, HEADER_BYTES};
 use crate::kernels::Reducer;
 use crate::message::{Incoming, Outgoing};
+use crate::place::{Buffer, Place};
 use crate::raw::{self, Comm};
 use crate::same_node::{self, Lent, Path, SameNode, SameNodePolicy};
 use crate::threads::{OwnedComm, ThreadRule};
@@ -41,103 +42,6 @@ const KEPT_PIECE_SLOTS: usize = 4 * crate::pipeline::MAX_PIECES;
 /// A trailer after the data of a message: 0, or the sender's `Failure`
 /// code where a piece could not be read after the header went out.
 pub(crate) const TRAILER_BYTES: usize = 8;
-
-mod sealed {
-    pub trait Sealed {}
-}
-
-/// Where a message's elements are: a device buffer (or a view of one) or a
-/// host buffer.
-pub enum Place<'a, T> {
-    /// Device memory: mapped where it maps directly
-    /// ([`Communicator::maps_device_memory`]), else staged through pinned
-    /// host memory in pieces.
-    Device(&'a DeviceBuffer<T>),
-    /// Pinned host memory, which MPI reads and writes directly.
-    Host(&'a HostBuffer<T>),
-}
-
-impl<T: bytemuck::Pod> Place<'_, T> {
-    /// Enqueues a copy of `src` into these elements on their buffer's
-    /// stream, and submits it.
-    pub(crate) fn copy_from<S: CopySource<T> + ?Sized>(&self, src: &S) -> vkcompute::Result<()> {
-        match self {
-            Place::Device(b) => b.enqueue_copy_from(src).and_then(|()| b.context().flush()),
-            Place::Host(b) => b.enqueue_copy_from(src).and_then(|()| b.context().flush()),
-        }
-    }
-
-    /// Enqueues a copy of `src` (`len` elements) into these elements from
-    /// `start` on, on their buffer's stream, and submits it.
-    pub(crate) fn copy_into_range<S: CopySource<T> + ?Sized>(
-        &self,
-        start: usize,
-        len: usize,
-        src: &S,
-    ) -> vkcompute::Result<()> {
-        match self {
-            Place::Device(b) => b
-                .create_sub_buffer::<T>(start, len)
-                .and_then(|part| part.enqueue_copy_from(src))
-                .and_then(|()| b.context().flush()),
-            Place::Host(b) => b
-                .create_sub_buffer::<T>(start, len)
-                .and_then(|part| part.enqueue_copy_from(src))
-                .and_then(|()| b.context().flush()),
-        }
-    }
-
-    /// Enqueues a copy of elements `start..start + len` into `dst` on
-    /// their buffer's stream, and submits it.
-    pub(crate) fn copy_range_to<D: CopyDestination<T> + ?Sized>(
-        &self,
-        start: usize,
-        len: usize,
-        dst: &D,
-    ) -> vkcompute::Result<()> {
-        match self {
-            Place::Device(b) => b
-                .create_sub_buffer::<T>(start, len)
-                .and_then(|part| part.enqueue_copy_to(dst))
-                .and_then(|()| b.context().flush()),
-            Place::Host(b) => b
-                .create_sub_buffer::<T>(start, len)
-                .and_then(|part| part.enqueue_copy_to(dst))
-                .and_then(|()| b.context().flush()),
-        }
-    }
-}
-
-/// A buffer that can be sent, received and take part in collectives:
-/// [`DeviceBuffer`] and [`HostBuffer`] (and their views, which are buffers
-/// too). Sealed.
-pub trait Buffer<T>: sealed::Sealed {
-    /// Where the elements are.
-    fn place(&self) -> Place<'_, T>;
-
-    /// The number of elements.
-    fn elements(&self) -> usize;
-}
-
-impl<T> sealed::Sealed for DeviceBuffer<T> {}
-impl<T: bytemuck::Pod> Buffer<T> for DeviceBuffer<T> {
-    fn place(&self) -> Place<'_, T> {
-        Place::Device(self)
-    }
-    fn elements(&self) -> usize {
-        self.len()
-    }
-}
-
-impl<T> sealed::Sealed for HostBuffer<T> {}
-impl<T: bytemuck::Pod> Buffer<T> for HostBuffer<T> {
-    fn place(&self) -> Place<'_, T> {
-        Place::Host(self)
-    }
-    fn elements(&self) -> usize {
-        self.len()
-    }
-}
 
 /// An MPI communicator bound to a vkcompute context: device buffers go
 /// from rank to rank with [`send`](Self::send) and [`recv`](Self::recv),

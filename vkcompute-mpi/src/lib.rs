@@ -143,6 +143,7 @@ mod message;
 mod message_op;
 mod pipeline;
 mod pipelined;
+mod place;
 mod raw;
 mod request;
 mod same_node;
@@ -150,9 +151,10 @@ mod schedule;
 mod threads;
 
 pub use collective::AllreduceAlgorithm;
-pub use communicator::{Buffer, Communicator, Place, DEFAULT_PIECE_BYTES, MAX_TAG};
+pub use communicator::{Communicator, DEFAULT_PIECE_BYTES, MAX_TAG};
 pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};
 pub use error::{Error, Result};
+pub use place::{Buffer, Place};
 pub use request::Request;
 pub use same_node::{Path, SameNodePolicy, SAME_NODE_VAR};
 

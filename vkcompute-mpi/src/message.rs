@@ -8,9 +8,10 @@ use std::mem::size_of;
 
 use vkcompute::{DeviceBuffer, HostBuffer, MappedBuffer};
 
-use crate::communicator::{Communicator, Place};
+use crate::communicator::Communicator;
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::place::Place;
 use crate::raw::{self, Comm};
 
 /// The pieces of a range of `len` elements, `piece` at a time.

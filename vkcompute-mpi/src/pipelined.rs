@@ -18,12 +18,13 @@ use std::ops::Range;
 use vkcompute::{DeviceBuffer, HostBuffer};
 
 use crate::collective::Chunks;
-use crate::communicator::{Buffer, Communicator, Place};
+use crate::communicator::Communicator;
 use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
 use crate::header::Header;
 use crate::kernels::ReduceKernels;
 use crate::pipeline::{self, Ring, Slots};
+use crate::place::{Buffer, Place};
 
 /// A pipelined reduction prepared before the ranks agreed: its kernel,
 /// its working buffer on the device (holding this rank's input), and its

@@ -12,12 +12,13 @@
 use std::mem::size_of;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::communicator::{Buffer, Communicator, Place, ACK_TAGS};
+use crate::communicator::{Communicator, ACK_TAGS};
 use crate::deadline::PendingOp;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind};
 use crate::message_op::{Dest, Op, Phase, Side, Step};
+use crate::place::{Buffer, Place};
 
 /// A non-blocking send or receive under way, from
 /// [`Communicator::isend`] or [`Communicator::irecv`]. It owns everything

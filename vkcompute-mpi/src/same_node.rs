@@ -88,11 +88,11 @@ use vkcompute::{
     EXTERNAL_MEMORY_INFO_BYTES,
 };
 
-use crate::communicator::Place;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::fdpass;
 use crate::header::SharedMemory;
+use crate::place::Place;
 use crate::raw::{self, Comm};
 
 /// How a communicator's point-to-point messages of device buffers travel

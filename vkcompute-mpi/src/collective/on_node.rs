@@ -51,11 +51,12 @@ use std::ops::Range;
 use vkcompute::DeviceBuffer;
 
 use super::{check_blocks, Chunks};
-use crate::communicator::{Buffer, Communicator, Place};
+use crate::communicator::Communicator;
 use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
 use crate::header::{Header, SharedMemory};
 use crate::kernels;
+use crate::place::{Buffer, Place};
 use crate::raw;
 use crate::same_node;
 
