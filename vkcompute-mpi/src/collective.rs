@@ -118,14 +118,23 @@ pub enum AllreduceAlgorithm {
     /// 8 ranks that all map their buffers in place, where the ring would
     /// run).
     Direct,
-    /// Through exported device memory (the same-node path): each rank
-    /// reduces its chunk of every rank's memory, then copies every chunk.
-    SameNode,
+    /// Every rank reads every rank's chunks: it reduces its own chunk of
+    /// every rank's memory, then copies every reduced chunk out of its
+    /// owner's (the same-node path, where the ranks read each other's
+    /// exported memory).
+    AllToAll,
 }
 
 impl AllreduceAlgorithm {
+    /// The name [`AllreduceAlgorithm::AllToAll`] had before (it named the
+    /// algorithm after the transport it runs on, [`Path::SameNode`](crate::Path::SameNode)).
+    #[deprecated(note = "renamed `AllreduceAlgorithm::AllToAll`")]
+    #[doc(hidden)]
+    #[allow(non_upper_case_globals, reason = "the old variant's name")]
+    pub const SameNode: AllreduceAlgorithm = AllreduceAlgorithm::AllToAll;
+
     /// A short name: `local`, `doubling`, `halving`, `ring`, `direct` or
-    /// `same_node`.
+    /// `all_to_all`.
     pub fn name(self) -> &'static str {
         match self {
             AllreduceAlgorithm::Local => "local",
@@ -133,7 +142,7 @@ impl AllreduceAlgorithm {
             AllreduceAlgorithm::Halving => "halving",
             AllreduceAlgorithm::Ring => "ring",
             AllreduceAlgorithm::Direct => "direct",
-            AllreduceAlgorithm::SameNode => "same_node",
+            AllreduceAlgorithm::AllToAll => "all_to_all",
         }
     }
 }
@@ -566,7 +575,7 @@ impl Communicator {
             return AllreduceAlgorithm::Local;
         }
         if self.same_node.spans_communicator() {
-            return AllreduceAlgorithm::SameNode;
+            return AllreduceAlgorithm::AllToAll;
         }
         if self.doubles::<T>(n) {
             return AllreduceAlgorithm::Doubling;

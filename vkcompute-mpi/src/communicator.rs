@@ -2,7 +2,7 @@
 //! point-to-point messages of device and host buffers.
 
 use std::mem::size_of;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mpi::raw::AsRaw;
@@ -77,7 +77,7 @@ pub struct Communicator {
     rank: i32,
     size: i32,
     pub(crate) reducer: Reducer,
-    piece_bytes: usize,
+    piece_bytes: AtomicUsize,
     /// Pinned host buffers kept for reuse between calls.
     staging: Mutex<Vec<HostBuffer<u8>>>,
     /// The pinned host buffers of a pipelined collective's pieces, kept
@@ -165,7 +165,7 @@ impl Communicator {
             thread,
             ctx: ctx.clone(),
             reducer: Reducer::new(),
-            piece_bytes: DEFAULT_PIECE_BYTES,
+            piece_bytes: AtomicUsize::new(DEFAULT_PIECE_BYTES),
             staging: Mutex::new(Vec::new()),
             piece_slots: Mutex::new(Vec::new()),
             maps_directly,
@@ -197,7 +197,7 @@ impl Communicator {
     /// on one node, on one device, and can export and import opaque file
     /// descriptors, and their policies ask for it (see
     /// [`with_same_node`](Self::with_same_node));
-    /// otherwise [`Path::Direct`] where this rank's device buffers map
+    /// otherwise [`Path::Mapped`] where this rank's device buffers map
     /// directly ([`maps_device_memory`](Self::maps_device_memory)), else
     /// [`Path::Staged`]. For `peer` this rank itself, how its buffers meet
     /// MPI: `Direct` or `Staged`.
@@ -225,7 +225,7 @@ impl Communicator {
     /// How this rank's device buffers meet MPI: mapped or staged.
     fn mpi_path(&self) -> Path {
         if self.maps_device_memory() {
-            Path::Direct
+            Path::Mapped
         } else {
             Path::Staged
         }
@@ -238,7 +238,7 @@ impl Communicator {
     /// empty, over two ranks or more): [`Path::SameNode`] where every pair
     /// of ranks of the communicator takes the same-node path (the same on
     /// every rank; logged with the paths), else how this rank's buffers
-    /// meet MPI ([`Path::Direct`] or [`Path::Staged`]).
+    /// meet MPI ([`Path::Mapped`] or [`Path::Staged`]).
     ///
     /// On the same-node path each rank copies its input on the device into
     /// memory it exports to every peer, and the ranks read each other's
@@ -260,9 +260,11 @@ impl Communicator {
     /// The path [`allreduce`](Self::allreduce) takes: [`Path::SameNode`]
     /// where every pair of ranks of the communicator takes the same-node
     /// path (the same on every rank; logged with the paths), else how
-    /// this rank's buffers meet MPI ([`Path::Direct`] or [`Path::Staged`]).
+    /// this rank's buffers meet MPI ([`Path::Mapped`] or [`Path::Staged`]).
     /// The same as [`collective_path`](Self::collective_path): every
     /// collective takes the path where allreduce does.
+    #[deprecated(note = "the same as `collective_path`")]
+    #[doc(hidden)]
     pub fn allreduce_path(&self) -> Path {
         self.collective_path()
     }
@@ -270,7 +272,7 @@ impl Communicator {
     /// How many collectives of this communicator took the same-node path
     /// (those whose ranks agreed on it), for the tests that check
     /// [`collective_path`](Self::collective_path).
-    #[doc(hidden)]
+    #[cfg(feature = "test-counters")]
     pub fn same_node_collectives(&self) -> u64 {
         self.same_node.collectives()
     }
@@ -279,7 +281,7 @@ impl Communicator {
     /// memory exported to the receiver ([`send`](Self::send) and
     /// [`isend`](Self::isend) on the same-node path), for the tests that
     /// check which messages take it.
-    #[doc(hidden)]
+    #[cfg(feature = "test-counters")]
     pub fn same_node_sends(&self) -> u64 {
         self.same_node.sends()
     }
@@ -288,7 +290,7 @@ impl Communicator {
     /// owner at once (the direct reduce-scatter, taken where every rank
     /// maps its buffer directly, on 3 to 8 ranks, and the ring would
     /// otherwise run), for the tests that check where it is taken.
-    #[doc(hidden)]
+    #[cfg(feature = "test-counters")]
     pub fn direct_reduce_scatters(&self) -> u64 {
         self.direct_reduce_scatters.load(Ordering::Relaxed)
     }
@@ -332,14 +334,15 @@ impl Communicator {
     /// The size of the pieces in which [`send`](Self::send) moves a large
     /// device buffer, overlapping its copy to the host with MPI.
     pub fn piece_bytes(&self) -> usize {
-        self.piece_bytes
+        self.piece_bytes.load(Ordering::Relaxed)
     }
 
     /// Sets the piece size of [`piece_bytes`](Self::piece_bytes), rounded
     /// up to a multiple of 256 bytes (at least 256). Ranks may differ: a
     /// receiver follows its sender's pieces.
-    pub fn set_piece_bytes(&mut self, bytes: usize) {
-        self.piece_bytes = bytes.max(1).next_multiple_of(256);
+    pub fn set_piece_bytes(&self, bytes: usize) {
+        let bytes = bytes.max(1).next_multiple_of(256);
+        self.piece_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// Sets how long any one MPI wait of this communicator may take
@@ -759,7 +762,7 @@ impl Communicator {
 
     /// The elements of `T` in one piece of a message.
     pub(crate) fn piece_elements<T>(&self) -> usize {
-        (self.piece_bytes / size_of::<T>()).max(1)
+        (self.piece_bytes() / size_of::<T>()).max(1)
     }
 }
 

@@ -113,17 +113,25 @@ pub enum Path {
     SameNode,
     /// Through MPI, which reads and writes a device buffer's mapping where
     /// it lies ([`Communicator::maps_device_memory`](crate::Communicator::maps_device_memory)).
-    Direct,
+    Mapped,
     /// Through MPI, staged through pinned host buffers in pieces.
     Staged,
 }
 
 impl Path {
-    /// A short name: `same_node`, `direct` or `staged`.
+    /// The name [`Path::Mapped`] had before (it named a transport with the
+    /// word the allreduce algorithm [`Direct`](crate::AllreduceAlgorithm::Direct)
+    /// uses).
+    #[deprecated(note = "renamed `Path::Mapped`")]
+    #[doc(hidden)]
+    #[allow(non_upper_case_globals, reason = "the old variant's name")]
+    pub const Direct: Path = Path::Mapped;
+
+    /// A short name: `same_node`, `mapped` or `staged`.
     pub fn name(self) -> &'static str {
         match self {
             Path::SameNode => "same_node",
-            Path::Direct => "direct",
+            Path::Mapped => "mapped",
             Path::Staged => "staged",
         }
     }
@@ -137,7 +145,7 @@ pub enum SameNodePolicy {
     /// Never: messages to and from this rank travel over MPI.
     Off,
     /// Where the pair can take it, except where both ranks' device
-    /// buffers map directly ([`Path::Direct`] on both ends): there MPI
+    /// buffers map directly ([`Path::Mapped`] on both ends): there MPI
     /// reads and writes the memory where it lies, one copy by Open MPI's
     /// CMA, which measured faster on lavapipe than the path's two device
     /// copies (CONTRIBUTING.md). The default.
@@ -965,12 +973,14 @@ impl SameNode {
     }
 
     /// The collectives that took the path so far.
+    #[cfg(feature = "test-counters")]
     pub(crate) fn collectives(&self) -> u64 {
         self.collectives.load(Ordering::Relaxed)
     }
 
     /// The point-to-point messages sent through exported memory so far
     /// (`send` and `isend`).
+    #[cfg(feature = "test-counters")]
     pub(crate) fn sends(&self) -> u64 {
         self.sends.load(Ordering::Relaxed)
     }

@@ -259,7 +259,7 @@ fn rank_main(all: bool) -> ExitCode {
         let path = c.path_to(1 - rank).unwrap();
         let wanted = match name {
             "same_node" => Path::SameNode,
-            "mapped" => Path::Direct,
+            "mapped" => Path::Mapped,
             _ => Path::Staged,
         };
         if path != wanted && rank == 0 {

@@ -79,7 +79,7 @@ fn expected(t: &Ranks, r: &Reported, (me, peer): (i32, i32), policies: &[SameNod
     {
         Path::SameNode
     } else if t.comm.maps_device_memory() {
-        Path::Direct
+        Path::Mapped
     } else {
         Path::Staged
     }
