@@ -9,16 +9,15 @@ use mpi::raw::AsRaw;
 use mpi::traits::Communicator as _;
 use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer};
 
-use crate::deadline;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind, HEADER_BYTES};
 use crate::kernels::Reducer;
 use crate::message::{Incoming, Outgoing};
 use crate::place::{Buffer, Place};
-use crate::raw::{self, Comm};
+use crate::raw::{self, Comm, OwnedComm};
 use crate::same_node::{self, Lent, Path, SameNode, SameNodePolicy};
-use crate::threads::{OwnedComm, ThreadRule};
+use crate::threads::ThreadRule;
 
 /// The largest tag [`Communicator::send`] and [`Communicator::recv`] take.
 /// Higher tags carry this crate's own messages (answers, data pieces and
@@ -515,14 +514,14 @@ impl Communicator {
         let prepared = Outgoing::prepare(self, op, buf.place(), self.piece_elements::<T>());
         let outgoing = self.prepared_or_told(op, prepared, header, (dest, tag))?;
         // The data goes out after that of every earlier message to `dest`
-        // with `tag` (`deadline::Ticket`), as their headers did.
+        // with `tag` (`raw::Ticket`), as their headers did.
         let ticket = comm.state.ticket((true, dest, tag));
         raw::send(op, comm, header.bytes(), dest, tag)?;
         let mut answer = [0u8; HEADER_BYTES];
         raw::recv(op, comm, &mut answer, dest, ACK_TAGS + tag)?;
         let turn = self
             .refusal::<T>(op, dest, len, &answer)
-            .and_then(|()| deadline::wait_turn(op, comm, &ticket));
+            .and_then(|()| raw::wait_turn(op, comm, &ticket));
         if let Err(e) = turn {
             outgoing.finish(self);
             return Err(e);
@@ -678,7 +677,7 @@ impl Communicator {
         let len = buf.elements();
         // The answer, and the receives of the data, go after those of
         // every earlier receive from `source` with `tag`
-        // (`deadline::Ticket`), whose headers MPI matched first.
+        // (`raw::Ticket`), whose headers MPI matched first.
         let ticket = comm.state.ticket((false, source, tag));
         let mut wire = [0u8; HEADER_BYTES];
         raw::recv(op, comm, &mut wire, source, tag)?;
@@ -697,7 +696,7 @@ impl Communicator {
         // A new generation's descriptor comes off the socket whatever
         // becomes of the message.
         let inbox = (sent.shared_memory()).map(|shared| self.same_node.inbox(op, source, shared));
-        deadline::wait_turn(op, comm, &ticket)?;
+        raw::wait_turn(op, comm, &ticket)?;
         let size = size_of::<T>() as u64;
         let piece_ok = sent.piece_bytes() > 0 && sent.piece_bytes() % size == 0;
         if !wanted.accepts(&sent) || !piece_ok {
@@ -791,6 +790,14 @@ impl Drop for Communicator {
     /// Frees the MPI communicator (`MPI_Comm_free`) where this thread may
     /// call MPI for it, and leaves it unfreed elsewhere.
     fn drop(&mut self) {
-        self.comm.drop_on(&self.thread);
+        let allowed = self.thread.allows_this_thread();
+        if !allowed {
+            log::warn!(
+                "vkcompute-mpi: a communicator dropped on a thread that may not call MPI ({:?}) \
+                 is left unfreed",
+                self.thread.level()
+            );
+        }
+        self.comm.free_or_leak(allowed);
     }
 }

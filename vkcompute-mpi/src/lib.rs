@@ -130,13 +130,12 @@
 //!
 //! Elsewhere an operation is [`Error::WrongThread`], before any MPI call.
 //! A [`Request`] stays on its communicator's thread (it borrows it).
+#![deny(unsafe_code)]
 
 mod collective;
 mod communicator;
-mod deadline;
 mod element;
 mod error;
-mod fdpass;
 mod header;
 mod kernels;
 mod message;
@@ -163,7 +162,7 @@ pub use same_node::{Path, SameNodePolicy, SAME_NODE_VAR};
 /// them (`tests/shipped_spirv.rs`).
 #[doc(hidden)]
 pub fn shipped_spirv() -> Vec<(&'static str, &'static [u8])> {
-    kernels::MODULES
+    raw::SHIPPED
         .iter()
         .map(|(_, _, name, bytes)| (*name, *bytes))
         .collect()

@@ -1,23 +1,18 @@
 //! One non-blocking message end as a state machine ([`Op`]), and the
 //! [`Step`] trait through which the progress engine of `request.rs` moves
 //! it on: header, answer, data pieces and trailer, each posted with
-//! `MPI_Isend`/`MPI_Irecv` over memory the operation owns.
-#![allow(
-    unsafe_code,
-    reason = "posting MPI_Isend and MPI_Irecv over memory the operation owns"
-)]
-
+//! `MPI_Isend`/`MPI_Irecv` over memory the operation owns and lends to
+//! MPI (`raw::Held`).
 use std::mem::size_of;
 use std::sync::Arc;
 
 use vkcompute::{DeviceBuffer, HostBuffer};
 
 use crate::communicator::{Communicator, ACK_TAGS, DATA_TAGS, TRAILER_BYTES};
-use crate::deadline::{Pollable, Ticket};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind, HEADER_BYTES};
-use crate::raw::{self, Comm, Transfer};
+use crate::raw::{Comm, Held, Pollable, Ticket};
 use crate::same_node::{Lent, SameNode};
 
 /// Which end of a message an operation is.
@@ -55,10 +50,9 @@ pub(crate) enum Dest<T> {
     Host(HostBuffer<T>),
 }
 
-/// One non-blocking message end and everything MPI reads or writes for it.
-/// Every buffer MPI is given is a heap allocation of this value (boxes and
-/// a vector that are never resized or replaced while a transfer is under
-/// way), so moving the value moves no memory MPI touches.
+/// One non-blocking message end and everything MPI reads or writes for it,
+/// each buffer lent to MPI while transfers over it are under way
+/// (`raw::Held`, which leaks it if the op is dropped meanwhile).
 pub(crate) struct Op<T: Element> {
     pub(crate) op: &'static str,
     pub(crate) comm: Comm,
@@ -70,15 +64,17 @@ pub(crate) struct Op<T: Element> {
     pub(crate) side: Side,
     pub(crate) phase: Phase,
     /// The header this rank sends: a sender's request, a receiver's answer.
-    pub(crate) out_header: Box<[u8; HEADER_BYTES]>,
+    pub(crate) out_header: Held<Box<[u8; HEADER_BYTES]>>,
     /// The header this rank receives: a sender's answer, a receiver's request.
-    pub(crate) in_header: Box<[u8; HEADER_BYTES]>,
+    pub(crate) in_header: Held<Box<[u8; HEADER_BYTES]>>,
     /// A sender's status after the data (always 0: the data is staged
     /// before the header goes out), or what a receiver got.
-    pub(crate) trailer: Box<[u8; TRAILER_BYTES]>,
+    pub(crate) trailer: Held<Box<[u8; TRAILER_BYTES]>>,
     /// A sender's copy of its buffer (empty where the data is in `lent`),
     /// or where a receiver's data arrives.
-    pub(crate) data: Vec<T>,
+    pub(crate) data: Held<Vec<T>>,
+    /// The data's length in elements.
+    pub(crate) len: usize,
     /// A sender's outbox on the same-node path, which holds the data,
     /// lent to this message until the receiver answers.
     pub(crate) lent: Option<Lent>,
@@ -87,10 +83,8 @@ pub(crate) struct Op<T: Element> {
     /// A receiver's destination (a clone of the handle: it stays alive).
     pub(crate) dest: Option<Dest<T>>,
     /// Its place in the matching order of its peer and tag, until it
-    /// has taken the step after its header (`deadline::Ticket`).
+    /// has taken the step after its header (`raw::Ticket`).
     pub(crate) ticket: Option<Ticket>,
-    /// The MPI operations under way.
-    pub(crate) transfers: Vec<Transfer>,
     /// The error the operation ends with once nothing is under way.
     pub(crate) error: Option<Error>,
     /// The result once over.
@@ -117,15 +111,15 @@ impl<T: Element> Op<T> {
             tag,
             side,
             phase: Phase::Header,
-            out_header: Box::new([0; HEADER_BYTES]),
-            in_header: Box::new([0; HEADER_BYTES]),
-            trailer: Box::new([0; TRAILER_BYTES]),
-            data,
+            out_header: Held::new(Box::new([0; HEADER_BYTES])),
+            in_header: Held::new(Box::new([0; HEADER_BYTES])),
+            trailer: Held::new(Box::new([0; TRAILER_BYTES])),
+            len: data.len(),
+            data: Held::new(data),
             lent: None,
             piece_bytes: 1,
             dest: None,
             ticket: None,
-            transfers: Vec::new(),
             error: None,
             result: None,
             finished: false,
@@ -133,43 +127,46 @@ impl<T: Element> Op<T> {
     }
 
     pub(crate) fn set_out_header(&mut self, header: Header) {
-        self.out_header.copy_from_slice(header.bytes());
+        if let Some(out) = self.out_header.get_mut() {
+            out.copy_from_slice(header.bytes());
+        }
+    }
+
+    /// `Ok` where a buffer was lent to MPI, else the error of a buffer
+    /// still in use (which the phases rule out).
+    fn lent(&self, posted: Result<bool>) -> Result<()> {
+        match posted? {
+            true => Ok(()),
+            false => Err(Error::Protocol {
+                op: self.op,
+                peer: self.peer,
+                detail: "a message buffer posted twice".into(),
+            }),
+        }
     }
 
     /// Posts the send of `out_header` with `tag`.
     pub(crate) fn post_out_header(&mut self, tag: i32) -> Result<()> {
-        // SAFETY: `out_header` is a box of this op, which lives (and is not
-        // written) until every transfer completes: the request waits for
-        // them before the op is dropped, and `out_header` is only set
-        // before it is posted.
-        unsafe {
-            raw::isend(
-                self.op,
-                &self.comm,
-                self.out_header.as_ptr(),
-                HEADER_BYTES,
-                self.peer,
-                tag,
-                &mut self.transfers,
-            )
-        }
+        let (op, comm) = (self.op, self.comm.clone());
+        let posted =
+            (self.out_header).send((op, &comm), (0..HEADER_BYTES, HEADER_BYTES), self.peer, tag);
+        self.lent(posted)
     }
 
     /// Posts the receive of `in_header` with `tag`.
     pub(crate) fn post_in_header(&mut self, tag: i32) -> Result<()> {
-        // SAFETY: `in_header` is a box of this op, which lives until every
-        // transfer completes or is cancelled, and is read only after.
-        unsafe {
-            raw::irecv(
-                self.op,
-                &self.comm,
-                self.in_header.as_mut_ptr(),
-                HEADER_BYTES,
-                self.peer,
-                tag,
-                &mut self.transfers,
-            )
-        }
+        let (op, comm) = (self.op, self.comm.clone());
+        let posted =
+            (self.in_header).recv((op, &comm), (0..HEADER_BYTES, HEADER_BYTES), self.peer, tag);
+        self.lent(posted)
+    }
+
+    /// The header received, once in.
+    fn received_header(&self) -> Header {
+        self.in_header.get().map_or_else(
+            || Header::from_bytes(&[0; HEADER_BYTES]),
+            |h| Header::from_bytes(h),
+        )
     }
 
     /// Ends the operation with `result`.
@@ -196,46 +193,24 @@ impl<T: Element> Op<T> {
     /// outbox goes back.
     pub(crate) fn answered(&mut self) -> Result<Phase> {
         let (op, dest) = (self.op, self.peer);
-        let answer = Header::from_bytes(&self.in_header);
-        let len = Header::from_bytes(&self.out_header).len();
+        let answer = self.received_header();
+        let len = self.len;
         let refused = answer.refusal(op, (self.rank, dest), (len, T::TYPE));
         if let Some(lent) = self.lent.take() {
             lent.answered(refused.is_err());
             return refused.map(|()| Phase::Data);
         }
         refused?;
-        let bytes: &[u8] = bytemuck::cast_slice(&self.data);
+        let comm = self.comm.clone();
+        let bytes = len * size_of::<T>();
         let piece = self.piece_bytes.max(1);
-        for start in (0..bytes.len()).step_by(piece) {
-            let len = piece.min(bytes.len() - start);
-            // SAFETY: `data` is this op's vector, which is not resized or
-            // written while the op lives, and outlives every transfer (the
-            // request waits for them); the range lies inside it.
-            unsafe {
-                raw::isend(
-                    op,
-                    &self.comm,
-                    bytes[start..].as_ptr(),
-                    len,
-                    dest,
-                    DATA_TAGS + self.tag,
-                    &mut self.transfers,
-                )?;
-            }
-        }
-        // SAFETY: `trailer` is a box of this op, all zeros (no failure) and
-        // never written while a sender's transfers are under way.
-        unsafe {
-            raw::isend(
-                op,
-                &self.comm,
-                self.trailer.as_ptr(),
-                TRAILER_BYTES,
-                dest,
-                DATA_TAGS + self.tag,
-                &mut self.transfers,
-            )?;
-        }
+        let tag = DATA_TAGS + self.tag;
+        let posted = self.data.send((op, &comm), (0..bytes, piece), dest, tag);
+        self.lent(posted)?;
+        // The trailer is all zeros (no failure): the data was copied before
+        // the header went out.
+        let posted = (self.trailer).send((op, &comm), (0..TRAILER_BYTES, TRAILER_BYTES), dest, tag);
+        self.lent(posted)?;
         Ok(Phase::Data)
     }
 
@@ -244,9 +219,9 @@ impl<T: Element> Op<T> {
     /// destination).
     pub(crate) fn headed(&mut self) -> Result<Phase> {
         let (op, source) = (self.op, self.peer);
-        let sent = Header::from_bytes(&self.in_header);
+        let sent = self.received_header();
         sent.check_protocol(op, source)?;
-        let len = self.data.len();
+        let len = self.len;
         let wanted = Header::new(Kind::Ack, T::TYPE, len);
         if let Some(reason) = sent.failure_reason() {
             // The sender gave up before the header: it waits for no answer.
@@ -283,39 +258,14 @@ impl<T: Element> Op<T> {
         self.set_out_header(wanted);
         self.post_out_header(ACK_TAGS + self.tag)?;
         let piece = usize::try_from(sent.piece_bytes()).unwrap_or(usize::MAX);
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.data);
-        let total = bytes.len();
-        let base = bytes.as_mut_ptr();
-        for start in (0..total).step_by(piece) {
-            let len = piece.min(total - start);
-            // SAFETY: `data` is this op's vector, not resized, read or
-            // written by anything else until every transfer completes (it
-            // is read in `finish`, once the op is over); the range lies
-            // inside it.
-            unsafe {
-                raw::irecv(
-                    op,
-                    &self.comm,
-                    base.add(start),
-                    len,
-                    source,
-                    DATA_TAGS + self.tag,
-                    &mut self.transfers,
-                )?;
-            }
-        }
-        // SAFETY: `trailer` is a box of this op, read only once the op is over.
-        unsafe {
-            raw::irecv(
-                op,
-                &self.comm,
-                self.trailer.as_mut_ptr(),
-                TRAILER_BYTES,
-                source,
-                DATA_TAGS + self.tag,
-                &mut self.transfers,
-            )?;
-        }
+        let comm = self.comm.clone();
+        let tag = DATA_TAGS + self.tag;
+        let bytes = len * size_of::<T>();
+        let posted = self.data.recv((op, &comm), (0..bytes, piece), source, tag);
+        self.lent(posted)?;
+        let posted =
+            (self.trailer).recv((op, &comm), (0..TRAILER_BYTES, TRAILER_BYTES), source, tag);
+        self.lent(posted)?;
         Ok(Phase::Data)
     }
 
@@ -326,10 +276,13 @@ impl<T: Element> Op<T> {
     /// frees the sender's memory. Nothing else comes over MPI: the trailer
     /// stays zero.
     fn take_shared(&mut self, inbox: Result<DeviceBuffer<u8>>, wanted: Header) -> Result<Phase> {
-        let (op, source, len) = (self.op, self.peer, self.data.len());
-        let (same_node, data) = (&self.same_node, &mut self.data);
+        let (op, source, len) = (self.op, self.peer, self.len);
+        let (same_node, data) = (&self.same_node, self.data.get_mut());
         let taken = inbox.and_then(|inbox| {
-            same_node.take::<T>(op, source, &inbox, len, |part| part.copy_to_slice(data))
+            same_node.take::<T>(op, source, &inbox, len, |part| match data {
+                Some(data) => part.copy_to_slice(data),
+                None => Ok(()),
+            })
         });
         let answer = match &taken {
             Ok(_) => wanted,
@@ -345,7 +298,8 @@ impl<T: Element> Op<T> {
 
     /// A receiver got the trailer: the sender's word on its data.
     pub(crate) fn trailed(&mut self) -> Result<()> {
-        match u64::from_le_bytes(*self.trailer) {
+        let trailer = self.trailer.get().map_or(0, |t| u64::from_le_bytes(**t));
+        match trailer {
             0 => Ok(()),
             code => Err(Error::RemoteFailure {
                 op: self.op,
@@ -365,15 +319,18 @@ impl<T: Element> Op<T> {
     /// message), or a host write.
     pub(crate) fn land(&mut self) -> Result<()> {
         let op = self.op;
+        let data = match self.data.get() {
+            Some(data) if !data.is_empty() => data,
+            _ => return Ok(()),
+        };
         match &self.dest {
-            _ if self.data.is_empty() => Ok(()),
             Some(Dest::Device(buf)) => buf
-                .enqueue_copy_from(&self.data[..])
+                .enqueue_copy_from(&data[..])
                 .and_then(|()| buf.context().flush())
                 .map_err(Error::device(op)),
             Some(Dest::Host(host)) => host
                 .as_mut_slice()
-                .map(|mut slice| slice.copy_from_slice(&self.data))
+                .map(|mut slice| slice.copy_from_slice(data))
                 .map_err(Error::device(op)),
             None => Ok(()),
         }
@@ -383,20 +340,15 @@ impl<T: Element> Op<T> {
 impl<T: Element> Pollable for Op<T> {
     fn advance(&mut self) {
         while self.phase != Phase::Over {
-            let mut i = 0;
-            while i < self.transfers.len() {
-                match self.transfers[i].test(self.op) {
-                    Ok(false) => i += 1,
-                    Ok(true) => {
-                        self.transfers.swap_remove(i);
-                    }
-                    Err(e) => {
-                        self.transfers.swap_remove(i);
-                        self.error.get_or_insert(e);
-                    }
-                }
+            let (op, mut error) = (self.op, None);
+            let mut idle = self.out_header.poll(op, &mut error);
+            idle &= self.in_header.poll(op, &mut error);
+            idle &= self.trailer.poll(op, &mut error);
+            idle &= self.data.poll(op, &mut error);
+            if let Some(e) = error {
+                self.error.get_or_insert(e);
             }
-            if !self.transfers.is_empty() {
+            if !idle {
                 return;
             }
             if let Some(e) = self.error.take() {
@@ -439,7 +391,7 @@ impl<T: Element> Step for Op<T> {
             if result.is_ok() && self.side == Side::Recv {
                 result = self.land();
             }
-            self.data = Vec::new();
+            self.data = Held::new(Vec::new());
             self.result = Some(result);
         }
         self.result.clone().unwrap_or(Ok(()))
@@ -451,20 +403,17 @@ impl<T: Element> Step for Op<T> {
         let waiting_for_header = self.side == Side::Recv
             && self.phase == Phase::Header
             && self.error.is_none()
-            && self.transfers.len() == 1;
+            && self.in_header.is_lent();
         if !waiting_for_header {
             return;
         }
-        match self.transfers[0].cancel(self.op) {
+        match self.in_header.cancel_receive(self.op) {
             // Nothing was received: the message, if one comes, is left
             // for a later receive.
-            Ok(true) => {
-                self.transfers.clear();
-                self.end(Ok(()));
-            }
+            Ok(true) => self.end(Ok(())),
             // The header arrived meanwhile: the message is taken off the
             // wire as usual (the sender does not hang) and discarded.
-            Ok(false) => self.transfers.clear(),
+            Ok(false) => {}
             Err(e) => {
                 self.error.get_or_insert(e);
             }

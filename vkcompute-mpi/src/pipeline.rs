@@ -15,24 +15,17 @@
 //! step's pieces at once, `raw::broadcast` a broadcast's), so ranks on
 //! different paths work together: the piece length depends only on what
 //! the ranks agreed (the element type and the chunks).
-#![allow(
-    unsafe_code,
-    reason = "MPI_Isend/MPI_Irecv/MPI_Ibcast on host buffers held until each transfer ends"
-)]
-
 use std::mem::size_of;
 use std::ops::Range;
-use std::time::Instant;
 
 use bytemuck::Pod;
-use vkcompute::{DeviceBuffer, HostBuffer, HostSlice, HostSliceMut};
+use vkcompute::{DeviceBuffer, HostBuffer};
 
 use crate::communicator::{Communicator, COLLECTIVE_TAG};
-use crate::deadline::{self, Abandon};
 use crate::element::Reducible;
 use crate::error::{Error, Result};
 use crate::kernels::{self, ReduceKernels};
-use crate::raw::{self, Transfer};
+use crate::raw::{self, Landing, Source, Wire};
 
 /// The shortest piece (bytes) a chunk is cut into: a chunk of at most this
 /// travels as one message.
@@ -127,20 +120,6 @@ pub(crate) struct Arrived<'a, T> {
     pub(crate) reduce: Option<Option<&'a HostBuffer<u8>>>,
 }
 
-/// The host memory a piece is sent from: its slot, or zeros where the
-/// slot could not be read.
-enum Source<'a> {
-    Slot(HostSlice<'a, u8>),
-    Spare(Vec<u8>),
-}
-
-/// The host memory a piece is received into: its slot, or a scratch
-/// buffer where the slot could not be borrowed.
-enum Landing<'a> {
-    Slot(HostSliceMut<'a, u8>),
-    Spare(Vec<u8>),
-}
-
 /// Keeps the first error.
 fn note(failed: &mut Option<Error>, result: Result<()>) {
     if let Err(e) = result {
@@ -156,53 +135,6 @@ pub(crate) fn typed<T: Pod>(
 ) -> Result<HostBuffer<T>> {
     slot.create_sub_buffer::<T>(0, len)
         .map_err(Error::device(op))
-}
-
-/// Ends the process where it is dropped by a panic's unwinding: held
-/// while MPI transfers into or out of memory that the unwinding would
-/// free are under way.
-struct AbortOnUnwind;
-
-impl Drop for AbortOnUnwind {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "vkcompute-mpi: a panic while MPI transfers of a collective's pieces are under \
-                 way; their memory cannot be freed, so the process is aborted"
-            );
-            std::process::abort();
-        }
-    }
-}
-
-/// How a step's pieces travel.
-#[derive(Clone, Copy)]
-enum Wire {
-    /// Point to point with the collectives' tag: sends to `dest`, receives
-    /// from `source`.
-    Pair { dest: i32, source: i32 },
-    /// `MPI_Ibcast`s from `root`: the root's pieces are the step's sends,
-    /// every other rank's its receives.
-    Broadcast { root: i32 },
-}
-
-impl Wire {
-    /// The MPI call a timeout names.
-    fn call(self) -> &'static str {
-        match self {
-            Wire::Pair { .. } => "MPI_Sendrecv",
-            Wire::Broadcast { .. } => "MPI_Bcast",
-        }
-    }
-
-    /// What a timeout does with the transfers under way: point-to-point
-    /// ones are cancelled, a collective cannot be.
-    fn abandon(self) -> Abandon {
-        match self {
-            Wire::Pair { .. } => Abandon::Cancel,
-            Wire::Broadcast { .. } => Abandon::Abort,
-        }
-    }
 }
 
 /// One step's messages: pieces `sends` of the working buffer from the host
@@ -304,6 +236,7 @@ impl Communicator {
                 wire: Wire::Pair {
                     dest: right,
                     source: left,
+                    tag: COLLECTIVE_TAG,
                 },
                 sends: split(chunks[send].clone(), piece),
                 from,
@@ -362,6 +295,7 @@ impl Communicator {
                 wire: Wire::Pair {
                     dest: root,
                     source: q as i32,
+                    tag: COLLECTIVE_TAG,
                 },
                 sends,
                 from: ring.slots.out_at(size - 1),
@@ -455,9 +389,10 @@ impl Communicator {
     /// Posts the receives of `step`, then its sends one by one as each
     /// outgoing piece reaches the host, then waits for the incoming pieces
     /// in order, calling `arrived(p, range)` for each once it is in its
-    /// slot (and the slot free for the device), and last for the sends.
-    /// Device errors go to `failed`; MPI errors are returned, once MPI no
-    /// longer touches any of the step's memory.
+    /// slot (and the slot free for the device), and last for the sends
+    /// (`raw::exchange_pieces`). Device errors go to `failed`, and zeros
+    /// go out in place of the data once one did; MPI errors are returned,
+    /// once MPI no longer touches any of the step's memory.
     fn exchange_step<T: Pod>(
         &self,
         op: &'static str,
@@ -465,128 +400,42 @@ impl Communicator {
         failed: &mut Option<Error>,
         mut arrived: impl FnMut(usize, &Range<usize>) -> Result<()>,
     ) -> Result<()> {
-        let comm = self.raw();
-        comm.state.usable(op)?;
-        let (call, abandon) = (step.wire.call(), step.wire.abandon());
         let size = size_of::<T>();
-        let mut transfers: Vec<Transfer> = Vec::new();
-        // The transfers of each incoming piece (one, unless over MAX_MESSAGE).
-        let mut recv_at: Vec<Range<usize>> = Vec::new();
-        let mut landings: Vec<Option<Landing<'_>>> = Vec::new();
-        let mut sources: Vec<Source<'_>> = Vec::new();
-        // Declared after the memory, so dropped before it: a panic in
-        // `arrived` (or below) while transfers are under way ends the
-        // process instead of freeing memory MPI still reads or writes.
-        let _unwinding = AbortOnUnwind;
-        let mut posted = Ok(());
+        let mut landings = Vec::with_capacity(step.recvs.len());
         for (p, range) in step.recvs.iter().enumerate() {
             let bytes = range.len() * size;
-            let mut landing = match step.into[p].as_mut_slice() {
-                Ok(slice) => Landing::Slot(slice),
+            landings.push(match step.into[p].as_mut_slice() {
+                Ok(slice) => Landing::Slot(slice, bytes),
                 Err(e) => {
                     failed.get_or_insert(Error::device(op)(e));
                     Landing::Spare(vec![0u8; bytes])
                 }
-            };
-            let memory: &mut [u8] = match &mut landing {
-                Landing::Slot(slice) => &mut slice[..bytes],
-                Landing::Spare(spare) => &mut spare[..],
-            };
-            let (ptr, len) = (memory.as_mut_ptr(), memory.len());
-            let before = transfers.len();
-            landings.push(Some(landing));
-            // SAFETY: `ptr..ptr + len` is the start of a slot borrowed for
-            // the host (or of a heap buffer) held in `landings`, which
-            // outlives every transfer: it is dropped only once its piece's
-            // transfers are over, or at the end, after `finish_until` over
-            // every transfer (which returns only once MPI no longer touches
-            // any, cancelling or aborting on a timeout); a panic meanwhile
-            // aborts the process (`AbortOnUnwind`) before it is dropped.
-            // Each piece has its own memory, so no two transfers overlap.
-            posted = unsafe {
-                match step.wire {
-                    Wire::Pair { source, .. } => {
-                        raw::irecv(op, comm, ptr, len, source, COLLECTIVE_TAG, &mut transfers)
-                    }
-                    Wire::Broadcast { root } => {
-                        raw::ibcast(op, comm, ptr, len, root, &mut transfers)
-                    }
-                }
-            };
-            recv_at.push(before..transfers.len());
-            if posted.is_err() {
-                break;
-            }
+            });
         }
-        for (p, range) in step.sends.iter().enumerate() {
-            if posted.is_err() {
-                break;
-            }
-            let bytes = range.len() * size;
+        // `source` and `arrived` both note failures: they take turns.
+        let failed = std::cell::RefCell::new(failed);
+        let source = |p: usize| {
+            let bytes = step.sends[p].len() * size;
             // Waits for the copy of this piece to the host.
-            let source = match step.from[p].as_slice() {
-                Ok(slice) if failed.is_none() => Source::Slot(slice),
+            let mut failed = failed.borrow_mut();
+            match step.from[p].as_slice() {
+                Ok(slice) if failed.is_none() => Source::Slot(slice, bytes),
                 Ok(_) => Source::Spare(vec![0u8; bytes]),
                 Err(e) => {
                     failed.get_or_insert(Error::device(op)(e));
                     Source::Spare(vec![0u8; bytes])
                 }
-            };
-            let memory: &[u8] = match &source {
-                Source::Slot(slice) => &slice[..bytes],
-                Source::Spare(spare) => &spare[..],
-            };
-            let (ptr, len) = (memory.as_ptr(), memory.len());
-            sources.push(source);
-            // SAFETY: `ptr..ptr + len` lies in a slot borrowed for reading
-            // (or a heap buffer) held in `sources` until the end, after
-            // `finish_until` over every transfer, as above; nothing writes
-            // it meanwhile (the slot's borrow keeps device writes out); at
-            // a broadcast's root MPI only reads the buffer it is given.
-            posted = unsafe {
-                match step.wire {
-                    Wire::Pair { dest, .. } => {
-                        raw::isend(op, comm, ptr, len, dest, COLLECTIVE_TAG, &mut transfers)
-                    }
-                    Wire::Broadcast { root } => {
-                        raw::ibcast(op, comm, ptr.cast_mut(), len, root, &mut transfers)
-                    }
-                }
-            };
-        }
-        let mut open: Vec<usize> = (0..transfers.len()).collect();
-        let start = Instant::now();
-        let mut result = posted;
-        if result.is_ok() {
-            for (p, range) in step.recvs.iter().enumerate() {
-                let waited = deadline::finish_until(
-                    op,
-                    comm,
-                    call,
-                    (&mut transfers, &mut open),
-                    recv_at[p].clone(),
-                    (start, abandon),
-                );
-                if let Err(e) = waited {
-                    result = Err(e);
-                    break;
-                }
-                // The piece is in: its slot goes back to the device.
-                let landed = landings[p].take();
-                let in_slot = matches!(landed, Some(Landing::Slot(_)));
-                drop(landed);
-                if in_slot && failed.is_none() {
-                    note(failed, arrived(p, range));
-                }
             }
-        }
-        let all = 0..transfers.len();
-        let waits = (&mut transfers[..], &mut open);
-        let rest = deadline::finish_until(op, comm, call, waits, all, (start, abandon));
-        // Only now may the memory go.
-        drop(landings);
-        drop(sources);
-        result.and(rest)
+        };
+        let landed = |p: usize, in_slot: bool| {
+            let mut failed = failed.borrow_mut();
+            if in_slot && failed.is_none() {
+                let result = arrived(p, &step.recvs[p]);
+                note(&mut failed, result);
+            }
+        };
+        let sends = (landings, step.sends.len());
+        raw::exchange_pieces(op, self.raw(), step.wire, sends, source, landed)
     }
 }
 

@@ -13,12 +13,13 @@ use std::mem::size_of;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::communicator::{Communicator, ACK_TAGS};
-use crate::deadline::PendingOp;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::header::{Failure, Header, Kind};
 use crate::message_op::{Dest, Op, Phase, Side, Step};
 use crate::place::{Buffer, Place};
+use crate::raw::Held;
+use crate::raw::PendingOp;
 
 /// A non-blocking send or receive under way, from
 /// [`Communicator::isend`] or [`Communicator::irecv`]. It owns everything
@@ -187,6 +188,7 @@ impl Communicator {
         let header = Header::new(Kind::Send, T::TYPE, len).pieces(piece_bytes);
         let mut state = Op::new(op, self, Side::Send, dest, tag, Vec::new());
         state.piece_bytes = piece_bytes;
+        state.len = len;
         let staged = match self.stage_shared(op, buf.place(), len, dest) {
             Ok(Some(lent)) => {
                 let shared = header.in_shared_memory(lent.shared());
@@ -194,7 +196,7 @@ impl Communicator {
                 Ok(shared)
             }
             Ok(None) => copy_to_host(buf.place(), len).map(|data| {
-                state.data = data;
+                state.data = Held::new(data);
                 header
             }),
             Err(e) => Err(e),

@@ -20,7 +20,7 @@
 //! itself with its rank and that name's random bytes, which only the
 //! communicator's ranks know, so the listener knows whom each connection
 //! is from, and a stranger that guesses nothing is turned away. The
-//! descriptors then go with `SCM_RIGHTS` (`fdpass.rs`). Chosen over
+//! descriptors then go with `SCM_RIGHTS` (`raw::send_fd`). Chosen over
 //! `pidfd_getfd`, which needs ptrace rights over the peer (Yama's
 //! `ptrace_scope` 1, the default of several distributions, refuses it
 //! between sibling processes) and Linux 5.6; an abstract socket needs no
@@ -67,11 +67,6 @@
 //! The receiver trusts its peer as it trusts MPI's bytes: the peer is a
 //! rank of the same job, and what it sends over the socket is an export
 //! of `DeviceBuffer::export_fd` with that export's description.
-#![allow(
-    unsafe_code,
-    reason = "importing the descriptors a peer rank exported (DeviceContext::import_buffer)"
-)]
-
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::mem::size_of;
@@ -84,13 +79,11 @@ use std::time::{Duration, Instant};
 
 use bytemuck::{Pod, Zeroable};
 use vkcompute::{
-    DeviceBuffer, DeviceContext, ExportedMemory, ExternalMemoryInfo, MemoryHandleType,
-    EXTERNAL_MEMORY_INFO_BYTES,
+    DeviceBuffer, DeviceContext, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
 };
 
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::fdpass;
 use crate::header::SharedMemory;
 use crate::place::Place;
 use crate::raw::{self, Comm};
@@ -387,6 +380,13 @@ struct Inbox {
     memory: DeviceBuffer<u8>,
 }
 
+/// A descriptor a peer sent over its socket, and the description of the
+/// export that came with it.
+struct Announced {
+    fd: raw::PeerFd,
+    info: ExternalMemoryInfo,
+}
+
 /// A receiver's imports of its peers' memory, and the descriptors it took
 /// off the sockets before the headers that announce them.
 #[derive(Default)]
@@ -396,7 +396,7 @@ struct Imports {
     /// By `(source, outbox, generation)`: descriptors that came before
     /// the one a header asked for (messages matched out of order, a
     /// collective's memory behind an `isend`'s).
-    ahead: HashMap<(i32, u32, u32), ExportedMemory>,
+    ahead: HashMap<(i32, u32, u32), Announced>,
 }
 
 /// The same-node state of one communicator: the socket to each peer on
@@ -422,26 +422,6 @@ pub(crate) struct SameNode {
     shared: Mutex<Option<Outbox>>,
 }
 
-/// 16 bytes from the kernel's random source.
-fn random_name() -> io::Result<[u8; 16]> {
-    let mut name = [0u8; 16];
-    let mut filled = 0;
-    while filled < name.len() {
-        let rest = &mut name[filled..];
-        // SAFETY: `rest` is valid for writes of its length.
-        let got = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-        if got < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        filled += got as usize;
-    }
-    Ok(name)
-}
-
 /// This rank's offer and, where it offers the path, its listening socket.
 fn open(ctx: &DeviceContext, wanted: SameNodePolicy) -> (Offer, [u8; 16], Option<UnixListener>) {
     if wanted == SameNodePolicy::Off {
@@ -459,7 +439,7 @@ fn open(ctx: &DeviceContext, wanted: SameNodePolicy) -> (Offer, [u8; 16], Option
     {
         return (Offer::NoImport, [0; 16], None);
     }
-    let listening = random_name().and_then(|name| {
+    let listening = raw::random_bytes().and_then(|name| {
         let probe = Record {
             name,
             ..Record::zeroed()
@@ -832,13 +812,13 @@ impl SameNode {
         payload[4..8].copy_from_slice(&outbox.generation.to_le_bytes());
         payload[8..].copy_from_slice(&exported.info.to_bytes());
         for dest in peers.filter(|&p| self.is_peer(p)) {
-            fdpass::send_fd(self.socket(op, dest)?, exported.fd.as_fd(), &payload).map_err(
-                |e| Error::SameNode {
+            raw::send_fd(self.socket(op, dest)?, exported.fd.as_fd(), &payload).map_err(|e| {
+                Error::SameNode {
                     op,
                     peer: dest,
                     detail: format!("passing the exported memory over the node-local socket: {e}"),
-                },
-            )?;
+                }
+            })?;
         }
         outbox.announced = true;
         Ok(true)
@@ -895,10 +875,10 @@ impl SameNode {
     fn descriptor(
         &self,
         op: &'static str,
-        ahead: &mut HashMap<(i32, u32, u32), ExportedMemory>,
+        ahead: &mut HashMap<(i32, u32, u32), Announced>,
         source: i32,
         shared: SharedMemory,
-    ) -> Result<ExportedMemory> {
+    ) -> Result<Announced> {
         let wanted = (shared.outbox, shared.generation);
         if let Some(exported) = ahead.remove(&(source, wanted.0, wanted.1)) {
             return Ok(exported);
@@ -906,7 +886,7 @@ impl SameNode {
         let socket = self.socket(op, source)?;
         loop {
             let mut payload = [0u8; ANNOUNCE_BYTES];
-            let fd = fdpass::recv_fd_now(socket, &mut payload).map_err(|e| Error::SameNode {
+            let fd = raw::recv_fd_now(socket, &mut payload).map_err(|e| Error::SameNode {
                 op,
                 peer: source,
                 detail: if e.kind() == io::ErrorKind::WouldBlock {
@@ -926,7 +906,7 @@ impl SameNode {
             };
             let sent = (word(0), word(4));
             let info = ExternalMemoryInfo::from_bytes(&payload[8..]).map_err(Error::device(op))?;
-            let exported = ExportedMemory { fd, info };
+            let exported = Announced { fd, info };
             if sent == wanted {
                 return Ok(exported);
             }
@@ -939,26 +919,20 @@ impl SameNode {
         &self,
         op: &'static str,
         source: i32,
-        exported: ExportedMemory,
+        exported: Announced,
     ) -> Result<DeviceBuffer<u8>> {
         let broken = |detail: String| Error::SameNode {
             op,
             peer: source,
             detail,
         };
-        let info = &exported.info;
+        let info = exported.info;
         if info.handle_type != MemoryHandleType::OpaqueFd {
             return Err(broken(format!("a {:?} handle", info.handle_type)));
         }
         let len = usize::try_from(info.size)
             .map_err(|_| broken(format!("{} bytes of memory", info.size)))?;
-        // SAFETY: the descriptor came over this communicator's socket to
-        // `source`, a rank of the same job that authenticated the
-        // connection (module documentation), and that sends only exports
-        // of `DeviceBuffer::export_fd` with that export's own description
-        // (`announce_to`); Vulkan memory does not shrink. vkcompute checks
-        // the UUIDs, the handle type and the sizes on top.
-        unsafe { self.ctx.import_buffer::<u8>(exported, len) }.map_err(Error::device(op))
+        raw::import_peer_memory(&self.ctx, exported.fd, info, len).map_err(Error::device(op))
     }
 
     /// Whether every pair of the communicator takes the path, so that the

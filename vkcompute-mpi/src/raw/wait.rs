@@ -17,11 +17,6 @@
 //! (`MPI_Abort`); leaves them to MPI where their memory is leaked or
 //! there is none; or aborts at once (a collective over borrowed memory,
 //! which MPI cannot cancel).
-#![allow(
-    unsafe_code,
-    reason = "MPI_Abort, the one call that ends a job whose memory MPI keeps"
-)]
-
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -29,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use mpi::ffi;
 
+use super::transfer::Transfer;
+use super::Comm;
 use crate::error::{Error, Result};
-use crate::raw::{Comm, Transfer};
 
 /// How long cancelled transfers have to give their memory back after a
 /// timeout before the job is aborted.
