@@ -132,30 +132,22 @@
 //! A [`Request`] stays on its communicator's thread (it borrows it).
 #![deny(unsafe_code)]
 
-mod collective;
 mod communicator;
 mod element;
 mod error;
-mod header;
-mod kernels;
-mod message;
-mod message_op;
-mod pipeline;
-mod pipelined;
-mod place;
+mod exec;
+mod plan;
 mod raw;
-mod request;
-mod same_node;
-mod schedule;
-mod threads;
+mod transport;
+mod wire;
 
-pub use collective::AllreduceAlgorithm;
-pub use communicator::{Communicator, DEFAULT_PIECE_BYTES, MAX_TAG};
+pub use communicator::{Communicator, Request, DEFAULT_PIECE_BYTES};
 pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};
 pub use error::{Error, Result};
-pub use place::{Buffer, Place};
-pub use request::Request;
-pub use same_node::{Path, SameNodePolicy, SAME_NODE_VAR};
+pub use plan::AllreduceAlgorithm;
+pub use transport::place::{Buffer, Place};
+pub use transport::same_node::{Path, SameNodePolicy, SAME_NODE_VAR};
+pub use wire::MAX_TAG;
 
 /// The checked-in SPIR-V of the reduction kernels, by the name of the GLSL
 /// file (`shaders/<name>.comp`) each comes from, for the test that checks

@@ -11,7 +11,7 @@ use bytemuck::Pod;
 
 use super::transfer::{irecv, isend, Transfer};
 use super::Comm;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A buffer whose bytes stay where they are when the value moves (a heap
 /// allocation), which a [`Held`] may lend to MPI.
@@ -182,7 +182,7 @@ impl<B: Stable> Held<B> {
     /// Tests the transfers under way; `Ok(true)` once none is (the buffer
     /// is back). An error completes its transfer too; the first is
     /// returned once they are all over.
-    pub(crate) fn poll(&mut self, op: &'static str, error: &mut Option<crate::Error>) -> bool {
+    pub(crate) fn poll(&mut self, op: &'static str, error: &mut Option<Error>) -> bool {
         let mut i = 0;
         while i < self.transfers.len() {
             match self.transfers[i].test(op) {

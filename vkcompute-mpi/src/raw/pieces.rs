@@ -133,15 +133,12 @@ pub(crate) fn exchange_pieces<'m>(
         let (ptr, len) = (memory.as_mut_ptr(), memory.len());
         let before = transfers.len();
         held_in.push(Some(landing));
-        // SAFETY: `ptr..ptr + len` is the memory of a landing held in
-        // `held_in`, a heap buffer or a host buffer's mapping, which does
-        // not move with the landing and outlives every transfer: it is
-        // dropped only once its piece's transfers are over, or at the end,
-        // after `finish_until` over every transfer (which returns only once
-        // MPI no longer touches any, cancelling or aborting on a timeout);
-        // a panic meanwhile aborts the process (`AbortOnUnwind`) before it
-        // is dropped. Each landing has memory of its own, so no two
-        // transfers overlap.
+        // SAFETY: `ptr..ptr + len` is a landing's own memory (a heap
+        // buffer or a host buffer's mapping: it stays put when the landing
+        // moves into `held_in`), dropped only once its transfers are over
+        // or after `finish_until` over all (which returns once MPI is done,
+        // cancelling or aborting past the timeout); a panic meanwhile
+        // aborts the process first (`AbortOnUnwind`).
         posted = unsafe {
             match wire {
                 Wire::Pair { source, tag, .. } => {

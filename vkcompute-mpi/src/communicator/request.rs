@@ -12,14 +12,15 @@
 use std::mem::size_of;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::communicator::{Communicator, ACK_TAGS};
+use crate::communicator::Communicator;
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::header::{Failure, Header, Kind};
-use crate::message_op::{Dest, Op, Phase, Side, Step};
-use crate::place::{Buffer, Place};
 use crate::raw::Held;
 use crate::raw::PendingOp;
+use crate::transport::place::{Buffer, Place};
+use crate::wire::ACK_TAGS;
+use crate::wire::{Dest, Op, Phase, Side, Step};
+use crate::wire::{Failure, Header, Kind};
 
 /// A non-blocking send or receive under way, from
 /// [`Communicator::isend`] or [`Communicator::irecv`]. It owns everything
@@ -146,6 +147,13 @@ impl Communicator {
         self.raw().state.progress();
     }
 
+    /// What a message end of this communicator needs: the MPI
+    /// communicator, this rank, and the same-node transport.
+    fn wire_end(&self) -> (crate::raw::Comm, i32, Arc<dyn crate::wire::SharedMessages>) {
+        let same_node: Arc<dyn crate::wire::SharedMessages> = self.same_node.clone();
+        (self.raw().clone(), self.rank(), same_node)
+    }
+
     fn register<T: Element>(&self, op: Op<T>) -> Request<'_> {
         let op = Arc::new(Mutex::new(op));
         let pending: PendingOp = Arc::downgrade(&op) as PendingOp;
@@ -186,13 +194,13 @@ impl Communicator {
         let len = buf.elements();
         let piece_bytes = self.piece_elements::<T>() * size_of::<T>();
         let header = Header::new(Kind::Send, T::TYPE, len).pieces(piece_bytes);
-        let mut state = Op::new(op, self, Side::Send, dest, tag, Vec::new());
+        let mut state = Op::new(op, self.wire_end(), Side::Send, dest, tag, Vec::new());
         state.piece_bytes = piece_bytes;
         state.len = len;
         let staged = match self.stage_shared(op, buf.place(), len, dest) {
             Ok(Some(lent)) => {
                 let shared = header.in_shared_memory(lent.shared());
-                state.lent = Some(lent);
+                state.lent = Some(Box::new(lent));
                 Ok(shared)
             }
             Ok(None) => copy_to_host(buf.place(), len).map(|data| {
@@ -255,7 +263,7 @@ impl Communicator {
         let op = "Communicator::irecv";
         self.check_peer(op, source, tag)?;
         let data = vec![T::zeroed(); buf.elements()];
-        let mut state = Op::new(op, self, Side::Recv, source, tag, data);
+        let mut state = Op::new(op, self.wire_end(), Side::Recv, source, tag, data);
         state.dest = Some(match buf.place() {
             Place::Device(device) => Dest::Device(device.clone()),
             Place::Host(host) => Dest::Host(host.clone()),

@@ -8,12 +8,11 @@ use std::sync::Arc;
 
 use vkcompute::{DeviceBuffer, HostBuffer};
 
-use crate::communicator::{Communicator, ACK_TAGS, DATA_TAGS, TRAILER_BYTES};
+use super::header::{Failure, Header, Kind, HEADER_BYTES};
+use super::{LentOutbox, SharedMessages, ACK_TAGS, DATA_TAGS, TRAILER_BYTES};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::header::{Failure, Header, Kind, HEADER_BYTES};
 use crate::raw::{Comm, Held, Pollable, Ticket};
-use crate::same_node::{Lent, SameNode};
 
 /// Which end of a message an operation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +56,7 @@ pub(crate) struct Op<T: Element> {
     pub(crate) op: &'static str,
     pub(crate) comm: Comm,
     /// The communicator's same-node path, for a message in shared memory.
-    pub(crate) same_node: Arc<SameNode>,
+    pub(crate) same_node: Arc<dyn SharedMessages>,
     pub(crate) rank: i32,
     pub(crate) peer: i32,
     pub(crate) tag: i32,
@@ -77,7 +76,7 @@ pub(crate) struct Op<T: Element> {
     pub(crate) len: usize,
     /// A sender's outbox on the same-node path, which holds the data,
     /// lent to this message until the receiver answers.
-    pub(crate) lent: Option<Lent>,
+    pub(crate) lent: Option<Box<dyn LentOutbox>>,
     /// A sender's piece size in bytes.
     pub(crate) piece_bytes: usize,
     /// A receiver's destination (a clone of the handle: it stays alive).
@@ -96,7 +95,7 @@ pub(crate) struct Op<T: Element> {
 impl<T: Element> Op<T> {
     pub(crate) fn new(
         op: &'static str,
-        comm: &Communicator,
+        (comm, rank, same_node): (Comm, i32, Arc<dyn SharedMessages>),
         side: Side,
         peer: i32,
         tag: i32,
@@ -104,9 +103,9 @@ impl<T: Element> Op<T> {
     ) -> Self {
         Op {
             op,
-            comm: comm.raw().clone(),
-            same_node: Arc::clone(&comm.same_node),
-            rank: comm.rank(),
+            comm,
+            same_node,
+            rank,
             peer,
             tag,
             side,
@@ -277,12 +276,13 @@ impl<T: Element> Op<T> {
     /// stays zero.
     fn take_shared(&mut self, inbox: Result<DeviceBuffer<u8>>, wanted: Header) -> Result<Phase> {
         let (op, source, len) = (self.op, self.peer, self.len);
-        let (same_node, data) = (&self.same_node, self.data.get_mut());
+        let (same_node, mut data) = (&self.same_node, self.data.get_mut());
         let taken = inbox.and_then(|inbox| {
-            same_node.take::<T>(op, source, &inbox, len, |part| match data {
-                Some(data) => part.copy_to_slice(data),
-                None => Ok(()),
-            })
+            let mut write = || match data.as_deref_mut() {
+                Some(data) if len > 0 => inbox.create_sub_buffer::<T>(0, len)?.copy_to_slice(data),
+                _ => Ok(()),
+            };
+            same_node.take_bytes(op, (source, &inbox, len * size_of::<T>()), &mut write)
         });
         let answer = match &taken {
             Ok(_) => wanted,

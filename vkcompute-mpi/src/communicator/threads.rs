@@ -72,5 +72,5 @@ impl ThreadRule {
 // it there); it is not `Sync`.
 const _: fn() = || {
     fn send<T: Send>() {}
-    send::<crate::Communicator>();
+    send::<super::Communicator>();
 };

@@ -1,5 +1,5 @@
-//! Collectives in pieces, the mechanism (`pipelined.rs` builds the
-//! collectives on it): each step's chunk travels as several MPI messages,
+//! The executor: collectives in pieces (`communicator/collective/pipelined.rs`
+//! builds the collectives on it): each step's chunk travels as several MPI messages,
 //! through pinned host buffers of one piece each (separate allocations,
 //! so that MPI holds one while the device copies another), and the device
 //! work of a piece is enqueued as soon as it has arrived. The
@@ -21,44 +21,16 @@ use std::ops::Range;
 use bytemuck::Pod;
 use vkcompute::{DeviceBuffer, HostBuffer};
 
-use crate::communicator::{Communicator, COLLECTIVE_TAG};
+use vkcompute::DeviceContext;
+
 use crate::element::Reducible;
 use crate::error::{Error, Result};
-use crate::kernels::{self, ReduceKernels};
+use crate::plan::split;
+use crate::raw::Comm;
 use crate::raw::{self, Landing, Source, Wire};
-
-/// The shortest piece (bytes) a chunk is cut into: a chunk of at most this
-/// travels as one message.
-pub(crate) const MIN_PIECE_BYTES: usize = 4 << 20;
-/// The most pieces of one chunk: longer chunks take longer pieces, so the
-/// host buffers stay four times the longest chunk in all.
-pub(crate) const MAX_PIECES: usize = 8;
-/// Pieces are a multiple of this many bytes (so of any binding alignment,
-/// which Vulkan caps at 256).
-const PIECE_ROUND: usize = 64 << 10;
-
-/// The piece length, in elements of `T`, of chunks of at most `longest`
-/// elements. The same on every rank that agreed on `T` and the chunks.
-pub(crate) fn piece_len<T>(longest: usize) -> usize {
-    let size = size_of::<T>().max(1);
-    let bytes = longest.saturating_mul(size);
-    let pieces = bytes.div_ceil(MIN_PIECE_BYTES).clamp(1, MAX_PIECES);
-    (bytes.div_ceil(pieces).next_multiple_of(PIECE_ROUND) / size).max(1)
-}
-
-/// `range` cut into pieces of `piece` elements: at least one, empty for an
-/// empty range (which still travels as one empty message).
-pub(crate) fn split(range: Range<usize>, piece: usize) -> Vec<Range<usize>> {
-    if range.is_empty() {
-        let empty = range.start..range.start;
-        return std::iter::once(empty).collect();
-    }
-    let end = range.end;
-    range
-        .step_by(piece.max(1))
-        .map(|start| start..(start + piece).min(end))
-        .collect()
-}
+use crate::transport::kernels::{self, ReduceKernels};
+use crate::transport::pool::StagingPool;
+use crate::wire::COLLECTIVE_TAG;
 
 /// The pinned host buffers of a pipelined ring: for each parity of the
 /// step, one per piece of the longest chunk, for outgoing pieces copied
@@ -71,12 +43,12 @@ pub(crate) struct Slots {
 impl Slots {
     /// Slots for chunks cut into at most `count` pieces of `piece_bytes`.
     pub(crate) fn new(
-        comm: &Communicator,
+        pool: &StagingPool,
         op: &'static str,
         piece_bytes: usize,
         count: usize,
     ) -> Result<Slots> {
-        let mut all = comm.piece_slots(op, piece_bytes, 4 * count)?;
+        let mut all = pool.piece_slots(op, piece_bytes, 4 * count)?;
         let mut take = || all.drain(..count).collect::<Vec<_>>();
         Ok(Slots {
             out: [take(), take()],
@@ -90,10 +62,10 @@ impl Slots {
     }
 
     /// Gives the buffers back for reuse.
-    pub(crate) fn keep(self, comm: &Communicator) {
+    pub(crate) fn keep(self, pool: &StagingPool) {
         let [a, b] = self.out;
         let [c, d] = self.inbox;
-        comm.keep_piece_slots(a.into_iter().chain(b).chain(c).chain(d).collect());
+        pool.keep_piece_slots(a.into_iter().chain(b).chain(c).chain(d).collect());
     }
 }
 
@@ -147,7 +119,18 @@ struct Step<'s> {
     into: &'s [HostBuffer<u8>],
 }
 
-impl Communicator {
+/// The ranks a collective runs over, as the executor sees them: the MPI
+/// communicator, this rank and the number of ranks, and the context whose
+/// stream runs the device work.
+#[derive(Clone, Copy)]
+pub(crate) struct Team<'a> {
+    pub(crate) raw: &'a Comm,
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+    pub(crate) ctx: &'a DeviceContext,
+}
+
+impl Team<'_> {
     /// What a ring over the working buffer `work` does with an arrived
     /// piece: reduces it into `work` (and stages the result out for the
     /// next step, where there is one), or stores it there.
@@ -164,7 +147,7 @@ impl Communicator {
             .map_err(Error::device(op))?;
         match piece.reduce {
             Some(next) => {
-                kernels::enqueue_reduce(op, self.context(), kernel, &part, &piece.incoming)?;
+                kernels::enqueue_reduce(op, self.ctx, kernel, &part, &piece.incoming)?;
                 if let Some(next) = next {
                     self.stage_out(op, work, range, next)?;
                 }
@@ -204,7 +187,7 @@ impl Communicator {
             piece,
             slots,
         } = ring;
-        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let (rank, size) = (self.rank, self.size);
         let right = ((rank + 1) % size) as i32;
         let left = ((rank + size - 1) % size) as i32;
         // What this rank sends is wrong (zeros go out instead) once a
@@ -278,7 +261,7 @@ impl Communicator {
         root: i32,
         mut arrived: impl FnMut(&Range<usize>, HostBuffer<T>) -> Result<()>,
     ) -> Result<()> {
-        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let (rank, size) = (self.rank, self.size);
         let mut failed = None;
         let peers = (0..size).filter(|&q| q as i32 != root);
         for (turn, q) in peers.enumerate() {
@@ -328,7 +311,7 @@ impl Communicator {
         mut arrived: impl FnMut(&Range<usize>, HostBuffer<T>) -> Result<()>,
     ) -> Result<()> {
         let pieces = split(0..n, piece);
-        let (sends, recvs) = if self.rank() == root {
+        let (sends, recvs) = if self.rank as i32 == root {
             (pieces, Vec::new())
         } else {
             (Vec::new(), pieces)
@@ -356,7 +339,7 @@ impl Communicator {
         work: &DeviceBuffer<T>,
         ring: Ring<'_>,
     ) -> Result<()> {
-        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let (rank, size) = (self.rank, self.size);
         let first = split(ring.chunks[(rank + size - 1) % size].clone(), ring.piece);
         for (p, range) in first.iter().enumerate() {
             self.stage_out(op, work, range, &ring.slots.out_at(0)[p])?;
@@ -366,7 +349,7 @@ impl Communicator {
 
     /// Submits the work enqueued so far.
     pub(crate) fn flush(&self, op: &'static str) -> Result<()> {
-        self.context().flush().map_err(Error::device(op))
+        self.ctx.flush().map_err(Error::device(op))
     }
 
     /// Enqueues the copy of `range` of `work` into `slot`.
@@ -435,31 +418,6 @@ impl Communicator {
             }
         };
         let sends = (landings, step.sends.len());
-        raw::exchange_pieces(op, self.raw(), step.wire, sends, source, landed)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pieces_cover_the_range() {
-        assert_eq!(split(5..5, 4), vec![5..5]);
-        assert_eq!(split(0..10, 4), vec![0..4, 4..8, 8..10]);
-        assert_eq!(split(3..7, 4), vec![3..7]);
-    }
-
-    #[test]
-    fn piece_lengths_depend_on_the_chunk() {
-        // At most MIN_PIECE_BYTES: one piece.
-        assert!(piece_len::<f32>(1000) >= 1000);
-        assert!(piece_len::<f32>((4 << 20) / 4) >= (4 << 20) / 4);
-        // 32 MiB of f32: eight pieces of 4 MiB.
-        assert_eq!(piece_len::<f32>((32 << 20) / 4), (4 << 20) / 4);
-        // 256 MiB of f64: eight pieces, not 64.
-        assert_eq!(piece_len::<f64>((256 << 20) / 8), (32 << 20) / 8);
-        assert_eq!(piece_len::<f32>(0), 1);
-        assert_eq!((piece_len::<u64>(12345) * 8) % PIECE_ROUND, 0);
+        raw::exchange_pieces(op, self.raw, step.wire, sends, source, landed)
     }
 }
