@@ -347,32 +347,9 @@ pub(crate) fn finish_until(
     }
 }
 
-/// Waits until `ticket` has its turn (moving the pending requests on
-/// meanwhile, which is how the earlier ends of its key take their steps),
-/// within the communicator's timeout: a blocking call's ordered step.
-pub(crate) fn wait_turn(op: &'static str, comm: &Comm, ticket: &Ticket) -> Result<()> {
-    let start = Instant::now();
-    let timeout = comm.state.timeout();
-    loop {
-        if ticket.has_turn() {
-            return Ok(());
-        }
-        comm.state.progress();
-        if ticket.has_turn() {
-            return Ok(());
-        }
-        match timeout {
-            Some(after) if start.elapsed() >= after => {
-                return Err(comm.state.timed_out(op, "MPI_Test", after));
-            }
-            _ => pause(start),
-        }
-    }
-}
-
 /// Cancels the transfers `open` of `transfers` and waits up to
 /// [`CANCEL_GRACE`] for MPI to finish them; aborts the job otherwise.
-fn cancel_or_abort(
+pub(super) fn cancel_or_abort(
     op: &'static str,
     comm: &Comm,
     transfers: &mut [Transfer],

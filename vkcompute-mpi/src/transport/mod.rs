@@ -6,6 +6,7 @@
 //! and the copies between buffers ([`place`]), and the reduction kernels
 //! ([`kernels`]).
 
+pub(crate) mod ends;
 pub(crate) mod kernels;
 pub(crate) mod message;
 pub(crate) mod place;

@@ -25,6 +25,14 @@ pub enum Place<'a, T> {
     Host(&'a HostBuffer<T>),
 }
 
+impl<T> Clone for Place<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Place<'_, T> {}
+
 /// A buffer that can be sent, received and take part in collectives:
 /// [`DeviceBuffer`] and [`HostBuffer`] (and their views, which are buffers
 /// too). Sealed.

@@ -10,9 +10,11 @@
 
 mod header;
 mod op;
+mod owned;
 
-pub(crate) use header::{agree, Failure, Header, Kind, SharedMemory, HEADER_BYTES};
-pub(crate) use op::{Dest, Op, Phase, Side, Step};
+pub(crate) use header::{agree, Failure, Header, Kind, SharedMemory};
+pub(crate) use op::{Body, End, Op, Step};
+pub(crate) use owned::{Dest, Owned};
 
 use vkcompute::DeviceBuffer;
 
