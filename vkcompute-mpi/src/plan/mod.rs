@@ -7,7 +7,10 @@
 //! ranks on different transports pair.
 #![deny(unsafe_code)]
 
+mod choose;
 pub(crate) mod schedule;
+
+pub(crate) use choose::{plan, Ask, Collective, Plan, Route};
 
 use std::mem::size_of;
 use std::ops::Range;
@@ -27,7 +30,12 @@ const PIECE_ROUND: usize = 64 << 10;
 /// The piece length, in elements of `T`, of chunks of at most `longest`
 /// elements. The same on every rank that agreed on `T` and the chunks.
 pub(crate) fn piece_len<T>(longest: usize) -> usize {
-    let size = size_of::<T>().max(1);
+    piece_elements(longest, size_of::<T>())
+}
+
+/// [`piece_len`] for elements of `size` bytes.
+pub(crate) fn piece_elements(longest: usize, size: usize) -> usize {
+    let size = size.max(1);
     let bytes = longest.saturating_mul(size);
     let pieces = bytes.div_ceil(MIN_PIECE_BYTES).clamp(1, MAX_PIECES);
     (bytes.div_ceil(pieces).next_multiple_of(PIECE_ROUND) / size).max(1)
@@ -138,6 +146,7 @@ impl AllreduceAlgorithm {
 
 /// Where each rank's chunk lies in a collective's working buffer: chunk
 /// `k` is `starts[k]..starts[k] + lens[k]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Chunks {
     pub(crate) ranges: Vec<Range<usize>>,
 }

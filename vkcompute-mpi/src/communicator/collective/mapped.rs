@@ -14,8 +14,8 @@ use super::ring::Staged;
 use crate::communicator::Communicator;
 use crate::element::{ReduceOp, Reducible};
 use crate::error::{Error, Result};
-use crate::plan::schedule::{self, Algorithm, Step};
-use crate::plan::{self, Chunks, DIRECT_MAX_LANDING_BYTES, DIRECT_MAX_RANKS};
+use crate::plan::schedule::{self, Step};
+use crate::plan::{self, AllreduceAlgorithm, Chunks, Plan};
 use crate::raw;
 use crate::transport::kernels;
 use crate::transport::place::{Buffer, Place};
@@ -67,18 +67,14 @@ impl Communicator {
         op: &'static str,
         buf: &DeviceBuffer<T>,
         reduce: ReduceOp,
-        header: Header,
+        (header, plan): (Header, Plan),
     ) -> Result<()> {
         let (n, size, rank) = (buf.len(), self.size() as usize, self.rank() as usize);
-        let doubling = self.doubles::<T>(n);
-        let (chunks, algorithm) = if doubling {
-            (Chunks::contiguous(n, 1, n), Algorithm::Ring)
-        } else {
-            self.chunked::<T>(n)
-        };
+        let doubling = plan.algorithm == AllreduceAlgorithm::Doubling;
+        let (chunks, algorithm) = (plan.chunks, plan.schedule);
         let steps = schedule::reduce_scatter(algorithm, rank, size);
         let stride = self.stride::<T>(n);
-        let wanted = !doubling && self.takes_direct::<T>(algorithm, n);
+        let wanted = plan.algorithm == AllreduceAlgorithm::Direct;
         let prepared = self
             .reducer
             .kernel::<T>(op, self.context(), reduce)
@@ -215,23 +211,6 @@ impl Communicator {
             d <<= 1;
         }
         failed.map_or(Ok(()), Err)
-    }
-
-    /// Whether an allreduce of `n` elements of `T` whose reduce-scatter
-    /// takes `algorithm` may send every chunk to its owner at once
-    /// ([`direct_reduce_scatter_mapped`](Self::direct_reduce_scatter_mapped)):
-    /// the ring on 3 to [`DIRECT_MAX_RANKS`] ranks, with a landing of at
-    /// most [`DIRECT_MAX_LANDING_BYTES`]. The same on every rank; it is
-    /// taken where every rank offers it (on 2 ranks the ring is one such
-    /// step already).
-    pub(super) fn takes_direct<T>(&self, algorithm: Algorithm, n: usize) -> bool {
-        let size = self.size() as usize;
-        let landing = (size.saturating_sub(1))
-            .saturating_mul(self.stride::<T>(n))
-            .saturating_mul(size_of::<T>());
-        algorithm == Algorithm::Ring
-            && (3..=DIRECT_MAX_RANKS).contains(&size)
-            && landing <= DIRECT_MAX_LANDING_BYTES
     }
 
     /// The reduce-scatter of [`allreduce_mapped`](Self::allreduce_mapped)

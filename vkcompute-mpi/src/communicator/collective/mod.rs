@@ -48,7 +48,7 @@ use crate::communicator::Communicator;
 use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
 use crate::plan::schedule::Algorithm;
-use crate::plan::{self, algorithm, AllreduceAlgorithm, Chunks, DOUBLING_MAX_BYTES};
+use crate::plan::{self, AllreduceAlgorithm, Ask, Chunks, Collective, Route};
 use crate::raw;
 use crate::transport::kernels;
 use crate::transport::place::{Buffer, Place};
@@ -115,15 +115,20 @@ impl Communicator {
         let op = "Communicator::broadcast";
         let n = buf.elements();
         let header = Header::new(Kind::Broadcast, T::TYPE, n).root(root);
-        if n > 0 && self.same_node.spans_communicator() {
+        let device = match buf.place() {
+            Place::Device(dev) if self.maps_device_memory() => Some(dev),
+            _ => None,
+        };
+        let plan = plan::plan(&self.ask::<T>(Collective::Broadcast, n, device.is_some()));
+        if plan.route == Route::SameNode {
             return self.broadcast_same_node(op, buf, root, header);
         }
-        // Every path sends the same pieces, so that ranks on different
-        // paths pair.
-        let piece = plan::piece_len::<T>(n);
+        // Every route sends the same pieces, so that ranks on different
+        // routes pair.
+        let piece = plan.piece;
         let piece_bytes = piece * size_of::<T>();
-        if let Place::Device(dev) = buf.place() {
-            if n > 0 && self.size() > 1 && self.maps_device_memory() {
+        if let (Route::Mapped, Some(dev)) = (plan.route, device) {
+            {
                 // A mapped buffer fails here, before the ranks agree.
                 let prepared = self
                     .check_rank(op, root)
@@ -134,7 +139,7 @@ impl Communicator {
                 return mapping.finish().map_err(Error::device(op));
             }
         }
-        if piece < n && self.size() > 1 {
+        if plan.route == Route::Pieces {
             return self.broadcast_pipelined(op, (buf, root), header, piece);
         }
         let prepared = self.check_rank(op, root).and_then(|()| {
@@ -161,13 +166,25 @@ impl Communicator {
         Ok(())
     }
 
+    /// What the planner needs of a `collective` of `len` elements of `T`
+    /// (a block's, for allgather and reduce_scatter) on this communicator,
+    /// `mapped` where this rank's buffer takes the mapped route.
+    fn ask<T>(&self, collective: Collective, len: usize, mapped: bool) -> Ask {
+        Ask {
+            collective,
+            ranks: self.size() as usize,
+            len,
+            element: size_of::<T>(),
+            align: (kernels::align_bytes(self.context()) / size_of::<T>()).max(1),
+            same_node: self.same_node.spans_communicator(),
+            mapped,
+        }
+    }
+
     /// The chunk stride of a reduction of `len` elements of `T` over the
     /// ranks: a multiple of the binding alignment.
     fn stride<T>(&self, len: usize) -> usize {
-        let align = (kernels::align_bytes(self.context()) / size_of::<T>()).max(1);
-        len.div_ceil(self.size() as usize)
-            .next_multiple_of(align)
-            .max(align)
+        self.ask::<T>(Collective::Allreduce, len, false).stride(len)
     }
 
     /// Reduces `buf` element by element over every rank with `reduce`, and
@@ -180,35 +197,37 @@ impl Communicator {
         reduce: ReduceOp,
     ) -> Result<()> {
         let op = "Communicator::allreduce";
-        let (n, size) = (buf.elements(), self.size() as usize);
+        let n = buf.elements();
         let header = Header::new(Kind::Allreduce, T::TYPE, n).reduce(reduce);
-        let trivial = n == 0 || size == 1;
-        if !trivial && self.same_node.spans_communicator() {
-            return self.allreduce_same_node(op, buf, reduce, header);
-        }
-        if let (false, Some(dev)) = (trivial, self.mapped_in_place(buf)) {
-            return self.allreduce_mapped(op, dev, reduce, header);
-        }
-        if !trivial && self.doubles::<T>(n) {
-            let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
-            let whole = (Chunks::contiguous(n, 1, n), Algorithm::Ring);
-            let prepared = self.prepare_ring(op, reduce, n, whole, fill);
-            let ring = self.agree(op, header, prepared)?;
-            self.doubling_staged(op, &ring)?;
-            (buf.place().copy_from(&ring.acc)).map_err(Error::device(op))?;
-            ring.keep(self);
-            return Ok(());
-        }
-        if !trivial {
-            if let Some(pieces) = self.pipelines::<T>(self.chunked::<T>(n)) {
+        let in_place = self.mapped_in_place(buf);
+        let plan = plan::plan(&self.ask::<T>(Collective::Allreduce, n, in_place.is_some()));
+        let trivial = plan.algorithm == AllreduceAlgorithm::Local;
+        match (plan.route, in_place) {
+            (Route::SameNode, _) => return self.allreduce_same_node(op, buf, reduce, header),
+            (Route::Mapped, Some(dev)) => {
+                return self.allreduce_mapped(op, dev, reduce, (header, plan));
+            }
+            (Route::Pieces, _) => {
+                let pieces = (plan.chunks, plan.piece);
                 return self.allreduce_pipelined(op, (buf, reduce), header, pieces);
             }
+            _ if plan.algorithm == AllreduceAlgorithm::Doubling => {
+                let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
+                let whole = (plan.chunks, Algorithm::Ring);
+                let prepared = self.prepare_ring(op, reduce, n, whole, fill);
+                let ring = self.agree(op, header, prepared)?;
+                self.doubling_staged(op, &ring)?;
+                (buf.place().copy_from(&ring.acc)).map_err(Error::device(op))?;
+                ring.keep(self);
+                return Ok(());
+            }
+            _ => {}
         }
         let prepared = if trivial {
             Ok(None)
         } else {
             let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
-            self.prepare_ring(op, reduce, n, self.chunked::<T>(n), fill)
+            self.prepare_ring(op, reduce, n, (plan.chunks, plan.schedule), fill)
                 .and_then(|ring| Ok(Some((ring, Staged::<T>::new(self, op, n)?))))
         };
         let Some((ring, result)) = self.agree(op, header, prepared)? else {
@@ -238,60 +257,8 @@ impl Communicator {
         &self,
         buf: &B,
     ) -> AllreduceAlgorithm {
-        let (n, size) = (buf.elements(), self.size() as usize);
-        if n == 0 || size == 1 {
-            return AllreduceAlgorithm::Local;
-        }
-        if self.same_node.spans_communicator() {
-            return AllreduceAlgorithm::AllToAll;
-        }
-        if self.doubles::<T>(n) {
-            return AllreduceAlgorithm::Doubling;
-        }
-        let algorithm = self.algorithm::<T>(n);
         let mapped = self.mapped_in_place(buf).is_some();
-        match algorithm {
-            Algorithm::Halving => AllreduceAlgorithm::Halving,
-            Algorithm::Ring if mapped && self.takes_direct::<T>(algorithm, n) => {
-                AllreduceAlgorithm::Direct
-            }
-            Algorithm::Ring => AllreduceAlgorithm::Ring,
-        }
-    }
-
-    /// The algorithm of a reduce-scatter or allgather whose buffer holds
-    /// `n` elements of `T` in all: recursive halving and doubling on 4, 8,
-    /// ... ranks up to [`HALVING_MAX_BYTES`], else the ring. The same on
-    /// every rank (it depends only on what the ranks agree on).
-    fn algorithm<T>(&self, n: usize) -> Algorithm {
-        algorithm(self.size() as usize, n.saturating_mul(size_of::<T>()))
-    }
-
-    /// `n` elements cut into one chunk per rank, and their algorithm.
-    fn chunked<T>(&self, n: usize) -> (Chunks, Algorithm) {
-        let chunks = Chunks::contiguous(n, self.size() as usize, self.stride::<T>(n));
-        (chunks, self.algorithm::<T>(n))
-    }
-
-    /// `chunks` and their piece length where a collective over them takes
-    /// the pipelined ring (`pipelined.rs`): the ring, with chunks longer
-    /// than one piece. The same on every rank (it depends only on what the
-    /// ranks agree on).
-    fn pipelines<T>(&self, (chunks, algorithm): (Chunks, Algorithm)) -> Option<(Chunks, usize)> {
-        let piece = plan::piece_len::<T>(chunks.longest());
-        (algorithm == Algorithm::Ring && piece < chunks.longest()).then_some((chunks, piece))
-    }
-
-    /// Whether an allreduce of `n` elements of `T` takes recursive doubling
-    /// rather than the ring: a power-of-two number of ranks, at least 4,
-    /// and at most [`DOUBLING_MAX_BYTES`]. The same on every rank (it
-    /// depends only on what the ranks agree on), whichever path each rank
-    /// takes.
-    fn doubles<T>(&self, n: usize) -> bool {
-        let size = self.size() as usize;
-        size >= 4
-            && size.is_power_of_two()
-            && n.saturating_mul(size_of::<T>()) <= DOUBLING_MAX_BYTES
+        plan::plan(&self.ask::<T>(Collective::Allreduce, buf.elements(), mapped)).algorithm
     }
 
     /// Reduces `buf` element by element over every rank with `reduce`, and
@@ -304,25 +271,26 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         let op = "Communicator::reduce";
-        let (n, size, rank) = (buf.elements(), self.size() as usize, self.rank());
+        let (n, rank) = (buf.elements(), self.rank());
         let header = Header::new(Kind::Reduce, T::TYPE, n)
             .reduce(reduce)
             .root(root);
-        let trivial = n == 0 || size == 1;
-        if !trivial && self.same_node.spans_communicator() {
-            return self.reduce_same_node(op, (buf, reduce, root), header);
-        }
-        if !trivial {
-            if let Some(pieces) = self.pipelines::<T>(self.chunked::<T>(n)) {
+        let plan = plan::plan(&self.ask::<T>(Collective::Reduce, n, false));
+        let trivial = plan.algorithm == AllreduceAlgorithm::Local;
+        match plan.route {
+            Route::SameNode => return self.reduce_same_node(op, (buf, reduce, root), header),
+            Route::Pieces => {
+                let pieces = (plan.chunks, plan.piece);
                 return self.reduce_pipelined(op, (buf, reduce, root), header, pieces);
             }
+            _ => {}
         }
         let prepared = self.check_rank(op, root).and_then(|()| {
             if trivial {
                 return Ok(None);
             }
             let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
-            let ring = self.prepare_ring(op, reduce, n, self.chunked::<T>(n), fill)?;
+            let ring = self.prepare_ring(op, reduce, n, (plan.chunks, plan.schedule), fill)?;
             let result = if rank == root {
                 Some(Staged::<T>::new(self, op, n)?)
             } else {
@@ -380,15 +348,14 @@ impl Communicator {
         let op = "Communicator::allgather";
         let (m, size, rank) = (send.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::Allgather, T::TYPE, m);
-        if m > 0 && self.same_node.spans_communicator() {
+        let plan = plan::plan(&self.ask::<T>(Collective::Allgather, m, false));
+        if m > 0 && plan.route == Route::SameNode {
             return self.allgather_same_node(op, (send, recv), header);
         }
         let checked = check_blocks(op, "recv", recv.elements(), "send", m, size);
-        let blocks = (Chunks::blocks(m, size, m), self.algorithm::<T>(m * size));
-        if m > 0 && size > 1 {
-            if let Some(pieces) = self.pipelines::<T>(blocks) {
-                return self.allgather_pipelined(op, (send, recv), header, pieces, checked);
-            }
+        if plan.route == Route::Pieces {
+            let pieces = (plan.chunks, plan.piece);
+            return self.allgather_pipelined(op, (send, recv), header, pieces, checked);
         }
         let prepared = checked.and_then(|()| {
             let result = Staged::<T>::new(self, op, m * size)?;
@@ -397,11 +364,9 @@ impl Communicator {
             Ok(result)
         });
         let result = self.agree(op, header, prepared)?;
-        if m > 0 {
-            let chunks = Chunks::blocks(m, size, m);
-            let algorithm = self.algorithm::<T>(m * size);
+        if m > 0 && size > 1 {
             let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
-            self.ring_allgather(op, &mut all, (&chunks, algorithm))?;
+            self.ring_allgather(op, &mut all, (&plan.chunks, plan.schedule))?;
         }
         (recv.place().copy_from(&result.typed)).map_err(Error::device(op))?;
         result.keep(self);
@@ -421,22 +386,15 @@ impl Communicator {
         let op = "Communicator::reduce_scatter";
         let (m, size, rank) = (recv.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::ReduceScatter, T::TYPE, m).reduce(reduce);
-        if m > 0 && self.same_node.spans_communicator() {
+        let plan = plan::plan(&self.ask::<T>(Collective::ReduceScatter, m, false));
+        if m > 0 && plan.route == Route::SameNode {
             return self.reduce_scatter_same_node(op, (send, recv, reduce), header);
         }
         let checked = check_blocks(op, "send", send.elements(), "recv", m, size);
         let stride = m.next_multiple_of(self.stride::<T>(1));
-        // Halving's steps send runs of blocks, so only blocks with no gap
-        // between them (which would travel, unwritten) take it.
-        let gapless = match self.algorithm::<T>(stride.saturating_mul(size)) {
-            Algorithm::Halving if stride == m => Algorithm::Halving,
-            _ => Algorithm::Ring,
-        };
-        if m > 0 && size > 1 && checked.is_ok() {
-            if let Some(pieces) = self.pipelines::<T>((Chunks::blocks(m, size, stride), gapless)) {
-                let args = (send, recv, reduce);
-                return self.reduce_scatter_pipelined(op, args, header, pieces);
-            }
+        if plan.route == Route::Pieces && checked.is_ok() {
+            let args = (send, recv, reduce);
+            return self.reduce_scatter_pipelined(op, args, header, (plan.chunks, plan.piece));
         }
         let prepared = checked.and_then(|()| {
             if m == 0 {
@@ -446,7 +404,7 @@ impl Communicator {
                 op,
                 reduce,
                 stride * size,
-                (Chunks::blocks(m, size, stride), gapless),
+                (Chunks::blocks(m, size, stride), plan.schedule),
                 |acc| {
                     for k in 0..size {
                         let part = acc.create_sub_buffer::<T>(k * stride, m)?;
