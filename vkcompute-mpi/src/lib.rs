@@ -111,7 +111,12 @@
 //! After a timeout, treat the job as suspect, not only the communicator:
 //! once (2 runs of 4), a later `MPI_Comm_dup` of the world hung in Open
 //! MPI 4.1 after a communicator broke with a receive cancelled and an
-//! answer left unmatched (cause not found).
+//! answer left unmatched (cause not found). So once a wait of the process
+//! timed out, [`Communicator::new`]'s duplication (`MPI_Comm_idup`,
+//! polled) is bounded by the longest timeout that passed, at least 5 s:
+//! past it, [`Error::Timeout`] (`tests/faults.rs`, case `dup`). The
+//! same-node detection's `MPI_Comm_split_type`, which has no
+//! non-blocking form, is not bounded.
 //!
 //! **Threads.** MPI is the application's to initialise (`mpi::initialize`
 //! or `initialize_with_threading`); a [`Communicator`] reads the level MPI

@@ -130,7 +130,8 @@ impl Communicator {
     ) -> Result<Communicator> {
         let op = "Communicator::new";
         let thread = ThreadRule::here(op)?;
-        let comm = comm.duplicate();
+        // Bounded once a wait of this process timed out (`raw::suspect_bound`).
+        let comm = raw::duplicate(op, comm, raw::suspect_bound())?;
         let raw = Comm::new(comm.as_raw());
         raw::set_errors_return(op, &raw)?;
         let (rank, size) = (comm.rank(), comm.size());

@@ -4,13 +4,65 @@
 
 use std::mem::ManuallyDrop;
 use std::os::raw::c_int;
+use std::time::{Duration, Instant};
 
 use mpi::ffi;
+use mpi::raw::FromRaw;
 use mpi::topology::SimpleCommunicator;
 use mpi::Threading;
 
+use super::wait::pause;
 use super::{check, Comm};
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// `MPI_Comm_dup` of `parent` (a collective call), as an `MPI_Comm_idup`
+/// polled within `bound` (`None`: for ever, as `MPI_Comm_dup` waits).
+/// Past `bound` it is [`Error::Timeout`], and the request is left to MPI
+/// with the memory it writes the new handle to (leaked).
+pub(crate) fn duplicate(
+    op: &'static str,
+    parent: &impl mpi::traits::Communicator,
+    bound: Option<Duration>,
+) -> Result<SimpleCommunicator> {
+    // SAFETY: a null handle is a valid out-value for MPI to replace.
+    let mut handle: Box<ffi::MPI_Comm> = Box::new(unsafe { ffi::RSMPI_COMM_NULL });
+    // SAFETY: as above.
+    let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: `parent` is live; `handle` is a heap location that stays put
+    // until the request completes (it is leaked where this returns before);
+    // `request` is a valid out-pointer.
+    check(op, "MPI_Comm_idup", unsafe {
+        ffi::MPI_Comm_idup(parent.as_raw(), &mut *handle, &mut request)
+    })?;
+    let start = Instant::now();
+    loop {
+        let mut flag: c_int = 0;
+        // SAFETY: a zeroed status is a valid out-value for MPI to fill in.
+        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+        // SAFETY: `request` is the request posted above, not yet complete;
+        // `flag` and `status` are valid out-pointers.
+        check(op, "MPI_Test", unsafe {
+            ffi::MPI_Test(&mut request, &mut flag, &mut status)
+        })?;
+        if flag != 0 {
+            // SAFETY: the duplication completed: `handle` is a new
+            // communicator that nothing else owns, which the rsmpi value
+            // frees when dropped.
+            return Ok(unsafe { SimpleCommunicator::from_raw(*handle) });
+        }
+        if let Some(after) = bound.filter(|&after| start.elapsed() >= after) {
+            // MPI may still write the handle: its memory goes to MPI.
+            Box::leak(handle);
+            log::error!("vkcompute-mpi: {op}: MPI_Comm_idup did not complete within {after:?}");
+            return Err(Error::Timeout {
+                op,
+                call: "MPI_Comm_idup",
+                after,
+            });
+        }
+        pause(start);
+    }
+}
 
 /// The lowest rank of `comm` among those that share memory with this one
 /// (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`, keyed by `rank`): the

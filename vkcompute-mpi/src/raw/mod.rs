@@ -35,12 +35,14 @@ pub(crate) use blocking::{
     allgather, barrier, broadcast, exchange_with_peers, recv, recv_all, send, send_all, sendrecv,
     sendrecv_pieces,
 };
-pub(crate) use comm::{is_main_thread, node_leader, set_errors_return, thread_level, OwnedComm};
+pub(crate) use comm::{
+    duplicate, is_main_thread, node_leader, set_errors_return, thread_level, OwnedComm,
+};
 pub(crate) use device::{import_peer_memory, shipped_kernel, SHIPPED};
 pub(crate) use fd::{random_bytes, recv_fd_now, send_fd, PeerFd};
 pub(crate) use held::Held;
 pub(crate) use pieces::{exchange_pieces, Landing, Source, Wire};
-pub(crate) use wait::{pause, PendingOp, Pollable, Ticket, WaitState};
+pub(crate) use wait::{pause, suspect_bound, PendingOp, Pollable, Ticket, WaitState};
 pub(crate) use window::{stream_pieces, Memory};
 
 use std::os::raw::c_int;

@@ -198,8 +198,32 @@ impl WaitState {
     /// `call` that passed `after`.
     pub(crate) fn timed_out(&self, op: &'static str, call: &'static str, after: Duration) -> Error {
         self.broken.store(true, Ordering::Relaxed);
+        let ns = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
+        SUSPECT_NS.fetch_max(ns.max(1), Ordering::Relaxed);
         log::error!("vkcompute-mpi: {op}: {call} timed out after {after:?}");
         Error::Timeout { op, call, after }
+    }
+}
+
+/// The longest timeout that passed in this process, in nanoseconds (0:
+/// none did). After a timeout MPI may hold messages nothing will match,
+/// and Open MPI was once seen to hang in a later `MPI_Comm_dup` (in its
+/// communicator-id agreement); the duplication of a new communicator is
+/// then bounded by it ([`suspect_bound`]).
+static SUSPECT_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The least a new communicator's duplication may take after a timeout
+/// ([`suspect_bound`]): ranks that are merely late (still in their own
+/// part of the operation that timed out elsewhere) join well within it.
+pub(crate) const DUP_FLOOR: Duration = Duration::from_secs(5);
+
+/// How long a new communicator's duplication may take: for ever (as
+/// `MPI_Comm_dup`), or, once a wait of this process timed out, the
+/// longest timeout that passed, at least [`DUP_FLOOR`].
+pub(crate) fn suspect_bound() -> Option<Duration> {
+    match SUSPECT_NS.load(Ordering::Relaxed) {
+        0 => None,
+        ns => Some(Duration::from_nanos(ns).max(DUP_FLOOR)),
     }
 }
 
