@@ -29,7 +29,6 @@ mod held;
 mod pieces;
 mod transfer;
 mod wait;
-mod window;
 
 pub(crate) use blocking::{
     allgather, barrier, broadcast, exchange_with_peers, recv, recv_all, send, send_all, sendrecv,
@@ -43,7 +42,6 @@ pub(crate) use fd::{random_bytes, recv_fd_now, send_fd, PeerFd};
 pub(crate) use held::Held;
 pub(crate) use pieces::{exchange_pieces, Landing, Source, Wire};
 pub(crate) use wait::{pause, suspect_bound, PendingOp, Pollable, Ticket, WaitState};
-pub(crate) use window::{stream_pieces, Memory};
 
 use std::os::raw::c_int;
 use std::sync::Arc;

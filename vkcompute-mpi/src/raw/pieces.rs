@@ -54,7 +54,7 @@ pub(crate) enum Landing<'m> {
 }
 
 impl Landing<'_> {
-    pub(super) fn bytes(&mut self) -> &mut [u8] {
+    fn bytes(&mut self) -> &mut [u8] {
         match self {
             Landing::Slot(slice, len) => &mut slice[..*len],
             Landing::Spare(spare) => spare,
@@ -71,7 +71,7 @@ pub(crate) enum Source<'m> {
 }
 
 impl Source<'_> {
-    pub(super) fn bytes(&self) -> &[u8] {
+    fn bytes(&self) -> &[u8] {
         match self {
             Source::Slot(slice, len) => &slice[..*len],
             Source::Spare(spare) => spare,
@@ -82,7 +82,7 @@ impl Source<'_> {
 /// Ends the process where it is dropped by a panic's unwinding: held
 /// while MPI transfers into or out of memory that the unwinding would
 /// free are under way.
-pub(super) struct AbortOnUnwind;
+struct AbortOnUnwind;
 
 impl Drop for AbortOnUnwind {
     fn drop(&mut self) {

@@ -373,7 +373,7 @@ pub(crate) fn finish_until(
 
 /// Cancels the transfers `open` of `transfers` and waits up to
 /// [`CANCEL_GRACE`] for MPI to finish them; aborts the job otherwise.
-pub(super) fn cancel_or_abort(
+fn cancel_or_abort(
     op: &'static str,
     comm: &Comm,
     transfers: &mut [Transfer],

@@ -1,89 +1,42 @@
 //! The staging of one point-to-point message: the pieces a device
-//! buffer's message travels in, through a few pinned host buffers that
-//! take turns (up to [`WINDOW`] pieces under way at once, each posted as
-//! soon as its copy is through: `raw::stream_pieces`), and a host
-//! buffer's message, or a device buffer's that maps directly
+//! buffer's message travels in, through two pinned host buffers that take
+//! turns (one is copied while MPI moves the other), and a host buffer's
+//! message, or a device buffer's that maps directly
 //! (`Communicator::maps_device_memory`), sent or received where it lies.
 
 use std::mem::size_of;
 
-use std::cell::RefCell;
-
-use vkcompute::{DeviceBuffer, DeviceContext, Event, HostBuffer, MappedBuffer};
+use vkcompute::{DeviceBuffer, HostBuffer, MappedBuffer};
 
 use super::place::Place;
 use super::pool::StagingPool;
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::raw::{self, Comm, Landing, Memory, Source};
+use crate::raw::{self, Comm};
 
 /// The pieces of a range of `len` elements, `piece` at a time.
 fn pieces(len: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..len.div_ceil(piece)).map(move |i| (i * piece, piece.min(len - i * piece)))
 }
 
-/// The most pieces of one staged message under way at once, and so the
-/// pinned host buffers it takes turns in: a piece is copied between the
-/// device and one while MPI moves the others.
-pub(crate) const WINDOW: usize = 4;
-
-/// The pinned host buffers the pieces of a device buffer's message take
-/// turns in (piece `p` in buffer `p % count`), and for each the event of
-/// the device copy last enqueued into or out of it.
-pub(crate) struct Staging {
-    buffers: Vec<HostBuffer<u8>>,
-    copies: RefCell<Vec<Option<Event>>>,
+/// Two pinned host buffers that the pieces of a device buffer's message
+/// take turns in: one is copied while MPI moves the other.
+pub(crate) struct StagingPair {
+    buffers: [HostBuffer<u8>; 2],
 }
 
-impl Staging {
-    /// Buffers for the pieces of `piece` elements of `T` of a buffer of
-    /// `len` (as many as its pieces, up to [`WINDOW`]).
+impl StagingPair {
+    /// Two buffers for pieces of `piece` elements of `T` of a buffer of `len`.
     fn new<T>(pool: &StagingPool, op: &'static str, piece: usize, len: usize) -> Result<Self> {
         let bytes = piece.min(len) * size_of::<T>();
-        let count = len.div_ceil(piece.max(1)).clamp(1, WINDOW);
-        let mut buffers = Vec::with_capacity(count);
-        for _ in 0..count {
-            match pool.staging(op, bytes) {
-                Ok(b) => buffers.push(b),
-                Err(e) => {
-                    buffers.into_iter().for_each(|b| pool.keep_staging(b));
-                    return Err(e);
-                }
-            }
-        }
-        Ok(Staging {
-            copies: RefCell::new(vec![None; count]),
-            buffers,
+        Ok(StagingPair {
+            buffers: [pool.staging(op, bytes)?, pool.staging(op, bytes)?],
         })
     }
 
     /// The buffer of piece `index`.
     fn of(&self, index: usize) -> &HostBuffer<u8> {
-        &self.buffers[index % self.buffers.len()]
-    }
-
-    /// How many pieces may be under way at once.
-    fn window(&self) -> usize {
-        self.buffers.len()
-    }
-
-    /// Notes the device copy just enqueued into or out of piece `index`'s
-    /// buffer (submitted, with an event at its end).
-    fn copied(&self, op: &'static str, ctx: &DeviceContext, index: usize) -> Result<()> {
-        let event = ctx.record_event().map_err(Error::device(op))?;
-        ctx.flush().map_err(Error::device(op))?;
-        self.copies.borrow_mut()[index % self.buffers.len()] = Some(event);
-        Ok(())
-    }
-
-    /// Whether the last device copy into or out of piece `index`'s buffer
-    /// is through (an error counts as through: the buffer's own borrow
-    /// reports it).
-    fn idle(&self, index: usize) -> bool {
-        let copies = self.copies.borrow();
-        copies[index % self.buffers.len()]
-            .as_ref()
-            .is_none_or(|event| event.is_complete().unwrap_or(true))
+        &self.buffers[index % 2]
     }
 
     /// Gives the buffers back for reuse.
@@ -108,7 +61,7 @@ pub(crate) enum Outgoing<'a, T: Element> {
     },
     Device {
         buf: &'a DeviceBuffer<T>,
-        staging: Staging,
+        staging: StagingPair,
         piece: usize,
     },
 }
@@ -145,32 +98,21 @@ impl<'a, T: Element> Outgoing<'a, T> {
         buf: &'a DeviceBuffer<T>,
         piece: usize,
     ) -> Result<Self> {
-        let staging = Staging::new::<T>(pool, op, piece, buf.len())?;
+        let staging = StagingPair::new::<T>(pool, op, piece, buf.len())?;
         let outgoing = Outgoing::Device {
             buf,
             staging,
             piece,
         };
-        // The first pieces on their way to the host before the header goes
-        // out (a buffer mapped to the host fails here).
-        let first = (0..outgoing.window()).try_for_each(|index| outgoing.start_piece(op, index));
-        if let Err(e) = first {
+        if let Err(e) = outgoing.start_piece(op, 0) {
             outgoing.finish(pool);
             return Err(e);
         }
         Ok(outgoing)
     }
 
-    /// How many pieces are under way at once.
-    fn window(&self) -> usize {
-        match self {
-            Outgoing::Device { staging, .. } => staging.window(),
-            _ => 1,
-        }
-    }
-
     /// Enqueues the copy of piece `index` of a device buffer to its staging
-    /// buffer, and submits it (nothing past the last piece).
+    /// buffer, and submits it.
     fn start_piece(&self, op: &'static str, index: usize) -> Result<()> {
         let Outgoing::Device {
             buf,
@@ -189,8 +131,8 @@ impl<'a, T: Element> Outgoing<'a, T> {
             .map_err(Error::device(op))?;
         buf.create_sub_buffer::<T>(start, len)
             .and_then(|part| part.enqueue_copy_to(&host))
-            .map_err(Error::device(op))?;
-        staging.copied(op, &buf.context(), index)
+            .and_then(|()| buf.context().flush())
+            .map_err(Error::device(op))
     }
 
     /// Sends every piece. `Ok(Some(e))`: a piece could not be read after
@@ -217,38 +159,28 @@ impl<'a, T: Element> Outgoing<'a, T> {
                 staging,
                 piece,
             } => {
-                // A piece that could not be read after the header went out:
-                // zeros go in its place and in every later one's.
-                let failed = RefCell::new(None);
+                let mut failed = None;
                 let all: Vec<(usize, usize)> = pieces(buf.len(), *piece).collect();
-                let size = size_of::<T>();
-                let ready = |p: usize| {
-                    let bytes = all[p].1 * size;
-                    if failed.borrow().is_some() {
-                        return Some(Memory::Send(Source::Spare(vec![0u8; bytes])));
+                for (index, &(_, len)) in all.iter().enumerate() {
+                    if index + 1 < all.len() && failed.is_none() {
+                        if let Err(e) = self.start_piece(op, index + 1) {
+                            failed = Some(e);
+                        }
                     }
-                    if !staging.idle(p) {
-                        return None;
-                    }
-                    Some(Memory::Send(match staging.of(p).as_slice() {
-                        Ok(slice) => Source::Slot(slice, bytes),
+                    let bytes = len * size_of::<T>();
+                    let read = staging.of(index).as_slice().map_err(Error::device(op));
+                    match read {
+                        Ok(host) if failed.is_none() => {
+                            raw::send(op, comm, &host[..bytes], dest, tag)?
+                        }
+                        Ok(_) => raw::send(op, comm, &vec![0u8; bytes], dest, tag)?,
                         Err(e) => {
-                            failed.replace(Some(Error::device(op)(e)));
-                            Source::Spare(vec![0u8; bytes])
-                        }
-                    }))
-                };
-                // The buffer is free again: the piece `window` later goes in.
-                let done = |p: usize, _| {
-                    if failed.borrow().is_none() {
-                        if let Err(e) = self.start_piece(op, p + staging.window()) {
-                            failed.replace(Some(e));
+                            raw::send(op, comm, &vec![0u8; bytes], dest, tag)?;
+                            failed.get_or_insert(e);
                         }
                     }
-                };
-                let window = (all.len(), staging.window());
-                raw::stream_pieces(op, comm, (dest, tag), window, ready, done)?;
-                Ok(failed.into_inner())
+                }
+                Ok(failed)
             }
         }
     }
@@ -312,7 +244,7 @@ pub(crate) enum Incoming<'a, T: Element> {
     },
     Device {
         buf: &'a DeviceBuffer<T>,
-        staging: Staging,
+        staging: StagingPair,
         piece: usize,
     },
 }
@@ -336,13 +268,13 @@ impl<'a, T: Element> Incoming<'a, T> {
                 Ok(mapping) if mapping.is_direct() => Ok(Incoming::Mapped { mapping, piece }),
                 _ => Ok(Incoming::Device {
                     buf,
-                    staging: Staging::new::<T>(pool, op, piece, buf.len())?,
+                    staging: StagingPair::new::<T>(pool, op, piece, buf.len())?,
                     piece,
                 }),
             },
             Place::Device(buf) => Ok(Incoming::Device {
                 buf,
-                staging: Staging::new::<T>(pool, op, piece, buf.len())?,
+                staging: StagingPair::new::<T>(pool, op, piece, buf.len())?,
                 piece,
             }),
         }
@@ -371,50 +303,33 @@ impl<'a, T: Element> Incoming<'a, T> {
                 staging,
                 piece,
             } => {
-                // After a piece that could not be written, the rest are
-                // still taken off the wire (into scratch memory).
-                let failed = RefCell::new(None);
-                let all: Vec<(usize, usize)> = pieces(buf.len(), *piece).collect();
-                let size = size_of::<T>();
-                // A buffer is free once the copy of the piece before out of
-                // it is through.
-                let ready = |p: usize| {
-                    let bytes = all[p].1 * size;
-                    if failed.borrow().is_some() {
-                        return Some(Memory::Recv(Landing::Spare(vec![0u8; bytes])));
-                    }
-                    if !staging.idle(p) {
-                        return None;
-                    }
-                    Some(Memory::Recv(match staging.of(p).as_mut_slice() {
-                        Ok(slice) => Landing::Slot(slice, bytes),
+                let mut failed = None;
+                for (index, (start, len)) in pieces(buf.len(), *piece).enumerate() {
+                    let bytes = len * size_of::<T>();
+                    let host = &staging.of(index);
+                    match host.as_mut_slice() {
+                        Ok(mut slice) => raw::recv(op, comm, &mut slice[..bytes], source, tag)?,
                         Err(e) => {
-                            failed.replace(Some(Error::device(op)(e)));
-                            Landing::Spare(vec![0u8; bytes])
+                            raw::recv(op, comm, &mut vec![0u8; bytes], source, tag)?;
+                            failed.get_or_insert(Error::device(op)(e));
+                            continue;
                         }
-                    }))
-                };
-                let done = |p: usize, in_slot: bool| {
-                    if !in_slot || failed.borrow().is_some() {
-                        return;
                     }
-                    let (start, len) = all[p];
-                    let stored = staging
-                        .of(p)
+                    if failed.is_some() {
+                        continue;
+                    }
+                    let stored = host
                         .create_sub_buffer::<T>(0, len)
                         .and_then(|h| {
                             buf.create_sub_buffer::<T>(start, len)
                                 .and_then(|part| part.enqueue_copy_from(&h))
                         })
-                        .map_err(Error::device(op))
-                        .and_then(|()| staging.copied(op, &buf.context(), p));
+                        .and_then(|()| buf.context().flush());
                     if let Err(e) = stored {
-                        failed.replace(Some(e));
+                        failed = Some(Error::device(op)(e));
                     }
-                };
-                let window = (all.len(), staging.window());
-                raw::stream_pieces(op, comm, (source, tag), window, ready, done)?;
-                Ok(failed.into_inner())
+                }
+                Ok(failed)
             }
         }
     }
