@@ -48,6 +48,10 @@ use std::time::Instant;
 mod bounds;
 #[path = "bench_cases/host_cost.rs"]
 mod host_cost;
+#[path = "bench_cases/load.rs"]
+mod load;
+#[path = "bench_cases/printf.rs"]
+mod printf;
 #[path = "bench_cases/replay_params.rs"]
 mod replay_params;
 #[path = "bench_cases/trace_cost.rs"]
@@ -87,6 +91,8 @@ const CASES: &[&str] = &[
     "first_dispatch",
     "d2d_cross",
     "bounds",
+    "load",
+    "printf",
 ];
 
 /// The sizes of the transfer cases.
@@ -341,6 +347,8 @@ impl Bench<'_> {
             "first_dispatch" => self.first_dispatch(),
             "d2d_cross" => self.d2d_cross(),
             "bounds" => self.bounds(),
+            "load" => self.load(),
+            "printf" => self.printf(),
             other => Err(format!("no case `{other}`").into()),
         };
         result.map_err(|e| format!("case `{case}`: {e}").into())
@@ -1691,6 +1699,24 @@ fn check(ok: bool, message: &str) -> BenchResult<()> {
     } else {
         Err(format!("wrong result: {message}").into())
     }
+}
+
+/// Checks `y` after `runs` saxpy dispatches (a = 0.5) on `y` filled with
+/// 2 and `x`.
+fn check_saxpy(
+    case: &str,
+    y: &vkcompute::DeviceBuffer<f32>,
+    x: &[f32],
+    runs: usize,
+) -> BenchResult<()> {
+    let got = y.to_vec()?;
+    let wrong = (0..x.len())
+        .filter(|&i| got[i] != 2.0 + runs as f32 * 0.5 * x[i])
+        .count();
+    check(
+        wrong == 0,
+        &format!("{case}: {wrong} of {} elements wrong", x.len()),
+    )
 }
 
 fn check_words(case: &str, got: &[u32], expected: &[u32]) -> BenchResult<()> {

@@ -18,7 +18,7 @@ use crate::record::BufferAccess;
 use crate::recorder::Command;
 use crate::resource::BufferMemory;
 use crate::stream_handle::StreamHandle;
-use crate::vk::pipeline::{ComputePipeline, Groups};
+use crate::vk::pipeline::{ComputePipeline, Groups, PipelineBinding};
 use crate::vk::Device;
 
 /// How a fill is done.
@@ -190,7 +190,7 @@ fn build_fill_pipeline(device: &Device) -> Result<ComputePipeline> {
         device,
         crate::shaders::FILL,
         c"main",
-        vec![(0, vk::DescriptorType::STORAGE_BUFFER, 1)],
+        vec![PipelineBinding::storage(0)],
         std::mem::size_of::<FillParams>() as u32,
         None,
     )

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, SpecValue};
+use vkcompute_spirv::glsl;
 
 /// The Vulkan environment GLSL is compiled for, which sets the SPIR-V
 /// version (Vulkan 1.1: SPIR-V 1.3, 1.2: 1.5, 1.3: 1.6).
@@ -36,7 +37,8 @@ pub enum GlslOptimization {
 
 /// A callback resolving `#include`s to embedded sources: given the
 /// requested name and the name of the including file, the source or `None`.
-type IncludeFn<'a> = dyn Fn(&str, &str) -> Option<String> + 'a;
+/// (`Sync`: the compiler runs on a thread of its own.)
+type IncludeFn<'a> = dyn Fn(&str, &str) -> Option<String> + Sync + 'a;
 type IncludeCallback<'a> = Box<IncludeFn<'a>>;
 
 /// Compiles GLSL compute-shader source at run time and loads it: see
@@ -162,7 +164,10 @@ impl<'a> GlslBuilder<'a> {
     /// Resolves `#include`s the directories do not have, for sources
     /// embedded in the program: `f(name, including_file)` returns the
     /// source, or `None` where it has none.
-    pub fn include_callback(mut self, f: impl Fn(&str, &str) -> Option<String> + 'a) -> Self {
+    pub fn include_callback(
+        mut self,
+        f: impl Fn(&str, &str) -> Option<String> + Sync + 'a,
+    ) -> Self {
         self.include_callback = Some(Box::new(f));
         self
     }
@@ -208,48 +213,44 @@ impl<'a> GlslBuilder<'a> {
     }
 
     /// Compiles the source to SPIR-V words, without loading them.
+    ///
+    /// The compiler runs on a thread of its own with a large stack, and a
+    /// statement of more than 50,000 operators is refused before it
+    /// parses; a source that divides signed integers is not optimized
+    /// (SPIRV-Tools' optimizer traps on one of its folds): see the crate's
+    /// own-kernels guide.
     pub fn compile(&self) -> Result<Vec<u32>> {
         let failed = |message: String| Error::ShaderCompilation { message };
-        crate::shader_build::check_version(self.source, &self.file_name).map_err(failed)?;
-        let compiler = shaderc::Compiler::new()
-            .map_err(|e| failed(format!("shaderc could not start: {e}")))?;
-        let mut options = shaderc::CompileOptions::new()
-            .map_err(|e| failed(format!("shaderc options could not be made: {e}")))?;
-        options.set_optimization_level(match self.optimization {
-            GlslOptimization::None => shaderc::OptimizationLevel::Zero,
-            GlslOptimization::Size => shaderc::OptimizationLevel::Size,
-            GlslOptimization::Performance => shaderc::OptimizationLevel::Performance,
-        });
+        let optimization = match self.optimization {
+            GlslOptimization::None => glsl::Optimization::None,
+            GlslOptimization::Size => glsl::Optimization::Size,
+            GlslOptimization::Performance => glsl::Optimization::Performance,
+        };
         let env = match self.target {
             GlslTarget::Vulkan1_1 => shaderc::EnvVersion::Vulkan1_1,
             GlslTarget::Vulkan1_2 => shaderc::EnvVersion::Vulkan1_2,
             GlslTarget::Vulkan1_3 => shaderc::EnvVersion::Vulkan1_3,
         };
-        options.set_target_env(shaderc::TargetEnv::Vulkan, env as u32);
-        if self.warnings_as_errors {
-            options.set_warnings_as_errors();
-        }
-        // Names survive optimization only with debug information; errors
-        // of the loaded kernel use them.
-        options.set_generate_debug_info();
-        for (name, value) in &self.defines {
-            options.add_macro_definition(name, value.as_deref());
-        }
         let dirs = &self.include_dirs;
-        let callback = &self.include_callback;
-        options.set_include_callback(move |name, kind, from, _depth| {
-            resolve_include(name, kind, from, dirs, callback.as_deref())
-        });
-        compiler
-            .compile_into_spirv(
-                self.source,
-                shaderc::ShaderKind::Compute,
-                &self.file_name,
-                &self.entry,
-                Some(&options),
-            )
-            .map(|artifact| artifact.as_binary().to_vec())
-            .map_err(|e| failed(e.to_string()))
+        let callback = self.include_callback.as_deref();
+        let include = |name: &str, relative: bool, from: &str| {
+            resolve_include(name, relative, from, dirs, callback)
+        };
+        let job = glsl::Job {
+            source: self.source,
+            language: glsl::Language::Glsl,
+            file_name: &self.file_name,
+            entry: &self.entry,
+            vulkan_version: env as u32,
+            optimization,
+            warnings_as_errors: self.warnings_as_errors,
+            // Names survive optimization only with debug information;
+            // errors of the loaded kernel use them.
+            debug_info: true,
+            defines: &self.defines,
+            include: &include,
+        };
+        glsl::compile(&job).map(|c| c.words).map_err(failed)
     }
 
     /// Compiles the source and loads the kernel on `ctx`'s device.
@@ -278,32 +279,24 @@ impl<'a> GlslBuilder<'a> {
 /// first, then in `dirs`, then through `callback`.
 fn resolve_include(
     name: &str,
-    kind: shaderc::IncludeType,
+    relative: bool,
     from: &str,
     dirs: &[PathBuf],
     callback: Option<&IncludeFn<'_>>,
-) -> shaderc::IncludeCallbackResult {
-    let own_dir = match kind {
-        shaderc::IncludeType::Relative => Path::new(from)
-            .parent()
-            .filter(|dir| !dir.as_os_str().is_empty())
-            .map(Path::to_path_buf),
-        shaderc::IncludeType::Standard => None,
-    };
+) -> Result<(String, String), String> {
+    let own_dir = relative
+        .then(|| Path::new(from).parent())
+        .flatten()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(Path::to_path_buf);
     let candidates = own_dir.iter().chain(dirs).map(|dir| dir.join(name));
     for path in candidates {
         if let Ok(content) = std::fs::read_to_string(&path) {
-            return Ok(shaderc::ResolvedInclude {
-                resolved_name: path.to_string_lossy().into_owned(),
-                content,
-            });
+            return Ok((path.to_string_lossy().into_owned(), content));
         }
     }
     if let Some(content) = callback.and_then(|f| f(name, from)) {
-        return Ok(shaderc::ResolvedInclude {
-            resolved_name: name.to_string(),
-            content,
-        });
+        return Ok((name.to_string(), content));
     }
     let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     Err(format!(

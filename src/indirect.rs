@@ -25,7 +25,7 @@ use crate::kernel::{Grid, Kernel, KernelArg};
 use crate::record::{hazards, BufferAccess};
 use crate::recorder::Command;
 use crate::view::View;
-use crate::vk::pipeline::{ComputePipeline, Groups};
+use crate::vk::pipeline::{ComputePipeline, Groups, PipelineBinding};
 use crate::vk::Device;
 
 /// The guard's push constants (`shaders/clamp_groups.comp`).
@@ -60,10 +60,7 @@ impl IndirectSteps {
                 device,
                 crate::shaders::CLAMP_GROUPS,
                 c"main",
-                vec![
-                    (0, vk::DescriptorType::STORAGE_BUFFER, 1),
-                    (1, vk::DescriptorType::STORAGE_BUFFER, 1),
-                ],
+                vec![PipelineBinding::storage(0), PipelineBinding::storage(1)],
                 std::mem::size_of::<ClampParams>() as u32,
                 None,
             )
@@ -253,6 +250,7 @@ impl DeviceContext {
         let describe = || format!("kernel {} indirect", kernel.label());
         crate::record::record_sequence(&self.stream, op, &describe, &all, |stream, _| {
             stream.keep_alive(keep);
+            d.keep_printf(stream, &kernel.label, &self.stream.printf);
             stream.record(&hazards(&guard), steps.guard())?;
             let command = Command::Dispatch {
                 pipeline: d.kernel.pipeline(),

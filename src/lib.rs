@@ -25,9 +25,8 @@
 //! The [`guide`] has a page per topic: your own kernels, memory, streams
 //! and events, graphs, sharing, tracing, errors.
 
-// Unsafe code lives in `vk` (the Vulkan objects, mapped memory, and the
-// SPIRV-Tools validator) and in the few public raw entry points, each
-// allowed where it stands.
+// Unsafe code lives in `vk` (the Vulkan objects and mapped memory) and in
+// the few public raw entry points, each allowed where it stands.
 #![deny(unsafe_code)]
 // Feature badges on docs.rs (`--cfg docsrs`, nightly rustdoc).
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -56,7 +55,6 @@ mod introspect;
 
 // The rest.
 mod batch_pool;
-mod bounds;
 mod capabilities;
 mod display;
 mod error;
@@ -68,20 +66,15 @@ pub mod guide;
 mod hazard;
 mod interop;
 mod options;
+mod printf;
 mod record;
 mod recorder;
 mod reflect;
 mod resource;
 mod spirv_check;
-mod spirv_rules;
 #[cfg(any(feature = "build", feature = "glsl"))]
 #[cfg_attr(not(feature = "build"), allow(dead_code))]
 mod spirv_source;
-mod spirv_words;
-// Linked for its native library (SPIRV-Tools inside shaderc), which
-// `vk::spirv_val` calls; no Rust item of the crate is used.
-#[cfg(feature = "validate")]
-extern crate shaderc_sys;
 mod staging;
 mod stream;
 mod stream_handle;
@@ -142,7 +135,7 @@ pub mod testing;
 
 pub use buffer::{DeviceBuffer, OwnedRawBuffer};
 pub use context::{DeviceContext, RawContext};
-pub use error::{Error, Result};
+pub use error::{Error, KernelAssertion, Result};
 pub use event::Event;
 // The grouped names (`sharing`, `device`, `validation`, `reflection`)
 // stay at the root too, for code that names them there; the docs show
@@ -204,6 +197,12 @@ pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use options::ContextOptions;
+pub use printf::{PrintfLine, PrintfOutput};
+/// The text of `vkcompute.glsl` (`#include <vkcompute.glsl>`: printf and
+/// `VK_ASSERT`), which vkcompute's own GLSL compilation finds by itself;
+/// write it beside your shaders for another compiler. See the
+/// [printf guide](crate::guide::printf).
+pub const GLSL_INCLUDE: &str = vkcompute_spirv::printf::INCLUDE;
 pub use stream::LiveObjects;
 pub use view::{CopyDestination, CopySource, RawBufferRef};
 pub use vk::{DeviceInfo, Win32Handle};

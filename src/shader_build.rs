@@ -39,56 +39,25 @@ use crate::spirv_source::{append_static, static_name};
 /// entry point's name. The error is the compiler's message, with file and
 /// line numbers.
 pub fn compile_glsl(source: &str, file_name: &str, entry: &str) -> Result<Vec<u32>, String> {
-    check_version(source, file_name)?;
-    let compiler = shaderc::Compiler::new().map_err(|e| format!("shaderc could not start: {e}"))?;
-    let mut options = shaderc::CompileOptions::new()
-        .map_err(|e| format!("shaderc options could not be made: {e}"))?;
-    options.set_optimization_level(shaderc::OptimizationLevel::Performance);
-    options.set_target_env(
-        shaderc::TargetEnv::Vulkan,
-        shaderc::EnvVersion::Vulkan1_2 as u32,
-    );
-    options.set_warnings_as_errors();
-    compiler
-        .compile_into_spirv(
-            source,
-            shaderc::ShaderKind::Compute,
-            file_name,
-            entry,
-            Some(&options),
-        )
-        .map(|artifact| artifact.as_binary().to_vec())
-        .map_err(|e| e.to_string())
-}
-
-/// Checks that GLSL `source` (named `file_name`) starts with a `#version`
-/// directive, after comments and white space only. Without one, glslang
-/// takes the source for ES 1.00, and before it fails it prints its built-in
-/// declarations (thousands of lines) to the process's standard output.
-pub(crate) fn check_version(source: &str, file_name: &str) -> Result<(), String> {
-    let mut rest = source;
-    loop {
-        rest = rest.trim_start();
-        if let Some(comment) = rest.strip_prefix("//") {
-            rest = comment.split_once('\n').map_or("", |(_, after)| after);
-        } else if let Some(comment) = rest.strip_prefix("/*") {
-            rest = comment.split_once("*/").map_or("", |(_, after)| after);
-        } else {
-            break;
-        }
-    }
-    let directive = rest
-        .strip_prefix('#')
-        .map(|d| d.trim_start_matches([' ', '\t']));
-    if directive.is_some_and(|d| d.starts_with("version")) {
-        Ok(())
-    } else {
+    let include = |name: &str, _: bool, from: &str| -> Result<(String, String), String> {
         Err(format!(
-            "{file_name}: the source does not start with a `#version` directive (only comments \
-             may come before it); GLSL compute shaders need one: add `#version 450` as the first \
-             line"
+            "`{name}` (included from {from}): `compile_glsl` resolves no includes; use \
+             `Kernel::glsl` or vkcompute-build"
         ))
-    }
+    };
+    let job = vkcompute_spirv::glsl::Job {
+        source,
+        language: vkcompute_spirv::glsl::Language::Glsl,
+        file_name,
+        entry,
+        vulkan_version: shaderc::EnvVersion::Vulkan1_2 as u32,
+        optimization: vkcompute_spirv::glsl::Optimization::Performance,
+        warnings_as_errors: true,
+        debug_info: false,
+        defines: &[],
+        include: &include,
+    };
+    vkcompute_spirv::glsl::compile(&job).map(|c| c.words)
 }
 
 /// Compiles every `*.comp` in `shader_dir` and writes `out_dir/shaders.rs`,
@@ -162,7 +131,7 @@ mod shipped_spirv {
             let words = super::compile_glsl(&source, &shown, "main")
                 .unwrap_or_else(|e| panic!("{shown} does not compile:\n{e}"));
             for vulkan_1_3 in [false, true] {
-                if let Err(e) = crate::vk::spirv_val::validate(&words, vulkan_1_3) {
+                if let Err(e) = vkcompute_spirv::validate::validate(&words, vulkan_1_3) {
                     panic!("SPIRV-Tools rejects {shown} (Vulkan 1.3: {vulkan_1_3}): {e}");
                 }
             }

@@ -6,7 +6,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::error::Result;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
 use crate::garbage::{Garbage, GarbageList, FLUSH_GARBAGE_BYTES};
 use crate::stream::{Stream, MAX_BATCH_COMMANDS, MAX_IN_FLIGHT};
 use crate::trace::{StreamTrace, Tracer};
@@ -27,6 +29,8 @@ pub(crate) struct StreamHandle {
     this: Weak<StreamHandle>,
     /// The user's label for the stream (`DeviceContext::with_label`).
     pub(crate) label: Mutex<Option<Arc<str>>>,
+    /// Where kernels' printf lines go.
+    pub(crate) printf: Arc<crate::printf::Output>,
 }
 
 /// A stream seen from elsewhere (a buffer's use state): its timeline, and
@@ -78,10 +82,25 @@ impl Point {
     /// needed, then lets its stream reclaim what completed. Must not be
     /// called with that stream's lock held.
     pub(crate) fn wait(&self) -> Result<()> {
+        self.wait_at_most("vkWaitSemaphores", None)
+    }
+
+    /// Waits as [`wait`](Self::wait) does, but at most `timeout` where one
+    /// is given: [`Error::Timeout`] naming `op` then, with nothing changed.
+    pub(crate) fn wait_at_most(&self, op: &'static str, timeout: Option<Duration>) -> Result<()> {
+        self.stream.timeline.device().check_alive(op)?;
         self.ensure_submitted()?;
-        self.stream.timeline.wait_submitted(self.value)?;
+        let nanos = timeout.map_or(u64::MAX, |t| {
+            u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
+        });
+        if !self.stream.timeline.wait_submitted_for(self.value, nanos)? {
+            return Err(Error::Timeout {
+                op,
+                waited: timeout.unwrap_or_default(),
+            });
+        }
         match self.stream.stream.upgrade() {
-            Some(stream) => stream.reclaim(),
+            Some(stream) => stream.reclaim_and_assertions(),
             None => Ok(()),
         }
     }
@@ -94,6 +113,7 @@ impl StreamHandle {
         force_staging: bool,
         garbage: Arc<GarbageList>,
         tracer: Option<Arc<Tracer>>,
+        printf: Arc<crate::printf::Output>,
     ) -> Result<Arc<Self>> {
         let trace = match &tracer {
             Some(t) => Some(StreamTrace::new(
@@ -122,6 +142,7 @@ impl StreamHandle {
             force_staging,
             this: this.clone(),
             label: Mutex::new(None),
+            printf,
         }))
     }
 
@@ -166,9 +187,13 @@ impl StreamHandle {
         self.lock_with_room()?.flush()
     }
 
-    /// Gives back what completed batches held.
-    pub(crate) fn reclaim(&self) -> Result<()> {
-        self.lock().reclaim()
+    /// Gives back what completed batches held, then returns a kernel's
+    /// failed assertion that the completed work left (once): what every
+    /// host wait returns.
+    pub(crate) fn reclaim_and_assertions(&self) -> Result<()> {
+        let mut stream = self.lock();
+        stream.reclaim()?;
+        stream.take_assert().map_or(Ok(()), Err)
     }
 
     /// Submits the recorded work and waits until all of it is done, even
@@ -177,12 +202,32 @@ impl StreamHandle {
     /// this submission's, the wait's, or one kept from a submission that a
     /// `Drop` made.
     pub(crate) fn synchronize(&self) -> Result<()> {
+        self.synchronize_at_most("DeviceContext::synchronize", None)
+    }
+
+    /// [`synchronize`](Self::synchronize), waiting at most `timeout` where
+    /// one is given ([`Error::Timeout`] naming `op` then).
+    pub(crate) fn synchronize_at_most(
+        &self,
+        op: &'static str,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        self.device.check_alive(op)?;
         let (flushed, value) = {
             let mut stream = self.lock();
             (stream.flush(), self.timeline.submitted())
         };
-        let waited = self.point(value).wait();
-        let kept = self.lock().take_failed();
+        let waited = self.point(value).wait_at_most(op, timeout);
+        if let Err(e @ Error::Timeout { .. }) = waited {
+            // Nothing is done yet: an earlier failure stays for the wait
+            // that sees the work end.
+            return flushed.and(Err(e));
+        }
+        let (kept, asserted) = {
+            let mut stream = self.lock();
+            (stream.take_failed(), stream.take_assert())
+        };
+        let kept = kept.or(asserted);
         flushed.and(waited).and(kept.map_or(Ok(()), Err))
     }
 

@@ -15,11 +15,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "error",
             "hazard",
-            "bounds",
             "capabilities",
             "reflect",
-            "spirv_rules",
-            "spirv_words",
             "spirv_source",
             "shaders",
         ],
@@ -29,6 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "submission",
         &[
             "trace",
+            "printf",
             "garbage",
             "batch_pool",
             "staging",
@@ -67,6 +65,11 @@ const MAX_LINES: usize = 600;
 const MAX_UNSAFE_BLOCKS_OUTSIDE_VK: usize = 10;
 
 fn sources() -> Vec<PathBuf> {
+    sources_under(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+/// The `.rs` files under `dir`, sorted.
+fn sources_under(dir: &Path) -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
@@ -78,7 +81,7 @@ fn sources() -> Vec<PathBuf> {
         }
     }
     let mut out = Vec::new();
-    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut out);
+    walk(dir, &mut out);
     out.sort();
     out
 }
@@ -391,6 +394,58 @@ fn unsafe_code_stays_in_the_vulkan_layer_and_says_why() {
     );
     // The crate denies unsafe code but where it allows it.
     assert!(lib_rs().contains("#![deny(unsafe_code)]"));
+}
+
+/// The kernel model (vkcompute-spirv), below the runtime and vkcompute-build:
+/// no Vulkan, no file over 600 lines, and `unsafe` only in its binding of
+/// the SPIRV-Tools validator, each block with its reason.
+#[test]
+fn the_kernel_model_has_no_vulkan_and_keeps_unsafe_in_the_validator_binding() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("vkcompute-spirv");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let dependencies = manifest
+        .split("[dependencies]")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .unwrap();
+    for vulkan in ["ash", "vkcompute ", "gpu-allocator"] {
+        assert!(
+            !dependencies.contains(vulkan),
+            "vkcompute-spirv depends on {vulkan}"
+        );
+    }
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    assert!(lib.contains("#![deny(unsafe_code)]"));
+    for path in sources_under(&root.join("src")) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines.len() <= MAX_LINES,
+            "{} has {} lines",
+            path.display(),
+            lines.len()
+        );
+        let validator = path.ends_with("validate.rs");
+        for (i, line) in lines.iter().enumerate() {
+            let code = line.split("//").next().unwrap();
+            if !code.contains("unsafe {") && !code.contains("unsafe impl") {
+                continue;
+            }
+            assert!(
+                validator,
+                "unsafe outside validate.rs: {}:{}",
+                path.display(),
+                i + 1
+            );
+            let above = &lines[i.saturating_sub(8)..=i];
+            assert!(
+                above.iter().any(|l| l.contains("SAFETY:")),
+                "unsafe without a SAFETY reason: {}:{}",
+                path.display(),
+                i + 1
+            );
+        }
+    }
 }
 
 /// One synthetic file of module `module`, for the tests of the checker.

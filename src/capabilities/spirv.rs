@@ -185,16 +185,7 @@ pub(crate) const LOCAL_SIZE_ID: (&str, Need) = (
     Need::Feature(Feature::Maintenance4),
 );
 
-/// What a float atomic does, for the feature it needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FloatAtomicOp {
-    /// A load, store or exchange.
-    Exchange,
-    /// `OpAtomicFAddEXT`.
-    Add,
-    /// `OpAtomicFMinEXT` or `OpAtomicFMaxEXT`.
-    MinMax,
-}
+pub(crate) use vkcompute_spirv::FloatAtomicOp;
 
 /// The feature a float atomic needs, by its width (16, 32 or 64), what it
 /// does, and whether it operates on shared memory (else on a buffer);

@@ -11,6 +11,7 @@
 //! - [`graphs`]: record once, replay with parameters.
 //! - [`sharing`]: memory exported to other contexts, processes and APIs.
 //! - [`tracing`]: trace files and labels.
+//! - [`printf`]: printing and asserting from a kernel.
 //! - [`errors`]: what goes wrong, and what stays usable.
 
 #[doc = include_str!("own_kernels.md")]
@@ -25,5 +26,7 @@ pub mod graphs {}
 pub mod sharing {}
 #[doc = include_str!("tracing.md")]
 pub mod tracing {}
+#[doc = include_str!("printf.md")]
+pub mod printf {}
 #[doc = include_str!("errors.md")]
 pub mod errors {}

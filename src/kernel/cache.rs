@@ -13,21 +13,22 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use super::KernelPipeline;
 use crate::error::Result;
 use crate::spirv_check::Trust;
+use vkcompute_spirv::SpecValue;
 
 /// How a kernel is loaded beside its module and entry point.
 #[derive(Clone, Default)]
 pub(super) struct Load {
-    /// Specialization constants (id, value bytes), sorted by id.
-    pub(super) specialization: Vec<(u32, Vec<u8>)>,
+    /// Specialization constants (id, value), sorted by id.
+    pub(super) specialization: Vec<(u32, SpecValue)>,
     pub(super) pointers: bool,
     pub(super) subgroup_size: Option<u32>,
     /// Who answers for the module's validity.
     pub(super) trust: Trust,
     /// Loaded without bounds on its indices (the caller answers for them).
     pub(super) unchecked_indices: bool,
-    /// The length of each runtime-sized array of buffers (binding,
-    /// length), in binding order; 1 for any not named.
-    pub(super) array_lengths: Vec<(u32, u32)>,
+    /// The length of each runtime-sized array of buffers (set, binding,
+    /// length), in (set, binding) order; 1 for any not named.
+    pub(super) array_lengths: Vec<(u32, u32, u32)>,
     /// The kernel's label (not part of what identifies its pipeline).
     pub(super) label: Option<String>,
 }
@@ -54,7 +55,7 @@ impl KernelPipeline {
             && self.pointers == key.load.pointers
             && self.subgroup_size == key.load.subgroup_size
             && self.unchecked_indices == key.load.unchecked_indices
-            && self.specialization == key.load.specialization
+            && same_values(&self.specialization, &key.load.specialization)
             && self.array_lengths == key.load.array_lengths
             && self.words == key.words
     }
@@ -89,4 +90,14 @@ fn loaded() -> MutexGuard<'static, Vec<Weak<KernelPipeline>>> {
 fn find(loaded: &mut Vec<Weak<KernelPipeline>>, key: &Key<'_>) -> Option<Arc<KernelPipeline>> {
     loaded.retain(|k| k.strong_count() > 0);
     loaded.iter().filter_map(Weak::upgrade).find(|k| k.is(key))
+}
+
+/// Whether two specializations set the same ids to the same bits (not
+/// `==` on floats: `-0.0` and `0.0` are different constants, and a NaN is
+/// the same NaN).
+fn same_values(a: &[(u32, SpecValue)], b: &[(u32, SpecValue)]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((i, x), (j, y))| i == j && x.bytes() == y.bytes())
 }

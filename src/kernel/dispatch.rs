@@ -8,15 +8,22 @@ use ash::vk;
 use bytemuck::Pod;
 use smallvec::SmallVec;
 
-use super::{ArgKind, BufferArg, Grid, Kernel, KernelArg, KernelPipeline};
+use super::args::{
+    arg_name, binding_list, check_aliasing, check_element_type, flatten, flatten_any,
+    in_binding_order,
+};
+use super::{ArgKind, Grid, Kernel, KernelArg, KernelPipeline};
 use crate::capabilities::Feature;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
+use crate::printf::{self, Output, RecordBuffer};
 use crate::record::BufferAccess;
 use crate::recorder::Command;
+use crate::stream::Stream;
 use crate::view::View;
-use crate::vk::pipeline::{Groups, DESCRIPTORS_PER_POOL};
+use crate::vk::pipeline::Groups;
 use crate::vk::Device;
+use vkcompute_spirv::printf::Printf;
 
 /// A dispatch that passed every check: the buffer ranges it reads and
 /// writes, its descriptors, push constants (padded to whole words) and grid.
@@ -30,6 +37,29 @@ pub(crate) struct CheckedDispatch<'a> {
     pub(crate) views: SmallVec<[&'a View; 8]>,
     pub(crate) push: SmallVec<[u8; 128]>,
     pub(crate) grid: [u32; 3],
+    /// A printing kernel's record buffer (bound last) and call table.
+    pub(crate) printf: Option<(Arc<RecordBuffer>, Arc<Printf>)>,
+}
+
+impl CheckedDispatch<'_> {
+    /// Keeps the dispatch's record buffer with the batch being recorded on
+    /// `stream`, and has its records read when the batch completes: lines
+    /// to `output`, a failed assertion of kernel `label` for the next wait.
+    pub(crate) fn keep_printf(&self, stream: &mut Stream, label: &Arc<str>, output: &Arc<Output>) {
+        if let Some((records, table)) = &self.printf {
+            stream.keep_alive(records.clone());
+            let value = stream.pending_value();
+            stream.on_complete(
+                value,
+                printf::completion(
+                    records.clone(),
+                    table.clone(),
+                    label.clone(),
+                    output.clone(),
+                ),
+            );
+        }
+    }
 }
 
 /// The bytes a kernel may write through a binding of `view`, as (offset,
@@ -51,194 +81,6 @@ pub(crate) fn write_extent(device: &Device, view: &View) -> (u64, u64) {
     }
 }
 
-/// How an argument is named in errors: its buffer's label and type, else
-/// its type.
-fn arg_name(arg: &BufferArg<'_>) -> String {
-    match arg.view.memory.label() {
-        Some(label) => format!("`{label}` ({})", (arg.type_name)()),
-        None => (arg.type_name)(),
-    }
-}
-
-/// Every buffer of `args`, arrays and nested arrays opened.
-fn flatten_any<'a>(args: &[KernelArg<'a>]) -> impl Iterator<Item = &'a View> {
-    let mut stack: Vec<KernelArg<'a>> = args.iter().rev().copied().collect();
-    std::iter::from_fn(move || loop {
-        match stack.pop()?.kind {
-            ArgKind::Buffer(b) => return Some(b.view),
-            ArgKind::Array(elements) => stack.extend(elements.iter().rev().copied()),
-        }
-    })
-}
-
-/// Refuses a buffer of numbers whose element type is not the one the
-/// binding declares (a `u32` buffer for a `float[]`), unless it was passed
-/// with `arg_reinterpret`.
-fn check_element_type(
-    arg: &BufferArg<'_>,
-    binding: &crate::reflect::BindingInfo,
-) -> Result<(), String> {
-    if arg.reinterpret {
-        return Ok(());
-    }
-    let given = (arg.element)();
-    if !crate::reflect::is_number_type(given) {
-        return Ok(());
-    }
-    let mut declared = binding
-        .aliases
-        .iter()
-        .filter_map(|a| a.element_type.as_deref())
-        .peekable();
-    if declared.peek().is_none() || declared.any(|d| crate::reflect::spells_element(given, d)) {
-        return Ok(());
-    }
-    let declared: Vec<&str> = binding
-        .aliases
-        .iter()
-        .filter_map(|a| a.element_type.as_deref())
-        .collect();
-    let given = crate::reflect::element_spelling(given);
-    Err(format!(
-        "{} has `{given}` elements but the kernel reads the binding as `{}`; pass a buffer of \
-         that type, or `arg_reinterpret()` to bind the bytes as they are",
-        arg_name(arg),
-        declared.join("` or `")
-    ))
-}
-
-/// One buffer a dispatch binds: argument `index` (element `element` of
-/// it, where the argument is an array of buffers) at `binding`.
-struct Bound<'b, 'a> {
-    index: usize,
-    element: Option<usize>,
-    arg: &'b BufferArg<'a>,
-    binding: &'a crate::reflect::BindingInfo,
-}
-
-impl Bound<'_, '_> {
-    /// How errors name it: "argument 2" or "element 1 of argument 2".
-    fn position(&self) -> String {
-        match self.element {
-            Some(e) => format!("element {e} of argument {}", self.index),
-            None => format!("argument {}", self.index),
-        }
-    }
-}
-
-/// Every buffer `args` bind, in descriptor order: an array argument gives
-/// one per element. Refuses an array where the binding takes one buffer,
-/// one buffer where it takes an array, and an array of the wrong length.
-fn flatten<'b, 'a>(
-    label: &str,
-    bindings: &'a [crate::reflect::BindingInfo],
-    args: &'b [KernelArg<'a>],
-) -> Result<SmallVec<[Bound<'b, 'a>; 8]>> {
-    let mut out = SmallVec::with_capacity(args.len());
-    for (index, (arg, binding)) in args.iter().zip(bindings).enumerate() {
-        let bad = |reason: String| Error::Argument {
-            kernel: label.to_string(),
-            index,
-            binding: binding.binding,
-            reason,
-        };
-        let wanted = binding.array_len.unwrap_or(1) as usize;
-        match (&arg.kind, binding.array_len) {
-            (ArgKind::Array([]), _) if binding.runtime_sized => {
-                return Err(bad(
-                    "an empty array was given; a runtime-sized array binds at least one buffer"
-                        .into(),
-                ))
-            }
-            // Refused before any check that grows with the length.
-            (ArgKind::Array(elements), _)
-                if binding.runtime_sized && elements.len() > DESCRIPTORS_PER_POOL as usize =>
-            {
-                return Err(bad(format!(
-                    "an array of {} buffers was given; vkcompute binds at most \
-                     {DESCRIPTORS_PER_POOL} buffers of one kind in a kernel",
-                    elements.len()
-                )))
-            }
-            (ArgKind::Buffer(arg), None) => out.push(Bound {
-                index,
-                element: None,
-                arg,
-                binding,
-            }),
-            (ArgKind::Buffer(_), Some(n)) => {
-                return Err(bad(format!(
-                    "the binding is an array of {n} buffers; pass `KernelArg::array` of {n} \
-                     buffers"
-                )))
-            }
-            (ArgKind::Array(elements), _) if elements.len() != wanted && !binding.runtime_sized => {
-                return Err(bad(format!(
-                    "an array of {} buffers was given but the binding takes {}",
-                    elements.len(),
-                    match binding.array_len {
-                        Some(n) => format!("an array of {n}"),
-                        None => "one buffer (or an array of one)".into(),
-                    }
-                )))
-            }
-            (ArgKind::Array(elements), _) => {
-                for (element, e) in elements.iter().enumerate() {
-                    let ArgKind::Buffer(arg) = &e.kind else {
-                        return Err(bad(format!(
-                            "element {element} is itself an array; an array argument holds \
-                             buffers"
-                        )));
-                    };
-                    out.push(Bound {
-                        index,
-                        element: Some(element),
-                        arg,
-                        binding,
-                    });
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Refuses two bound buffers whose byte ranges overlap in one buffer where
-/// the kernel writes at least one of their bindings.
-fn check_aliasing(label: &str, bound: &[Bound<'_, '_>]) -> Result<()> {
-    let range = |b: &Bound<'_, '_>| b.arg.view.offset..b.arg.view.offset + b.arg.view.bytes;
-    for (first, a) in bound.iter().enumerate() {
-        for b in &bound[first + 1..] {
-            let (a_read, b_read) = (a.binding.read_only, b.binding.read_only);
-            if a_read && b_read {
-                continue;
-            }
-            let (ra, rb) = (range(a), range(b));
-            if Arc::ptr_eq(&a.arg.view.memory, &b.arg.view.memory)
-                && ra.start < rb.end
-                && rb.start < ra.end
-            {
-                let written = match (a_read, b_read) {
-                    (false, false) => "both".to_string(),
-                    (false, true) => a.position(),
-                    _ => b.position(),
-                };
-                return Err(Error::AliasedArguments {
-                    kernel: label.to_string(),
-                    first: a.index,
-                    second: b.index,
-                    detail: format!(
-                        "{} (bytes {ra:?}) and {} (bytes {rb:?}) share one buffer, and the \
-                         kernel writes {written}",
-                        a.position(),
-                        b.position()
-                    ),
-                });
-            }
-        }
-    }
-    Ok(())
-}
 impl Kernel {
     /// Refuses a kernel loaded with `allow_pointer_addressing` where the
     /// caller cannot answer for its addresses (every safe dispatch).
@@ -258,13 +100,16 @@ impl Kernel {
 /// Dispatching kernels.
 impl DeviceContext {
     /// Enqueues a dispatch of `kernel` over `grid` workgroups (`n`, `(x, y)`
-    /// or `(x, y, z)`), with `args` bound to its storage-buffer bindings in
-    /// binding order and `push` as its push constants (`&()` for none).
+    /// or `(x, y, z)`), with `args` bound to its buffer bindings (storage
+    /// and uniform) in (set, binding) order and `push` as its push constants
+    /// (`&()` for none).
     ///
     /// Everything is checked before anything reaches the driver: the number
     /// of buffers, each buffer's element size against the binding's array
-    /// stride, binding size against `maxStorageBufferRange`, offset against
-    /// `minStorageBufferOffsetAlignment`, the device of every buffer, the
+    /// stride, binding size against `maxStorageBufferRange` (a uniform
+    /// binding: at least its block, at most `maxUniformBufferRange`), offset
+    /// against `minStorageBufferOffsetAlignment` (or
+    /// `minUniformBufferOffsetAlignment`), the device of every buffer, the
     /// push-constant size, the grid against `maxComputeWorkGroupCount`, and
     /// that no two arguments overlap in one buffer where the kernel writes
     /// either ([`Error::AliasedArguments`]; read-only aliases are fine).
@@ -289,7 +134,7 @@ impl DeviceContext {
     /// addresses (the seed's `DevicePassable` model), loaded with
     /// [`KernelBuilder::allow_pointer_addressing`](crate::KernelBuilder::allow_pointer_addressing)
     /// (or an ordinary kernel).
-    /// `args` bind to its storage-buffer bindings as in
+    /// `args` bind to its buffer bindings as in
     /// [`enqueue_function`](Self::enqueue_function), with the same checks;
     /// `addressed` lists the buffers (or views) the kernel reaches through
     /// addresses, typically from [`DeviceBuffer::device_address`] passed in
@@ -357,6 +202,7 @@ impl DeviceContext {
         let describe = || format!("kernel {} grid {:?}", kernel.label, d.grid);
         crate::record::record_described(&self.stream, op, &describe, &d.accesses, |stream| {
             stream.keep_alive(keep);
+            d.keep_printf(stream, &kernel.label, &self.stream.printf);
             let command = Command::Dispatch {
                 pipeline: &k.pipeline,
                 buffers: &d.infos,
@@ -397,13 +243,12 @@ impl DeviceContext {
             return Err(Error::ArgumentCount {
                 kernel: name(),
                 expected: bindings.len(),
-                bindings: format!(
-                    "{:?}",
-                    bindings.iter().map(|b| b.binding).collect::<Vec<_>>()
-                ),
+                bindings: binding_list(bindings),
                 given: args.len(),
             });
         }
+        let ordered = in_binding_order(&kernel.label, bindings, args)?;
+        let args = &ordered[..];
         if push_bytes.len() != k.interface.push_size as usize {
             return Err(Error::PushConstantSize {
                 kernel: name(),
@@ -436,7 +281,7 @@ impl DeviceContext {
                 .iter()
                 .zip(bindings)
                 .filter(|(_, b)| b.runtime_sized)
-                .map(|(arg, _)| match arg.kind {
+                .map(|((_, arg), _)| match arg.kind {
                     ArgKind::Array(elements) => elements.len() as u32,
                     ArgKind::Buffer(_) => 1,
                 })
@@ -554,6 +399,20 @@ impl DeviceContext {
         }));
         let mut push = SmallVec::from_slice(push_bytes);
         push.resize(push_bytes.len().next_multiple_of(4), 0);
+        // A printing kernel's record buffer: its binding is the kernel's
+        // last (see `vkcompute_spirv::printf`).
+        let printf = match &pipeline.printf {
+            Some(table) => {
+                let records = Arc::new(RecordBuffer::new(
+                    device,
+                    table,
+                    self.stream.printf.buffer_bytes,
+                )?);
+                infos.push(records.descriptor());
+                Some((records, table.clone()))
+            }
+            None => None,
+        };
         Ok(CheckedDispatch {
             kernel: pipeline,
             accesses,
@@ -561,6 +420,7 @@ impl DeviceContext {
             views,
             push,
             grid,
+            printf,
         })
     }
 }

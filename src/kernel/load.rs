@@ -1,24 +1,24 @@
 //! Loading a kernel: every check of the module against the device, the
 //! specialization, and the pipeline.
 
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::Arc;
 
 use ash::vk;
 
+use vkcompute_spirv::{
+    self as model, bounds, rules, uses, words as spirv_words, Module, SpecValue,
+};
+
 use super::cache::{self, Load};
 use super::{Kernel, KernelPipeline};
-use crate::bounds;
 use crate::capabilities;
 use crate::capabilities::Feature;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
-use crate::reflect::{self, BindingInfo, BindingKind};
+use crate::reflect::{BindingInfo, BindingKind, Interface};
 use crate::spirv_check;
-use crate::spirv_rules;
-use crate::spirv_words;
-use crate::vk::pipeline::{ComputePipeline, DESCRIPTORS_PER_POOL};
+use crate::vk::pipeline::{ComputePipeline, PipelineBinding, DESCRIPTORS_PER_POOL};
 use crate::vk::Device;
 
 /// Checks that `device` can run a kernel of workgroup `local_size` with
@@ -98,6 +98,7 @@ fn build(
         ref array_lengths,
         label: _,
     } = *load;
+    device.check_alive("vkCreateComputePipelines")?;
     let unsupported = |reason: String| Error::UnsupportedKernel {
         kernel: label.to_string(),
         reason,
@@ -113,40 +114,56 @@ fn build(
             vk::api_version_minor(device.adapter.api_version)
         )));
     }
-    // What SPIRV-Tools lets through but drivers or layers choke on.
-    spirv_rules::check(words).map_err(|reason| Error::InvalidSpirv { reason })?;
-    spirv_rules::check_type_nesting(words).map_err(unsupported)?;
-    let module = reflect::module_use(words);
-    if let (false, Some(found)) = (pointers, module.pointers) {
-        return Err(Error::PointerAddressing {
-            kernel: label.to_string(),
-            found,
-        });
-    }
-    let declared = capabilities::Declared {
-        capabilities: &module.capabilities,
-        extensions: &module.extensions,
-        initialized_workgroup: module.initialized_workgroup,
-        local_size_id: module.local_size_id,
-        int64_atomics_buffer: module.int64_atomics_buffer,
-        int64_atomics_shared: module.int64_atomics_shared,
-        float_atomics: &module.float_atomics,
-        float_modes: &module.float_modes,
+    // What must hold before anything reads the module further, and what
+    // SPIRV-Tools lets through but drivers or layers choke on.
+    rules::check(words).map_err(|reason| Error::InvalidSpirv { reason })?;
+    rules::check_type_nesting(words).map_err(unsupported)?;
+    // The user's module, read for what loading needs before it is
+    // prepared: its entry point, its specialization constants, and (for
+    // an early, clear error) its use of pointers and device features.
+    // Every decision below is taken again on the prepared module.
+    let declared = Module::read(words).map_err(|reason| Error::InvalidSpirv { reason })?;
+    declared.compute_entry(entry).map_err(unsupported)?;
+    check_use(device, &uses::module_use(words), pointers, label)?;
+    // The descriptors, read before the gate, so that even a build without
+    // the validator says why a module cannot be bound.
+    let declared_bindings = declared.bindings().map_err(unsupported)?;
+    check_sets(device, declared_bindings.iter().map(|b| b.set)).map_err(unsupported)?;
+    // The gate: a shipped kernel, or the caller's promise; with the
+    // validator built in, it runs once, on the prepared module below.
+    spirv_check::gate(words, label, vulkan_1_3, trust)?;
+    let spec_constants = declared.spec_constants().map_err(unsupported)?;
+    check_specialization(specialization, &spec_constants, label)?;
+    // The module as the pipeline runs it: specialized, one entry point,
+    // its runtime-sized arrays of buffers sized, with its indices bounded
+    // (vkcompute_spirv::bounds); and its interface, read from it. A module
+    // that fails here may be invalid: the validator says so where it can.
+    let prepare = || -> Result<(Vec<u32>, bounds::Prepared)> {
+        let spec_bytes: Vec<(u32, Vec<u8>)> = specialization
+            .iter()
+            .map(|(id, v)| (*id, v.bytes()))
+            .collect();
+        let frozen = rules::freeze(words, &declared, &spec_bytes);
+        let frozen_model = Module::read(&frozen).map_err(unsupported)?;
+        rules::check_constant_indices(&frozen, &frozen_model).map_err(unsupported)?;
+        let prepared = bounds::prepare(
+            &frozen,
+            &frozen_model,
+            entry,
+            !unchecked_indices,
+            array_lengths,
+        )
+        .map_err(unsupported)?;
+        Ok((frozen, prepared))
     };
-    capabilities::check(&declared, &device.capabilities, device.name()).map_err(unsupported)?;
-    // Descriptors, read from the words (not yet by spirq, which is not
-    // written against hostile input: it may panic or loop on an invalid
-    // module, so it only sees one that passed the gate).
-    reflect::check_entry_point(words, entry).map_err(unsupported)?;
-    reflect::check_descriptors(words).map_err(unsupported)?;
+    let (frozen, prepared) =
+        prepare().map_err(|e| spirv_check::explain(words, label, vulkan_1_3, trust, e))?;
+    spirv_check::check_prepared(&prepared.words, &frozen, words, label, vulkan_1_3, trust)?;
+    // Every check from here reads the prepared module.
+    check_use(device, &uses::module_use(&prepared.words), pointers, label)?;
+    let iface = &prepared.interface;
     let limits = device.limits();
-    let spec_u32: HashMap<u32, u32> = specialization
-        .iter()
-        .filter(|(_, b)| b.len() == 4)
-        .map(|(id, b)| (*id, u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-        .collect();
-    let local_size = reflect::local_size(words, entry, &spec_u32)
-        .ok_or_else(|| unsupported("its workgroup size could not be determined".into()))?;
+    let local_size = iface.local_size;
     // Three 32-bit sizes: their product fits in a u128, not a u64.
     let invocations = local_size.iter().map(|&d| d as u128).product::<u128>();
     if local_size.contains(&0)
@@ -165,116 +182,38 @@ fn build(
     if let Some(size) = subgroup_size {
         check_subgroup_size(device, size, local_size).map_err(unsupported)?;
     }
-    // Every structural check above runs first, so that a build without the
-    // validator reports what is wrong with the module where it can; then
-    // the gate: the validator, a shipped kernel, or the caller's promise.
-    spirv_check::check_module(words, label, vulkan_1_3, trust)?;
-    // spirq is not written against hostile input: a panic is an error too.
-    let reflected = std::panic::catch_unwind(|| reflect::reflect(words, entry))
-        .map_err(|_| Error::InvalidSpirv {
-            reason: "the module could not be parsed".into(),
-        })?
+    check_driver_limits(iface).map_err(unsupported)?;
+    check_workgroup_memory(&iface.workgroup, limits.max_compute_shared_memory_size)
         .map_err(unsupported)?;
-    for (id, bytes) in specialization {
-        match reflected.spec_constants.iter().find(|s| s.id == *id) {
-            None => {
-                return Err(Error::Specialization {
-                    kernel: label.to_string(),
-                    id: *id,
-                    reason: format!(
-                        "the kernel declares no such constant (it declares {:?})",
-                        reflected
-                            .spec_constants
-                            .iter()
-                            .map(|s| s.id)
-                            .collect::<Vec<_>>()
-                    ),
-                })
-            }
-            Some(s) if s.size as usize != bytes.len() => {
-                return Err(Error::Specialization {
-                    kernel: label.to_string(),
-                    id: *id,
-                    reason: format!(
-                        "it is {} bytes wide but the value given has {}",
-                        s.size,
-                        bytes.len()
-                    ),
-                })
-            }
-            Some(_) => {}
-        }
-    }
-    let frozen = spirv_rules::freeze(words, specialization);
-    spirv_rules::check_constant_indices(&frozen).map_err(unsupported)?;
-    if frozen != words {
-        spirv_check::check_specialized(&frozen, words, label, vulkan_1_3, trust)?;
-    }
-    // The length this pipeline gives each runtime-sized array of buffers
-    // (which specialization does not change).
-    let runtime_lengths: Vec<(u32, u32)> = reflected
-        .bindings
-        .iter()
-        .filter(|b| b.runtime_sized)
-        .map(|b| {
-            let n = array_lengths
-                .iter()
-                .find(|(binding, _)| *binding == b.binding)
-                .map_or(1, |&(_, n)| n);
-            (b.binding, n)
-        })
-        .collect();
-    // The module as the pipeline runs it: specialized, its runtime-sized
-    // arrays of buffers sized, with its indices bounded (src/bounds).
-    let prepared = bounds::prepare(&frozen, entry, !unchecked_indices, &runtime_lengths)
-        .map_err(unsupported)?;
-    let mut reflected = reflected;
-    if frozen != words {
-        // The interface as specialized (an array in the push-constant
-        // block, or an array of buffers, may have a specialization
-        // constant for its length).
-        let specialized = std::panic::catch_unwind(|| reflect::reflect(&frozen, entry))
-            .map_err(|_| Error::InvalidSpirv {
-                reason: "the specialized module could not be parsed".into(),
-            })?
-            .map_err(unsupported)?;
-        reflected.push_size = specialized.push_size;
-        reflected.bindings = specialized.bindings;
+    let printf = prepared.printf.as_ref().map(|p| (p.set, p.binding));
+    let interface = Interface::new(iface, &prepared.sized, &spec_constants, printf);
+    if interface.push_size > limits.max_push_constants_size {
+        return Err(unsupported(format!(
+            "{} bytes of push constants exceed the device's maxPushConstantsSize of {}",
+            interface.push_size, limits.max_push_constants_size
+        )));
     }
     // The descriptors each binding holds: a runtime-sized array has the
     // length this pipeline is built for.
-    let counts: Vec<u32> = reflected
+    let counts: Vec<u32> = iface
         .bindings
         .iter()
-        .map(|b| {
-            match runtime_lengths
-                .iter()
-                .find(|(binding, _)| *binding == b.binding)
-            {
-                Some(&(_, n)) => n,
-                None => b.array_len.unwrap_or(1),
-            }
+        .filter(|b| Some((b.set, b.binding)) != printf)
+        .map(|b| match b.count {
+            model::Count::One => 1,
+            model::Count::Array(n) => n,
+            model::Count::Runtime => 1,
         })
         .collect();
-    check_descriptor_counts(device, &reflected.bindings, &counts).map_err(unsupported)?;
-    if prepared.words != frozen {
-        spirv_check::check_instrumented(&prepared.words, vulkan_1_3)?;
-    }
-    check_workgroup_memory(&prepared.workgroup, limits.max_compute_shared_memory_size)
-        .map_err(unsupported)?;
-    if reflected.push_size > limits.max_push_constants_size {
-        return Err(unsupported(format!(
-            "{} bytes of push constants exceed the device's maxPushConstantsSize of {}",
-            reflected.push_size, limits.max_push_constants_size
-        )));
-    }
+    check_descriptor_counts(device, &interface.bindings, &counts).map_err(unsupported)?;
+    check_sets(device, interface.bindings.iter().map(|b| b.set)).map_err(unsupported)?;
     let entry_c = CString::new(entry)
         .map_err(|_| unsupported("the entry point name contains a NUL byte".into()))?;
     let pipeline = ComputePipeline::new(
         device,
         &prepared.words,
         &entry_c,
-        reflected
+        interface
             .bindings
             .iter()
             .zip(&counts)
@@ -283,10 +222,23 @@ fn build(
                     BindingKind::StorageBuffer => vk::DescriptorType::STORAGE_BUFFER,
                     BindingKind::UniformBuffer => vk::DescriptorType::UNIFORM_BUFFER,
                 };
-                (b.binding, ty, count)
+                PipelineBinding {
+                    set: b.set,
+                    binding: b.binding,
+                    ty,
+                    count,
+                }
             })
+            // The printf record buffer binds last (its binding follows
+            // every other in its set, the last set).
+            .chain(printf.map(|(set, binding)| PipelineBinding {
+                set,
+                binding,
+                ty: vk::DescriptorType::STORAGE_BUFFER,
+                count: 1,
+            }))
             .collect(),
-        reflected.push_size.next_multiple_of(4),
+        interface.push_size.next_multiple_of(4),
         subgroup_size,
     )
     .map_err(|e| match e {
@@ -306,12 +258,13 @@ fn build(
         words: words.to_vec(),
         entry: entry.to_string(),
         specialization: specialization.clone(),
-        interface: reflected,
+        interface,
         local_size,
         pointers,
         subgroup_size,
         unchecked_indices,
         clamped: prepared.clamped,
+        printf: prepared.printf.map(Arc::new),
         counts,
         array_lengths: array_lengths.clone(),
         trust,
@@ -319,10 +272,104 @@ fn build(
     })
 }
 
+/// Refuses what `module` uses that the safe API cannot bound (pointers,
+/// unless the load allows them) or `device` lacks (capabilities and the
+/// features they need).
+fn check_use(device: &Device, module: &uses::ModuleUse, pointers: bool, label: &str) -> Result<()> {
+    if let (false, Some(found)) = (pointers, &module.pointers) {
+        return Err(Error::PointerAddressing {
+            kernel: label.to_string(),
+            found: found.clone(),
+        });
+    }
+    let declared = capabilities::Declared {
+        capabilities: &module.capabilities,
+        extensions: &module.extensions,
+        initialized_workgroup: module.initialized_workgroup,
+        local_size_id: module.local_size_id,
+        int64_atomics_buffer: module.int64_atomics_buffer,
+        int64_atomics_shared: module.int64_atomics_shared,
+        float_atomics: &module.float_atomics,
+        float_modes: &module.float_modes,
+    };
+    capabilities::check(&declared, &device.capabilities, device.name()).map_err(|reason| {
+        Error::UnsupportedKernel {
+            kernel: label.to_string(),
+            reason,
+        }
+    })
+}
+
+/// Checks each specialization value against the constant it sets: the
+/// module declares the id, and the value is of the constant's kind.
+fn check_specialization(
+    given: &[(u32, SpecValue)],
+    declared: &[model::SpecConstant],
+    label: &str,
+) -> Result<()> {
+    for (id, value) in given {
+        let error = |reason: String| Error::Specialization {
+            kernel: label.to_string(),
+            id: *id,
+            reason,
+        };
+        match declared.iter().find(|s| s.id == *id) {
+            None => {
+                return Err(error(format!(
+                    "the kernel declares no such constant (it declares {:?})",
+                    declared.iter().map(|s| s.id).collect::<Vec<_>>()
+                )))
+            }
+            Some(constant) => value.check(constant).map_err(error)?,
+        }
+    }
+    Ok(())
+}
+
+/// Checks what the driver is asked to compile against the limits that
+/// keep its compile bounded: the call depth and the private and function
+/// memory per invocation.
+fn check_driver_limits(iface: &model::Interface) -> Result<(), String> {
+    if iface.call_depth > model::interface::MAX_CALL_DEPTH {
+        return Err(format!(
+            "its calls nest {} deep; vkcompute accepts at most {} (drivers inline calls, and \
+             deep chains take minutes to compile)",
+            iface.call_depth,
+            model::interface::MAX_CALL_DEPTH
+        ));
+    }
+    match iface.private_bytes {
+        Some(b) if b <= model::interface::MAX_PRIVATE_BYTES => Ok(()),
+        other => {
+            Err(format!(
+            "its private and function-local variables take {} per invocation; vkcompute accepts \
+             at most {} bytes (drivers keep them per invocation, and large ones take minutes \
+             and gigabytes to compile): put large arrays in a buffer or in shared memory",
+            other.map_or_else(|| "more than 2^64 bytes".to_string(), |b| format!("{b} bytes")),
+            model::interface::MAX_PRIVATE_BYTES
+        ))
+        }
+    }
+}
+
+/// Checks that the descriptor sets a kernel uses fit the device's
+/// `maxBoundDescriptorSets`.
+fn check_sets(device: &Device, sets: impl Iterator<Item = u32>) -> Result<(), String> {
+    let limit = device.limits().max_bound_descriptor_sets;
+    match sets.max() {
+        Some(set) if set >= limit => Err(format!(
+            "it binds descriptor set {set}, but the device's maxBoundDescriptorSets is {limit} \
+             (sets 0 to {})",
+            limit.saturating_sub(1)
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Checks that the workgroup variables `used` fit in `limit` bytes
 /// (`maxComputeSharedMemorySize`); the error names each variable and its
 /// size.
-fn check_workgroup_memory(used: &[bounds::WorkgroupVariable], limit: u32) -> Result<(), String> {
+fn check_workgroup_memory(used: &[model::WorkgroupVariable], limit: u32) -> Result<(), String> {
     let total = used
         .iter()
         .try_fold(0u64, |sum, v| v.bytes.and_then(|b| sum.checked_add(b)));

@@ -7,6 +7,7 @@
 //! `load.rs`, dispatch checks and recording in `dispatch.rs`, and
 //! `DeviceContext::execution_time` in `timing.rs`.
 
+mod args;
 mod cache;
 mod dispatch;
 
@@ -30,49 +31,8 @@ use cache::Load;
 pub(crate) use dispatch::write_extent;
 use load::words_from_bytes;
 
-/// A value for a specialization constant.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum SpecValue {
-    /// A `bool` constant (4 bytes in SPIR-V).
-    Bool(bool),
-    /// A 32-bit unsigned constant.
-    U32(u32),
-    /// A 32-bit signed constant.
-    I32(i32),
-    /// A 32-bit float constant.
-    F32(f32),
-    /// A 64-bit unsigned constant.
-    U64(u64),
-    /// A 64-bit signed constant.
-    I64(i64),
-    /// A 64-bit float constant.
-    F64(f64),
-}
-
-impl SpecValue {
-    fn bytes(self) -> Vec<u8> {
-        match self {
-            SpecValue::Bool(b) => u32::from(b).to_le_bytes().to_vec(),
-            SpecValue::U32(v) => v.to_le_bytes().to_vec(),
-            SpecValue::I32(v) => v.to_le_bytes().to_vec(),
-            SpecValue::F32(v) => v.to_le_bytes().to_vec(),
-            SpecValue::U64(v) => v.to_le_bytes().to_vec(),
-            SpecValue::I64(v) => v.to_le_bytes().to_vec(),
-            SpecValue::F64(v) => v.to_le_bytes().to_vec(),
-        }
-    }
-}
-
-macro_rules! spec_from {
-    ($($t:ty => $v:ident),*) => {$(
-        impl From<$t> for SpecValue {
-            fn from(v: $t) -> Self {
-                SpecValue::$v(v)
-            }
-        }
-    )*};
-}
-spec_from!(bool => Bool, u32 => U32, i32 => I32, f32 => F32, u64 => U64, i64 => I64, f64 => F64);
+/// A value for a specialization constant: see [`KernelBuilder::specialize`].
+pub use vkcompute_spirv::SpecValue;
 
 /// The number of workgroups of a dispatch in x, y and z.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,9 +65,16 @@ impl From<[u32; 3]> for Grid {
 /// A buffer (or view) passed to a kernel, made by `DeviceBuffer::arg`, or
 /// several buffers passed to one binding that declares an array of
 /// buffers, made by [`KernelArg::array`].
+///
+/// Arguments bind in the order of the kernel's bindings, by (set,
+/// binding) ([`Kernel::bindings`]). An argument may instead say where it
+/// goes with [`at`](KernelArg::at): then every argument of the dispatch
+/// must, in any order.
 #[derive(Clone, Copy)]
 pub struct KernelArg<'a> {
     pub(crate) kind: ArgKind<'a>,
+    /// The (set, binding) it fills, where it says.
+    pub(crate) at: Option<(u32, u32)>,
 }
 
 /// What a [`KernelArg`] holds.
@@ -134,6 +101,7 @@ impl<'a> KernelArg<'a> {
     pub(crate) fn buffer(arg: BufferArg<'a>) -> Self {
         KernelArg {
             kind: ArgKind::Buffer(arg),
+            at: None,
         }
     }
 
@@ -160,6 +128,30 @@ impl<'a> KernelArg<'a> {
     pub fn array(elements: &'a [KernelArg<'a>]) -> Self {
         KernelArg {
             kind: ArgKind::Array(elements),
+            at: None,
+        }
+    }
+
+    /// The same argument for binding `binding` of descriptor set `set`
+    /// (GLSL `layout(set = 1, binding = 2)`): where one argument of a
+    /// dispatch says where it goes, all must, and they may come in any
+    /// order. Without it, arguments fill the kernel's bindings in (set,
+    /// binding) order.
+    ///
+    /// ```
+    /// # fn main() -> vkcompute::Result<()> {
+    /// # let ctx = vkcompute::DeviceContext::new()?;
+    /// let store = vkcompute::Kernel::new(&ctx, vkcompute::shaders::STORE, "main")?;
+    /// let data = ctx.enqueue_create_buffer::<u32>(4)?;
+    /// data.enqueue_fill(0)?;
+    /// ctx.enqueue_function(&store, 1, &[data.arg().at(0, 0)], &[1u32, 7u32])?;
+    /// assert_eq!(data.to_vec()?, [0, 7, 0, 0]);
+    /// # Ok(()) }
+    /// ```
+    pub fn at(self, set: u32, binding: u32) -> Self {
+        KernelArg {
+            at: Some((set, binding)),
+            ..self
         }
     }
 }
@@ -171,7 +163,7 @@ pub(crate) struct KernelPipeline {
     pipeline: ComputePipeline,
     words: Vec<u32>,
     entry: String,
-    specialization: Vec<(u32, Vec<u8>)>,
+    specialization: Vec<(u32, SpecValue)>,
     interface: Interface,
     local_size: [u32; 3],
     /// Loaded with [`KernelBuilder::allow_pointer_addressing`]: only
@@ -183,12 +175,16 @@ pub(crate) struct KernelPipeline {
     unchecked_indices: bool,
     /// How many indices the bounds instrumentation clamped.
     clamped: usize,
+    /// Its `debugPrintfEXT` calls, where it has some: the record buffer
+    /// binds after its other bindings.
+    printf: Option<std::sync::Arc<vkcompute_spirv::printf::Printf>>,
     /// The descriptors each binding holds in this pipeline (in binding
     /// order): 1, a fixed array's length, or the length a runtime-sized
     /// array was built for.
     counts: Vec<u32>,
-    /// The lengths of runtime-sized arrays it was loaded with (its cache key).
-    array_lengths: Vec<(u32, u32)>,
+    /// The lengths of runtime-sized arrays it was loaded with (its cache
+    /// key): (set, binding, length).
+    array_lengths: Vec<(u32, u32, u32)>,
     /// Who answered for the module's validity, for its variants.
     trust: Trust,
     /// Pipelines of the same kernel for other lengths of its runtime-sized
@@ -233,7 +229,7 @@ impl Drop for KernelPipeline {
 ///
 /// Loading checks the module (header, entry point, descriptor types, the
 /// device features its capabilities need) and reflects its interface:
-/// storage-buffer bindings (in set 0), push-constant size, workgroup size
+/// buffer bindings (in any descriptor sets), push-constant size, workgroup size
 /// and specialization constants. A module that addresses memory through
 /// pointers (physical storage buffers, pointer casts, variable pointers)
 /// is refused with [`Error::PointerAddressing`](crate::Error::PointerAddressing): see
@@ -244,7 +240,7 @@ impl Drop for KernelPipeline {
 pub struct Kernel {
     inner: Arc<KernelPipeline>,
     /// What errors, `Debug` and traces call it.
-    label: Arc<str>,
+    pub(crate) label: Arc<str>,
 }
 
 /// Loads a [`Kernel`] with specialization constants: see [`Kernel::builder`].
@@ -362,11 +358,7 @@ impl KernelBuilder<'_> {
     }
 
     fn load(self, ctx: &DeviceContext, trust: Trust) -> Result<Kernel> {
-        let mut spec: Vec<(u32, Vec<u8>)> = self
-            .specialization
-            .iter()
-            .map(|(id, v)| (*id, v.bytes()))
-            .collect();
+        let mut spec = self.specialization.clone();
         spec.sort_by_key(|(id, _)| *id);
         Kernel::load(
             ctx,
@@ -509,7 +501,7 @@ impl Kernel {
     }
 
     /// What errors, `Debug` and traces call the kernel: the label it was
-    /// loaded with ([`KernelBuilder::label`], [`GlslBuilder::file_name`](crate::GlslBuilder::file_name))
+    /// loaded with ([`KernelBuilder::label`], `GlslBuilder::file_name` of feature `glsl`)
     /// or else its entry point's name.
     pub fn label(&self) -> &str {
         &self.label
@@ -521,7 +513,8 @@ impl Kernel {
         self
     }
 
-    /// The storage-buffer bindings, in the order arguments are given.
+    /// The buffer bindings (storage and uniform), in the order arguments
+    /// are given: (set, binding).
     pub fn bindings(&self) -> &[BindingInfo] {
         &self.inner.interface.bindings
     }

@@ -44,8 +44,8 @@ impl KernelPipeline {
             .bindings
             .iter()
             .filter(|b| b.runtime_sized)
-            .map(|b| b.binding)
             .zip(lengths.iter().copied())
+            .map(|(b, n)| (b.set, b.binding, n))
             .collect();
         let load = Load {
             specialization: self.specialization.clone(),

@@ -1,42 +1,11 @@
-//! What a compute module declares: its storage-buffer bindings, push-constant
-//! size, workgroup size and specialization constants, read with `spirq`.
-//!
-//! The workgroup size is read directly from the words (`local_size.rs`),
-//! since it can come from three places: `LocalSize`, `LocalSizeId`, or a
-//! constant decorated `BuiltIn WorkgroupSize` (what glslang emits for
-//! `local_size_x_id`), whose parts may be specialization constants. What
-//! a module uses that loading checks against the device (capabilities,
-//! pointers) is in `module_use.rs`; the instruction stream itself in
-//! `crate::spirv_words`.
+//! A kernel's interface as vkcompute's public API shows it
+//! ([`BindingInfo`], [`SpecConstantInfo`]), made from the kernel model's
+//! reading of the module the driver gets (`vkcompute_spirv`): bindings
+//! with their sets, push-constant size and specialization constants.
 
-mod descriptors;
-mod local_size;
-mod module_use;
+use vkcompute_spirv as model;
 
-use spirq::ty::{AccessType, DescriptorType, Type};
-use spirq::var::Variable;
-use spirq::ReflectConfig;
-
-use descriptors::runtime_descriptor_arrays;
-pub(crate) use descriptors::{check_descriptors, check_entry_point};
-pub(crate) use local_size::local_size;
-pub(crate) use module_use::module_use;
-
-/// The largest binding number a kernel may use: drivers size descriptor
-/// set layouts by the largest binding (lavapipe runs out of memory on one
-/// near `u32::MAX`).
-const MAX_BINDING: u32 = 4095;
-
-/// What a binding is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BindingKind {
-    /// A storage buffer (`buffer` in GLSL, std430): read and written.
-    StorageBuffer,
-    /// A uniform buffer (`uniform` in GLSL, std140): read only, of a fixed
-    /// size ([`BindingInfo::uniform_size`]), bound at a multiple of
-    /// `minUniformBufferOffsetAlignment`.
-    UniformBuffer,
-}
+pub use model::BindingKind;
 
 /// One buffer binding of a kernel: one argument of a dispatch.
 ///
@@ -45,7 +14,9 @@ pub enum BindingKind {
 /// one argument, and [`aliases`](Self::aliases) lists each.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BindingInfo {
-    /// The binding number (in descriptor set 0).
+    /// The descriptor set (GLSL `layout(set = n)`; 0 where none is given).
+    pub set: u32,
+    /// The binding number.
     pub binding: u32,
     /// For a binding that declares an array of `n` buffers (GLSL
     /// `buffer B { float d[]; } bufs[n];`, `n` of 2 or more), `Some(n)`: it
@@ -63,8 +34,10 @@ pub struct BindingInfo {
     pub runtime_sized: bool,
     /// A storage or a uniform buffer.
     pub kind: BindingKind,
-    /// For a uniform buffer, the bytes its block spans: a buffer bound
-    /// there must hold at least these.
+    /// For a uniform buffer, the bytes its block's members occupy, from
+    /// the block's start to the end of its furthest member (not the
+    /// block's padded size, which std140 rounds up): a buffer bound there
+    /// must hold at least these.
     pub uniform_size: Option<u64>,
     /// The name of the binding's first variable, where the module keeps names.
     pub name: Option<String>,
@@ -81,7 +54,7 @@ pub struct BindingInfo {
     pub aliases: Vec<BindingAlias>,
 }
 
-/// One variable declared on a storage-buffer binding.
+/// One variable declared on a buffer binding (storage or uniform).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BindingAlias {
     /// The variable's name, where the module keeps names.
@@ -130,207 +103,79 @@ pub struct SpecConstantInfo {
     pub size: u32,
 }
 
-/// What a kernel's entry point declares.
+/// What a kernel's entry point declares, as the public API shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Interface {
-    /// Storage-buffer bindings in binding order.
+    /// Buffer bindings in (set, binding) order.
     pub(crate) bindings: Vec<BindingInfo>,
     /// Bytes of push constants (0 if none).
     pub(crate) push_size: u32,
     pub(crate) spec_constants: Vec<SpecConstantInfo>,
 }
 
-/// Reflects entry point `entry` of `words`; the error says what is wrong.
-pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Interface, String> {
-    let entry_points = ReflectConfig::new()
-        .spv(words)
-        .ref_all_rscs(true)
-        .reflect()
-        .map_err(|e| format!("the module could not be parsed: {e}"))?;
-    let Some(ep) = entry_points.iter().find(|e| e.name == entry) else {
-        let names: Vec<&str> = entry_points.iter().map(|e| e.name.as_str()).collect();
-        return Err(format!(
-            "it has no entry point `{entry}` (it has: {})",
-            names.join(", ")
-        ));
-    };
-    if ep.exec_model != spirq::spirv::ExecutionModel::GLCompute {
-        return Err(format!(
-            "entry point `{entry}` is not a compute shader ({:?})",
-            ep.exec_model
-        ));
-    }
-    let runtime = runtime_descriptor_arrays(words);
-    let mut bindings = Vec::new();
-    let mut push_size = 0u32;
-    let mut spec_constants = Vec::new();
-    for var in &ep.vars {
-        match var {
-            Variable::Descriptor {
-                name,
-                desc_bind,
-                desc_ty,
-                ty,
-                nbind,
-            } => {
-                let what = name
-                    .clone()
-                    .unwrap_or_else(|| format!("binding {}", desc_bind.bind()));
-                let (kind, access, uniform_size) = match desc_ty {
-                    DescriptorType::StorageBuffer(access) => {
-                        (BindingKind::StorageBuffer, *access, None)
-                    }
-                    DescriptorType::UniformBuffer() => (
-                        BindingKind::UniformBuffer,
-                        AccessType::ReadOnly,
-                        Some(extent(ty).ok_or_else(|| {
-                            format!("the uniform block `{what}` has no fixed size")
-                        })?),
-                    ),
-                    other => {
-                        return Err(format!(
-                            "`{what}` (set {}, binding {}) is a {other:?}: vkcompute binds storage \
-                             and uniform buffers only",
-                            desc_bind.set(),
-                            desc_bind.bind()
-                        ))
-                    }
+impl Interface {
+    /// The public view of `prepared`, the interface read from the module
+    /// the driver gets, whose runtime-sized arrays of buffers `sized`
+    /// lists (set, binding, the length this pipeline has), and of
+    /// `declared`, the specialization constants the user's module declares.
+    pub(crate) fn new(
+        prepared: &model::Interface,
+        sized: &[(u32, u32, u32)],
+        declared: &[model::SpecConstant],
+        printf: Option<(u32, u32)>,
+    ) -> Interface {
+        let bindings = prepared
+            .bindings
+            .iter()
+            // The printf record buffer is vkcompute's, bound by itself.
+            .filter(|b| Some((b.set, b.binding)) != printf)
+            .map(|b| {
+                let runtime_sized = sized.iter().any(|&(s, n, _)| (s, n) == (b.set, b.binding));
+                let array_len = match b.count {
+                    model::Count::Array(n) if !runtime_sized => Some(n),
+                    _ => None,
                 };
-                if desc_bind.set() != 0 {
-                    return Err(format!(
-                        "`{what}` is in descriptor set {}: vkcompute binds set 0 only",
-                        desc_bind.set()
-                    ));
+                let aliases: Vec<BindingAlias> = b
+                    .aliases
+                    .iter()
+                    .map(|a| {
+                        let element = a.block.runtime_element();
+                        BindingAlias {
+                            name: a.name.clone(),
+                            read_only: a.read_only,
+                            element_stride: element.map(|(_, stride)| stride),
+                            element_type: element.and_then(|(ty, _)| ty.number_spelling()),
+                        }
+                    })
+                    .collect();
+                let mut strides = aliases.iter().filter_map(|a| a.element_stride);
+                let first = strides.next();
+                BindingInfo {
+                    set: b.set,
+                    binding: b.binding,
+                    array_len,
+                    runtime_sized,
+                    kind: b.kind,
+                    uniform_size: b.uniform_extent(),
+                    name: b.aliases.first().and_then(|a| a.name.clone()),
+                    read_only: b.read_only(),
+                    element_stride: first.filter(|s| strides.all(|t| t == *s)),
+                    aliases,
                 }
-                if desc_bind.bind() > MAX_BINDING {
-                    return Err(format!(
-                        "`{what}` has binding number {}: vkcompute accepts binding numbers up to {MAX_BINDING}",
-                        desc_bind.bind()
-                    ));
-                }
-                let runtime_sized = runtime.contains(&desc_bind.bind());
-                if *nbind == 0 && !runtime_sized {
-                    return Err(format!(
-                        "`{what}` is an array of buffers whose length vkcompute cannot evaluate"
-                    ));
-                }
-                let array_len = (*nbind > 1).then_some(*nbind);
-                let alias = BindingAlias {
-                    name: name.clone(),
-                    read_only: access == AccessType::ReadOnly,
-                    element_stride: runtime_array_stride(ty),
-                    element_type: runtime_array_element(ty),
-                };
-                match bindings
-                    .iter_mut()
-                    .find(|b: &&mut BindingInfo| b.binding == desc_bind.bind())
-                {
-                    Some(b) if b.kind != kind => {
-                        return Err(format!(
-                            "binding {} is declared both as a storage and as a uniform buffer",
-                            b.binding
-                        ))
-                    }
-                    Some(b) if b.array_len != array_len || b.runtime_sized != runtime_sized => {
-                        return Err(format!(
-                            "binding {} is declared as arrays of different lengths ({} and {})",
-                            b.binding,
-                            b.array_len.unwrap_or(1),
-                            array_len.unwrap_or(1)
-                        ))
-                    }
-                    Some(b) => {
-                        b.uniform_size = b.uniform_size.max(uniform_size);
-                        b.aliases.push(alias)
-                    }
-                    None => bindings.push(BindingInfo {
-                        binding: desc_bind.bind(),
-                        array_len,
-                        runtime_sized,
-                        kind,
-                        uniform_size,
-                        name: name.clone(),
-                        read_only: true,
-                        element_stride: None,
-                        aliases: vec![alias],
-                    }),
-                }
-            }
-            Variable::PushConstant { ty, .. } => {
-                push_size = extent(ty)
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| "the push-constant block has no fixed size".to_string())?;
-            }
-            Variable::SpecConstant { name, spec_id, ty } => spec_constants.push(SpecConstantInfo {
-                id: *spec_id,
-                name: name.clone(),
-                size: ty.nbyte().map_or(4, |n| n.max(4) as u32),
-            }),
-            Variable::Input { .. } | Variable::Output { .. } => {}
+            })
+            .collect();
+        Interface {
+            bindings,
+            push_size: prepared.push.as_ref().map_or(0, |(_, size)| *size),
+            spec_constants: declared
+                .iter()
+                .map(|s| SpecConstantInfo {
+                    id: s.id,
+                    name: s.name.clone(),
+                    size: s.size,
+                })
+                .collect(),
         }
-    }
-    bindings.sort_by_key(|b| b.binding);
-    for b in &mut bindings {
-        b.read_only = b.aliases.iter().all(|a| a.read_only);
-        let mut strides = b.aliases.iter().filter_map(|a| a.element_stride);
-        let first = strides.next();
-        b.element_stride = first.filter(|s| strides.all(|t| t == *s));
-    }
-    spec_constants.sort_by_key(|s| s.id);
-    spec_constants.dedup_by_key(|s| s.id);
-    Ok(Interface {
-        bindings,
-        push_size,
-        spec_constants,
-    })
-}
-
-/// The bytes `ty` spans: for a struct the end of its furthest member (its
-/// members' offsets need not increase, so this is not spirq's `nbyte`,
-/// which ends at the last member); `None` if it has no fixed size.
-fn extent(ty: &Type) -> Option<u64> {
-    match ty {
-        Type::Struct(block) => block.members.iter().try_fold(0u64, |end, member| {
-            let offset = u64::try_from(member.offset?).ok()?;
-            Some(end.max(offset.checked_add(extent(&member.ty)?)?))
-        }),
-        Type::Array(array) => {
-            let n = u64::from(array.nelement?);
-            let stride = u64::try_from(array.stride?).ok()?;
-            let last = (n.checked_sub(1)?)
-                .checked_mul(stride)?
-                .checked_add(extent(&array.element_ty)?)?;
-            Some(last.max(n.checked_mul(stride)?))
-        }
-        _ => ty.nbyte().and_then(|n| u64::try_from(n).ok()),
-    }
-}
-
-/// The element type of a block that is one runtime array of numbers or
-/// vectors, as Rust spells it.
-fn runtime_array_element(ty: &Type) -> Option<String> {
-    let Type::Struct(block) = ty else { return None };
-    let [member] = block.members.as_slice() else {
-        return None;
-    };
-    let Type::Array(array) = &member.ty else {
-        return None;
-    };
-    if array.nelement.is_some() {
-        return None;
-    }
-    let scalar = |s: &spirq::ty::ScalarType| match s {
-        spirq::ty::ScalarType::Integer { bits, is_signed } => {
-            Some(format!("{}{bits}", if *is_signed { "i" } else { "u" }))
-        }
-        spirq::ty::ScalarType::Float { bits: 16 } => Some("f16".into()),
-        spirq::ty::ScalarType::Float { bits } => Some(format!("f{bits}")),
-        _ => None,
-    };
-    match &*array.element_ty {
-        Type::Scalar(s) => scalar(s),
-        Type::Vector(v) => Some(format!("[{}; {}]", scalar(&v.scalar_ty)?, v.nscalar)),
-        _ => None,
     }
 }
 
@@ -378,20 +223,6 @@ pub(crate) fn element_spelling(type_name: &str) -> String {
     HALF_PATHS
         .iter()
         .fold(type_name.to_string(), |name, p| name.replace(p, ""))
-}
-
-/// The stride of a block that is one runtime array (`T data[];`).
-fn runtime_array_stride(ty: &Type) -> Option<u32> {
-    let Type::Struct(block) = ty else { return None };
-    let [member] = block.members.as_slice() else {
-        return None;
-    };
-    match &member.ty {
-        Type::Array(array) if array.nelement.is_none() => {
-            array.stride.and_then(|s| u32::try_from(s).ok())
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]

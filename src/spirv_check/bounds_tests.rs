@@ -1,7 +1,15 @@
-//! The bounds instrumentation (src/bounds) checked by the validator.
+//! The preparation of modules for the driver (`vkcompute_spirv::bounds`)
+//! checked by the validator, on the shipped kernels and on GLSL.
 
-use crate::bounds::*;
-use crate::spirv_words::{OP_EXECUTION_MODE_ID, OP_EXT_INST_IMPORT};
+use vkcompute_spirv::bounds::*;
+use vkcompute_spirv::words::OP_EXT_INST_IMPORT;
+use vkcompute_spirv::WorkgroupVariable;
+
+/// `words` prepared for entry point `main`, clamped or not.
+fn prep(words: &[u32], clamp: bool) -> Prepared {
+    let model = vkcompute_spirv::Module::read(words).unwrap();
+    prepare(words, &model, "main", clamp, &[]).unwrap()
+}
 
 /// Validates `words` for both Vulkan versions the runtime supports.
 #[cfg(feature = "validate")]
@@ -13,7 +21,7 @@ fn assert_valid(words: &[u32], what: &str) {
 #[cfg(feature = "validate")]
 fn assert_valid_for(words: &[u32], what: &str, versions: &[bool]) {
     for &vulkan_1_3 in versions {
-        if let Err(e) = crate::vk::spirv_val::validate(words, vulkan_1_3) {
+        if let Err(e) = vkcompute_spirv::validate::validate(words, vulkan_1_3) {
             panic!("{what} (Vulkan 1.{}): {e}", if vulkan_1_3 { 3 } else { 2 });
         }
     }
@@ -24,7 +32,7 @@ fn assert_valid_for(words: &[u32], what: &str, versions: &[bool]) {
 fn every_shipped_kernel_instruments_to_a_valid_module() {
     let mut clamped = 0;
     for words in crate::shaders::SHIPPED {
-        let prepared = prepare(words, "main", true, &[]).unwrap();
+        let prepared = prep(words, true);
         assert_valid(&prepared.words, "a shipped kernel");
         clamped += prepared.clamped;
     }
@@ -34,15 +42,15 @@ fn every_shipped_kernel_instruments_to_a_valid_module() {
 
 #[test]
 fn a_module_with_nothing_to_bound_is_handed_on_unchanged() {
-    let prepared = prepare(crate::shaders::STORE, "main", true, &[]).unwrap();
+    let prepared = prep(crate::shaders::STORE, true);
     assert_eq!(prepared.clamped, 0);
     assert_eq!(prepared.words, crate::shaders::STORE);
-    assert!(prepared.workgroup.is_empty());
-    let reduce = prepare(crate::shaders::REDUCE_SUM, "main", false, &[]).unwrap();
+    assert!(prepared.interface.workgroup.is_empty());
+    let reduce = prep(crate::shaders::REDUCE_SUM, false);
     assert_eq!(reduce.words, crate::shaders::REDUCE_SUM);
     // The shipped SPIR-V is optimized, without names.
     assert_eq!(
-        reduce.workgroup,
+        reduce.interface.workgroup,
         [WorkgroupVariable {
             name: "%61".into(),
             ty: "float32_t[256]".into(),
@@ -54,6 +62,7 @@ fn a_module_with_nothing_to_bound_is_handed_on_unchanged() {
 #[cfg(all(feature = "build", feature = "validate"))]
 mod glsl {
     use super::*;
+    use vkcompute_spirv::words::OP_EXECUTION_MODE_ID;
 
     fn compile(source: &str) -> Vec<u32> {
         compile_for(source, shaderc::EnvVersion::Vulkan1_2)
@@ -96,13 +105,13 @@ mod glsl {
                 o[p.i] = s[gl_LocalInvocationID.x][2] + fixed_.v[p.i][p.i] + fixed_.rest[p.i];
             }"#,
         );
-        let prepared = prepare(&words, "main", true, &[]).unwrap();
+        let prepared = prep(&words, true);
         assert_valid(&prepared.words, "the instrumented module");
         // s (two), pc, f, priv, v, m (two), s's first index, fixed_.v (two):
         // the optimizer may merge a few, but each kind stays.
         assert!(prepared.clamped >= 9, "{}", prepared.clamped);
         // Storage-buffer runtime arrays are left to robust buffer access.
-        let again = prepare(&prepared.words, "main", true, &[]).unwrap();
+        let again = prep(&prepared.words, true);
         assert!(again.clamped <= prepared.clamped);
         assert_valid(&again.words, "instrumented twice");
     }
@@ -133,10 +142,12 @@ mod glsl {
                 (1, u32::from(wide).to_le_bytes().to_vec()),
                 (2, m.to_le_bytes().to_vec()),
             ];
-            let frozen = crate::spirv_rules::freeze(&words, &spec);
-            let prepared = prepare(&frozen, "main", true, &[]).unwrap();
+            let model = vkcompute_spirv::Module::read(&words).unwrap();
+            let frozen = vkcompute_spirv::rules::freeze(&words, &model, &spec);
+            let prepared = prep(&frozen, true);
             assert_valid(&prepared.words, "specialized");
             let sizes: Vec<(String, Option<u64>)> = prepared
+                .interface
                 .workgroup
                 .iter()
                 .map(|v| (v.name.clone(), v.bytes))
@@ -173,12 +184,12 @@ mod glsl {
             shaderc::EnvVersion::Vulkan1_3,
         );
         let modes = |w: &[u32]| {
-            crate::spirv_words::instructions(w)
+            vkcompute_spirv::words::instructions(w)
                 .filter(|(op, _)| *op == OP_EXECUTION_MODE_ID)
                 .count()
         };
         assert_eq!(modes(&words), 1);
-        let prepared = prepare(&words, "main", true, &[]).unwrap();
+        let prepared = prep(&words, true);
         assert!(prepared.clamped >= 2);
         assert_eq!(modes(&prepared.words), 1);
         assert_valid_for(&prepared.words, "with LocalSizeId", &[true]);
@@ -197,8 +208,13 @@ mod glsl {
             void never(uint i) { unused[i] = i; }
             void main() { o[0] = helper(gl_LocalInvocationID.x); }"#,
         );
-        let prepared = prepare(&words, "main", true, &[]).unwrap();
-        let names: Vec<&str> = prepared.workgroup.iter().map(|v| v.name.as_str()).collect();
+        let prepared = prep(&words, true);
+        let names: Vec<&str> = prepared
+            .interface
+            .workgroup
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect();
         assert_eq!(names, ["used"]);
     }
 }

@@ -3,7 +3,7 @@
 use std::ffi::c_char;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
@@ -16,6 +16,7 @@ use super::instance::Instance;
 use super::memory::{BufferCache, RawBuffer};
 use super::pipeline::ComputePipeline;
 use super::pipeline_cache::{create_pipeline_cache, DiskCache};
+use super::MemoryUsage;
 use crate::capabilities::{Capabilities, Feature, FeatureStructs};
 use crate::error::{Error, Result, VkResultExt};
 
@@ -86,6 +87,10 @@ pub(crate) struct Device {
     retired_semaphores: Mutex<Vec<vk::Semaphore>>,
     /// Streams (`StreamHandle`s) of the device alive now.
     pub(crate) streams: AtomicUsize,
+    /// Whether the device was lost (a call returned `VK_ERROR_DEVICE_LOST`,
+    /// or the fault-injection hook said so): every later public call that
+    /// needs the device returns `Error::DeviceLost`.
+    lost: AtomicBool,
     /// The crate's own pipelines (the fill kernel), made on first use.
     internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,
     /// Unique among the devices of this process.
@@ -269,6 +274,7 @@ impl Device {
             orphans: Mutex::new(Vec::new()),
             retired_semaphores: Mutex::new(Vec::new()),
             streams: AtomicUsize::new(0),
+            lost: AtomicBool::new(false),
             internal_pipelines: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             debug_names: Default::default(),
@@ -329,6 +335,33 @@ impl Device {
     /// `bufferDeviceAddress` is enabled.
     pub(crate) fn buffer_device_address(&self) -> bool {
         self.capabilities.has(Feature::BufferDeviceAddress)
+    }
+
+    /// Records that the device is lost: every later public call that
+    /// needs it fails ([`check_alive`](Self::check_alive)).
+    pub(crate) fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            log::error!("the device `{}` was lost", self.name());
+        }
+    }
+
+    /// `result`, noting a lost device on the way.
+    pub(crate) fn note<T>(
+        &self,
+        result: std::result::Result<T, vk::Result>,
+    ) -> std::result::Result<T, vk::Result> {
+        if result.as_ref().err() == Some(&vk::Result::ERROR_DEVICE_LOST) {
+            self.mark_lost();
+        }
+        result
+    }
+
+    /// `Error::DeviceLost` naming `op` where the device was lost.
+    pub(crate) fn check_alive(&self, op: &'static str) -> crate::Result<()> {
+        if self.lost.load(Ordering::Acquire) {
+            return Err(crate::Error::DeviceLost { call: op });
+        }
+        Ok(())
     }
 
     pub(crate) fn limits(&self) -> &vk::PhysicalDeviceLimits {
@@ -473,41 +506,6 @@ impl Device {
 /// device-local memory, at most 512 MiB.
 fn cache_limit(adapter: &Adapter) -> u64 {
     (adapter.info.memory_bytes / 4).min(512 << 20)
-}
-
-/// What a block of memory is for; each use has its own memory-type preferences.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum MemoryUsage {
-    /// Device buffers: device-local.
-    Device,
-    /// Upload staging: host-visible, coherent, write-combined system memory.
-    Upload,
-    /// Readback staging and host buffers: host-visible and cached, since
-    /// reading uncached (write-combined) memory from the CPU is many times slower.
-    Readback,
-}
-
-type Flags = vk::MemoryPropertyFlags;
-
-impl MemoryUsage {
-    /// (flags wanted, flags avoided), in order of preference.
-    fn preferences(self) -> &'static [(Flags, Flags)] {
-        const HV: Flags = Flags::HOST_VISIBLE;
-        const HC: Flags = Flags::HOST_COHERENT;
-        const CACHED: Flags = Flags::HOST_CACHED;
-        const DL: Flags = Flags::DEVICE_LOCAL;
-        const NONE: Flags = Flags::empty();
-        const HV_HC: Flags = Flags::from_raw(HV.as_raw() | HC.as_raw());
-        const HV_HC_CACHED: Flags = Flags::from_raw(HV_HC.as_raw() | CACHED.as_raw());
-        const DL_CACHED: Flags = Flags::from_raw(DL.as_raw() | CACHED.as_raw());
-        match self {
-            MemoryUsage::Device => &[(DL, HV), (DL, NONE), (NONE, NONE)],
-            // Staging memory is always coherent: the specification guarantees
-            // a HOST_VISIBLE | HOST_COHERENT type on every device.
-            MemoryUsage::Upload => &[(HV_HC, DL_CACHED), (HV_HC, DL), (HV_HC, NONE)],
-            MemoryUsage::Readback => &[(HV_HC_CACHED, DL), (HV_HC_CACHED, NONE), (HV_HC, NONE)],
-        }
-    }
 }
 
 /// Destroys a freshly created device unless construction completes.

@@ -127,6 +127,9 @@ pub struct ComputeLimits {
     /// `minStorageBufferOffsetAlignment`: a bound view's offset is a
     /// multiple of it.
     pub min_storage_buffer_offset_alignment: u64,
+    /// `maxBoundDescriptorSets`: a kernel's bindings may be in sets 0 up
+    /// to one less than this (at least 4 on every Vulkan device).
+    pub max_bound_descriptor_sets: u32,
 }
 
 impl ComputeLimits {
@@ -139,6 +142,7 @@ impl ComputeLimits {
             max_push_constants_bytes: l.max_push_constants_size,
             max_storage_buffer_range: l.max_storage_buffer_range,
             min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
+            max_bound_descriptor_sets: l.max_bound_descriptor_sets,
         }
     }
 }

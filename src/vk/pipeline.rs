@@ -1,8 +1,9 @@
 //! Compute pipelines and the descriptors that bind buffers to them.
 //!
-//! Buffers bind as storage or uniform buffers, through push descriptors where the
-//! device has `VK_KHR_push_descriptor`, and through descriptor sets from
-//! per-batch pools otherwise.
+//! Buffers bind as storage or uniform buffers, in one or several descriptor
+//! sets: through push descriptors where the device has
+//! `VK_KHR_push_descriptor` and the kernel uses one set, and through
+//! descriptor sets from per-batch pools otherwise.
 
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -13,19 +14,43 @@ use super::command::Cmd;
 use super::Device;
 use crate::error::{Result, VkResultExt};
 
-/// A compute pipeline whose bindings are all buffers (storage or uniform)
-/// in set 0.
+/// One binding of a pipeline: a buffer or an array of buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PipelineBinding {
+    pub(crate) set: u32,
+    pub(crate) binding: u32,
+    /// Storage or uniform buffer.
+    pub(crate) ty: vk::DescriptorType,
+    /// The buffers it holds.
+    pub(crate) count: u32,
+}
+
+impl PipelineBinding {
+    /// One storage buffer at `binding` of set 0.
+    pub(crate) fn storage(binding: u32) -> Self {
+        PipelineBinding {
+            set: 0,
+            binding,
+            ty: vk::DescriptorType::STORAGE_BUFFER,
+            count: 1,
+        }
+    }
+}
+
+/// A compute pipeline whose bindings are all buffers (storage or uniform),
+/// in any descriptor sets.
 pub(crate) struct ComputePipeline {
-    pub(crate) set_layout: vk::DescriptorSetLayout,
+    /// One layout per set from 0 to the highest the kernel uses (a set it
+    /// does not use has an empty one).
+    pub(crate) set_layouts: smallvec::SmallVec<[vk::DescriptorSetLayout; 2]>,
     pub(crate) layout: vk::PipelineLayout,
     pub(crate) pipeline: vk::Pipeline,
-    /// The binding numbers, descriptor types (storage or uniform buffer)
-    /// and descriptor counts (buffers in the binding), in the order
-    /// arguments are given.
-    pub(crate) bindings: Vec<(u32, vk::DescriptorType, u32)>,
+    /// Its bindings, in (set, binding) order: the order arguments are
+    /// given.
+    pub(crate) bindings: Vec<PipelineBinding>,
     /// Whether its buffers bind through push descriptors: where the
-    /// device has them and the pipeline's descriptors fit in
-    /// `maxPushDescriptors` (else through descriptor sets).
+    /// device has them, the kernel uses one set, and its descriptors fit
+    /// in `maxPushDescriptors` (else through descriptor sets).
     pub(crate) pushes: bool,
     /// Bytes of push constants the shader declares.
     pub(crate) push_size: u32,
@@ -38,7 +63,7 @@ impl ComputePipeline {
         device: &Device,
         spirv: &[u32],
         entry: &CStr,
-        bindings: Vec<(u32, vk::DescriptorType, u32)>,
+        bindings: Vec<PipelineBinding>,
         push_size: u32,
         required_subgroup_size: Option<u32>,
     ) -> Result<Self> {
@@ -47,12 +72,15 @@ impl ComputePipeline {
         // SAFETY: valid SPIR-V words (the caller checked the header).
         let module = unsafe { raw.create_shader_module(&module_info, None) }
             .during("vkCreateShaderModule")?;
+        let one_set = bindings.windows(2).all(|w| w[0].set == w[1].set);
         let mut pipeline = ComputePipeline {
-            set_layout: vk::DescriptorSetLayout::null(),
+            set_layouts: smallvec::SmallVec::new(),
             layout: vk::PipelineLayout::null(),
             pipeline: vk::Pipeline::null(),
             pushes: device.push_descriptor.is_some()
-                && bindings.iter().map(|b| b.2).sum::<u32>() <= device.adapter.max_push_descriptors,
+                && one_set
+                && bindings.iter().map(|b| b.count).sum::<u32>()
+                    <= device.adapter.max_push_descriptors,
             bindings,
             push_size,
         };
@@ -76,36 +104,40 @@ impl ComputePipeline {
         required_subgroup_size: Option<u32>,
     ) -> Result<()> {
         let raw = &device.raw;
-        let layout_bindings: Vec<_> = self
-            .bindings
-            .iter()
-            .map(|&(b, ty, count)| {
-                vk::DescriptorSetLayoutBinding::default()
-                    .binding(b)
-                    .descriptor_type(ty)
-                    .descriptor_count(count)
-                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            })
-            .collect();
-        let flags = if self.pushes {
-            vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR
-        } else {
-            vk::DescriptorSetLayoutCreateFlags::empty()
-        };
-        let set_info = vk::DescriptorSetLayoutCreateInfo::default()
-            .flags(flags)
-            .bindings(&layout_bindings);
-        // SAFETY: a valid create info.
-        self.set_layout = unsafe { raw.create_descriptor_set_layout(&set_info, None) }
-            .during("vkCreateDescriptorSetLayout")?;
+        let sets = self.bindings.iter().map(|b| b.set + 1).max().unwrap_or(1);
+        for set in 0..sets {
+            let layout_bindings: Vec<_> = self
+                .bindings
+                .iter()
+                .filter(|b| b.set == set)
+                .map(|b| {
+                    vk::DescriptorSetLayoutBinding::default()
+                        .binding(b.binding)
+                        .descriptor_type(b.ty)
+                        .descriptor_count(b.count)
+                        .stage_flags(vk::ShaderStageFlags::COMPUTE)
+                })
+                .collect();
+            let flags = if self.pushes && !layout_bindings.is_empty() {
+                vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR
+            } else {
+                vk::DescriptorSetLayoutCreateFlags::empty()
+            };
+            let set_info = vk::DescriptorSetLayoutCreateInfo::default()
+                .flags(flags)
+                .bindings(&layout_bindings);
+            // SAFETY: a valid create info.
+            let made = unsafe { raw.create_descriptor_set_layout(&set_info, None) }
+                .during("vkCreateDescriptorSetLayout")?;
+            self.set_layouts.push(made);
+        }
         let ranges = [vk::PushConstantRange::default()
             .stage_flags(vk::ShaderStageFlags::COMPUTE)
             .offset(0)
             .size(self.push_size)];
-        let set_layouts = [self.set_layout];
         let ranges: &[vk::PushConstantRange] = if self.push_size > 0 { &ranges } else { &[] };
         let layout_info = vk::PipelineLayoutCreateInfo::default()
-            .set_layouts(&set_layouts)
+            .set_layouts(&self.set_layouts)
             .push_constant_ranges(ranges);
         // SAFETY: a valid create info.
         self.layout = unsafe { raw.create_pipeline_layout(&layout_info, None) }
@@ -142,9 +174,9 @@ impl ComputePipeline {
         unsafe {
             device.raw.destroy_pipeline(self.pipeline, None);
             device.raw.destroy_pipeline_layout(self.layout, None);
-            device
-                .raw
-                .destroy_descriptor_set_layout(self.set_layout, None);
+            for &set_layout in &self.set_layouts {
+                device.raw.destroy_descriptor_set_layout(set_layout, None);
+            }
         }
     }
 }
@@ -292,26 +324,27 @@ pub(crate) fn record_dispatch_into(
         pipeline
             .bindings
             .iter()
-            .map(|b| b.2 as usize)
+            .map(|b| b.count as usize)
             .sum::<usize>()
     );
     let cmd = cmd.raw();
     let same_pipeline = bound.pipeline == pipeline.pipeline;
     let rebind_buffers = !same_pipeline || !same_buffers(&bound.buffers, buffers);
     let repush = !push.is_empty() && (!same_pipeline || bound.push[..] != *push);
-    // Each binding takes the next `count` buffers (one write per binding).
-    let writes = |set: vk::DescriptorSet| -> smallvec::SmallVec<[vk::WriteDescriptorSet<'_>; 8]> {
+    // Each binding takes the next `count` buffers (one write per binding),
+    // into the descriptor set `sets` gives for its set number.
+    let writes = |sets: &dyn Fn(u32) -> vk::DescriptorSet| -> smallvec::SmallVec<[vk::WriteDescriptorSet<'_>; 8]> {
         let mut rest = buffers;
         pipeline
             .bindings
             .iter()
-            .map(|&(binding, ty, count)| {
-                let (these, after) = rest.split_at((count as usize).min(rest.len()));
+            .map(|b| {
+                let (these, after) = rest.split_at((b.count as usize).min(rest.len()));
                 rest = after;
                 vk::WriteDescriptorSet::default()
-                    .dst_set(set)
-                    .dst_binding(binding)
-                    .descriptor_type(ty)
+                    .dst_set(sets(b.set))
+                    .dst_binding(b.binding)
+                    .descriptor_type(b.ty)
                     .buffer_info(these)
             })
             .collect()
@@ -328,29 +361,47 @@ pub(crate) fn record_dispatch_into(
         // none is invalid (descriptorWriteCount must be at least 1).
         _ if pipeline.bindings.is_empty() || !rebind_buffers => {}
         Some(push_descriptor) => {
-            // SAFETY: `cmd` is recording with the pipeline bound; the layout
-            // was made with the push descriptor flag, and every buffer range
-            // was checked by the caller.
+            // The one set every binding is in.
+            let set = pipeline.bindings[0].set;
+            // SAFETY: `cmd` is recording with the pipeline bound; the
+            // layout of `set` was made with the push descriptor flag, and
+            // every buffer range was checked by the caller.
             unsafe {
                 push_descriptor.cmd_push_descriptor_set(
                     cmd,
                     bind,
                     pipeline.layout,
-                    0,
-                    &writes(vk::DescriptorSet::null()),
+                    set,
+                    &writes(&|_| vk::DescriptorSet::null()),
                 );
             }
         }
         None => {
-            let set = allocate(pipeline.set_layout).inspect_err(|_| {
-                // The pipeline may be bound already, with nothing to use.
-                bound.forget();
-            })?;
-            // SAFETY: the set is new and not in use; every buffer range was
-            // checked by the caller; `cmd` is recording.
-            unsafe {
-                raw.update_descriptor_sets(&writes(set), &[]);
-                raw.cmd_bind_descriptor_sets(cmd, bind, pipeline.layout, 0, &[set], &[]);
+            // One descriptor set for each set number the kernel uses.
+            let mut sets: smallvec::SmallVec<[(u32, vk::DescriptorSet); 2]> =
+                smallvec::SmallVec::new();
+            for b in &pipeline.bindings {
+                if sets.last().is_some_and(|(n, _)| *n == b.set) {
+                    continue;
+                }
+                let layout = pipeline.set_layouts[b.set as usize];
+                let set = allocate(layout).inspect_err(|_| {
+                    // The pipeline may be bound already, with nothing to use.
+                    bound.forget();
+                })?;
+                sets.push((b.set, set));
+            }
+            let find = |n: u32| {
+                sets.iter()
+                    .find(|(s, _)| *s == n)
+                    .map_or(vk::DescriptorSet::null(), |(_, set)| *set)
+            };
+            // SAFETY: the sets are new and not in use; every buffer range
+            // was checked by the caller; `cmd` is recording.
+            unsafe { raw.update_descriptor_sets(&writes(&find), &[]) };
+            for &(n, set) in &sets {
+                // SAFETY: as above; `n` has a layout in the pipeline layout.
+                unsafe { raw.cmd_bind_descriptor_sets(cmd, bind, pipeline.layout, n, &[set], &[]) };
             }
         }
     }

@@ -1,16 +1,22 @@
-//! One shader's module: GLSL compiled with shaderc (defines, includes,
-//! entry point, target, optimization), or a `.spv` file taken as it is;
-//! then its specialization defaults set.
+//! One shader's module: GLSL or HLSL compiled with shaderc (defines,
+//! includes, entry point, target, optimization), or a `.spv` file taken as
+//! it is; then its specialization defaults set.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use crate::{Optimization, ShaderOptions, SpecValue, Target};
+use crate::{Optimization, ShaderOptions, Target};
 
 /// What compiling one shader needs beside its options.
 pub(crate) struct Job<'a> {
     pub(crate) path: &'a Path,
     /// The name in messages (relative to the shader root).
     pub(crate) name: &'a str,
+    /// The shader root, and the crate's folder where known: how messages
+    /// name included files.
+    pub(crate) root: &'a Path,
+    pub(crate) base: Option<&'a Path>,
     pub(crate) options: &'a ShaderOptions,
     pub(crate) include_dirs: &'a [PathBuf],
     pub(crate) target: Target,
@@ -19,20 +25,41 @@ pub(crate) struct Job<'a> {
 }
 
 /// The module of `job`, and every file it read (for `rerun-if-changed`).
-pub(crate) fn module(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), String> {
-    let is_spv = job.path.extension().is_some_and(|e| e == "spv");
-    let (mut words, read) = if is_spv {
-        let bytes = std::fs::read(job.path).map_err(|e| format!("{}: {e}", job.name))?;
-        (
-            words_from_bytes(&bytes).map_err(|e| format!("{}: {e}", job.name))?,
-            vec![],
-        )
-    } else {
-        glsl(job)?
+/// The error is one `file:line: message` (or `file: message`) a problem.
+pub(crate) fn module(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), Vec<String>> {
+    let one = |e: String| vec![format!("{}: {e}", job.name)];
+    let (mut words, read) = match job.path.extension().and_then(|e| e.to_str()) {
+        Some("spv") => {
+            let bytes = std::fs::read(job.path).map_err(|e| one(e.to_string()))?;
+            (words_from_bytes(&bytes).map_err(one)?, vec![])
+        }
+        Some("hlsl") => compile(job, vkcompute_spirv::glsl::Language::Hlsl)?,
+        _ => compile(job, vkcompute_spirv::glsl::Language::Glsl)?,
     };
-    set_spec_defaults(&mut words, &job.options.specialization)
-        .map_err(|e| format!("{}: {e}", job.name))?;
+    if !job.options.specialization.is_empty() {
+        let model = vkcompute_spirv::Module::read(&words).map_err(one)?;
+        words = vkcompute_spirv::rules::set_defaults(&words, &model, &job.options.specialization)
+            .map_err(one)?;
+    }
     Ok((words, read))
+}
+
+/// How messages name `path`: relative to the shader root where it lies
+/// under it, else to the crate's folder, else as it is; `/` between
+/// folders.
+fn shown(path: &Path, root: &Path, base: Option<&Path>) -> String {
+    let relative = path
+        .strip_prefix(root)
+        .ok()
+        .or_else(|| base.and_then(|b| path.strip_prefix(b).ok()));
+    match relative {
+        Some(r) => r
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/"),
+        None => path.display().to_string(),
+    }
 }
 
 fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>, String> {
@@ -55,154 +82,73 @@ fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>, String> {
     Ok(words)
 }
 
-fn glsl(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), String> {
-    let source = std::fs::read_to_string(job.path).map_err(|e| format!("{}: {e}", job.name))?;
-    let compiler = shaderc::Compiler::new().map_err(|e| format!("shaderc could not start: {e}"))?;
-    let mut options = shaderc::CompileOptions::new()
-        .map_err(|e| format!("shaderc options could not be made: {e}"))?;
-    options.set_target_env(
-        shaderc::TargetEnv::Vulkan,
-        match job.target {
-            Target::Vulkan1_2 => shaderc::EnvVersion::Vulkan1_2,
-            Target::Vulkan1_3 => shaderc::EnvVersion::Vulkan1_3,
-        } as u32,
-    );
-    options.set_optimization_level(match job.optimization {
-        Optimization::None => shaderc::OptimizationLevel::Zero,
-        Optimization::Size => shaderc::OptimizationLevel::Size,
-        Optimization::Performance => shaderc::OptimizationLevel::Performance,
-    });
-    // Names survive optimization only with debug information; the
-    // generated code is named after them.
-    options.set_generate_debug_info();
-    if job.warnings_as_errors {
-        options.set_warnings_as_errors();
-    }
-    for (name, value) in &job.options.defines {
-        options.add_macro_definition(name, value.as_deref());
-    }
-    let read = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let dirs = job.include_dirs.to_vec();
-    let own_dir = job.path.parent().map(Path::to_path_buf);
-    let found = read.clone();
-    options.set_include_callback(move |name, kind, from, _depth| {
-        let from_dir = match kind {
-            shaderc::IncludeType::Relative => Path::new(from)
-                .parent()
-                .map(Path::to_path_buf)
-                .filter(|d| !d.as_os_str().is_empty())
-                .or_else(|| own_dir.clone()),
-            shaderc::IncludeType::Standard => None,
-        };
-        for dir in from_dir.iter().chain(&dirs) {
+fn compile(
+    job: &Job<'_>,
+    language: vkcompute_spirv::glsl::Language,
+) -> Result<(Vec<u32>, Vec<PathBuf>), Vec<String>> {
+    let source =
+        std::fs::read_to_string(job.path).map_err(|e| vec![format!("{}: {e}", job.name)])?;
+    let dirs = job.include_dirs;
+    // Each file by the name messages give it (what shaderc passes back as
+    // the including file): the shader itself, and every file included.
+    let files: Mutex<HashMap<String, PathBuf>> = Mutex::new(HashMap::from([(
+        job.name.to_string(),
+        job.path.to_path_buf(),
+    )]));
+    let include = |name: &str, relative: bool, from: &str| -> Result<(String, String), String> {
+        let from_dir = relative
+            .then(|| {
+                let files = files.lock().ok()?;
+                files.get(from)?.parent().map(Path::to_path_buf)
+            })
+            .flatten();
+        for dir in from_dir.iter().chain(dirs) {
             let candidate = dir.join(name);
             if let Ok(content) = std::fs::read_to_string(&candidate) {
-                if let Ok(mut read) = found.lock() {
-                    read.push(candidate.clone());
+                let shown = shown(&candidate, job.root, job.base);
+                if let Ok(mut files) = files.lock() {
+                    files.insert(shown.clone(), candidate);
                 }
-                return Ok(shaderc::ResolvedInclude {
-                    resolved_name: candidate.display().to_string(),
-                    content,
-                });
+                return Ok((shown, content));
             }
         }
         Err(format!(
             "`{name}` was not found (looked in {})",
             from_dir
                 .iter()
-                .chain(&dirs)
-                .map(|d| d.display().to_string())
+                .chain(dirs)
+                .map(|d| shown(d, job.root, job.base))
                 .collect::<Vec<_>>()
                 .join(", ")
         ))
-    });
-    let entry = job.options.entry.as_deref().unwrap_or("main");
-    let artifact = compiler
-        .compile_into_spirv(
-            &source,
-            shaderc::ShaderKind::Compute,
-            &job.path.display().to_string(),
-            entry,
-            Some(&options),
-        )
-        .map_err(|e| e.to_string())?;
-    drop(options);
-    let read = read.lock().map(|r| r.clone()).unwrap_or_default();
-    Ok((artifact.as_binary().to_vec(), read))
-}
-
-const OP_DECORATE: u32 = 71;
-const OP_SPEC_CONSTANT_TRUE: u32 = 48;
-const OP_SPEC_CONSTANT_FALSE: u32 = 49;
-const OP_SPEC_CONSTANT: u32 = 50;
-const DECORATION_SPEC_ID: u32 = 1;
-
-/// Sets the defaults of the specialization constants `values` names (by
-/// `constant_id`) in `words`: what the module then runs with, and what
-/// it is validated with.
-fn set_spec_defaults(words: &mut [u32], values: &[(u32, SpecValue)]) -> Result<(), String> {
-    if values.is_empty() {
-        return Ok(());
-    }
-    let mut targets = Vec::new();
-    let mut at = 5;
-    while at < words.len() {
-        let count = (words[at] >> 16) as usize;
-        if count == 0 || at + count > words.len() {
-            return Err("the module's instructions do not add up".into());
-        }
-        let op = words[at] & 0xffff;
-        if op == OP_DECORATE && count == 4 && words[at + 2] == DECORATION_SPEC_ID {
-            targets.push((words[at + 1], words[at + 3]));
-        }
-        at += count;
-    }
-    for (id, value) in values {
-        let Some(&(target, _)) = targets.iter().find(|(_, spec)| spec == id) else {
-            return Err(format!("it declares no specialization constant {id}"));
-        };
-        let mut at = 5;
-        let mut found = false;
-        while at < words.len() {
-            let count = (words[at] >> 16) as usize;
-            let op = words[at] & 0xffff;
-            let result = words.get(at + 2).copied();
-            if result == Some(target) {
-                match (op, value) {
-                    (OP_SPEC_CONSTANT_TRUE | OP_SPEC_CONSTANT_FALSE, SpecValue::Bool(b)) => {
-                        let op = if *b {
-                            OP_SPEC_CONSTANT_TRUE
-                        } else {
-                            OP_SPEC_CONSTANT_FALSE
-                        };
-                        words[at] = (words[at] & 0xffff_0000) | op;
-                    }
-                    (OP_SPEC_CONSTANT, value) if !matches!(value, SpecValue::Bool(_)) => {
-                        let literal = value.words();
-                        if literal.len() != count - 3 {
-                            return Err(format!(
-                                "specialization constant {id} is {} bits wide, the value given {}",
-                                (count - 3) * 32,
-                                literal.len() * 32
-                            ));
-                        }
-                        words[at + 3..at + count].copy_from_slice(&literal);
-                    }
-                    _ => {
-                        return Err(format!(
-                            "specialization constant {id} is not of the kind of the value given \
-                             ({value:?})"
-                        ))
-                    }
-                }
-                found = true;
-                break;
-            }
-            at += count.max(1);
-        }
-        if !found {
-            return Err(format!("specialization constant {id} has no definition"));
-        }
-    }
-    Ok(())
+    };
+    let compiled = vkcompute_spirv::glsl::compile(&vkcompute_spirv::glsl::Job {
+        source: &source,
+        language,
+        file_name: job.name,
+        entry: job.options.entry.as_deref().unwrap_or("main"),
+        vulkan_version: match job.target {
+            Target::Vulkan1_2 => shaderc::EnvVersion::Vulkan1_2,
+            Target::Vulkan1_3 => shaderc::EnvVersion::Vulkan1_3,
+        } as u32,
+        optimization: match job.optimization {
+            Optimization::None => vkcompute_spirv::glsl::Optimization::None,
+            Optimization::Size => vkcompute_spirv::glsl::Optimization::Size,
+            Optimization::Performance => vkcompute_spirv::glsl::Optimization::Performance,
+        },
+        warnings_as_errors: job.warnings_as_errors,
+        // Names survive optimization only with debug information; the
+        // generated code is named after them.
+        debug_info: true,
+        defines: &job.options.defines,
+        include: &include,
+    })
+    // The compiler's messages, one a line, each naming its file.
+    .map_err(|e| e.lines().map(str::to_string).collect::<Vec<_>>())?;
+    let mut included: Vec<PathBuf> = files
+        .into_inner()
+        .map(|f| f.into_values().filter(|p| p != job.path).collect())
+        .unwrap_or_default();
+    included.sort();
+    Ok((compiled.words, included))
 }

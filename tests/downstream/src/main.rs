@@ -58,18 +58,18 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     // vkcompute's own structural checks run before the validator gate, so
     // a module it cannot drive says why, even without the validator: STORE
-    // with its buffer moved to descriptor set 1 (OpDecorate, 4 words,
-    // decoration DescriptorSet = 34).
-    let mut set_one = vkcompute::shaders::STORE.to_vec();
-    let at = (5..set_one.len() - 3)
-        .find(|&i| set_one[i] == 0x0004_0047 && set_one[i + 2] == 34)
+    // with its buffer moved to descriptor set 40, past the 31 vkcompute
+    // accepts (OpDecorate, 4 words, decoration DescriptorSet = 34).
+    let mut set_forty = vkcompute::shaders::STORE.to_vec();
+    let at = (5..set_forty.len() - 3)
+        .find(|&i| set_forty[i] == 0x0004_0047 && set_forty[i + 2] == 34)
         .ok_or("STORE has no DescriptorSet decoration")?;
-    set_one[at + 3] = 1;
-    match Kernel::new(&ctx, &set_one, "main") {
-        Err(Error::UnsupportedKernel { reason, .. }) if reason.contains("descriptor set 1") => {}
+    set_forty[at + 3] = 40;
+    match Kernel::new(&ctx, &set_forty, "main") {
+        Err(Error::UnsupportedKernel { reason, .. }) if reason.contains("descriptor set 40") => {}
         other => {
             return Err(format!(
-                "a module using set 1 without `validate`: expected the structural error, got \
+                "a module using set 40 without `validate`: expected the structural error, got \
                  {other:?}"
             )
             .into())

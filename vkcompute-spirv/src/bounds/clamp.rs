@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use rspirv::dr::{Instruction, Module, Operand};
 use rspirv::spirv::Op;
 
-use super::constants::Value;
-use crate::spirv_words::GLSL_UMIN;
+use crate::eval::Value;
+use crate::words::GLSL_UMIN;
 
 /// A type an index can step into.
 #[derive(Clone)]

@@ -8,26 +8,28 @@
 use std::collections::HashMap;
 
 use rspirv::dr::{Instruction, Module, Operand};
-use rspirv::spirv::{Decoration, Op, StorageClass};
+use rspirv::spirv::{Op, StorageClass};
+
+/// One runtime-sized array of buffers given a length.
+pub(super) struct Sized {
+    pub(super) set: u32,
+    pub(super) binding: u32,
+    pub(super) length: u32,
+    /// The id of the constant made for the length.
+    pub(super) constant: u32,
+}
 
 /// Gives every runtime-sized descriptor array of `module` the length
-/// `lengths` names for its binding (1 where it names none); returns how
-/// many variables changed. `fresh` makes new ids.
+/// `lengths` names for its (set, binding) (1 where it names none); returns
+/// what changed. `fresh` makes new ids. The set and binding come from
+/// `model`, the module's reading (decoration groups applied).
 pub(super) fn size_runtime_arrays(
     module: &mut Module,
-    lengths: &[(u32, u32)],
+    model: &crate::Module,
+    lengths: &[(u32, u32, u32)],
     fresh: &mut dyn FnMut(&mut Module) -> Result<u32, String>,
-) -> Result<usize, String> {
-    let mut binding_of = HashMap::new();
-    for inst in &module.annotations {
-        if let (
-            Op::Decorate,
-            [Operand::IdRef(id), Operand::Decoration(Decoration::Binding), Operand::LiteralBit32(b)],
-        ) = (inst.class.opcode, inst.operands.as_slice())
-        {
-            binding_of.insert(*id, *b);
-        }
-    }
+) -> Result<Vec<Sized>, String> {
+    use crate::words::{DECORATION_BINDING, DECORATION_DESCRIPTOR_SET};
     let opcode_of: HashMap<u32, (Op, Vec<Operand>)> = module
         .types_global_values
         .iter()
@@ -64,7 +66,7 @@ pub(super) fn size_runtime_arrays(
         }
     }
     if todo.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let uint = match module.types_global_values.iter().find(|i| {
         i.class.opcode == Op::TypeInt
@@ -84,11 +86,18 @@ pub(super) fn size_runtime_arrays(
             id
         }
     };
+    let mut sized = Vec::with_capacity(todo.len());
     for (var, class, element) in &todo {
-        let n = binding_of
-            .get(var)
-            .and_then(|b| lengths.iter().find(|(binding, _)| binding == b))
-            .map_or(1, |&(_, n)| n);
+        let set = model
+            .decoration_value(*var, DECORATION_DESCRIPTOR_SET)
+            .unwrap_or(0);
+        let binding = model
+            .decoration_value(*var, DECORATION_BINDING)
+            .unwrap_or(0);
+        let n = lengths
+            .iter()
+            .find(|(s, b, _)| (*s, *b) == (set, binding))
+            .map_or(1, |&(_, _, n)| n);
         let (len, array, pointer) = (fresh(module)?, fresh(module)?, fresh(module)?);
         let made = [
             Instruction::new(
@@ -117,6 +126,12 @@ pub(super) fn size_runtime_arrays(
             .ok_or("a descriptor variable went missing")?;
         module.types_global_values[at].result_type = Some(pointer);
         module.types_global_values.splice(at..at, made);
+        sized.push(Sized {
+            set,
+            binding,
+            length: n,
+            constant: len,
+        });
     }
-    Ok(todo.len())
+    Ok(sized)
 }

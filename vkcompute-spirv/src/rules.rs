@@ -6,7 +6,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::spirv_words::*;
+use crate::module::Module;
+use crate::spec::SpecValue;
+use crate::words::*;
 
 /// `RowMajor`, `ColMajor` and `MatrixStride`.
 const MATRIX_LAYOUT: [(u32, &str); 3] = [(4, "RowMajor"), (5, "ColMajor"), (7, "MatrixStride")];
@@ -15,7 +17,7 @@ const MATRIX_LAYOUT: [(u32, &str); 3] = [(4, "RowMajor"), (5, "ColMajor"), (7, "
 /// `MatrixStride`) decorate only struct members that are matrices or
 /// arrays of matrices, as the SPIR-V specification requires (lavapipe
 /// fails on others).
-pub(crate) fn check(words: &[u32]) -> Result<(), String> {
+pub fn check(words: &[u32]) -> Result<(), String> {
     let mut matrices = HashSet::new();
     let mut elements = HashMap::new();
     let mut members: HashMap<u32, &[u32]> = HashMap::new();
@@ -64,7 +66,7 @@ pub(crate) fn check(words: &[u32]) -> Result<(), String> {
 /// The literal word of a constant of a `width`-bit integer type (at most
 /// 32) whose value is the low bits of `value`: narrow literals are zero-
 /// or sign-extended to a whole word, as SPIR-V requires.
-pub(crate) fn literal_word(value: u32, width: u32, signed: bool) -> u32 {
+pub fn literal_word(value: u32, width: u32, signed: bool) -> u32 {
     let unused = 32 - width.clamp(1, 32);
     if signed {
         (((value << unused) as i32) >> unused) as u32
@@ -75,51 +77,90 @@ pub(crate) fn literal_word(value: u32, width: u32, signed: bool) -> u32 {
 
 /// `words` with its specialization constants frozen into constants: those
 /// `specialization` sets (id, value bytes) to its values, the others to
-/// their defaults, and their `SpecId` decorations removed. This is what the
-/// validation layer validates at pipeline creation (a module valid with its
-/// defaults may not be with other values, e.g. an array length that makes a
-/// block's members overlap: VUID-VkPipelineShaderStageCreateInfo-pSpecializationInfo-06719).
+/// their defaults, and their `SpecId` decorations removed. `model` is the
+/// reading of `words` (`SpecId`s may come through decoration groups). This
+/// is what the validation layer validates at pipeline creation (a module
+/// valid with its defaults may not be with other values, e.g. an array
+/// length that makes a block's members overlap:
+/// VUID-VkPipelineShaderStageCreateInfo-pSpecializationInfo-06719).
 /// `OpSpecConstantOp` stays unevaluated, and `OpSpecConstantComposite` as
 /// it is (its parts may be such operations).
-pub(crate) fn freeze(words: &[u32], specialization: &[(u32, Vec<u8>)]) -> Vec<u32> {
-    let mut spec_ids = HashMap::new();
+pub fn freeze(words: &[u32], model: &Module, specialization: &[(u32, Vec<u8>)]) -> Vec<u32> {
+    rewrite_constants(words, model, specialization, true)
+}
+
+/// `words` with the defaults of the specialization constants `values`
+/// names (by `SpecId`) set to those values: they stay specialization
+/// constants. What vkcompute-build ships for a shader specialized at build
+/// time. Each value is checked against its constant ([`SpecValue::check`]);
+/// an id the module does not declare is an error.
+pub fn set_defaults(
+    words: &[u32],
+    model: &Module,
+    values: &[(u32, SpecValue)],
+) -> Result<Vec<u32>, String> {
+    let declared = model.spec_constants()?;
+    for (id, value) in values {
+        let constant = declared.iter().find(|s| s.id == *id).ok_or_else(|| {
+            format!(
+                "it declares no specialization constant {id} (it declares {:?})",
+                declared.iter().map(|s| s.id).collect::<Vec<_>>()
+            )
+        })?;
+        value
+            .check(constant)
+            .map_err(|e| format!("specialization constant {id}: {e}"))?;
+    }
+    let bytes: Vec<(u32, Vec<u8>)> = values.iter().map(|(id, v)| (*id, v.bytes())).collect();
+    Ok(rewrite_constants(words, model, &bytes, false))
+}
+
+/// `words` with the scalar specialization constants `values` names set:
+/// frozen into constants (`SpecId`s removed, every one taken at its value
+/// or default) where `freeze`, else given those values as defaults.
+fn rewrite_constants(
+    words: &[u32],
+    model: &Module,
+    values: &[(u32, Vec<u8>)],
+    freeze: bool,
+) -> Vec<u32> {
     // Integer types narrower than 32 bits: (width, signed).
     let mut narrow = HashMap::new();
     for (op, operands) in instructions(words) {
-        match (op, operands) {
-            (OP_DECORATE, [target, DECORATION_SPEC_ID, id, ..]) => {
-                spec_ids.insert(*target, *id);
-            }
-            (OP_TYPE_INT, [id, width, signed, ..]) if *width < 32 => {
+        if let (OP_TYPE_INT, [id, width, signed, ..]) = (op, operands) {
+            if *width < 32 {
                 narrow.insert(*id, (*width, *signed != 0));
             }
-            _ => {}
         }
     }
     let value = |target: u32| {
-        let id = spec_ids.get(&target)?;
-        let (_, bytes) = specialization.iter().find(|(i, _)| i == id)?;
+        let id = &model.decoration_value(target, DECORATION_SPEC_ID)?;
+        let (_, bytes) = values.iter().find(|(i, _)| i == id)?;
         let words: Vec<u32> = bytes
             .chunks(4)
             .map(|c| c.iter().rev().fold(0, |w, &b| (w << 8) | u32::from(b)))
             .collect();
         Some(words)
     };
-    let mut frozen = words[..5.min(words.len())].to_vec();
+    let (on, off, constant) = if freeze {
+        (OP_CONSTANT_TRUE, OP_CONSTANT_FALSE, OP_CONSTANT)
+    } else {
+        (
+            OP_SPEC_CONSTANT_TRUE,
+            OP_SPEC_CONSTANT_FALSE,
+            OP_SPEC_CONSTANT,
+        )
+    };
+    let mut out = words[..5.min(words.len())].to_vec();
     for (op, operands) in instructions(words) {
         let (op, operands) = match (op, operands) {
-            (OP_DECORATE, [_, DECORATION_SPEC_ID, ..]) => continue,
+            (OP_DECORATE, [_, DECORATION_SPEC_ID, ..]) if freeze => continue,
             (OP_SPEC_CONSTANT_TRUE | OP_SPEC_CONSTANT_FALSE, [ty, id]) => {
-                let on = match value(*id) {
+                let set = match value(*id) {
                     Some(v) => v.iter().any(|&w| w != 0),
                     None => op == OP_SPEC_CONSTANT_TRUE,
                 };
-                let op = if on {
-                    OP_CONSTANT_TRUE
-                } else {
-                    OP_CONSTANT_FALSE
-                };
-                (op, vec![*ty, *id])
+                (if set { on } else { off }, vec![*ty, *id])
             }
             (OP_SPEC_CONSTANT, [ty, id, default @ ..]) => {
                 let mut literal = value(*id).unwrap_or_else(|| default.to_vec());
@@ -129,14 +170,14 @@ pub(crate) fn freeze(words: &[u32], specialization: &[(u32, Vec<u8>)]) -> Vec<u3
                 }
                 let mut operands = vec![*ty, *id];
                 operands.extend(literal);
-                (OP_CONSTANT, operands)
+                (constant, operands)
             }
             _ => (op, operands.to_vec()),
         };
-        frozen.push(((operands.len() as u32 + 1) << 16) | op);
-        frozen.extend(operands);
+        out.push(((operands.len() as u32 + 1) << 16) | op);
+        out.extend(operands);
     }
-    frozen
+    out
 }
 
 /// A type an access chain can index.
@@ -155,22 +196,15 @@ enum Indexed<'a> {
 /// `data[0xffffffff]` into a `uint data[4]`; the validation layer of
 /// Debian 12 (1.3.239) crashes on it in `vkCreateShaderModule`, and
 /// executing it would be undefined behaviour anyway.
-pub(crate) fn check_constant_indices(words: &[u32]) -> Result<(), String> {
-    let mut constants: HashMap<u32, u64> = HashMap::new();
+pub fn check_constant_indices(words: &[u32], model: &Module) -> Result<(), String> {
+    let constant = |id: &u32| model.value(*id).and_then(|v| v.as_u64());
     let mut types: HashMap<u32, Indexed<'_>> = HashMap::new();
     let mut pointees: HashMap<u32, u32> = HashMap::new();
     let mut pointer_types: HashMap<u32, u32> = HashMap::new();
     for (op, operands) in instructions(words) {
         match (op, operands) {
-            (OP_CONSTANT, [_, id, low, rest @ ..]) => {
-                let high = rest.first().copied().unwrap_or(0);
-                constants.insert(*id, (u64::from(high) << 32) | u64::from(*low));
-            }
             (OP_TYPE_ARRAY, [id, element, length]) => {
-                types.insert(
-                    *id,
-                    Indexed::Elements(*element, constants.get(length).copied()),
-                );
+                types.insert(*id, Indexed::Elements(*element, constant(length)));
             }
             (OP_TYPE_VECTOR | OP_TYPE_MATRIX, [id, element, count]) => {
                 types.insert(*id, Indexed::Elements(*element, Some(u64::from(*count))));
@@ -194,8 +228,8 @@ pub(crate) fn check_constant_indices(words: &[u32]) -> Result<(), String> {
                     .and_then(|p| pointees.get(p))
                     .copied();
                 for index in indexes {
-                    let constant = constants.get(index).copied();
-                    current = match (current.and_then(|t| types.get(&t)), constant) {
+                    let known = constant(index);
+                    current = match (current.and_then(|t| types.get(&t)), known) {
                         (Some(Indexed::Elements(_, Some(n))), Some(i)) if i >= *n => {
                             return Err(format!(
                                 "access chain %{id} indexes element {i} of a composite of {n}"
@@ -219,16 +253,23 @@ pub(crate) fn check_constant_indices(words: &[u32]) -> Result<(), String> {
 }
 
 /// The most members a type may have once nested types are written out.
-const MAX_EXPANDED_TYPE: u64 = 1 << 16;
+pub const MAX_EXPANDED_TYPE: u64 = 1 << 16;
+
+/// The deepest a type may nest (an array of arrays of ..., a struct in a
+/// struct in ...). SPIRV-Tools' validator takes time and memory growing
+/// with the square of the depth: 12,000 nested one-element arrays (a
+/// 187 KB module) made it throw `std::bad_alloc` through the FFI, which
+/// aborts the process. Real kernels nest a few levels.
+pub const MAX_TYPE_DEPTH: u32 = 256;
 
 /// Checks that no type, written out as a tree (a struct of two structs
-/// counts each twice), has more than [`MAX_EXPANDED_TYPE`] parts. Types
-/// nest as a graph, so a module of a few dozen structs, each holding two of
-/// the one before, describes a type of billions of members; reflection
-/// (spirq, and any code that walks types as trees) would take exponential
-/// time and memory on it.
-pub(crate) fn check_type_nesting(words: &[u32]) -> Result<(), String> {
-    let mut size: HashMap<u32, u64> = HashMap::new();
+/// counts each twice), has more than [`MAX_EXPANDED_TYPE`] parts, or nests
+/// deeper than [`MAX_TYPE_DEPTH`]. Types nest as a graph, so a module of a
+/// few dozen structs, each holding two of the one before, describes a type
+/// of billions of members; code that walks types as trees would take
+/// exponential time and memory on it.
+pub fn check_type_nesting(words: &[u32]) -> Result<(), String> {
+    let mut size: HashMap<u32, (u64, u32)> = HashMap::new();
     for (op, operands) in instructions(words) {
         let (id, parts): (u32, &[u32]) = match (op, operands) {
             (OP_TYPE_STRUCT, [id, members @ ..]) => (*id, members),
@@ -243,17 +284,26 @@ pub(crate) fn check_type_nesting(words: &[u32]) -> Result<(), String> {
             _ => continue,
         };
         // Types are declared before use (forward pointers aside, which
-        // count 1 here): every part's size is known.
-        let total = parts.iter().fold(1u64, |sum, part| {
-            sum.saturating_add(size.get(part).copied().unwrap_or(1))
-        });
+        // count 1 here): every part's size and depth are known.
+        let (mut total, mut depth) = (1u64, 1u32);
+        for part in parts {
+            let (n, d) = size.get(part).copied().unwrap_or((1, 0));
+            total = total.saturating_add(n);
+            depth = depth.max(d.saturating_add(1));
+        }
         if total > MAX_EXPANDED_TYPE {
             return Err(format!(
                 "type %{id} nests more than {MAX_EXPANDED_TYPE} members once written out (a \
                  struct of structs that repeat); vkcompute refuses it rather than reflect it"
             ));
         }
-        size.insert(id, total);
+        if depth > MAX_TYPE_DEPTH {
+            return Err(format!(
+                "type %{id} nests more than {MAX_TYPE_DEPTH} levels deep; vkcompute refuses it \
+                 (the validator's time and memory grow with the square of the depth)"
+            ));
+        }
+        size.insert(id, (total, depth));
     }
     Ok(())
 }
