@@ -55,13 +55,17 @@ EXAMPLES := quickstart tour saxpy reduce embedding trace
 downstream: setup
 	$(STRICT) ./scripts/downstream.sh
 
-# vkcompute-mpi (the workspace's MPI crate): its unit tests, the check of
-# its checked-in SPIR-V (feature shader-compiler), and tests/ranks/, which
-# runs itself under `mpirun --oversubscribe --timeout 300 -np N` for N = 2,
-# 3 and 4 (one validated lavapipe context per rank, both memory paths) and
-# fails if any rank fails. VKCOMPUTE_MPI_RANKS="2 3 4" picks the rank counts.
-# tests/faults.rs (ranks that stall or die) and tests/threads.rs (two
-# threads on two communicators) launch their own mpirun runs the same way.
+# vkcompute-mpi (the workspace's MPI crate): its unit tests (the planner's
+# choices among them), tests/architecture.rs (its layers), the check of its
+# checked-in SPIR-V (feature shader-compiler), and tests/ranks/, which runs
+# itself under `mpirun --oversubscribe --timeout 300 -np N` for N = 2, 3
+# and 4 (one validated lavapipe context per rank, both memory paths) and
+# fails if any rank fails (feature test-counters: the counters it checks).
+# VKCOMPUTE_MPI_RANKS="2 3 4" picks the rank counts. tests/faults.rs
+# (ranks that stall, die or come late), tests/threads.rs (threads on
+# communicators) and tests/large.rs (2^31 bytes on every path, 2 ranks;
+# VKCOMPUTE_MPI_HUGE: vkcompute-mpi/README.md) launch their own mpirun
+# runs the same way.
 # tests/ranks/ again on the second driver, with 4 ranks. Then a smoke run
 # of the benchmark (built by the tests, debug, under the validation layer)
 # on 2 ranks (every case), and the training example on 4.

@@ -15,10 +15,10 @@
 //! = bytes / time; busbw = algbw * 2 (n - 1) / n for allreduce, * (n - 1) /
 //! n for allgather and reduce_scatter, = algbw for broadcast, reduce and
 //! a message), `time_us` (per operation, the slowest rank's),
-//! `iters` and `path`: how the data went (`same_node`, `direct` or
+//! `iters` and `path`: how the data went (`same_node`, `mapped` or
 //! `staged`: `Communicator::path_to`; `host` for the host cases), and for
 //! `allreduce` `algorithm` (`Communicator::allreduce_algorithm`: `ring`,
-//! `halving`, `doubling`, `direct`, `same_node`). Where
+//! `halving`, `doubling`, `direct`, `all_to_all`). Where
 //! ranks 0 and 1 can take the same-node path, `sendrecv` is measured on
 //! it (`SameNodePolicy::Always`) and over MPI (`SameNodePolicy::Off`),
 //! each beside its own `sendrecv_host`, and so are the collectives where
@@ -169,7 +169,7 @@ fn main() {
         DeviceComm::with_same_node(&world, &ctx, SameNodePolicy::Off).expect("a communicator");
     // The paths between ranks 0 and 1, as rank 0 sees them (every rank
     // takes part in every case, so every rank follows rank 0).
-    let all = [Path::SameNode, Path::Direct, Path::Staged];
+    let all = [Path::SameNode, Path::Mapped, Path::Staged];
     let code = |path: Path| all.iter().position(|&p| p == path).expect("a known path") as u8;
     let mut paths =
         [&comm, &always, &off].map(|c| code(c.path_to(1.min(size - 1)).expect("rank 1")));

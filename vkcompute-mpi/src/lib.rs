@@ -111,7 +111,12 @@
 //! After a timeout, treat the job as suspect, not only the communicator:
 //! once (2 runs of 4), a later `MPI_Comm_dup` of the world hung in Open
 //! MPI 4.1 after a communicator broke with a receive cancelled and an
-//! answer left unmatched (cause not found).
+//! answer left unmatched (cause not found). So once a wait of the process
+//! timed out, [`Communicator::new`]'s duplication (`MPI_Comm_idup`,
+//! polled) is bounded by the longest timeout that passed, at least 5 s:
+//! past it, [`Error::Timeout`] (`tests/faults.rs`, case `dup`). The
+//! same-node detection's `MPI_Comm_split_type`, which has no
+//! non-blocking form, is not bounded.
 //!
 //! **Threads.** MPI is the application's to initialise (`mpi::initialize`
 //! or `initialize_with_threading`); a [`Communicator`] reads the level MPI
@@ -130,38 +135,31 @@
 //!
 //! Elsewhere an operation is [`Error::WrongThread`], before any MPI call.
 //! A [`Request`] stays on its communicator's thread (it borrows it).
+#![deny(unsafe_code)]
 
-mod collective;
 mod communicator;
-mod deadline;
 mod element;
 mod error;
-mod fdpass;
-mod header;
-mod kernels;
-mod message;
-mod message_op;
-mod pipeline;
-mod pipelined;
+mod exec;
+mod plan;
 mod raw;
-mod request;
-mod same_node;
-mod schedule;
-mod threads;
+mod transport;
+mod wire;
 
-pub use collective::AllreduceAlgorithm;
-pub use communicator::{Buffer, Communicator, Place, DEFAULT_PIECE_BYTES, MAX_TAG};
+pub use communicator::{Communicator, Request, DEFAULT_PIECE_BYTES};
 pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};
 pub use error::{Error, Result};
-pub use request::Request;
-pub use same_node::{Path, SameNodePolicy, SAME_NODE_VAR};
+pub use plan::AllreduceAlgorithm;
+pub use transport::place::{Buffer, Place};
+pub use transport::same_node::{Path, SameNodePolicy, SAME_NODE_VAR};
+pub use wire::MAX_TAG;
 
 /// The checked-in SPIR-V of the reduction kernels, by the name of the GLSL
 /// file (`shaders/<name>.comp`) each comes from, for the test that checks
 /// them (`tests/shipped_spirv.rs`).
 #[doc(hidden)]
 pub fn shipped_spirv() -> Vec<(&'static str, &'static [u8])> {
-    kernels::MODULES
+    raw::SHIPPED
         .iter()
         .map(|(_, _, name, bytes)| (*name, *bytes))
         .collect()

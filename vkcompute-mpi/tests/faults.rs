@@ -28,6 +28,13 @@
 //!   The same for a blocking send from rank 0 to rank 1 (its first send
 //!   times out waiting for the answer, its second must not overwrite the
 //!   memory rank 1 then copies the first out of). Every rank exits 0.
+//! - `dup`: after a timeout, a new communicator's duplication is bounded.
+//!   Rank 0 (timeout 200 ms) times out in a receive nobody sends to, then
+//!   makes a new `Communicator` of the world, which the others never do
+//!   (they wait for rank 0's word, as a hang in Open MPI's `MPI_Comm_dup`
+//!   after a timeout would leave it): rank 0 gets `Error::Timeout` after
+//!   5 to 8 s (the bound after a timeout is the longest timeout that
+//!   passed, at least 5 s) instead of waiting for ever; every rank exits 0.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -69,7 +76,7 @@ fn exit_time(output: &str) -> Option<f64> {
 fn launch() -> ExitCode {
     let exe = std::env::current_exe().unwrap();
     let mut failed = Vec::new();
-    for case in ["stall", "die", "die-recovery", "broken"] {
+    for case in ["stall", "die", "die-recovery", "broken", "dup"] {
         let mut args = vec!["--oversubscribe", "--timeout", "60", "-np", RANKS];
         if case == "die-recovery" {
             args.insert(0, "--enable-recovery");
@@ -95,7 +102,7 @@ fn launch() -> ExitCode {
             eprintln!("  {l}");
         }
         let verdict = match case {
-            "broken" => {
+            "broken" | "dup" => {
                 let ok = fault_lines.iter().filter(|l| l.contains(" ok: ")).count();
                 if !out.status.success() {
                     Err(format!("the job failed ({})", out.status))
@@ -176,6 +183,7 @@ fn rank_main(case: &str) -> ExitCode {
     buf.enqueue_fill(1.0).unwrap();
     let result = match case {
         "stall" => stall(&comm, &buf),
+        "dup" => dup_after_timeout(&universe.world(), &ctx, &comm),
         "broken" => {
             let world = universe.world();
             match (broken_collective(&world, &ctx), broken_send(&world, &ctx)) {
@@ -337,4 +345,40 @@ fn broken_send(
         ));
     }
     Ok(format!("late recv: no 3s ({result:?})"))
+}
+
+/// The `dup` case (see the file's documentation).
+fn dup_after_timeout(
+    world: &mpi::topology::SimpleCommunicator,
+    ctx: &DeviceContext,
+    comm: &Communicator,
+) -> Result<String, String> {
+    use mpi::traits::{Communicator as _, Destination as _, Source as _};
+    if comm.rank() != 0 {
+        // Rank 0's word that it is done, over the world (the crate's
+        // communicators keep to their own duplicates).
+        let (word, _) = world.process_at_rank(0).receive::<u32>();
+        return Ok(format!("waited for rank 0 ({word})"));
+    }
+    comm.set_timeout(Some(Duration::from_millis(200)));
+    let buf = filled(ctx, 0);
+    match comm.recv(&buf, 1, 5) {
+        Err(Error::Timeout { .. }) => {}
+        other => return Err(format!("a receive nobody sends to: {other:?}")),
+    }
+    let start = Instant::now();
+    let made = Communicator::new(world, ctx);
+    let took = start.elapsed().as_secs_f64();
+    for peer in 1..world.size() {
+        world.process_at_rank(peer).send(&1u32);
+    }
+    match made {
+        Err(Error::Timeout { call, .. }) if (5.0..8.0).contains(&took) => Ok(format!(
+            "a new communicator nobody else makes: Timeout ({call}) after {took:.2} s"
+        )),
+        other => Err(format!(
+            "a new communicator nobody else makes gave {:?} after {took:.2} s",
+            other.map(|c| c.rank())
+        )),
+    }
 }

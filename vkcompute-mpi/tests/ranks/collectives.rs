@@ -172,7 +172,7 @@ fn allreduce_across_paths_run(t: &Ranks) -> Check {
 }
 
 /// Where every rank maps its device buffer in place (the path
-/// `Path::Direct`), allreduces that would take the ring on 3 to 8 ranks
+/// `Path::Mapped`), allreduces that would take the ring on 3 to 8 ranks
 /// send every chunk to its owner at once and reduce the chunks in one
 /// kernel pass (`Communicator::direct_reduce_scatters` counts them):
 /// lengths 1, 7 and 1003 of each element type with sum and maximum,
@@ -183,7 +183,7 @@ fn allreduce_across_paths_run(t: &Ranks) -> Check {
 pub(crate) fn allreduce_direct_reduce_scatter(t: &Ranks) -> Check {
     let size = t.size as usize;
     let path = t.comm.collective_path();
-    let direct = path == vkcompute_mpi::Path::Direct && (3..=8).contains(&size);
+    let direct = path == vkcompute_mpi::Path::Mapped && (3..=8).contains(&size);
     let lengths: &[usize] = if direct {
         &[1, 7, 1003, 100_003, 6_000_011]
     } else {
@@ -244,7 +244,7 @@ fn allreduce_f32_as_announced(t: &Ranks, op: ReduceOp, len: usize) -> Check {
         format!("{what}: took the direct reduce-scatter: {direct}")
     })?;
     let on_node = t.comm.collective_path() == vkcompute_mpi::Path::SameNode;
-    ensure(on_node == (said == A::SameNode) || t.size == 1, || {
+    ensure(on_node == (said == A::AllToAll) || t.size == 1, || {
         format!("{what} on path {:?}", t.comm.collective_path())
     })?;
     let host = host_buffer(t.ctx, &data::<f32>(t.rank, len))?;

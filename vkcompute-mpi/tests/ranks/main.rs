@@ -40,6 +40,7 @@ type Named = (&'static str, fn(&Ranks) -> Check);
 mod collectives;
 mod isends;
 mod on_node;
+mod ordering;
 mod p2p;
 mod requests;
 mod review;
@@ -48,6 +49,7 @@ mod same_node;
 use collectives::*;
 use isends::*;
 use on_node::*;
+use ordering::*;
 use p2p::*;
 use requests::*;
 use review::*;
@@ -170,6 +172,7 @@ fn rank_main() -> ExitCode {
         checks.extend(collectives_but_allreduce());
         checks.extend(on_node_collectives(large));
         checks.extend(nonblocking());
+        checks.extend(ordering_checks());
         checks.extend(allreduces(large));
         let on_the_path: [Named; 4] = [
             (

@@ -43,17 +43,10 @@ pub(crate) fn on_node_collectives(large: bool) -> Vec<Named> {
 /// The collectives of `collectives.rs`, zero and five elements long:
 /// those of five take the same-node path (one each, counted by the
 /// communicator) exactly where `collective_path` says so, the empty ones
-/// never; `allreduce_path` says the same as `collective_path`.
+/// never.
 pub(crate) fn collectives_take_the_path_where_it_says(t: &Ranks) -> Check {
     let c = t.comm;
     let on = c.collective_path() == Path::SameNode;
-    ensure(c.allreduce_path() == c.collective_path(), || {
-        format!(
-            "allreduce_path {:?}, collective_path {:?}",
-            c.allreduce_path(),
-            c.collective_path()
-        )
-    })?;
     let peers = (0..t.size).filter(|&p| p != t.rank);
     let every_peer_on = peers
         .map(|p| c.path_to(p))
@@ -373,7 +366,7 @@ pub(crate) fn buffers_the_host_holds(t: &Ranks, m: usize) -> Check {
     };
     let result = t.comm.broadcast(&device, 0);
     drop(mapping);
-    let early = t.comm.collective_path() == Path::Direct;
+    let early = t.comm.collective_path() == Path::Mapped;
     let what = "broadcast into a mapped device buffer";
     only_holder(what, (result, early), &|| device.to_vec(), &from_root)?;
     let send = upload(t.ctx, &data::<i32>(t.rank, m))?;

@@ -329,7 +329,7 @@ pub(crate) fn send_recv_host_and_device_ends(t: &Ranks) -> Check {
 /// many pieces, each copy overlapping the transfer before it; the sender
 /// and receiver may use different piece sizes.
 pub(crate) fn send_recv_in_many_pieces(t: &Ranks) -> Check {
-    let mut small = Communicator::with_same_node(
+    let small = Communicator::with_same_node(
         &mpi::topology::SimpleCommunicator::world(),
         t.ctx,
         t.policy(),
@@ -446,7 +446,7 @@ pub(crate) fn send_from_mapped_buffer(t: &Ranks) -> Check {
 /// message between the two arrives whole).
 pub(crate) fn recv_into_mapped_buffer(t: &Ranks) -> Check {
     let last = t.size - 1;
-    let mut small = Communicator::with_same_node(
+    let small = Communicator::with_same_node(
         &mpi::topology::SimpleCommunicator::world(),
         t.ctx,
         t.policy(),

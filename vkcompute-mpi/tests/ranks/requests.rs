@@ -108,7 +108,7 @@ pub(crate) fn isend_irecv_lengths_and_ends(t: &Ranks) -> Check {
     let len = (1 << 20) + 3;
     nonblocking_with_zero::<f32>(t, "f32 x 2^20 + 3", len, &device_end(t))?;
     // Many small pieces, the two ends with different piece sizes.
-    let mut small = Communicator::with_same_node(
+    let small = Communicator::with_same_node(
         &mpi::topology::SimpleCommunicator::world(),
         t.ctx,
         t.policy(),
@@ -222,7 +222,7 @@ pub(crate) fn many_outstanding_requests_both_directions(t: &Ranks) -> Check {
 /// completed by polling `test` alone, in many small pieces; a completed
 /// request keeps answering `true`.
 pub(crate) fn test_polls_to_completion(t: &Ranks) -> Check {
-    let mut small = Communicator::with_same_node(
+    let small = Communicator::with_same_node(
         &mpi::topology::SimpleCommunicator::world(),
         t.ctx,
         t.policy(),

@@ -79,7 +79,7 @@ fn expected(t: &Ranks, r: &Reported, (me, peer): (i32, i32), policies: &[SameNod
     {
         Path::SameNode
     } else if t.comm.maps_device_memory() {
-        Path::Direct
+        Path::Mapped
     } else {
         Path::Staged
     }
@@ -299,6 +299,7 @@ pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
     )];
     checks.extend(blocking_sends());
     checks.extend(nonblocking());
+    checks.extend(ordering_checks());
     checks.extend(allreduces(large));
     checks.extend(collectives_but_allreduce());
     // The 64 MiB allgather and reduce_scatter (`collectives_64_mib`) run

@@ -1,12 +1,8 @@
 //! Passing a file descriptor and a few bytes over a Unix socket
 //! (`SCM_RIGHTS`), which std cannot do on stable Rust: how the same-node
-//! path (`same_node.rs`) hands exported device memory to a peer process.
-//! MPI carries bytes only, never descriptors.
-#![allow(
-    unsafe_code,
-    reason = "sendmsg and recvmsg with an SCM_RIGHTS control message"
-)]
-
+//! transport hands exported device memory to a peer process (MPI carries
+//! bytes only, never descriptors); and the random bytes that name its
+//! sockets.
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -58,11 +54,17 @@ pub(crate) fn send_fd(sock: &UnixStream, fd: BorrowedFd<'_>, payload: &[u8]) -> 
     Ok(())
 }
 
+/// A descriptor a peer rank sent over the same-node transport's socket
+/// ([`recv_fd_now`]): by the crate's protocol an export of the peer's
+/// `DeviceBuffer::export_fd`, which only
+/// [`import_peer_memory`](super::import_peer_memory) takes.
+pub(crate) struct PeerFd(pub(super) OwnedFd);
+
 /// Takes a descriptor and `payload.len()` bytes sent by [`send_fd`] off
 /// `sock` without blocking: the peer sends them before the MPI message
 /// that announces them, so they are there when that message is. Nothing
 /// there is [`io::ErrorKind::WouldBlock`].
-pub(crate) fn recv_fd_now(sock: &UnixStream, payload: &mut [u8]) -> io::Result<OwnedFd> {
+pub(crate) fn recv_fd_now(sock: &UnixStream, payload: &mut [u8]) -> io::Result<PeerFd> {
     let mut iov = libc::iovec {
         iov_base: payload.as_mut_ptr().cast(),
         iov_len: payload.len(),
@@ -102,5 +104,26 @@ pub(crate) fn recv_fd_now(sock: &UnixStream, payload: &mut [u8]) -> io::Result<O
             ),
         ));
     }
-    fd.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no descriptor attached"))
+    fd.map(PeerFd)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no descriptor attached"))
+}
+
+/// 16 bytes from the kernel's random source.
+pub(crate) fn random_bytes() -> io::Result<[u8; 16]> {
+    let mut name = [0u8; 16];
+    let mut filled = 0;
+    while filled < name.len() {
+        let rest = &mut name[filled..];
+        // SAFETY: `rest` is valid for writes of its length.
+        let got = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        filled += got as usize;
+    }
+    Ok(name)
 }

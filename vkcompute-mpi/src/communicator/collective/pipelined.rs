@@ -17,13 +17,15 @@ use std::ops::Range;
 
 use vkcompute::{DeviceBuffer, HostBuffer};
 
-use crate::collective::Chunks;
-use crate::communicator::{Buffer, Communicator, Place};
+use crate::communicator::Communicator;
 use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
-use crate::header::Header;
-use crate::kernels::ReduceKernels;
-use crate::pipeline::{self, Ring, Slots};
+use crate::exec::{self, Ring, Slots};
+use crate::plan;
+use crate::plan::Chunks;
+use crate::transport::kernels::ReduceKernels;
+use crate::transport::place::{Buffer, Place};
+use crate::wire::Header;
 
 /// A pipelined reduction prepared before the ranks agreed: its kernel,
 /// its working buffer on the device (holding this rank's input), and its
@@ -53,8 +55,8 @@ impl Communicator {
             piece,
             slots: &slots,
         };
-        if let Err(e) = self.stage_first(op, &work, ring) {
-            slots.keep(self);
+        if let Err(e) = self.team().stage_first(op, &work, ring) {
+            slots.keep(&self.pool);
             return Err(e);
         }
         Ok(Prepared {
@@ -79,16 +81,16 @@ impl Communicator {
             piece,
             slots: &p.slots,
         };
-        self.ring_steps::<T>(op, ring, steps, |a| {
-            self.reduce_or_store(op, &p.work, &p.kernel, a)
+        self.team().ring_steps::<T>(op, ring, steps, |a| {
+            self.team().reduce_or_store(op, &p.work, &p.kernel, a)
         })
     }
 
     /// The slots of a ring whose chunks are at most `longest` elements of
     /// `T`, in pieces of `piece`.
     fn slots_for<T>(&self, op: &'static str, longest: usize, piece: usize) -> Result<Slots> {
-        let count = pipeline::split(0..longest, piece).len();
-        Slots::new(self, op, piece * size_of::<T>(), count)
+        let count = plan::split(0..longest, piece).len();
+        Slots::new(&self.pool, op, piece * size_of::<T>(), count)
     }
 
     /// A new device buffer of `len` elements, for a collective's work.
@@ -105,8 +107,8 @@ impl Communicator {
         (range, piece): (Range<usize>, usize),
         slots: &[HostBuffer<u8>],
     ) -> Result<()> {
-        for (p, part) in pipeline::split(range, piece).iter().enumerate() {
-            let slot = pipeline::typed::<T>(op, &slots[p], part.len())?;
+        for (p, part) in plan::split(range, piece).iter().enumerate() {
+            let slot = exec::typed::<T>(op, &slots[p], part.len())?;
             (place.copy_range_to(part.start, part.len(), &slot)).map_err(Error::device(op))?;
         }
         Ok(())
@@ -141,7 +143,7 @@ impl Communicator {
         let p = self.agree(op, header, prepared)?;
         let all = 0..2 * (self.size() as usize - 1);
         let done = self.ring_in_work(op, &p, (&chunks, piece), all);
-        p.slots.keep(self);
+        p.slots.keep(&self.pool);
         done?;
         if copied {
             (buf.place().copy_from(&p.work)).map_err(Error::device(op))?;
@@ -185,22 +187,24 @@ impl Communicator {
                 .map_err(Error::device(op))
         } else {
             let out = ring.slots.out_at(size - 1);
-            let staged = pipeline::split(mine.clone(), piece)
+            let staged = plan::split(mine.clone(), piece)
                 .iter()
                 .enumerate()
-                .try_for_each(|(q, range)| self.stage_out(op, &p.work, range, &out[q]));
-            staged.and_then(|()| self.flush(op))
+                .try_for_each(|(q, range)| self.team().stage_out(op, &p.work, range, &out[q]));
+            staged.and_then(|()| self.team().flush(op))
         };
         // After an MPI error the ranks are out of step: no gather.
         let gathered = match &reduced {
             Err(e) if !e.is_device() => Ok(()),
-            _ => self.gather_to_root::<T>(op, ring, root, |range, incoming| {
-                (buf.place()
-                    .copy_into_range(range.start, range.len(), &incoming))
-                .map_err(Error::device(op))
-            }),
+            _ => self
+                .team()
+                .gather_to_root::<T>(op, ring, root, |range, incoming| {
+                    (buf.place()
+                        .copy_into_range(range.start, range.len(), &incoming))
+                    .map_err(Error::device(op))
+                }),
         };
-        p.slots.keep(self);
+        p.slots.keep(&self.pool);
         reduced.and(gathered).and(own)
     }
 
@@ -234,7 +238,7 @@ impl Communicator {
         });
         let p = self.agree(op, header, prepared)?;
         let reduced = self.ring_in_work(op, &p, (&chunks, piece), 0..size - 1);
-        p.slots.keep(self);
+        p.slots.keep(&self.pool);
         reduced?;
         let mine = &chunks.ranges[rank];
         p.work
@@ -271,7 +275,7 @@ impl Communicator {
             let slots = self.slots_for::<T>(op, m, piece)?;
             let out = slots.out_at(first);
             if let Err(e) = self.stage_place(op, send.place(), (0..m, piece), out) {
-                slots.keep(self);
+                slots.keep(&self.pool);
                 return Err(e);
             }
             Ok(slots)
@@ -288,16 +292,17 @@ impl Communicator {
                 .copy_into_range(range.start, range.len(), piece))
             .map_err(Error::device(op))
         };
-        let mine = pipeline::split(chunks.ranges[rank].clone(), piece);
+        let mine = plan::split(chunks.ranges[rank].clone(), piece);
         let own = mine.iter().enumerate().try_for_each(|(p, range)| {
             store(
                 range,
-                &pipeline::typed::<T>(op, &slots.out_at(first)[p], range.len())?,
+                &exec::typed::<T>(op, &slots.out_at(first)[p], range.len())?,
             )
         });
-        let gathered =
-            self.ring_steps::<T>(op, ring, first..2 * first, |a| store(a.range, &a.incoming));
-        slots.keep(self);
+        let gathered = self
+            .team()
+            .ring_steps::<T>(op, ring, first..2 * first, |a| store(a.range, &a.incoming));
+        slots.keep(&self.pool);
         gathered.and(own)
     }
 
@@ -314,24 +319,26 @@ impl Communicator {
         piece: usize,
     ) -> Result<()> {
         let n = buf.elements();
-        let count = pipeline::split(0..n, piece).len();
+        let count = plan::split(0..n, piece).len();
         let prepared = self.check_rank(op, root).and_then(|()| {
-            let slots = self.piece_slots(op, piece * size_of::<T>(), count)?;
+            let slots = self.pool.piece_slots(op, piece * size_of::<T>(), count)?;
             if self.rank() == root {
                 if let Err(e) = self.stage_place(op, buf.place(), (0..n, piece), &slots) {
-                    self.keep_piece_slots(slots);
+                    self.pool.keep_piece_slots(slots);
                     return Err(e);
                 }
             }
             Ok(slots)
         });
         let slots = self.agree(op, header, prepared)?;
-        let done = self.broadcast_pieces::<T>(op, (n, piece), &slots, root, |range, incoming| {
-            (buf.place()
-                .copy_into_range(range.start, range.len(), &incoming))
-            .map_err(Error::device(op))
-        });
-        self.keep_piece_slots(slots);
+        let done =
+            self.team()
+                .broadcast_pieces::<T>(op, (n, piece), &slots, root, |range, incoming| {
+                    (buf.place()
+                        .copy_into_range(range.start, range.len(), &incoming))
+                    .map_err(Error::device(op))
+                });
+        self.pool.keep_piece_slots(slots);
         done
     }
 }

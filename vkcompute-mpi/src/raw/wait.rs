@@ -17,19 +17,16 @@
 //! (`MPI_Abort`); leaves them to MPI where their memory is leaked or
 //! there is none; or aborts at once (a collective over borrowed memory,
 //! which MPI cannot cancel).
-#![allow(
-    unsafe_code,
-    reason = "MPI_Abort, the one call that ends a job whose memory MPI keeps"
-)]
-
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use mpi::ffi;
 
+use super::transfer::Transfer;
+use super::Comm;
 use crate::error::{Error, Result};
-use crate::raw::{Comm, Transfer};
 
 /// How long cancelled transfers have to give their memory back after a
 /// timeout before the job is aborted.
@@ -42,14 +39,58 @@ const ABORT_CODE: i32 = 70;
 /// A non-blocking operation that every wait of its communicator moves on
 /// while it polls (the communicator's pending requests: `message_op::Op`).
 pub(crate) trait Pollable {
-    /// Moves the operation on as far as it can go without blocking.
+    /// Moves the operation on as far as it can go without blocking (its
+    /// ordered step only once its [`Ticket`] has its turn).
     fn advance(&mut self);
-    /// `(is a send, peer, tag)` while the header step is still to be done:
-    /// operations with the same key take that step in the order they were
-    /// posted, so that answers and data pair up as their headers did.
-    fn header_key(&self) -> Option<(bool, i32, i32)>;
     /// Whether MPI is done with the operation's memory.
     fn is_over(&self) -> bool;
+}
+
+/// The end of a message and its peer and tag: messages with the same key
+/// take their ordered step (a receiver's answer, a sender's data) in the
+/// order their headers were posted ([`Ticket`]).
+pub(crate) type OrderKey = (bool, i32, i32);
+
+/// A message end's place in MPI's matching order among those of its
+/// [`OrderKey`], taken when its header is posted. MPI matches the headers
+/// of one pair and tag in the order the receives were posted and
+/// delivers them in the order they were sent; the answers, data and
+/// trailers that follow a header pair up only if every end of one key
+/// takes its step after the header in that order too, whether it is a
+/// blocking call or a request. An end takes its step when its ticket
+/// [`has the turn`](WaitState::has_turn), and gives the turn on when the
+/// ticket drops (after the step, or when the end is over without one).
+pub(crate) struct Ticket {
+    state: Arc<WaitState>,
+    key: OrderKey,
+    number: u64,
+}
+
+impl Ticket {
+    /// Whether every earlier end of this key has taken its step.
+    pub(crate) fn has_turn(&self) -> bool {
+        self.state.has_turn(self)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut turns = self
+            .state
+            .turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(line) = turns.get_mut(&self.key) {
+            line.open.remove(&self.number);
+        }
+    }
+}
+
+/// The tickets of one key: the next number, and those not yet dropped.
+#[derive(Default)]
+struct Line {
+    next: u64,
+    open: BTreeSet<u64>,
 }
 
 /// A pending operation, owned by its request.
@@ -63,6 +104,8 @@ pub(crate) struct WaitState {
     broken: AtomicBool,
     /// The non-blocking operations under way, oldest first.
     pending: Mutex<Vec<PendingOp>>,
+    /// The tickets of each order key ([`Ticket`]).
+    turns: Mutex<HashMap<OrderKey, Line>>,
 }
 
 impl Default for WaitState {
@@ -71,6 +114,7 @@ impl Default for WaitState {
             timeout_ns: AtomicU64::new(u64::MAX),
             broken: AtomicBool::new(false),
             pending: Mutex::new(Vec::new()),
+            turns: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -84,11 +128,33 @@ impl WaitState {
             .push(op);
     }
 
+    /// A ticket for an end of `key` whose header is being posted now.
+    pub(crate) fn ticket(self: &Arc<Self>, key: OrderKey) -> Ticket {
+        let mut turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        let line = turns.entry(key).or_default();
+        let number = line.next;
+        line.next += 1;
+        line.open.insert(number);
+        Ticket {
+            state: Arc::clone(self),
+            key,
+            number,
+        }
+    }
+
+    fn has_turn(&self, ticket: &Ticket) -> bool {
+        let turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        turns
+            .get(&ticket.key)
+            .and_then(|line| line.open.first())
+            .is_none_or(|&first| first == ticket.number)
+    }
+
     /// Moves every pending operation on as far as it goes without
-    /// blocking, oldest first (those with the same header key take their
-    /// header step in the order they were posted); whether any is left.
-    /// One in use elsewhere on the stack (a request being waited for or
-    /// dropped) is skipped.
+    /// blocking, oldest first (so that one whose turn an older one gives
+    /// on moves in the same pass); whether any is left. One in use
+    /// elsewhere on the stack (a request being waited for or dropped) is
+    /// skipped.
     pub(crate) fn progress(&self) -> bool {
         let ops: Vec<_> = {
             let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -98,17 +164,9 @@ impl WaitState {
             });
             pending.iter().filter_map(Weak::upgrade).collect()
         };
-        let mut waiting = Vec::new();
         for op in &ops {
-            let Ok(mut op) = op.try_lock() else {
-                continue;
-            };
-            if op.header_key().is_some_and(|key| waiting.contains(&key)) {
-                continue;
-            }
-            op.advance();
-            if let Some(key) = op.header_key() {
-                waiting.push(key);
+            if let Ok(mut op) = op.try_lock() {
+                op.advance();
             }
         }
         !ops.is_empty()
@@ -140,8 +198,32 @@ impl WaitState {
     /// `call` that passed `after`.
     pub(crate) fn timed_out(&self, op: &'static str, call: &'static str, after: Duration) -> Error {
         self.broken.store(true, Ordering::Relaxed);
+        let ns = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
+        SUSPECT_NS.fetch_max(ns.max(1), Ordering::Relaxed);
         log::error!("vkcompute-mpi: {op}: {call} timed out after {after:?}");
         Error::Timeout { op, call, after }
+    }
+}
+
+/// The longest timeout that passed in this process, in nanoseconds (0:
+/// none did). After a timeout MPI may hold messages nothing will match,
+/// and Open MPI was once seen to hang in a later `MPI_Comm_dup` (in its
+/// communicator-id agreement); the duplication of a new communicator is
+/// then bounded by it ([`suspect_bound`]).
+static SUSPECT_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The least a new communicator's duplication may take after a timeout
+/// ([`suspect_bound`]): ranks that are merely late (still in their own
+/// part of the operation that timed out elsewhere) join well within it.
+pub(crate) const DUP_FLOOR: Duration = Duration::from_secs(5);
+
+/// How long a new communicator's duplication may take: for ever (as
+/// `MPI_Comm_dup`), or, once a wait of this process timed out, the
+/// longest timeout that passed, at least [`DUP_FLOOR`].
+pub(crate) fn suspect_bound() -> Option<Duration> {
+    match SUSPECT_NS.load(Ordering::Relaxed) {
+        0 => None,
+        ns => Some(Duration::from_nanos(ns).max(DUP_FLOOR)),
     }
 }
 

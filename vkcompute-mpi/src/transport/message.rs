@@ -8,7 +8,8 @@ use std::mem::size_of;
 
 use vkcompute::{DeviceBuffer, HostBuffer, MappedBuffer};
 
-use crate::communicator::{Communicator, Place};
+use super::place::Place;
+use super::pool::StagingPool;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::raw::{self, Comm};
@@ -26,10 +27,10 @@ pub(crate) struct StagingPair {
 
 impl StagingPair {
     /// Two buffers for pieces of `piece` elements of `T` of a buffer of `len`.
-    fn new<T>(comm: &Communicator, op: &'static str, piece: usize, len: usize) -> Result<Self> {
+    fn new<T>(pool: &StagingPool, op: &'static str, piece: usize, len: usize) -> Result<Self> {
         let bytes = piece.min(len) * size_of::<T>();
         Ok(StagingPair {
-            buffers: [comm.staging(op, bytes)?, comm.staging(op, bytes)?],
+            buffers: [pool.staging(op, bytes)?, pool.staging(op, bytes)?],
         })
     }
 
@@ -39,9 +40,9 @@ impl StagingPair {
     }
 
     /// Gives the buffers back for reuse.
-    fn keep(self, comm: &Communicator) {
+    fn keep(self, pool: &StagingPool) {
         for b in self.buffers {
-            comm.keep_staging(b);
+            pool.keep_staging(b);
         }
     }
 }
@@ -67,7 +68,7 @@ pub(crate) enum Outgoing<'a, T: Element> {
 
 impl<'a, T: Element> Outgoing<'a, T> {
     pub(crate) fn prepare(
-        comm: &Communicator,
+        (pool, maps): (&StagingPool, bool),
         op: &'static str,
         place: Place<'a, T>,
         piece: usize,
@@ -77,7 +78,7 @@ impl<'a, T: Element> Outgoing<'a, T> {
                 slice: host.as_slice().map_err(Error::device(op))?,
                 piece,
             }),
-            Place::Device(buf) if comm.maps_device_memory() && !buf.is_empty() => {
+            Place::Device(buf) if maps && !buf.is_empty() => {
                 // A mapped (or otherwise borrowed) buffer fails here, before
                 // the header goes out, as on the staged path.
                 let mapping = buf.map_to_host().map_err(Error::device(op))?;
@@ -85,26 +86,26 @@ impl<'a, T: Element> Outgoing<'a, T> {
                     return Ok(Outgoing::Mapped { mapping, piece });
                 }
                 drop(mapping);
-                Self::prepare_staged(comm, op, buf, piece)
+                Self::prepare_staged(pool, op, buf, piece)
             }
-            Place::Device(buf) => Self::prepare_staged(comm, op, buf, piece),
+            Place::Device(buf) => Self::prepare_staged(pool, op, buf, piece),
         }
     }
 
     fn prepare_staged(
-        comm: &Communicator,
+        pool: &StagingPool,
         op: &'static str,
         buf: &'a DeviceBuffer<T>,
         piece: usize,
     ) -> Result<Self> {
-        let staging = StagingPair::new::<T>(comm, op, piece, buf.len())?;
+        let staging = StagingPair::new::<T>(pool, op, piece, buf.len())?;
         let outgoing = Outgoing::Device {
             buf,
             staging,
             piece,
         };
         if let Err(e) = outgoing.start_piece(op, 0) {
-            outgoing.finish(comm);
+            outgoing.finish(pool);
             return Err(e);
         }
         Ok(outgoing)
@@ -185,9 +186,9 @@ impl<'a, T: Element> Outgoing<'a, T> {
     }
 
     /// Gives the staging buffers back for reuse (or ends the mapping).
-    pub(crate) fn finish(self, comm: &Communicator) {
+    pub(crate) fn finish(self, pool: &StagingPool) {
         if let Outgoing::Device { staging, .. } = self {
-            staging.keep(comm);
+            staging.keep(pool);
         }
     }
 }
@@ -250,7 +251,7 @@ pub(crate) enum Incoming<'a, T: Element> {
 
 impl<'a, T: Element> Incoming<'a, T> {
     pub(crate) fn prepare(
-        comm: &Communicator,
+        (pool, maps): (&StagingPool, bool),
         op: &'static str,
         place: Place<'a, T>,
         piece: usize,
@@ -263,19 +264,17 @@ impl<'a, T: Element> Incoming<'a, T> {
             // A buffer that cannot be mapped now (mapped already, say) takes
             // the staged path, which takes the message off the wire and then
             // fails with vkcompute's error.
-            Place::Device(buf) if comm.maps_device_memory() && !buf.is_empty() => {
-                match buf.map_to_host() {
-                    Ok(mapping) if mapping.is_direct() => Ok(Incoming::Mapped { mapping, piece }),
-                    _ => Ok(Incoming::Device {
-                        buf,
-                        staging: StagingPair::new::<T>(comm, op, piece, buf.len())?,
-                        piece,
-                    }),
-                }
-            }
+            Place::Device(buf) if maps && !buf.is_empty() => match buf.map_to_host() {
+                Ok(mapping) if mapping.is_direct() => Ok(Incoming::Mapped { mapping, piece }),
+                _ => Ok(Incoming::Device {
+                    buf,
+                    staging: StagingPair::new::<T>(pool, op, piece, buf.len())?,
+                    piece,
+                }),
+            },
             Place::Device(buf) => Ok(Incoming::Device {
                 buf,
-                staging: StagingPair::new::<T>(comm, op, piece, buf.len())?,
+                staging: StagingPair::new::<T>(pool, op, piece, buf.len())?,
                 piece,
             }),
         }
@@ -336,9 +335,9 @@ impl<'a, T: Element> Incoming<'a, T> {
     }
 
     /// Gives the staging buffers back for reuse.
-    pub(crate) fn finish(self, comm: &Communicator) {
+    pub(crate) fn finish(self, pool: &StagingPool) {
         if let Incoming::Device { staging, .. } = self {
-            staging.keep(comm);
+            staging.keep(pool);
         }
     }
 }

@@ -12,12 +12,12 @@
 use std::mem::size_of;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::communicator::{Buffer, Communicator, Place, ACK_TAGS};
-use crate::deadline::PendingOp;
+use crate::communicator::Communicator;
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::header::{Failure, Header, Kind};
-use crate::message_op::{Dest, Op, Phase, Side, Step};
+use crate::raw::PendingOp;
+use crate::transport::place::{Buffer, Place};
+use crate::wire::{Dest, End, Header, Kind, LentOutbox, Op, Owned, SharedMessages, Step};
 
 /// A non-blocking send or receive under way, from
 /// [`Communicator::isend`] or [`Communicator::irecv`]. It owns everything
@@ -144,7 +144,14 @@ impl Communicator {
         self.raw().state.progress();
     }
 
-    fn register<T: Element>(&self, op: Op<T>) -> Request<'_> {
+    /// What a message end of this communicator needs: the MPI
+    /// communicator, this rank, and the same-node transport.
+    pub(super) fn wire_end(&self) -> End {
+        let same_node: Arc<dyn SharedMessages> = self.same_node.clone();
+        (self.raw().clone(), self.rank(), same_node)
+    }
+
+    fn register<T: Element>(&self, op: Op<T, Owned<T>>) -> Request<'_> {
         let op = Arc::new(Mutex::new(op));
         let pending: PendingOp = Arc::downgrade(&op) as PendingOp;
         self.raw().state.register(pending);
@@ -184,41 +191,20 @@ impl Communicator {
         let len = buf.elements();
         let piece_bytes = self.piece_elements::<T>() * size_of::<T>();
         let header = Header::new(Kind::Send, T::TYPE, len).pieces(piece_bytes);
-        let mut state = Op::new(op, self, Side::Send, dest, tag, Vec::new());
-        state.piece_bytes = piece_bytes;
-        let staged = match self.stage_shared(op, buf.place(), len, dest) {
+        let (header, ready) = match self.stage_shared(op, buf.place(), len, dest) {
             Ok(Some(lent)) => {
-                let shared = header.in_shared_memory(lent.shared());
-                state.lent = Some(lent);
-                Ok(shared)
+                let header = header.in_shared_memory(lent.shared());
+                let lent: Box<dyn LentOutbox> = Box::new(lent);
+                (header, Ok((Owned::sending(Vec::new()), Some(lent))))
             }
-            Ok(None) => copy_to_host(buf.place(), len).map(|data| {
-                state.data = data;
-                header
-            }),
-            Err(e) => Err(e),
+            Ok(None) => {
+                let copied = copy_to_host(buf.place(), len);
+                (header, copied.map(|data| (Owned::sending(data), None)))
+            }
+            Err(e) => (header, Err(e)),
         };
-        match staged {
-            Ok(header) => {
-                state.set_out_header(header);
-                let posted = state
-                    .post_out_header(tag)
-                    .and_then(|()| state.post_in_header(ACK_TAGS + tag));
-                if let Err(e) = posted {
-                    state.phase = Phase::Data;
-                    state.error = Some(e);
-                }
-            }
-            Err(e) => {
-                // The receiver hears of the failure and answers nothing.
-                state.set_out_header(header.failed(Failure::of(&e)));
-                if let Err(mpi) = state.post_out_header(tag) {
-                    log::warn!("{op}: could not tell rank {dest} of a failure: {mpi}");
-                }
-                state.phase = Phase::Data;
-                state.error = Some(e);
-            }
-        }
+        let idle = Owned::sending(Vec::new());
+        let state = Op::<T, _>::sending(op, self.wire_end(), (dest, tag), header, ready, idle);
         Ok(self.register(state))
     }
 
@@ -250,16 +236,13 @@ impl Communicator {
     ) -> Result<Request<'_>> {
         let op = "Communicator::irecv";
         self.check_peer(op, source, tag)?;
-        let data = vec![T::zeroed(); buf.elements()];
-        let mut state = Op::new(op, self, Side::Recv, source, tag, data);
-        state.dest = Some(match buf.place() {
+        let dest = match buf.place() {
             Place::Device(device) => Dest::Device(device.clone()),
             Place::Host(host) => Dest::Host(host.clone()),
-        });
-        if let Err(e) = state.post_in_header(tag) {
-            state.phase = Phase::Data;
-            state.error = Some(e);
-        }
+        };
+        let len = buf.elements();
+        let body = Owned::receiving(len, dest);
+        let state = Op::<T, _>::receiving(op, self.wire_end(), (source, tag), len, body);
         Ok(self.register(state))
     }
 }

@@ -1,4 +1,4 @@
-//! The collectives on the same-node path (`crate::same_node`), taken where
+//! The collectives on the same-node path (`transport::same_node`), taken where
 //! every pair of ranks of the communicator takes it
 //! (`SameNode::spans_communicator`, the same answer on every rank) by
 //! broadcast, allreduce, reduce, allgather and reduce_scatter of buffers
@@ -50,14 +50,16 @@ use std::ops::Range;
 
 use vkcompute::DeviceBuffer;
 
-use super::{check_blocks, Chunks};
-use crate::communicator::{Buffer, Communicator, Place};
+use super::check_blocks;
+use crate::communicator::Communicator;
 use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
-use crate::header::{Header, SharedMemory};
-use crate::kernels;
+use crate::plan::Chunks;
 use crate::raw;
-use crate::same_node;
+use crate::transport::kernels;
+use crate::transport::place::{Buffer, Place};
+use crate::transport::same_node;
+use crate::wire::{Header, SharedMemory};
 
 /// What a rank put into its collective memory for a collective: the
 /// memory, and `(generation, new)` for its header

@@ -3,18 +3,8 @@
 //! and checked in as `shaders/spv/reduce_*.spv`), the operation chosen by
 //! specialization constant 0.
 //!
-//! How they load, and why that is sound: vkcompute's safe `Kernel::new`
-//! accepts modules other than its own shipped ones only in builds with its
-//! feature `validate`, which links SPIRV-Tools through shaderc, a native
-//! build that users of this crate should not need. So these modules load
-//! with `KernelBuilder::build_unvalidated`, whose contract is that the
-//! module is valid SPIR-V. They are: the test `shipped_spirv` (feature
-//! `shader-compiler`, run by `make mpi-test`) recompiles every
-//! `shaders/*.comp` and fails unless the result is byte for byte the
-//! checked-in module, and loads every checked-in module through the
-//! validating `Kernel::new` (SPIRV-Tools' validator, as `spirv-val` does).
-//! The modules are compiled into this crate with `include_bytes!`, so what
-//! the test checked is what runs.
+//! They load from the checked-in SPIR-V through the raw layer
+//! (`raw::shipped_kernel`, which says why that is sound).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,84 +14,7 @@ use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer, Kernel};
 
 use crate::element::{KernelType, ReduceOp, Reducible};
 use crate::error::{Error, Result};
-
-/// The checked-in modules, by the GLSL file they come from: per element
-/// type the scalar kernel (`reduce_*`, one element per invocation) and the
-/// wide one (`reduce4_*`, four elements per invocation, `wide` true).
-pub(crate) const MODULES: [(KernelType, bool, &str, &[u8]); 12] = [
-    (
-        KernelType::F32,
-        false,
-        "reduce_f32",
-        include_bytes!("../shaders/spv/reduce_f32.spv"),
-    ),
-    (
-        KernelType::F64,
-        false,
-        "reduce_f64",
-        include_bytes!("../shaders/spv/reduce_f64.spv"),
-    ),
-    (
-        KernelType::I32,
-        false,
-        "reduce_i32",
-        include_bytes!("../shaders/spv/reduce_i32.spv"),
-    ),
-    (
-        KernelType::U32,
-        false,
-        "reduce_u32",
-        include_bytes!("../shaders/spv/reduce_u32.spv"),
-    ),
-    (
-        KernelType::I64,
-        false,
-        "reduce_i64",
-        include_bytes!("../shaders/spv/reduce_i64.spv"),
-    ),
-    (
-        KernelType::U64,
-        false,
-        "reduce_u64",
-        include_bytes!("../shaders/spv/reduce_u64.spv"),
-    ),
-    (
-        KernelType::F32,
-        true,
-        "reduce4_f32",
-        include_bytes!("../shaders/spv/reduce4_f32.spv"),
-    ),
-    (
-        KernelType::F64,
-        true,
-        "reduce4_f64",
-        include_bytes!("../shaders/spv/reduce4_f64.spv"),
-    ),
-    (
-        KernelType::I32,
-        true,
-        "reduce4_i32",
-        include_bytes!("../shaders/spv/reduce4_i32.spv"),
-    ),
-    (
-        KernelType::U32,
-        true,
-        "reduce4_u32",
-        include_bytes!("../shaders/spv/reduce4_u32.spv"),
-    ),
-    (
-        KernelType::I64,
-        true,
-        "reduce4_i64",
-        include_bytes!("../shaders/spv/reduce4_i64.spv"),
-    ),
-    (
-        KernelType::U64,
-        true,
-        "reduce4_u64",
-        include_bytes!("../shaders/spv/reduce4_u64.spv"),
-    ),
-];
+use crate::raw;
 
 /// The invocations of one workgroup (`local_size_x` of the shaders).
 const WORKGROUP: usize = 256;
@@ -115,21 +28,6 @@ const WIDE_UNROLL: usize = 4;
 /// (32 MiB of f32, wide kernel, 4,096 workgroups against 8,192: 20.1 and
 /// 20.8 ms against 17.3 and 18.7 ms, one process on the 2-core VM).
 const MAX_WORKGROUPS: usize = 65535;
-
-/// The words of a checked-in module: the wide one or the scalar one.
-pub(crate) fn words(kind: KernelType, wide: bool) -> Vec<u32> {
-    let bytes = MODULES
-        .iter()
-        .find(|(k, w, _, _)| *k == kind && *w == wide)
-        .map_or(&[][..], |(_, _, _, bytes)| *bytes);
-    // The files are whole little-endian words (SPIR-V's byte order on every
-    // machine this runs on; the test `shipped_spirv` loads them the same
-    // way); reading them word by word makes their alignment irrelevant.
-    bytes
-        .chunks_exact(4)
-        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-        .collect()
-}
 
 /// The reduction kernels of one communicator's context, loaded on first
 /// use (by element type, operation, and wide or scalar).
@@ -177,14 +75,8 @@ impl Reducer {
         if let Some(k) = loaded.get(&(kind, op, wide)) {
             return Ok(k.clone());
         }
-        let words = words(kind, wide);
-        let builder = Kernel::builder(&words).specialize(0, op.code());
-        // SAFETY: the module is one of the checked-in reduction kernels,
-        // valid SPIR-V for Vulkan 1.2 and later: the test `shipped_spirv`
-        // runs SPIRV-Tools' validator over each and checks that each is
-        // what its GLSL source compiles to (see the module documentation).
-        // Specialization constant 0 is a `uint` that every value suits.
-        let kernel = unsafe { builder.build_unvalidated(ctx) }.map_err(Error::device(op_name))?;
+        let kernel =
+            raw::shipped_kernel(ctx, (kind, wide), op.code()).map_err(Error::device(op_name))?;
         loaded.insert((kind, op, wide), kernel.clone());
         Ok(kernel)
     }

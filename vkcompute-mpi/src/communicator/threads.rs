@@ -15,37 +15,13 @@
 //! Elsewhere every operation is [`Error::WrongThread`], before any MPI
 //! call; a communicator dropped on a thread that may not call MPI leaves
 //! its MPI communicator unfreed (a small leak, not a call MPI forbids).
-#![allow(
-    unsafe_code,
-    reason = "MPI_Is_thread_main, and Send for the rsmpi communicator"
-)]
 
-use std::mem::ManuallyDrop;
-use std::os::raw::c_int;
 use std::thread::{self, ThreadId};
 
-use mpi::ffi;
-use mpi::topology::SimpleCommunicator;
 use mpi::Threading;
 
 use crate::error::{Error, Result};
 use crate::raw;
-
-/// The thread level MPI provides (`MPI_Query_thread`).
-pub(crate) fn provided() -> Threading {
-    mpi::environment::threading_support()
-}
-
-/// Whether this thread is MPI's main thread (`MPI_Is_thread_main`).
-fn is_main(op: &'static str) -> Result<bool> {
-    let mut flag: c_int = 0;
-    // SAFETY: MPI is initialised (a communicator exists); `flag` is a
-    // valid out-pointer. MPI allows this call on any thread.
-    raw::check(op, "MPI_Is_thread_main", unsafe {
-        ffi::MPI_Is_thread_main(&mut flag)
-    })?;
-    Ok(flag != 0)
-}
 
 /// The rule of one communicator: its MPI's thread level and the thread
 /// that made it.
@@ -59,8 +35,8 @@ impl ThreadRule {
     /// The rule for a communicator made on this thread; below
     /// `MPI_THREAD_SERIALIZED`, this must be MPI's main thread.
     pub(crate) fn here(op: &'static str) -> Result<ThreadRule> {
-        let level = provided();
-        if matches!(level, Threading::Single | Threading::Funneled) && !is_main(op)? {
+        let level = raw::thread_level();
+        if matches!(level, Threading::Single | Threading::Funneled) && !raw::is_main_thread(op)? {
             return Err(Error::WrongThread { op, level });
         }
         Ok(ThreadRule {
@@ -92,50 +68,9 @@ impl ThreadRule {
     }
 }
 
-/// The rsmpi communicator a [`Communicator`](crate::Communicator) owns,
-/// freed (`MPI_Comm_free`, by rsmpi's drop) only on a thread that may call
-/// MPI for it.
-pub(crate) struct OwnedComm {
-    comm: ManuallyDrop<SimpleCommunicator>,
-}
-
-// SAFETY: the value is an MPI handle; the communicator that owns it calls
-// MPI with it only on threads its `ThreadRule` allows (every operation
-// checks first, and `drop_on` frees it only there), so moving it to
-// another thread lets no thread call MPI that may not.
-unsafe impl Send for OwnedComm {}
-
-impl OwnedComm {
-    pub(crate) fn new(comm: SimpleCommunicator) -> OwnedComm {
-        OwnedComm {
-            comm: ManuallyDrop::new(comm),
-        }
-    }
-
-    pub(crate) fn get(&self) -> &SimpleCommunicator {
-        &self.comm
-    }
-
-    /// Frees the communicator where `rule` allows this thread to, and
-    /// leaves it unfreed otherwise.
-    pub(crate) fn drop_on(&mut self, rule: &ThreadRule) {
-        if rule.allows_this_thread() {
-            // SAFETY: called once, from the owner's `Drop`; `comm` is not
-            // used afterwards.
-            unsafe { ManuallyDrop::drop(&mut self.comm) };
-        } else {
-            log::warn!(
-                "vkcompute-mpi: a communicator dropped on a thread that may not call MPI \
-                 ({:?}) is left unfreed",
-                rule.level
-            );
-        }
-    }
-}
-
 // A communicator can move to another thread (where its rule allows using
 // it there); it is not `Sync`.
 const _: fn() = || {
     fn send<T: Send>() {}
-    send::<crate::Communicator>();
+    send::<super::Communicator>();
 };

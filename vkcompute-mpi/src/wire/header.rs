@@ -13,8 +13,9 @@ use crate::raw::{self, Comm};
 /// "vkMP", little-endian: a header of this crate.
 const MAGIC: u32 = 0x504d_6b76;
 /// The protocol's version; ranks of other versions are refused (3: the
-/// header names the sender's outbox, `Header::outbox`; 4: `flags`).
-const VERSION: u32 = 4;
+/// header names the sender's outbox, `Header::outbox`; 4: `flags`; 5:
+/// barriers exchange headers, `Kind::Barrier`).
+const VERSION: u32 = 5;
 
 /// `Header::flags`: this rank can take the allreduce whose reduce-scatter
 /// sends every chunk to its owner at once
@@ -52,10 +53,11 @@ pub(crate) enum Kind {
     Reduce,
     Allgather,
     ReduceScatter,
+    Barrier,
 }
 
 impl Kind {
-    const ALL: [Kind; 7] = [
+    const ALL: [Kind; 8] = [
         Kind::Send,
         Kind::Ack,
         Kind::Broadcast,
@@ -63,6 +65,7 @@ impl Kind {
         Kind::Reduce,
         Kind::Allgather,
         Kind::ReduceScatter,
+        Kind::Barrier,
     ];
 
     fn code(self) -> u32 {
@@ -74,6 +77,7 @@ impl Kind {
             Kind::Reduce => 5,
             Kind::Allgather => 6,
             Kind::ReduceScatter => 7,
+            Kind::Barrier => 8,
         }
     }
 
@@ -86,6 +90,7 @@ impl Kind {
             Some(Kind::Reduce) => "reduce",
             Some(Kind::Allgather) => "allgather",
             Some(Kind::ReduceScatter) => "reduce_scatter",
+            Some(Kind::Barrier) => "barrier",
             None => "an unknown operation",
         }
     }
@@ -329,6 +334,9 @@ impl Header {
 
     /// What the header asks for, in words: `allreduce (sum) of 5 f32`.
     pub(crate) fn describe(&self) -> String {
+        if self.is_kind(Kind::Barrier) {
+            return "a barrier".into();
+        }
         let element = ElementType::from_code(self.element).map_or_else(
             || format!("type #{}", self.element),
             |t| t.name().to_string(),
@@ -427,6 +435,9 @@ mod tests {
         assert_eq!(h.describe(), "allreduce of 5 f32 (Sum)");
         let b = Header::new(Kind::Broadcast, ElementType::U64, 0).root(2);
         assert_eq!(b.describe(), "broadcast of 0 u64 with root 2");
+        let barrier = Header::new(Kind::Barrier, ElementType::U8, 0);
+        assert_eq!(barrier.describe(), "a barrier");
+        assert!(!barrier.agrees_with(&Header::new(Kind::Allreduce, ElementType::U8, 0)));
     }
 
     #[test]

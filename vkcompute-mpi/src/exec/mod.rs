@@ -1,5 +1,5 @@
-//! Collectives in pieces, the mechanism (`pipelined.rs` builds the
-//! collectives on it): each step's chunk travels as several MPI messages,
+//! The executor: collectives in pieces (`communicator/collective/pipelined.rs`
+//! builds the collectives on it): each step's chunk travels as several MPI messages,
 //! through pinned host buffers of one piece each (separate allocations,
 //! so that MPI holds one while the device copies another), and the device
 //! work of a piece is enqueued as soon as it has arrived. The
@@ -15,57 +15,22 @@
 //! step's pieces at once, `raw::broadcast` a broadcast's), so ranks on
 //! different paths work together: the piece length depends only on what
 //! the ranks agreed (the element type and the chunks).
-#![allow(
-    unsafe_code,
-    reason = "MPI_Isend/MPI_Irecv/MPI_Ibcast on host buffers held until each transfer ends"
-)]
-
 use std::mem::size_of;
 use std::ops::Range;
-use std::time::Instant;
 
 use bytemuck::Pod;
-use vkcompute::{DeviceBuffer, HostBuffer, HostSlice, HostSliceMut};
+use vkcompute::{DeviceBuffer, HostBuffer};
 
-use crate::communicator::{Communicator, COLLECTIVE_TAG};
-use crate::deadline::{self, Abandon};
+use vkcompute::DeviceContext;
+
 use crate::element::Reducible;
 use crate::error::{Error, Result};
-use crate::kernels::{self, ReduceKernels};
-use crate::raw::{self, Transfer};
-
-/// The shortest piece (bytes) a chunk is cut into: a chunk of at most this
-/// travels as one message.
-pub(crate) const MIN_PIECE_BYTES: usize = 4 << 20;
-/// The most pieces of one chunk: longer chunks take longer pieces, so the
-/// host buffers stay four times the longest chunk in all.
-pub(crate) const MAX_PIECES: usize = 8;
-/// Pieces are a multiple of this many bytes (so of any binding alignment,
-/// which Vulkan caps at 256).
-const PIECE_ROUND: usize = 64 << 10;
-
-/// The piece length, in elements of `T`, of chunks of at most `longest`
-/// elements. The same on every rank that agreed on `T` and the chunks.
-pub(crate) fn piece_len<T>(longest: usize) -> usize {
-    let size = size_of::<T>().max(1);
-    let bytes = longest.saturating_mul(size);
-    let pieces = bytes.div_ceil(MIN_PIECE_BYTES).clamp(1, MAX_PIECES);
-    (bytes.div_ceil(pieces).next_multiple_of(PIECE_ROUND) / size).max(1)
-}
-
-/// `range` cut into pieces of `piece` elements: at least one, empty for an
-/// empty range (which still travels as one empty message).
-pub(crate) fn split(range: Range<usize>, piece: usize) -> Vec<Range<usize>> {
-    if range.is_empty() {
-        let empty = range.start..range.start;
-        return std::iter::once(empty).collect();
-    }
-    let end = range.end;
-    range
-        .step_by(piece.max(1))
-        .map(|start| start..(start + piece).min(end))
-        .collect()
-}
+use crate::plan::split;
+use crate::raw::Comm;
+use crate::raw::{self, Landing, Source, Wire};
+use crate::transport::kernels::{self, ReduceKernels};
+use crate::transport::pool::StagingPool;
+use crate::wire::COLLECTIVE_TAG;
 
 /// The pinned host buffers of a pipelined ring: for each parity of the
 /// step, one per piece of the longest chunk, for outgoing pieces copied
@@ -78,12 +43,12 @@ pub(crate) struct Slots {
 impl Slots {
     /// Slots for chunks cut into at most `count` pieces of `piece_bytes`.
     pub(crate) fn new(
-        comm: &Communicator,
+        pool: &StagingPool,
         op: &'static str,
         piece_bytes: usize,
         count: usize,
     ) -> Result<Slots> {
-        let mut all = comm.piece_slots(op, piece_bytes, 4 * count)?;
+        let mut all = pool.piece_slots(op, piece_bytes, 4 * count)?;
         let mut take = || all.drain(..count).collect::<Vec<_>>();
         Ok(Slots {
             out: [take(), take()],
@@ -97,10 +62,10 @@ impl Slots {
     }
 
     /// Gives the buffers back for reuse.
-    pub(crate) fn keep(self, comm: &Communicator) {
+    pub(crate) fn keep(self, pool: &StagingPool) {
         let [a, b] = self.out;
         let [c, d] = self.inbox;
-        comm.keep_piece_slots(a.into_iter().chain(b).chain(c).chain(d).collect());
+        pool.keep_piece_slots(a.into_iter().chain(b).chain(c).chain(d).collect());
     }
 }
 
@@ -127,20 +92,6 @@ pub(crate) struct Arrived<'a, T> {
     pub(crate) reduce: Option<Option<&'a HostBuffer<u8>>>,
 }
 
-/// The host memory a piece is sent from: its slot, or zeros where the
-/// slot could not be read.
-enum Source<'a> {
-    Slot(HostSlice<'a, u8>),
-    Spare(Vec<u8>),
-}
-
-/// The host memory a piece is received into: its slot, or a scratch
-/// buffer where the slot could not be borrowed.
-enum Landing<'a> {
-    Slot(HostSliceMut<'a, u8>),
-    Spare(Vec<u8>),
-}
-
 /// Keeps the first error.
 fn note(failed: &mut Option<Error>, result: Result<()>) {
     if let Err(e) = result {
@@ -158,53 +109,6 @@ pub(crate) fn typed<T: Pod>(
         .map_err(Error::device(op))
 }
 
-/// Ends the process where it is dropped by a panic's unwinding: held
-/// while MPI transfers into or out of memory that the unwinding would
-/// free are under way.
-struct AbortOnUnwind;
-
-impl Drop for AbortOnUnwind {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "vkcompute-mpi: a panic while MPI transfers of a collective's pieces are under \
-                 way; their memory cannot be freed, so the process is aborted"
-            );
-            std::process::abort();
-        }
-    }
-}
-
-/// How a step's pieces travel.
-#[derive(Clone, Copy)]
-enum Wire {
-    /// Point to point with the collectives' tag: sends to `dest`, receives
-    /// from `source`.
-    Pair { dest: i32, source: i32 },
-    /// `MPI_Ibcast`s from `root`: the root's pieces are the step's sends,
-    /// every other rank's its receives.
-    Broadcast { root: i32 },
-}
-
-impl Wire {
-    /// The MPI call a timeout names.
-    fn call(self) -> &'static str {
-        match self {
-            Wire::Pair { .. } => "MPI_Sendrecv",
-            Wire::Broadcast { .. } => "MPI_Bcast",
-        }
-    }
-
-    /// What a timeout does with the transfers under way: point-to-point
-    /// ones are cancelled, a collective cannot be.
-    fn abandon(self) -> Abandon {
-        match self {
-            Wire::Pair { .. } => Abandon::Cancel,
-            Wire::Broadcast { .. } => Abandon::Abort,
-        }
-    }
-}
-
 /// One step's messages: pieces `sends` of the working buffer from the host
 /// buffers `from` (one each), pieces `recvs` into `into`, over `wire`.
 struct Step<'s> {
@@ -215,7 +119,18 @@ struct Step<'s> {
     into: &'s [HostBuffer<u8>],
 }
 
-impl Communicator {
+/// The ranks a collective runs over, as the executor sees them: the MPI
+/// communicator, this rank and the number of ranks, and the context whose
+/// stream runs the device work.
+#[derive(Clone, Copy)]
+pub(crate) struct Team<'a> {
+    pub(crate) raw: &'a Comm,
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+    pub(crate) ctx: &'a DeviceContext,
+}
+
+impl Team<'_> {
     /// What a ring over the working buffer `work` does with an arrived
     /// piece: reduces it into `work` (and stages the result out for the
     /// next step, where there is one), or stores it there.
@@ -232,7 +147,7 @@ impl Communicator {
             .map_err(Error::device(op))?;
         match piece.reduce {
             Some(next) => {
-                kernels::enqueue_reduce(op, self.context(), kernel, &part, &piece.incoming)?;
+                kernels::enqueue_reduce(op, self.ctx, kernel, &part, &piece.incoming)?;
                 if let Some(next) = next {
                     self.stage_out(op, work, range, next)?;
                 }
@@ -272,7 +187,7 @@ impl Communicator {
             piece,
             slots,
         } = ring;
-        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let (rank, size) = (self.rank, self.size);
         let right = ((rank + 1) % size) as i32;
         let left = ((rank + size - 1) % size) as i32;
         // What this rank sends is wrong (zeros go out instead) once a
@@ -304,6 +219,7 @@ impl Communicator {
                 wire: Wire::Pair {
                     dest: right,
                     source: left,
+                    tag: COLLECTIVE_TAG,
                 },
                 sends: split(chunks[send].clone(), piece),
                 from,
@@ -345,7 +261,7 @@ impl Communicator {
         root: i32,
         mut arrived: impl FnMut(&Range<usize>, HostBuffer<T>) -> Result<()>,
     ) -> Result<()> {
-        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let (rank, size) = (self.rank, self.size);
         let mut failed = None;
         let peers = (0..size).filter(|&q| q as i32 != root);
         for (turn, q) in peers.enumerate() {
@@ -362,6 +278,7 @@ impl Communicator {
                 wire: Wire::Pair {
                     dest: root,
                     source: q as i32,
+                    tag: COLLECTIVE_TAG,
                 },
                 sends,
                 from: ring.slots.out_at(size - 1),
@@ -394,7 +311,7 @@ impl Communicator {
         mut arrived: impl FnMut(&Range<usize>, HostBuffer<T>) -> Result<()>,
     ) -> Result<()> {
         let pieces = split(0..n, piece);
-        let (sends, recvs) = if self.rank() == root {
+        let (sends, recvs) = if self.rank as i32 == root {
             (pieces, Vec::new())
         } else {
             (Vec::new(), pieces)
@@ -422,7 +339,7 @@ impl Communicator {
         work: &DeviceBuffer<T>,
         ring: Ring<'_>,
     ) -> Result<()> {
-        let (rank, size) = (self.rank() as usize, self.size() as usize);
+        let (rank, size) = (self.rank, self.size);
         let first = split(ring.chunks[(rank + size - 1) % size].clone(), ring.piece);
         for (p, range) in first.iter().enumerate() {
             self.stage_out(op, work, range, &ring.slots.out_at(0)[p])?;
@@ -432,7 +349,7 @@ impl Communicator {
 
     /// Submits the work enqueued so far.
     pub(crate) fn flush(&self, op: &'static str) -> Result<()> {
-        self.context().flush().map_err(Error::device(op))
+        self.ctx.flush().map_err(Error::device(op))
     }
 
     /// Enqueues the copy of `range` of `work` into `slot`.
@@ -455,9 +372,10 @@ impl Communicator {
     /// Posts the receives of `step`, then its sends one by one as each
     /// outgoing piece reaches the host, then waits for the incoming pieces
     /// in order, calling `arrived(p, range)` for each once it is in its
-    /// slot (and the slot free for the device), and last for the sends.
-    /// Device errors go to `failed`; MPI errors are returned, once MPI no
-    /// longer touches any of the step's memory.
+    /// slot (and the slot free for the device), and last for the sends
+    /// (`raw::exchange_pieces`). Device errors go to `failed`, and zeros
+    /// go out in place of the data once one did; MPI errors are returned,
+    /// once MPI no longer touches any of the step's memory.
     fn exchange_step<T: Pod>(
         &self,
         op: &'static str,
@@ -465,152 +383,41 @@ impl Communicator {
         failed: &mut Option<Error>,
         mut arrived: impl FnMut(usize, &Range<usize>) -> Result<()>,
     ) -> Result<()> {
-        let comm = self.raw();
-        comm.state.usable(op)?;
-        let (call, abandon) = (step.wire.call(), step.wire.abandon());
         let size = size_of::<T>();
-        let mut transfers: Vec<Transfer> = Vec::new();
-        // The transfers of each incoming piece (one, unless over MAX_MESSAGE).
-        let mut recv_at: Vec<Range<usize>> = Vec::new();
-        let mut landings: Vec<Option<Landing<'_>>> = Vec::new();
-        let mut sources: Vec<Source<'_>> = Vec::new();
-        // Declared after the memory, so dropped before it: a panic in
-        // `arrived` (or below) while transfers are under way ends the
-        // process instead of freeing memory MPI still reads or writes.
-        let _unwinding = AbortOnUnwind;
-        let mut posted = Ok(());
+        let mut landings = Vec::with_capacity(step.recvs.len());
         for (p, range) in step.recvs.iter().enumerate() {
             let bytes = range.len() * size;
-            let mut landing = match step.into[p].as_mut_slice() {
-                Ok(slice) => Landing::Slot(slice),
+            landings.push(match step.into[p].as_mut_slice() {
+                Ok(slice) => Landing::Slot(slice, bytes),
                 Err(e) => {
                     failed.get_or_insert(Error::device(op)(e));
                     Landing::Spare(vec![0u8; bytes])
                 }
-            };
-            let memory: &mut [u8] = match &mut landing {
-                Landing::Slot(slice) => &mut slice[..bytes],
-                Landing::Spare(spare) => &mut spare[..],
-            };
-            let (ptr, len) = (memory.as_mut_ptr(), memory.len());
-            let before = transfers.len();
-            landings.push(Some(landing));
-            // SAFETY: `ptr..ptr + len` is the start of a slot borrowed for
-            // the host (or of a heap buffer) held in `landings`, which
-            // outlives every transfer: it is dropped only once its piece's
-            // transfers are over, or at the end, after `finish_until` over
-            // every transfer (which returns only once MPI no longer touches
-            // any, cancelling or aborting on a timeout); a panic meanwhile
-            // aborts the process (`AbortOnUnwind`) before it is dropped.
-            // Each piece has its own memory, so no two transfers overlap.
-            posted = unsafe {
-                match step.wire {
-                    Wire::Pair { source, .. } => {
-                        raw::irecv(op, comm, ptr, len, source, COLLECTIVE_TAG, &mut transfers)
-                    }
-                    Wire::Broadcast { root } => {
-                        raw::ibcast(op, comm, ptr, len, root, &mut transfers)
-                    }
-                }
-            };
-            recv_at.push(before..transfers.len());
-            if posted.is_err() {
-                break;
-            }
+            });
         }
-        for (p, range) in step.sends.iter().enumerate() {
-            if posted.is_err() {
-                break;
-            }
-            let bytes = range.len() * size;
+        // `source` and `arrived` both note failures: they take turns.
+        let failed = std::cell::RefCell::new(failed);
+        let source = |p: usize| {
+            let bytes = step.sends[p].len() * size;
             // Waits for the copy of this piece to the host.
-            let source = match step.from[p].as_slice() {
-                Ok(slice) if failed.is_none() => Source::Slot(slice),
+            let mut failed = failed.borrow_mut();
+            match step.from[p].as_slice() {
+                Ok(slice) if failed.is_none() => Source::Slot(slice, bytes),
                 Ok(_) => Source::Spare(vec![0u8; bytes]),
                 Err(e) => {
                     failed.get_or_insert(Error::device(op)(e));
                     Source::Spare(vec![0u8; bytes])
                 }
-            };
-            let memory: &[u8] = match &source {
-                Source::Slot(slice) => &slice[..bytes],
-                Source::Spare(spare) => &spare[..],
-            };
-            let (ptr, len) = (memory.as_ptr(), memory.len());
-            sources.push(source);
-            // SAFETY: `ptr..ptr + len` lies in a slot borrowed for reading
-            // (or a heap buffer) held in `sources` until the end, after
-            // `finish_until` over every transfer, as above; nothing writes
-            // it meanwhile (the slot's borrow keeps device writes out); at
-            // a broadcast's root MPI only reads the buffer it is given.
-            posted = unsafe {
-                match step.wire {
-                    Wire::Pair { dest, .. } => {
-                        raw::isend(op, comm, ptr, len, dest, COLLECTIVE_TAG, &mut transfers)
-                    }
-                    Wire::Broadcast { root } => {
-                        raw::ibcast(op, comm, ptr.cast_mut(), len, root, &mut transfers)
-                    }
-                }
-            };
-        }
-        let mut open: Vec<usize> = (0..transfers.len()).collect();
-        let start = Instant::now();
-        let mut result = posted;
-        if result.is_ok() {
-            for (p, range) in step.recvs.iter().enumerate() {
-                let waited = deadline::finish_until(
-                    op,
-                    comm,
-                    call,
-                    (&mut transfers, &mut open),
-                    recv_at[p].clone(),
-                    (start, abandon),
-                );
-                if let Err(e) = waited {
-                    result = Err(e);
-                    break;
-                }
-                // The piece is in: its slot goes back to the device.
-                let landed = landings[p].take();
-                let in_slot = matches!(landed, Some(Landing::Slot(_)));
-                drop(landed);
-                if in_slot && failed.is_none() {
-                    note(failed, arrived(p, range));
-                }
             }
-        }
-        let all = 0..transfers.len();
-        let waits = (&mut transfers[..], &mut open);
-        let rest = deadline::finish_until(op, comm, call, waits, all, (start, abandon));
-        // Only now may the memory go.
-        drop(landings);
-        drop(sources);
-        result.and(rest)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pieces_cover_the_range() {
-        assert_eq!(split(5..5, 4), vec![5..5]);
-        assert_eq!(split(0..10, 4), vec![0..4, 4..8, 8..10]);
-        assert_eq!(split(3..7, 4), vec![3..7]);
-    }
-
-    #[test]
-    fn piece_lengths_depend_on_the_chunk() {
-        // At most MIN_PIECE_BYTES: one piece.
-        assert!(piece_len::<f32>(1000) >= 1000);
-        assert!(piece_len::<f32>((4 << 20) / 4) >= (4 << 20) / 4);
-        // 32 MiB of f32: eight pieces of 4 MiB.
-        assert_eq!(piece_len::<f32>((32 << 20) / 4), (4 << 20) / 4);
-        // 256 MiB of f64: eight pieces, not 64.
-        assert_eq!(piece_len::<f64>((256 << 20) / 8), (32 << 20) / 8);
-        assert_eq!(piece_len::<f32>(0), 1);
-        assert_eq!((piece_len::<u64>(12345) * 8) % PIECE_ROUND, 0);
+        };
+        let landed = |p: usize, in_slot: bool| {
+            let mut failed = failed.borrow_mut();
+            if in_slot && failed.is_none() {
+                let result = arrived(p, &step.recvs[p]);
+                note(&mut failed, result);
+            }
+        };
+        let sends = (landings, step.sends.len());
+        raw::exchange_pieces(op, self.raw, step.wire, sends, source, landed)
     }
 }

@@ -1,0 +1,233 @@
+//! A receiver's side of the same-node path: the descriptors its peers
+//! sent, taken off the sockets in step with the headers that announce
+//! them, the imports of their memory (one per outbox and generation), and
+//! the copy out of a message between an acquire and a release.
+
+use std::collections::HashMap;
+use std::io;
+use std::mem::size_of;
+use std::sync::PoisonError;
+
+use vkcompute::{DeviceBuffer, ExternalMemoryInfo, MemoryHandleType};
+
+use super::{SameNode, ANNOUNCE_BYTES};
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::raw;
+use crate::wire::{SharedMemory, SharedMessages};
+
+/// A receiver's import of a peer's exported memory.
+pub(super) struct Inbox {
+    generation: u32,
+    memory: DeviceBuffer<u8>,
+}
+
+/// A descriptor a peer sent over its socket, and the description of the
+/// export that came with it.
+pub(super) struct Announced {
+    fd: raw::PeerFd,
+    info: ExternalMemoryInfo,
+}
+
+/// A receiver's imports of its peers' memory, and the descriptors it took
+/// off the sockets before the headers that announce them.
+#[derive(Default)]
+pub(super) struct Imports {
+    /// By `(source, outbox)`: the generation imported last.
+    inboxes: HashMap<(i32, u32), Inbox>,
+    /// By `(source, outbox, generation)`: descriptors that came before
+    /// the one a header asked for (messages matched out of order, a
+    /// collective's memory behind an `isend`'s).
+    ahead: HashMap<(i32, u32, u32), Announced>,
+}
+
+impl SameNode {
+    /// The memory `source` announces a message in (`shared`, from its
+    /// header; a point-to-point message's or a collective's): a new
+    /// generation's descriptor is taken off the socket first (or from
+    /// those taken ahead of their headers) and imported (and kept,
+    /// replacing the outbox's generation before), whatever becomes of the
+    /// message, so that the socket stays in step with the headers.
+    pub(crate) fn inbox(
+        &self,
+        op: &'static str,
+        source: i32,
+        shared: SharedMemory,
+    ) -> Result<DeviceBuffer<u8>> {
+        let mut imports = self.imports.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (source, shared.outbox);
+        if !shared.new {
+            return match imports.inboxes.get(&key) {
+                Some(inbox) if inbox.generation == shared.generation => Ok(inbox.memory.clone()),
+                _ => Err(Error::Protocol {
+                    op,
+                    peer: source,
+                    detail: format!(
+                        "a message in shared memory {} of generation {}, which this rank has \
+                         not imported",
+                        shared.outbox, shared.generation
+                    ),
+                }),
+            };
+        }
+        let exported = self.descriptor(op, &mut imports.ahead, source, shared)?;
+        // Copies of this outbox's descriptors sent again after a refusal.
+        imports
+            .ahead
+            .retain(|&(s, outbox, _), _| (s, outbox) != key);
+        let memory = self.import(op, source, exported)?;
+        let generation = shared.generation;
+        let inbox = Inbox {
+            generation,
+            memory: memory.clone(),
+        };
+        imports.inboxes.insert(key, inbox);
+        Ok(memory)
+    }
+
+    /// The descriptor of `shared` from `source`: one taken off the socket
+    /// before (in `ahead`), or the next on the socket that is it, those
+    /// before it kept in `ahead` (the peer sends each before the header
+    /// that announces it, so it is there; descriptors of messages matched
+    /// later come before it where messages are matched out of order).
+    fn descriptor(
+        &self,
+        op: &'static str,
+        ahead: &mut HashMap<(i32, u32, u32), Announced>,
+        source: i32,
+        shared: SharedMemory,
+    ) -> Result<Announced> {
+        let wanted = (shared.outbox, shared.generation);
+        if let Some(exported) = ahead.remove(&(source, wanted.0, wanted.1)) {
+            return Ok(exported);
+        }
+        let socket = self.socket(op, source)?;
+        loop {
+            let mut payload = [0u8; ANNOUNCE_BYTES];
+            let fd = raw::recv_fd_now(socket, &mut payload).map_err(|e| Error::SameNode {
+                op,
+                peer: source,
+                detail: if e.kind() == io::ErrorKind::WouldBlock {
+                    format!(
+                        "the node-local socket holds no descriptor of shared memory {} of \
+                         generation {}, which the header announces",
+                        wanted.0, wanted.1
+                    )
+                } else {
+                    format!("taking the exported memory off the socket: {e}")
+                },
+            })?;
+            let word = |at: usize| {
+                let mut bytes = [0u8; 4];
+                bytes.copy_from_slice(&payload[at..at + 4]);
+                u32::from_le_bytes(bytes)
+            };
+            let sent = (word(0), word(4));
+            let info = ExternalMemoryInfo::from_bytes(&payload[8..]).map_err(Error::device(op))?;
+            let exported = Announced { fd, info };
+            if sent == wanted {
+                return Ok(exported);
+            }
+            ahead.insert((source, sent.0, sent.1), exported);
+        }
+    }
+
+    /// Imports `exported`, which came from `source` over its socket.
+    fn import(
+        &self,
+        op: &'static str,
+        source: i32,
+        exported: Announced,
+    ) -> Result<DeviceBuffer<u8>> {
+        let broken = |detail: String| Error::SameNode {
+            op,
+            peer: source,
+            detail,
+        };
+        let info = exported.info;
+        if info.handle_type != MemoryHandleType::OpaqueFd {
+            return Err(broken(format!("a {:?} handle", info.handle_type)));
+        }
+        let len = usize::try_from(info.size)
+            .map_err(|_| broken(format!("{} bytes of memory", info.size)))?;
+        raw::import_peer_memory(&self.ctx, exported.fd, info, len).map_err(Error::device(op))
+    }
+
+    /// Copies the first `len` elements of `inbox` (from `source`) out
+    /// with `write` (given a view of them), between the acquire and the
+    /// release of the memory, and waits for the device: the sender may
+    /// write the memory again once this returns. `Ok(Some(e))`: `write`
+    /// failed (a mapped destination, say), the memory is released all the
+    /// same.
+    pub(crate) fn take<T: Element>(
+        &self,
+        op: &'static str,
+        source: i32,
+        inbox: &DeviceBuffer<u8>,
+        len: usize,
+        write: impl FnOnce(&DeviceBuffer<T>) -> vkcompute::Result<()>,
+    ) -> Result<Option<Error>> {
+        let bytes = len * size_of::<T>();
+        if inbox.len() < bytes {
+            return Err(Error::Protocol {
+                op,
+                peer: source,
+                detail: format!(
+                    "a message of {bytes} bytes in shared memory of {}",
+                    inbox.len()
+                ),
+            });
+        }
+        (inbox.enqueue_acquire_from_external()).map_err(Error::device(op))?;
+        let written = inbox
+            .create_sub_buffer::<T>(0, len)
+            .and_then(|part| write(&part));
+        let released = inbox.enqueue_release_to_external();
+        // Waited for even where the release failed: once the answer goes
+        // out, whatever it says, nothing of this rank reads the memory.
+        let waited = self.ctx.synchronize();
+        released.and(waited).map_err(Error::device(op))?;
+        Ok(written.err().map(Error::device(op)))
+    }
+}
+
+impl SharedMessages for SameNode {
+    fn inbox(
+        &self,
+        op: &'static str,
+        source: i32,
+        shared: SharedMemory,
+    ) -> Result<DeviceBuffer<u8>> {
+        SameNode::inbox(self, op, source, shared)
+    }
+
+    fn take_bytes(
+        &self,
+        op: &'static str,
+        (source, inbox, bytes): (i32, &DeviceBuffer<u8>, usize),
+        write: &mut dyn FnMut() -> vkcompute::Result<()>,
+    ) -> Result<Option<Error>> {
+        self.take::<u8>(op, source, inbox, bytes, |_| write())
+    }
+}
+
+/// Runs `with` on elements `range` (of `T`) of shared memory `memory`
+/// between an acquire from and a release to `VK_QUEUE_FAMILY_EXTERNAL`
+/// (enqueued, not waited for); nothing for an empty range.
+pub(crate) fn shared_part<T: Element>(
+    op: &'static str,
+    memory: &DeviceBuffer<u8>,
+    range: &std::ops::Range<usize>,
+    with: impl FnOnce(&DeviceBuffer<T>) -> Result<()>,
+) -> Result<()> {
+    if range.is_empty() {
+        return Ok(());
+    }
+    let part = memory
+        .create_sub_buffer::<T>(range.start, range.len())
+        .map_err(Error::device(op))?;
+    (part.enqueue_acquire_from_external()).map_err(Error::device(op))?;
+    let done = with(&part);
+    (part.enqueue_release_to_external()).map_err(Error::device(op))?;
+    done
+}
