@@ -6,9 +6,8 @@
 //! refuses shaderc as both a dependency and a renamed build-dependency, and
 //! under one name the `glsl` feature would link shaderc into this script.)
 //!
-//! With a feature that links shaderc (`validate`, `glsl`, `build`): stops
-//! with instructions where the link would fail, that is on Debian and Ubuntu,
-//! whose `libshaderc.so` lacks glslang, when nothing else was chosen.
+//! (Where a feature links shaderc, vkcompute-spirv's build script makes
+//! Debian's and Ubuntu's split shaderc link, or says what to install.)
 
 use std::path::{Path, PathBuf};
 
@@ -21,15 +20,7 @@ const REFRESH_HINT: &str = "run `make spirv` (in vkcompute's repository) to reco
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/spirv_source.rs");
-    for var in [
-        "SHADERC_LIB_DIR",
-        "VULKAN_SDK",
-        "DOCS_RS",
-        "VKCOMPUTE_SHADERC_CHECK",
-        "VKCOMPUTE_REFRESH_SPIRV",
-    ] {
-        println!("cargo:rerun-if-env-changed={var}");
-    }
+    println!("cargo:rerun-if-env-changed=VKCOMPUTE_REFRESH_SPIRV");
     if let Err(e) = run() {
         eprintln!("error: {e}");
         std::process::exit(1);
@@ -39,7 +30,6 @@ fn main() {
 fn run() -> Result<(), String> {
     let manifest = PathBuf::from(env("CARGO_MANIFEST_DIR")?);
     let out_dir = PathBuf::from(env("OUT_DIR")?);
-    check_shaderc_link()?;
     let shader_dir = manifest.join("shaders");
     let spv_dir = shader_dir.join("spv");
     println!("cargo:rerun-if-changed={}", shader_dir.display());
@@ -132,114 +122,4 @@ fn spirv_words(bytes: &[u8]) -> Result<Vec<u32>, String> {
         ));
     }
     Ok(words)
-}
-
-/// Where a feature links shaderc and nothing was chosen (`SHADERC_LIB_DIR`,
-/// `VULKAN_SDK`), `shaderc-sys` links the system's `libshaderc.so`. Debian's
-/// and Ubuntu's lacks glslang, so the final link would fail with a wall of
-/// undefined symbols: stop here instead and say what to do.
-fn check_shaderc_link() -> Result<(), String> {
-    let links_shaderc = ["VALIDATE", "GLSL", "BUILD", "SHADER_COMPILER"]
-        .iter()
-        .any(|f| std::env::var_os(format!("CARGO_FEATURE_{f}")).is_some());
-    // docs.rs (and any `cargo doc`) links nothing.
-    if !links_shaderc
-        || std::env::var_os("DOCS_RS").is_some()
-        || std::env::var_os("SHADERC_LIB_DIR").is_some()
-        || std::env::var_os("VULKAN_SDK").is_some()
-        // For a shaderc built another way (shaderc's `build-from-source`).
-        || std::env::var_os("VKCOMPUTE_SHADERC_CHECK").is_some_and(|v| v == "0")
-        || std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux")
-    {
-        return Ok(());
-    }
-    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
-    let arch = if arch == "x86" {
-        "i386".to_string()
-    } else {
-        arch
-    };
-    let dir = PathBuf::from(format!("/usr/lib/{arch}-linux-gnu"));
-    let shared = dir.join("libshaderc.so");
-    if !shared.exists() || !lacks_glslang(&shared) {
-        return Ok(());
-    }
-    let libs = [
-        "shaderc_combined",
-        "glslang",
-        "MachineIndependent",
-        "GenericCodeGen",
-        "OSDependent",
-        "OGLCompiler",
-        "SPIRV",
-        "HLSL",
-        "glslang-default-resource-limits",
-        "SPIRV-Tools-opt",
-        "SPIRV-Tools",
-    ];
-    let dir_s = dir.display();
-    let missing: Vec<&str> = ["shaderc_combined", "glslang", "SPIRV-Tools"]
-        .into_iter()
-        .filter(|l| !dir.join(format!("lib{l}.a")).exists())
-        .collect();
-    let install = if missing.is_empty() {
-        String::new()
-    } else {
-        "    sudo apt-get install libshaderc-dev glslang-dev spirv-tools\n".to_string()
-    };
-    let mut addlibs = String::new();
-    for lib in libs {
-        addlibs.push_str(&format!("addlib {dir_s}/lib{lib}.a\\n"));
-    }
-    Err(format!(
-        "vkcompute's features `validate`, `glsl`, `build` and `shader-compiler` link shaderc, and \
-         with neither SHADERC_LIB_DIR nor VULKAN_SDK set, shaderc-sys would link {shared}, which \
-         this distribution built without glslang: the link would fail with undefined \
-         `glslang::` symbols. Merge the distribution's static libraries into one archive and \
-         point SHADERC_LIB_DIR at its folder (or set VULKAN_SDK to an installed Vulkan SDK):\n\n\
-         {install}    mkdir -p \"$HOME/.local/lib/shaderc-merged\"\n    \
-         printf 'create %s/libshaderc_combined.a\\n{addlibs}save\\nend\\n' \
-         \"$HOME/.local/lib/shaderc-merged\" | ar -M\n    \
-         export SHADERC_LIB_DIR=\"$HOME/.local/lib/shaderc-merged\"\n    \
-         cargo clean -p shaderc-sys   # shaderc-sys does not notice a new SHADERC_LIB_DIR by itself\n\n\
-         then build again (keep SHADERC_LIB_DIR set for every build, e.g. in .cargo/config.toml's \
-         [env]). Without these features vkcompute needs no shaderc at all. If shaderc is \
-         built from source instead (shaderc's `build-from-source` feature), set \
-         VKCOMPUTE_SHADERC_CHECK=0 to skip this check.",
-        shared = shared.display()
-    ))
-}
-
-/// Whether the shared library refers to glslang symbols it does not define
-/// and does not get from a library it depends on (Debian's build).
-fn lacks_glslang(shared: &Path) -> bool {
-    // `nm -D` lists its dynamic symbols; `U` marks the undefined ones.
-    if let Ok(out) = std::process::Command::new("nm")
-        .args(["-D", "--undefined-only"])
-        .arg(shared)
-        .output()
-    {
-        if out.status.success() {
-            let undefined = String::from_utf8_lossy(&out.stdout);
-            return undefined.contains("_ZN7glslang") && !has_shared_glslang(shared);
-        }
-    }
-    // Without `nm`: Debian's library names glslang symbols and no folder
-    // beside it holds a shared glslang.
-    std::fs::read(shared).is_ok_and(|bytes| {
-        bytes.windows(11).any(|w| w == b"_ZN7glslang") && !has_shared_glslang(shared)
-    })
-}
-
-/// Whether a shared glslang library sits beside `shared` (which a working
-/// build would depend on).
-fn has_shared_glslang(shared: &Path) -> bool {
-    shared.parent().is_some_and(|dir| {
-        std::fs::read_dir(dir).is_ok_and(|entries| {
-            entries.filter_map(|e| e.ok()).any(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                name.starts_with("libglslang.so")
-            })
-        })
-    })
 }

@@ -48,6 +48,8 @@ use std::time::Instant;
 mod bounds;
 #[path = "bench_cases/host_cost.rs"]
 mod host_cost;
+#[path = "bench_cases/load.rs"]
+mod load;
 #[path = "bench_cases/replay_params.rs"]
 mod replay_params;
 #[path = "bench_cases/trace_cost.rs"]
@@ -87,6 +89,7 @@ const CASES: &[&str] = &[
     "first_dispatch",
     "d2d_cross",
     "bounds",
+    "load",
 ];
 
 /// The sizes of the transfer cases.
@@ -341,6 +344,7 @@ impl Bench<'_> {
             "first_dispatch" => self.first_dispatch(),
             "d2d_cross" => self.d2d_cross(),
             "bounds" => self.bounds(),
+            "load" => self.load(),
             other => Err(format!("no case `{other}`").into()),
         };
         result.map_err(|e| format!("case `{case}`: {e}").into())

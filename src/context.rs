@@ -140,6 +140,9 @@ impl DeviceContext {
     /// touches a buffer another stream is using waits for that work on the
     /// device (a semaphore wait in the submission, no host block).
     pub fn new_stream(&self) -> Result<DeviceContext> {
+        self.stream
+            .device
+            .check_alive("DeviceContext::new_stream")?;
         Ok(DeviceContext {
             stream: StreamHandle::new(
                 self.stream.device.clone(),
@@ -254,6 +257,7 @@ impl DeviceContext {
     /// returns the error of an earlier submission of this stream that a
     /// buffer's `Drop` made (its work did not run), once.
     pub fn flush(&self) -> Result<()> {
+        self.stream.device.check_alive("DeviceContext::flush")?;
         self.stream.flush()?;
         self.stream.lock().take_failed().map_or(Ok(()), Err)
     }
@@ -267,6 +271,31 @@ impl DeviceContext {
     /// the buffer's next operation returns them.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize()
+    }
+
+    /// [`synchronize`](Self::synchronize), waiting at most `timeout`: where
+    /// the work is not done by then, [`Error::Timeout`](crate::Error::Timeout),
+    /// and nothing changed (the work stays submitted and runs on; a later
+    /// wait waits for it, and returns any error an earlier submission
+    /// kept). The way to wait for a kernel that may never end: on lavapipe
+    /// such a kernel runs until the process ends (Mesa 22 stops each loop
+    /// after 65,535 iterations; Mesa 25 does not), so a plain
+    /// `synchronize`, a read of a buffer it writes, and dropping the
+    /// context all wait for ever; on GPUs the driver resets the device
+    /// after its own timeout (seconds), and every later call returns
+    /// [`Error::DeviceLost`](crate::Error::DeviceLost).
+    ///
+    /// ```
+    /// # fn main() -> vkcompute::Result<()> {
+    /// # let ctx = vkcompute::DeviceContext::new()?;
+    /// let x = ctx.enqueue_create_buffer::<u32>(1024)?;
+    /// x.enqueue_fill(7)?;
+    /// ctx.synchronize_timeout(std::time::Duration::from_secs(10))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn synchronize_timeout(&self, timeout: std::time::Duration) -> Result<()> {
+        self.stream
+            .synchronize_at_most("DeviceContext::synchronize_timeout", Some(timeout))
     }
 
     /// The device's memory: bytes of device-local memory free and in all,

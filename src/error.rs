@@ -80,6 +80,21 @@ pub enum Error {
         call: &'static str,
     },
 
+    /// A host wait with a time limit ended before the work it waits for.
+    /// Nothing changed: the work stays enqueued and runs on, and a later
+    /// wait waits for it.
+    #[error(
+        "{op} waited {waited:?} and the work is still running (it stays enqueued; a later wait \
+         waits for it; a kernel that never ends keeps the device busy: on GPUs the driver \
+         resets it after its timeout and the context reports Error::DeviceLost)"
+    )]
+    Timeout {
+        /// The call that waited.
+        op: &'static str,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
+
     /// Not enough device or host memory for an allocation.
     #[error("{}", out_of_memory_message(.what, *.bytes, .detail))]
     OutOfMemory {

@@ -169,6 +169,14 @@ impl Event {
         self.point.wait()
     }
 
+    /// [`wait`](Self::wait), at most `timeout`: [`Error::Timeout`] where
+    /// the event is not reached by then, with nothing changed (a later wait
+    /// waits on).
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
+        self.point
+            .wait_at_most("Event::wait_timeout", Some(timeout))
+    }
+
     /// Whether the event is reached, without blocking. Submits its
     /// stream's work where it is not yet submitted (so that polling
     /// terminates); the error is that submission's.

@@ -118,6 +118,7 @@ fn record_parts<R>(
     describe: Option<&dyn Fn() -> String>,
     body: impl FnOnce(&mut Stream, &[Access]) -> Result<R>,
 ) -> Result<R> {
+    handle.device.check_alive(op)?;
     let started = handle.tracer.as_ref().map(|t| t.now_us());
     // One command is atomic: no operation of several commands on these
     // buffers is half done while it is recorded. The stream is taken

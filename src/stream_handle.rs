@@ -6,7 +6,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::error::Result;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
 use crate::garbage::{Garbage, GarbageList, FLUSH_GARBAGE_BYTES};
 use crate::stream::{Stream, MAX_BATCH_COMMANDS, MAX_IN_FLIGHT};
 use crate::trace::{StreamTrace, Tracer};
@@ -78,8 +80,23 @@ impl Point {
     /// needed, then lets its stream reclaim what completed. Must not be
     /// called with that stream's lock held.
     pub(crate) fn wait(&self) -> Result<()> {
+        self.wait_at_most("vkWaitSemaphores", None)
+    }
+
+    /// Waits as [`wait`](Self::wait) does, but at most `timeout` where one
+    /// is given: [`Error::Timeout`] naming `op` then, with nothing changed.
+    pub(crate) fn wait_at_most(&self, op: &'static str, timeout: Option<Duration>) -> Result<()> {
+        self.stream.timeline.device().check_alive(op)?;
         self.ensure_submitted()?;
-        self.stream.timeline.wait_submitted(self.value)?;
+        let nanos = timeout.map_or(u64::MAX, |t| {
+            u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
+        });
+        if !self.stream.timeline.wait_submitted_for(self.value, nanos)? {
+            return Err(Error::Timeout {
+                op,
+                waited: timeout.unwrap_or_default(),
+            });
+        }
         match self.stream.stream.upgrade() {
             Some(stream) => stream.reclaim(),
             None => Ok(()),
@@ -177,11 +194,27 @@ impl StreamHandle {
     /// this submission's, the wait's, or one kept from a submission that a
     /// `Drop` made.
     pub(crate) fn synchronize(&self) -> Result<()> {
+        self.synchronize_at_most("DeviceContext::synchronize", None)
+    }
+
+    /// [`synchronize`](Self::synchronize), waiting at most `timeout` where
+    /// one is given ([`Error::Timeout`] naming `op` then).
+    pub(crate) fn synchronize_at_most(
+        &self,
+        op: &'static str,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        self.device.check_alive(op)?;
         let (flushed, value) = {
             let mut stream = self.lock();
             (stream.flush(), self.timeline.submitted())
         };
-        let waited = self.point(value).wait();
+        let waited = self.point(value).wait_at_most(op, timeout);
+        if let Err(e @ Error::Timeout { .. }) = waited {
+            // Nothing is done yet: an earlier failure stays for the wait
+            // that sees the work end.
+            return flushed.and(Err(e));
+        }
         let kept = self.lock().take_failed();
         flushed.and(waited).and(kept.map_or(Ok(()), Err))
     }

@@ -24,6 +24,14 @@ pub fn allocations_passed(ctx: &DeviceContext) -> u64 {
     ctx.stream.device.faults.passed()
 }
 
+/// Makes `ctx`'s device count as lost, as after `VK_ERROR_DEVICE_LOST`:
+/// every later call that needs the device returns `Error::DeviceLost`.
+/// (The device itself goes on running what was submitted, so that drops
+/// stay sound while the test checks them.)
+pub fn lose_device(ctx: &DeviceContext) {
+    ctx.stream.device.mark_lost();
+}
+
 /// Whether the failure armed by the last [`fail_allocation`] happened.
 pub fn fault_injected(ctx: &DeviceContext) -> bool {
     ctx.stream.device.faults.fired()

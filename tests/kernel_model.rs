@@ -105,6 +105,33 @@ fn specialization_expressions_are_evaluated_as_spirv_defines_them() {
 }
 
 #[test]
+fn sets_and_specialization_expressions_together() {
+    on_each_descriptor_path(|ctx| {
+        let words = module("sets_and_spec_ops");
+        for (big, n, length) in [(false, 4u32, 5u32), (true, 3, 6), (false, 9, 10)] {
+            let kernel = Kernel::builder(&words)
+                .specialize(0, big)
+                .specialize(1, n)
+                .build(ctx)
+                .unwrap();
+            let places: Vec<(u32, u32)> = kernel
+                .bindings()
+                .iter()
+                .map(|b| (b.set, b.binding))
+                .collect();
+            assert_eq!(places, [(0, 1), (2, 0)]);
+            let input = ctx.enqueue_create_buffer::<u32>(4).unwrap();
+            input.enqueue_copy_from(&[10u32, 20, 30, 40][..]).unwrap();
+            let out = ctx.enqueue_create_buffer::<u32>(4).unwrap();
+            ctx.enqueue_function(&kernel, 1, &[input.arg(), out.arg()], &())
+                .unwrap();
+            let want: Vec<u32> = [10u32, 20, 30, 40].iter().map(|x| x + length).collect();
+            assert_eq!(out.to_vec().unwrap(), want, "BIG {big}, N {n}");
+        }
+    });
+}
+
+#[test]
 fn each_entry_point_has_its_own_push_constant_block() {
     run_with(common::options(Path::Direct), "two entry points", |ctx| {
         let words = module("two_entries");
@@ -454,7 +481,10 @@ mod glsl {
                  uint f0(uint x) { return x + 1u; }\n",
             );
             for i in 1..100 {
-                source.push_str(&format!("uint f{i}(uint x) {{ return f{}(x) + 1u; }}\n", i - 1));
+                source.push_str(&format!(
+                    "uint f{i}(uint x) {{ return f{}(x) + 1u; }}\n",
+                    i - 1
+                ));
             }
             source.push_str("void main() { d[0] = f99(d[0]); }\n");
             let deep = Kernel::glsl(&source).optimization(GlslOptimization::None);

@@ -25,21 +25,53 @@ mod common;
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::{Path, Rng};
 use vkcompute::{shaders, DeviceContext, Error, Kernel, KernelBuilder};
 
-/// The valid modules every case starts from.
-const SEEDS: [(&str, &[u32]); 6] = [
-    ("SAXPY", shaders::SAXPY),
-    ("MATMUL", shaders::MATMUL),
-    ("VECTOR_ADD", shaders::VECTOR_ADD),
-    ("REDUCE_SUM", shaders::REDUCE_SUM),
-    ("STORE", shaders::STORE),
-    ("FILL", shaders::FILL),
-];
+/// The valid modules every case starts from: (name, words, entry point).
+/// The shipped kernels, and the hand-made modules of tests/spirv/ that say
+/// things the other ways SPIR-V allows: decoration groups, specialization
+/// expressions, several entry points, several descriptor sets, a
+/// specialization constant without a `SpecId` (and one module a load
+/// refuses: two `LocalSize` modes).
+fn seeds() -> &'static [(&'static str, Vec<u32>, &'static str)] {
+    static SEEDS: OnceLock<Vec<(&'static str, Vec<u32>, &'static str)>> = OnceLock::new();
+    SEEDS.get_or_init(|| {
+        let mut seeds: Vec<(&'static str, Vec<u32>, &'static str)> = [
+            ("SAXPY", shaders::SAXPY),
+            ("MATMUL", shaders::MATMUL),
+            ("VECTOR_ADD", shaders::VECTOR_ADD),
+            ("REDUCE_SUM", shaders::REDUCE_SUM),
+            ("STORE", shaders::STORE),
+            ("FILL", shaders::FILL),
+        ]
+        .iter()
+        .map(|(name, words)| (*name, words.to_vec(), "main"))
+        .collect();
+        for (name, entry) in [
+            ("group_set1", "main"),
+            ("smod_push", "main"),
+            ("smod_buffers", "main"),
+            ("two_entries", "small"),
+            ("two_entries", "big"),
+            ("two_local_sizes", "main"),
+            ("spec_without_id", "main"),
+            ("sets_and_spec_ops", "main"),
+        ] {
+            let path = format!("{}/tests/spirv/{name}.spv", env!("CARGO_MANIFEST_DIR"));
+            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let words = bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            seeds.push((name, words, entry));
+        }
+        seeds
+    })
+}
 
 /// A case that runs longer than this is reported as a hang.
 const HANG: Duration = Duration::from_secs(120);
@@ -316,9 +348,10 @@ fn spec_value(rng: &mut Rng) -> vkcompute::SpecValue {
 
 fn make_case(seed: u64) -> Case {
     let mut rng = Rng::new(seed);
-    let (kernel, valid) = SEEDS[rng.below(SEEDS.len() as u64) as usize];
-    let donors: Vec<&[u32]> = SEEDS.iter().map(|(_, w)| *w).collect();
-    let mut words = valid.to_vec();
+    let seeds = seeds();
+    let (kernel, valid, seed_entry) = &seeds[rng.below(seeds.len() as u64) as usize];
+    let donors: Vec<&[u32]> = seeds.iter().map(|(_, w, _)| w.as_slice()).collect();
+    let mut words = valid.clone();
     // Mostly one mutation (the module stays close to valid, so the checks
     // after validation run too), sometimes a few.
     let count = match rng.below(8) {
@@ -333,7 +366,7 @@ fn make_case(seed: u64) -> Case {
         0 => "",
         1 => "mai",
         2 => "main\0",
-        _ => "main",
+        _ => seed_entry,
     };
     let load = match rng.below(3) {
         0 => Load::New,

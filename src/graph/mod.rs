@@ -375,6 +375,7 @@ impl GraphBuilder<'_> {
     /// Records the graph.
     pub fn finish(self) -> Result<Graph> {
         let device = self.ctx.stream.device.clone();
+        device.check_alive("GraphBuilder::finish")?;
         let pools = Arc::new(Mutex::new(CommandPool::new(&device, true)?));
         let recording = record(&device, &pools, &self.ops, &Substitutions::none())?;
         Ok(Graph {

@@ -98,6 +98,7 @@ fn build(
         ref array_lengths,
         label: _,
     } = *load;
+    device.check_alive("vkCreateComputePipelines")?;
     let unsupported = |reason: String| Error::UnsupportedKernel {
         kernel: label.to_string(),
         reason,
@@ -128,25 +129,36 @@ fn build(
     // the validator says why a module cannot be bound.
     let declared_bindings = declared.bindings().map_err(unsupported)?;
     check_sets(device, declared_bindings.iter().map(|b| b.set)).map_err(unsupported)?;
-    // The gate: the validator, a shipped kernel, or the caller's promise.
-    spirv_check::check_module(words, label, vulkan_1_3, trust)?;
+    // The gate: a shipped kernel, or the caller's promise; with the
+    // validator built in, it runs once, on the prepared module below.
+    spirv_check::gate(words, label, vulkan_1_3, trust)?;
     let spec_constants = declared.spec_constants().map_err(unsupported)?;
     check_specialization(specialization, &spec_constants, label)?;
-    let spec_bytes: Vec<(u32, Vec<u8>)> = specialization
-        .iter()
-        .map(|(id, v)| (*id, v.bytes()))
-        .collect();
-    let frozen = rules::freeze(words, &declared, &spec_bytes);
-    let frozen_model = Module::read(&frozen).map_err(unsupported)?;
-    rules::check_constant_indices(&frozen, &frozen_model).map_err(unsupported)?;
     // The module as the pipeline runs it: specialized, one entry point,
     // its runtime-sized arrays of buffers sized, with its indices bounded
-    // (vkcompute_spirv::bounds); and its interface, read from it.
-    let prepared =
-        bounds::prepare(&frozen, entry, !unchecked_indices, array_lengths).map_err(unsupported)?;
-    if prepared.words != words {
-        spirv_check::check_prepared(&prepared.words, &frozen, words, label, vulkan_1_3, trust)?;
-    }
+    // (vkcompute_spirv::bounds); and its interface, read from it. A module
+    // that fails here may be invalid: the validator says so where it can.
+    let prepare = || -> Result<(Vec<u32>, bounds::Prepared)> {
+        let spec_bytes: Vec<(u32, Vec<u8>)> = specialization
+            .iter()
+            .map(|(id, v)| (*id, v.bytes()))
+            .collect();
+        let frozen = rules::freeze(words, &declared, &spec_bytes);
+        let frozen_model = Module::read(&frozen).map_err(unsupported)?;
+        rules::check_constant_indices(&frozen, &frozen_model).map_err(unsupported)?;
+        let prepared = bounds::prepare(
+            &frozen,
+            &frozen_model,
+            entry,
+            !unchecked_indices,
+            array_lengths,
+        )
+        .map_err(unsupported)?;
+        Ok((frozen, prepared))
+    };
+    let (frozen, prepared) =
+        prepare().map_err(|e| spirv_check::explain(words, label, vulkan_1_3, trust, e))?;
+    spirv_check::check_prepared(&prepared.words, &frozen, words, label, vulkan_1_3, trust)?;
     // Every check from here reads the prepared module.
     check_use(device, &uses::module_use(&prepared.words), pointers, label)?;
     let iface = &prepared.interface;

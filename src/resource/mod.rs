@@ -383,6 +383,7 @@ impl BufferMemory {
     /// for a write). Fails if a conflicting host borrow is alive. Release
     /// with [`release_host`](Self::release_host).
     pub(crate) fn borrow_host(&self, op: &'static str, access: HostAccess) -> Result<()> {
+        self.device.check_alive(op)?;
         // At once where no pending work conflicts, under the shared lock (no
         // borrow starts inside an operation of several commands); else the
         // borrow waits for the device holding the lock exclusively, so that
@@ -472,6 +473,7 @@ impl BufferMemory {
         write: bool,
         f: impl FnOnce(MappedRange) -> R,
     ) -> Result<Option<R>> {
+        self.device.check_alive(op)?;
         let Some(raw) = &self.raw else {
             return Ok(None);
         };

@@ -5,6 +5,12 @@ use vkcompute_spirv::bounds::*;
 use vkcompute_spirv::words::{OP_EXECUTION_MODE_ID, OP_EXT_INST_IMPORT};
 use vkcompute_spirv::WorkgroupVariable;
 
+/// `words` prepared for entry point `main`, clamped or not.
+fn prep(words: &[u32], clamp: bool) -> Prepared {
+    let model = vkcompute_spirv::Module::read(words).unwrap();
+    prepare(words, &model, "main", clamp, &[]).unwrap()
+}
+
 /// Validates `words` for both Vulkan versions the runtime supports.
 #[cfg(feature = "validate")]
 fn assert_valid(words: &[u32], what: &str) {
@@ -26,7 +32,7 @@ fn assert_valid_for(words: &[u32], what: &str, versions: &[bool]) {
 fn every_shipped_kernel_instruments_to_a_valid_module() {
     let mut clamped = 0;
     for words in crate::shaders::SHIPPED {
-        let prepared = prepare(words, "main", true, &[]).unwrap();
+        let prepared = prep(words, true);
         assert_valid(&prepared.words, "a shipped kernel");
         clamped += prepared.clamped;
     }
@@ -36,11 +42,11 @@ fn every_shipped_kernel_instruments_to_a_valid_module() {
 
 #[test]
 fn a_module_with_nothing_to_bound_is_handed_on_unchanged() {
-    let prepared = prepare(crate::shaders::STORE, "main", true, &[]).unwrap();
+    let prepared = prep(crate::shaders::STORE, true);
     assert_eq!(prepared.clamped, 0);
     assert_eq!(prepared.words, crate::shaders::STORE);
     assert!(prepared.interface.workgroup.is_empty());
-    let reduce = prepare(crate::shaders::REDUCE_SUM, "main", false, &[]).unwrap();
+    let reduce = prep(crate::shaders::REDUCE_SUM, false);
     assert_eq!(reduce.words, crate::shaders::REDUCE_SUM);
     // The shipped SPIR-V is optimized, without names.
     assert_eq!(
@@ -98,13 +104,13 @@ mod glsl {
                 o[p.i] = s[gl_LocalInvocationID.x][2] + fixed_.v[p.i][p.i] + fixed_.rest[p.i];
             }"#,
         );
-        let prepared = prepare(&words, "main", true, &[]).unwrap();
+        let prepared = prep(&words, true);
         assert_valid(&prepared.words, "the instrumented module");
         // s (two), pc, f, priv, v, m (two), s's first index, fixed_.v (two):
         // the optimizer may merge a few, but each kind stays.
         assert!(prepared.clamped >= 9, "{}", prepared.clamped);
         // Storage-buffer runtime arrays are left to robust buffer access.
-        let again = prepare(&prepared.words, "main", true, &[]).unwrap();
+        let again = prep(&prepared.words, true);
         assert!(again.clamped <= prepared.clamped);
         assert_valid(&again.words, "instrumented twice");
     }
@@ -137,7 +143,7 @@ mod glsl {
             ];
             let model = vkcompute_spirv::Module::read(&words).unwrap();
             let frozen = vkcompute_spirv::rules::freeze(&words, &model, &spec);
-            let prepared = prepare(&frozen, "main", true, &[]).unwrap();
+            let prepared = prep(&frozen, true);
             assert_valid(&prepared.words, "specialized");
             let sizes: Vec<(String, Option<u64>)> = prepared
                 .interface
@@ -182,7 +188,7 @@ mod glsl {
                 .count()
         };
         assert_eq!(modes(&words), 1);
-        let prepared = prepare(&words, "main", true, &[]).unwrap();
+        let prepared = prep(&words, true);
         assert!(prepared.clamped >= 2);
         assert_eq!(modes(&prepared.words), 1);
         assert_valid_for(&prepared.words, "with LocalSizeId", &[true]);
@@ -201,7 +207,7 @@ mod glsl {
             void never(uint i) { unused[i] = i; }
             void main() { o[0] = helper(gl_LocalInvocationID.x); }"#,
         );
-        let prepared = prepare(&words, "main", true, &[]).unwrap();
+        let prepared = prep(&words, true);
         let names: Vec<&str> = prepared
             .interface
             .workgroup

@@ -15,25 +15,26 @@ pub(crate) enum Trust {
     CallerVouches,
 }
 
-/// Checks that `words` (the kernel `label` names) may reach the driver.
-pub(crate) fn check_module(
-    words: &[u32],
-    label: &str,
-    vulkan_1_3: bool,
-    trust: Trust,
-) -> Result<()> {
+/// What a safe load checks before it prepares `words`: without the
+/// validator, that it is a shipped kernel (every other module is
+/// `Error::ValidatorUnavailable`); with it, nothing yet: the validator
+/// runs once, on the module the driver gets ([`check_prepared`]).
+pub(crate) fn gate(words: &[u32], label: &str, vulkan_1_3: bool, trust: Trust) -> Result<()> {
     match trust {
         Trust::CallerVouches => Ok(()),
+        Trust::Check if cfg!(feature = "validate") => Ok(()),
         Trust::Check => check(words, label, vulkan_1_3),
     }
 }
 
 /// Checks `prepared`, the module made from `original` for the driver
 /// (specialized into `frozen`, then reduced to one entry point, sized and
-/// bounded), as [`check_module`] checks a module. Where it is invalid, the
-/// error says whose it is: the specialization's (a module can be valid with
-/// its defaults and invalid with the values given, e.g. an array length
-/// that makes a block's members overlap), or vkcompute's own preparation.
+/// bounded), with the validator where it is built in (without it, the
+/// [`gate`] took only shipped kernels, and the preparation is trusted as
+/// tested). Where it is invalid, the error says whose it is: the module's
+/// own, the specialization's (a module can be valid with its defaults and
+/// invalid with the values given, e.g. an array length that makes a
+/// block's members overlap), or vkcompute's preparation.
 pub(crate) fn check_prepared(
     prepared: &[u32],
     frozen: &[u32],
@@ -42,25 +43,14 @@ pub(crate) fn check_prepared(
     vulkan_1_3: bool,
     trust: Trust,
 ) -> Result<()> {
-    match trust {
-        Trust::CallerVouches => Ok(()),
-        Trust::Check => check_prepared_module(prepared, frozen, original, label, vulkan_1_3),
+    if trust == Trust::CallerVouches || !cfg!(feature = "validate") {
+        return Ok(());
     }
-}
-
-#[cfg(feature = "validate")]
-fn check_prepared_module(
-    prepared: &[u32],
-    frozen: &[u32],
-    _original: &[u32],
-    _label: &str,
-    vulkan_1_3: bool,
-) -> Result<()> {
-    use vkcompute_spirv::validate::validate;
-    let Err(reason) = validate(prepared, vulkan_1_3) else {
+    let Err(Error::InvalidSpirv { reason }) = check(prepared, label, vulkan_1_3) else {
         return Ok(());
     };
-    if let Err(reason) = validate(frozen, vulkan_1_3) {
+    check(original, label, vulkan_1_3)?;
+    if let Err(Error::InvalidSpirv { reason }) = check(frozen, label, vulkan_1_3) {
         return Err(Error::InvalidSpirv {
             reason: format!("with its specialization constants set: {reason}"),
         });
@@ -73,18 +63,22 @@ fn check_prepared_module(
     })
 }
 
-/// Without the validator only the shipped kernels load, and their
-/// specialization constants are workgroup sizes, which the loader checks
-/// against the device's limits; the preparation is trusted as tested.
-#[cfg(not(feature = "validate"))]
-fn check_prepared_module(
-    _prepared: &[u32],
-    _frozen: &[u32],
+/// `failure`, the error of preparing or reading `original` before it was
+/// validated, or the validator's error where the module is invalid (the
+/// clearer account of what is wrong with it).
+pub(crate) fn explain(
     original: &[u32],
     label: &str,
     vulkan_1_3: bool,
-) -> Result<()> {
-    check(original, label, vulkan_1_3)
+    trust: Trust,
+    failure: Error,
+) -> Error {
+    if trust == Trust::Check && cfg!(feature = "validate") {
+        if let Err(invalid) = check(original, label, vulkan_1_3) {
+            return invalid;
+        }
+    }
+    failure
 }
 
 #[cfg(feature = "validate")]
@@ -114,16 +108,23 @@ mod model_tests;
 mod tests {
     use super::*;
 
+    /// The gate, then the check of the prepared module (here the module
+    /// itself), as a safe load runs them.
+    fn check_module(words: &[u32], trust: Trust) -> Result<()> {
+        gate(words, "main", false, trust)?;
+        check_prepared(words, words, words, "main", false, trust)
+    }
+
     #[test]
     fn shipped_kernels_pass_and_others_need_the_validator_or_a_promise() {
         for words in crate::shaders::SHIPPED {
-            assert!(check_module(words, "main", false, Trust::Check).is_ok());
+            assert!(check_module(words, Trust::Check).is_ok());
         }
         // A shipped module with one word changed is not a shipped module.
         let mut altered = crate::shaders::STORE.to_vec();
         let last = altered.len() - 1;
         altered[last] ^= 1;
-        let checked = check_module(&altered, "main", false, Trust::Check);
+        let checked = check_module(&altered, Trust::Check);
         if cfg!(feature = "validate") {
             assert!(
                 matches!(checked, Err(Error::InvalidSpirv { .. })),
@@ -135,6 +136,6 @@ mod tests {
                 "{checked:?}"
             );
         }
-        assert!(check_module(&altered, "main", false, Trust::CallerVouches).is_ok());
+        assert!(check_module(&altered, Trust::CallerVouches).is_ok());
     }
 }

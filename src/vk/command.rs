@@ -309,7 +309,7 @@ pub(crate) fn submit(
         waits.iter().map(|(t, v)| (t.semaphore, *v)).collect();
     // SAFETY: `cmd` has ended; every semaphore is live, and the caller
     // keeps what the work uses alive until `value` is reached.
-    unsafe {
+    let submitted = unsafe {
         queue_submit(
             device,
             queue,
@@ -318,8 +318,8 @@ pub(crate) fn submit(
             &[(signal.semaphore, value)],
             vk::Fence::null(),
         )
-    }
-    .during("vkQueueSubmit")
+    };
+    device.note(submitted).during("vkQueueSubmit")
 }
 
 /// Submits `cmds` to queue `queue` of `device`, after `waits` and

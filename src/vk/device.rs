@@ -3,7 +3,7 @@
 use std::ffi::c_char;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ash::vk;
@@ -86,6 +86,10 @@ pub(crate) struct Device {
     retired_semaphores: Mutex<Vec<vk::Semaphore>>,
     /// Streams (`StreamHandle`s) of the device alive now.
     pub(crate) streams: AtomicUsize,
+    /// Whether the device was lost (a call returned `VK_ERROR_DEVICE_LOST`,
+    /// or the fault-injection hook said so): every later public call that
+    /// needs the device returns `Error::DeviceLost`.
+    lost: AtomicBool,
     /// The crate's own pipelines (the fill kernel), made on first use.
     internal_pipelines: Mutex<Vec<(&'static str, Arc<ComputePipeline>)>>,
     /// Unique among the devices of this process.
@@ -269,6 +273,7 @@ impl Device {
             orphans: Mutex::new(Vec::new()),
             retired_semaphores: Mutex::new(Vec::new()),
             streams: AtomicUsize::new(0),
+            lost: AtomicBool::new(false),
             internal_pipelines: Mutex::new(Vec::new()),
             id: NEXT_DEVICE_ID.fetch_add(1, Ordering::Relaxed),
             debug_names: Default::default(),
@@ -329,6 +334,33 @@ impl Device {
     /// `bufferDeviceAddress` is enabled.
     pub(crate) fn buffer_device_address(&self) -> bool {
         self.capabilities.has(Feature::BufferDeviceAddress)
+    }
+
+    /// Records that the device is lost: every later public call that
+    /// needs it fails ([`check_alive`](Self::check_alive)).
+    pub(crate) fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            log::error!("the device `{}` was lost", self.name());
+        }
+    }
+
+    /// `result`, noting a lost device on the way.
+    pub(crate) fn note<T>(
+        &self,
+        result: std::result::Result<T, vk::Result>,
+    ) -> std::result::Result<T, vk::Result> {
+        if result.as_ref().err() == Some(&vk::Result::ERROR_DEVICE_LOST) {
+            self.mark_lost();
+        }
+        result
+    }
+
+    /// `Error::DeviceLost` naming `op` where the device was lost.
+    pub(crate) fn check_alive(&self, op: &'static str) -> crate::Result<()> {
+        if self.lost.load(Ordering::Acquire) {
+            return Err(crate::Error::DeviceLost { call: op });
+        }
+        Ok(())
     }
 
     pub(crate) fn limits(&self) -> &vk::PhysicalDeviceLimits {

@@ -225,6 +225,7 @@ impl RawBuffer {
     /// in errors: a retired one of the same size and usage from the device's
     /// cache where there is one, else a new one.
     pub(crate) fn new(device: &Device, size: u64, usage: MemoryUsage, what: &str) -> Result<Self> {
+        device.check_alive("vkAllocateMemory")?;
         if let Some(raw) = device.buffer_cache().take(size, usage) {
             return Ok(raw);
         }

@@ -70,7 +70,9 @@ impl Timeline {
     /// The value the semaphore has reached, asking the device.
     pub(crate) fn query(&self) -> Result<u64> {
         // SAFETY: the semaphore is live while `self` is.
-        let value = unsafe { self.device.raw.get_semaphore_counter_value(self.semaphore) }
+        let value = self
+            .device
+            .note(unsafe { self.device.raw.get_semaphore_counter_value(self.semaphore) })
             .during("vkGetSemaphoreCounterValue")?;
         self.completed.fetch_max(value, Ordering::AcqRel);
         Ok(value)
@@ -106,7 +108,10 @@ impl Timeline {
             .values(&values);
         // SAFETY: the semaphore is live; `value` was submitted (or signalled
         // from the host after a failed submission), so the wait ends.
-        match unsafe { self.device.raw.wait_semaphores(&info, timeout_ns) } {
+        match self
+            .device
+            .note(unsafe { self.device.raw.wait_semaphores(&info, timeout_ns) })
+        {
             Ok(()) => {}
             Err(vk::Result::TIMEOUT) => return Ok(false),
             Err(e) => return Err(Error::vk("vkWaitSemaphores", e)),

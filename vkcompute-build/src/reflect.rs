@@ -50,7 +50,7 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Reflected, String> {
         })
         .collect();
     let frozen = rules::freeze(words, &declared, &[]);
-    let prepared = bounds::prepare(&frozen, entry, true, &[])?;
+    let prepared = bounds::prepare(&frozen, &Module::read(&frozen)?, entry, true, &[])?;
     let iface = prepared.interface;
     let mut bindings = Vec::new();
     for b in iface.bindings {

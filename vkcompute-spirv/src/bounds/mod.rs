@@ -71,7 +71,7 @@ pub struct Prepared {
 }
 
 /// Prepares `words` (a module with its specialization constants frozen,
-/// `rules::freeze`) for entry point `entry`: keeps that entry point alone
+/// `rules::freeze`; `model` its reading) for entry point `entry`: keeps that entry point alone
 /// (other entry points, the functions and the variables only they use are
 /// taken out), gives each runtime-sized array of buffers the length
 /// `lengths` names for its (set, binding) (1 where none), folds the
@@ -81,11 +81,11 @@ pub struct Prepared {
 /// error says what could not be analysed.
 pub fn prepare(
     words: &[u32],
+    model: &crate::Module,
     entry: &str,
     clamp: bool,
     lengths: &[(u32, u32, u32)],
 ) -> Result<Prepared, String> {
-    let model = crate::Module::read(words)?;
     let mut values = model.values.clone();
     let (stripped, changed) = strip_non_semantic(words);
     // rspirv's loader does not place OpExecutionModeId: set aside, and put
@@ -97,7 +97,7 @@ pub fn prepare(
         Ok(Err(e)) => return Err(format!("the module could not be parsed: {e}")),
         Err(_) => return Err("the module could not be parsed".into()),
     };
-    let sized = arrays::size_runtime_arrays(&mut module, &model, lengths, &mut fresh_id)?;
+    let sized = arrays::size_runtime_arrays(&mut module, model, lengths, &mut fresh_id)?;
     for s in &sized {
         values.insert(
             s.constant,
