@@ -1,5 +1,5 @@
 //! The guide: how vkcompute is used, topic by topic. Every example here is
-//! a doctest that `make test` runs on lavapipe. The API reference is the
+//! a doctest that `make test` runs on lavapipe (but a `build.rs` sketch). The API reference is the
 //! rest of this documentation; ARCHITECTURE.md in the repository has the
 //! code layout, the invariants and the design decisions.
 //!
