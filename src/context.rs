@@ -104,6 +104,7 @@ impl DeviceContext {
                 settings.force_staging,
                 GarbageList::new(device),
                 tracer,
+                Arc::new(settings.printf.clone()),
             )?,
         })
     }
@@ -149,6 +150,7 @@ impl DeviceContext {
                 self.stream.force_staging,
                 self.stream.garbage.clone(),
                 self.stream.tracer.clone(),
+                self.stream.printf.clone(),
             )?,
         })
     }
@@ -230,6 +232,7 @@ impl DeviceContext {
                 settings.force_staging,
                 GarbageList::new(device),
                 None,
+                Arc::new(settings.printf.clone()),
             )?,
         })
     }

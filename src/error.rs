@@ -80,6 +80,13 @@ pub enum Error {
         call: &'static str,
     },
 
+    /// A kernel failed an assertion (`VK_ASSERT` of `vkcompute.glsl`): the
+    /// invocation stopped (returned from the function it was in); the
+    /// dispatch's other invocations and later commands ran. Returned once,
+    /// by the first host wait on the stream after the dispatch completed.
+    #[error("{0}")]
+    KernelAssert(Box<KernelAssertion>),
+
     /// A host wait with a time limit ended before the work it waits for.
     /// Nothing changed: the work stays enqueued and runs on, and a later
     /// wait waits for it.
@@ -464,6 +471,36 @@ pub enum Error {
     /// returned by the next call on the same context.
     #[error("an earlier operation that ran in Drop failed: {0}")]
     Deferred(Box<Error>),
+}
+
+/// A failed kernel assertion ([`Error::KernelAssert`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelAssertion {
+    /// The kernel's label.
+    pub kernel: String,
+    /// The source file, where the module kept line information (GLSL
+    /// compiled by vkcompute keeps it), else empty.
+    pub file: String,
+    /// The line of the assertion.
+    pub line: u32,
+    /// The message, its values formatted.
+    pub message: String,
+    /// The global invocation id that failed.
+    pub invocation: [u32; 3],
+}
+
+impl std::fmt::Display for KernelAssertion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "kernel `{}` failed an assertion at ", self.kernel)?;
+        if !self.file.is_empty() {
+            write!(f, "{}, ", self.file)?;
+        }
+        write!(
+            f,
+            "line {}, invocation {:?}: {}",
+            self.line, self.invocation, self.message
+        )
+    }
 }
 
 impl Error {

@@ -250,6 +250,7 @@ impl DeviceContext {
         let describe = || format!("kernel {} indirect", kernel.label());
         crate::record::record_sequence(&self.stream, op, &describe, &all, |stream, _| {
             stream.keep_alive(keep);
+            d.keep_printf(stream, &kernel.label, &self.stream.printf);
             stream.record(&hazards(&guard), steps.guard())?;
             let command = Command::Dispatch {
                 pipeline: d.kernel.pipeline(),

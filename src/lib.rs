@@ -66,6 +66,7 @@ pub mod guide;
 mod hazard;
 mod interop;
 mod options;
+mod printf;
 mod record;
 mod recorder;
 mod reflect;
@@ -134,7 +135,7 @@ pub mod testing;
 
 pub use buffer::{DeviceBuffer, OwnedRawBuffer};
 pub use context::{DeviceContext, RawContext};
-pub use error::{Error, Result};
+pub use error::{Error, KernelAssertion, Result};
 pub use event::Event;
 // The grouped names (`sharing`, `device`, `validation`, `reflection`)
 // stay at the root too, for code that names them there; the docs show
@@ -196,6 +197,7 @@ pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use options::ContextOptions;
+pub use printf::{PrintfLine, PrintfOutput};
 pub use stream::LiveObjects;
 pub use view::{CopyDestination, CopySource, RawBufferRef};
 pub use vk::{DeviceInfo, Win32Handle};

@@ -4,7 +4,11 @@
 
 use std::path::PathBuf;
 
+use crate::printf::PrintfOutput;
 use crate::vk::{DeviceOptions, DeviceSelector};
+
+/// The record buffer a dispatch of a printing kernel gets by default.
+const PRINTF_BUFFER_BYTES: u64 = 256 << 10;
 
 /// Every setting of a context, resolved once from its options, the
 /// environment and the defaults (see [`ContextOptions::resolve`]).
@@ -24,6 +28,8 @@ pub(crate) struct Settings {
     pub(crate) trace_commands: bool,
     /// What the device is opened with (asked; the device grants what it has).
     pub(crate) device_options: DeviceOptions,
+    /// Where kernels' printf lines go.
+    pub(crate) printf: crate::printf::Output,
 }
 
 /// How to open a [`DeviceContext`](crate::DeviceContext). Each setting left alone takes its
@@ -38,6 +44,9 @@ pub struct ContextOptions {
     pub(crate) trace: Option<std::path::PathBuf>,
     pub(crate) trace_commands: Option<bool>,
     pub(crate) pipeline_cache_dir: Option<Option<PathBuf>>,
+    pub(crate) printf: Option<PrintfOutput>,
+    pub(crate) printf_buffer_bytes: Option<u64>,
+    pub(crate) printf_invocation_ids: Option<bool>,
 }
 
 impl ContextOptions {
@@ -131,6 +140,34 @@ impl ContextOptions {
         self
     }
 
+    /// Where kernels' `debugPrintfEXT` lines go: standard output (the
+    /// default), the `log` crate, or a function of yours
+    /// ([`PrintfOutput::callback`]). Lines come once the dispatch that
+    /// printed them completed (on the next flush or wait of the stream),
+    /// in the order of dispatches, and within one dispatch in the order
+    /// its invocations appended them. See the
+    /// [printf guide](crate::guide::printf).
+    pub fn printf(mut self, output: PrintfOutput) -> Self {
+        self.printf = Some(output);
+        self
+    }
+
+    /// The bytes of records one dispatch of a printing kernel may write
+    /// (`VKCOMPUTE_PRINTF_BYTES`); records past them are dropped, and one
+    /// line says how many. Default: 256 KiB.
+    pub fn printf_buffer_bytes(mut self, bytes: u64) -> Self {
+        self.printf_buffer_bytes = Some(bytes);
+        self
+    }
+
+    /// Whether printf lines on standard output or the log carry the
+    /// printing invocation's global id beside the kernel's label
+    /// (`[label (x, y, z)] text`). A callback always gets it. Default: off.
+    pub fn printf_invocation_ids(mut self, on: bool) -> Self {
+        self.printf_invocation_ids = Some(on);
+        self
+    }
+
     /// Every setting, resolved: the option where set, else its
     /// environment variable, else the default.
     pub(crate) fn resolve(&self) -> Settings {
@@ -159,6 +196,21 @@ impl ContextOptions {
                     "VKCOMPUTE_SYNCHRONIZATION2",
                     true,
                 ),
+            },
+            printf: crate::printf::Output {
+                sink: self.printf.clone().unwrap_or_default(),
+                buffer_bytes: self
+                    .printf_buffer_bytes
+                    .or_else(|| {
+                        std::env::var("VKCOMPUTE_PRINTF_BYTES")
+                            .ok()?
+                            .trim()
+                            .parse()
+                            .ok()
+                    })
+                    .unwrap_or(PRINTF_BUFFER_BYTES)
+                    .clamp(64, 1 << 30),
+                invocation_ids: self.printf_invocation_ids.unwrap_or(false),
             },
         }
     }

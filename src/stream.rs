@@ -93,6 +93,9 @@ pub(crate) struct Stream {
     /// An error from a submission whose caller could not be told (one a
     /// `Drop` made), for the next `flush` or `synchronize`.
     failed: Option<Error>,
+    /// The first failed kernel assertion (or failed read of a printf
+    /// record buffer) of completed work, for the next host wait.
+    asserted: Option<Error>,
     /// Commands recorded since the stream began.
     recorded: u64,
     /// The stream's tracks, where the context traces.
@@ -123,6 +126,7 @@ impl Stream {
             readback: StagingPool::new(MemoryUsage::Readback),
             descriptors: DescriptorPools::descriptors(),
             failed: None,
+            asserted: None,
             recorded: 0,
             trace,
         })
@@ -478,6 +482,17 @@ impl Stream {
     /// Takes the error kept by `set_failed`, if any.
     pub(crate) fn take_failed(&mut self) -> Option<Error> {
         self.failed.take()
+    }
+
+    /// Keeps `error` (a kernel's failed assertion) for the next host wait,
+    /// where none is kept yet: the first one is returned, once.
+    pub(crate) fn keep_assert(&mut self, error: Error) {
+        self.asserted.get_or_insert(error);
+    }
+
+    /// The kept failed assertion, once.
+    pub(crate) fn take_assert(&mut self) -> Option<Error> {
+        self.asserted.take()
     }
 
     /// Counts of objects alive: command buffers, staging blocks, descriptor

@@ -29,6 +29,8 @@ pub(crate) struct StreamHandle {
     this: Weak<StreamHandle>,
     /// The user's label for the stream (`DeviceContext::with_label`).
     pub(crate) label: Mutex<Option<Arc<str>>>,
+    /// Where kernels' printf lines go.
+    pub(crate) printf: Arc<crate::printf::Output>,
 }
 
 /// A stream seen from elsewhere (a buffer's use state): its timeline, and
@@ -98,7 +100,7 @@ impl Point {
             });
         }
         match self.stream.stream.upgrade() {
-            Some(stream) => stream.reclaim(),
+            Some(stream) => stream.reclaim_and_assertions(),
             None => Ok(()),
         }
     }
@@ -111,6 +113,7 @@ impl StreamHandle {
         force_staging: bool,
         garbage: Arc<GarbageList>,
         tracer: Option<Arc<Tracer>>,
+        printf: Arc<crate::printf::Output>,
     ) -> Result<Arc<Self>> {
         let trace = match &tracer {
             Some(t) => Some(StreamTrace::new(
@@ -139,6 +142,7 @@ impl StreamHandle {
             force_staging,
             this: this.clone(),
             label: Mutex::new(None),
+            printf,
         }))
     }
 
@@ -183,9 +187,13 @@ impl StreamHandle {
         self.lock_with_room()?.flush()
     }
 
-    /// Gives back what completed batches held.
-    pub(crate) fn reclaim(&self) -> Result<()> {
-        self.lock().reclaim()
+    /// Gives back what completed batches held, then returns a kernel's
+    /// failed assertion that the completed work left (once): what every
+    /// host wait returns.
+    pub(crate) fn reclaim_and_assertions(&self) -> Result<()> {
+        let mut stream = self.lock();
+        stream.reclaim()?;
+        stream.take_assert().map_or(Ok(()), Err)
     }
 
     /// Submits the recorded work and waits until all of it is done, even
@@ -215,7 +223,11 @@ impl StreamHandle {
             // that sees the work end.
             return flushed.and(Err(e));
         }
-        let kept = self.lock().take_failed();
+        let (kept, asserted) = {
+            let mut stream = self.lock();
+            (stream.take_failed(), stream.take_assert())
+        };
+        let kept = kept.or(asserted);
         flushed.and(waited).and(kept.map_or(Ok(()), Err))
     }
 

@@ -26,6 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "submission",
         &[
             "trace",
+            "printf",
             "garbage",
             "batch_pool",
             "staging",

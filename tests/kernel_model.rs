@@ -510,6 +510,28 @@ mod glsl {
     }
 
     #[test]
+    fn a_push_constant_block_no_function_reads_is_still_the_kernels() {
+        run_with(common::options(Path::Direct), "unused push", |ctx| {
+            // Unoptimized, the block stays in the module; the caller passes
+            // push constants for it as the shader declares them.
+            let source = r#"#version 450
+                layout(local_size_x = 1) in;
+                layout(push_constant) uniform P { uint n; uint m; } p;
+                layout(std430, binding = 0) buffer D { uint d[]; };
+                void main() { d[0] = 9u; }"#;
+            let kernel = Kernel::glsl(source)
+                .optimization(GlslOptimization::None)
+                .build(ctx)
+                .unwrap();
+            assert_eq!(kernel.push_constant_size(), 8);
+            let d = ctx.enqueue_create_buffer::<u32>(1).unwrap();
+            ctx.enqueue_function(&kernel, 1, &[d.arg()], &[1u32, 2u32])
+                .unwrap();
+            assert_eq!(d.to_vec().unwrap(), [9]);
+        });
+    }
+
+    #[test]
     fn an_unused_workgroup_array_never_reaches_the_driver() {
         run_with(common::options(Path::Direct), "unused shared", |ctx| {
             let source = r#"#version 450

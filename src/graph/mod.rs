@@ -311,6 +311,7 @@ impl GraphBuilder<'_> {
         indirect: Option<(&DeviceBuffer<u32>, usize)>,
     ) -> Result<DispatchId> {
         kernel.refuse_pointer_addressing()?;
+        kernel.refuse_printf_in_graph(&self.ctx.stream.device)?;
         let checked =
             self.ctx
                 .check_dispatch(op, kernel, grid, args, &[], bytemuck::bytes_of(push))?;

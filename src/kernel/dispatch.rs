@@ -16,11 +16,14 @@ use super::{ArgKind, Grid, Kernel, KernelArg, KernelPipeline};
 use crate::capabilities::Feature;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
+use crate::printf::{self, Output, RecordBuffer};
 use crate::record::BufferAccess;
 use crate::recorder::Command;
+use crate::stream::Stream;
 use crate::view::View;
 use crate::vk::pipeline::Groups;
 use crate::vk::Device;
+use vkcompute_spirv::printf::Printf;
 
 /// A dispatch that passed every check: the buffer ranges it reads and
 /// writes, its descriptors, push constants (padded to whole words) and grid.
@@ -34,6 +37,29 @@ pub(crate) struct CheckedDispatch<'a> {
     pub(crate) views: SmallVec<[&'a View; 8]>,
     pub(crate) push: SmallVec<[u8; 128]>,
     pub(crate) grid: [u32; 3],
+    /// A printing kernel's record buffer (bound last) and call table.
+    pub(crate) printf: Option<(Arc<RecordBuffer>, Arc<Printf>)>,
+}
+
+impl CheckedDispatch<'_> {
+    /// Keeps the dispatch's record buffer with the batch being recorded on
+    /// `stream`, and has its records read when the batch completes: lines
+    /// to `output`, a failed assertion of kernel `label` for the next wait.
+    pub(crate) fn keep_printf(&self, stream: &mut Stream, label: &Arc<str>, output: &Arc<Output>) {
+        if let Some((records, table)) = &self.printf {
+            stream.keep_alive(records.clone());
+            let value = stream.pending_value();
+            stream.on_complete(
+                value,
+                printf::completion(
+                    records.clone(),
+                    table.clone(),
+                    label.clone(),
+                    output.clone(),
+                ),
+            );
+        }
+    }
 }
 
 /// The bytes a kernel may write through a binding of `view`, as (offset,
@@ -56,6 +82,23 @@ pub(crate) fn write_extent(device: &Device, view: &View) -> (u64, u64) {
 }
 
 impl Kernel {
+    /// Refuses to capture a printing kernel in a graph: a graph's dispatch
+    /// binds one record buffer for every replay, which the host could not
+    /// read apart (not done yet; dispatch it on a stream).
+    pub(crate) fn refuse_printf_in_graph(&self, device: &crate::vk::Device) -> Result<()> {
+        if self.inner.printf.is_some() {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "capturing kernel `{}`, which calls debugPrintfEXT, in a graph (printf runs \
+                     from dispatches on a stream)",
+                    self.label
+                ),
+                device: device.name().to_string(),
+            });
+        }
+        Ok(())
+    }
+
     /// Refuses a kernel loaded with `allow_pointer_addressing` where the
     /// caller cannot answer for its addresses (every safe dispatch).
     pub(crate) fn refuse_pointer_addressing(&self) -> Result<()> {
@@ -173,6 +216,7 @@ impl DeviceContext {
         let describe = || format!("kernel {} grid {:?}", kernel.label, d.grid);
         crate::record::record_described(&self.stream, op, &describe, &d.accesses, |stream| {
             stream.keep_alive(keep);
+            d.keep_printf(stream, &kernel.label, &self.stream.printf);
             let command = Command::Dispatch {
                 pipeline: &k.pipeline,
                 buffers: &d.infos,
@@ -369,6 +413,20 @@ impl DeviceContext {
         }));
         let mut push = SmallVec::from_slice(push_bytes);
         push.resize(push_bytes.len().next_multiple_of(4), 0);
+        // A printing kernel's record buffer: its binding is the kernel's
+        // last (see `vkcompute_spirv::printf`).
+        let printf = match &pipeline.printf {
+            Some(table) => {
+                let records = Arc::new(RecordBuffer::new(
+                    device,
+                    table,
+                    self.stream.printf.buffer_bytes,
+                )?);
+                infos.push(records.descriptor());
+                Some((records, table.clone()))
+            }
+            None => None,
+        };
         Ok(CheckedDispatch {
             kernel: pipeline,
             accesses,
@@ -376,6 +434,7 @@ impl DeviceContext {
             views,
             push,
             grid,
+            printf,
         })
     }
 }

@@ -185,7 +185,8 @@ fn build(
     check_driver_limits(iface).map_err(unsupported)?;
     check_workgroup_memory(&iface.workgroup, limits.max_compute_shared_memory_size)
         .map_err(unsupported)?;
-    let interface = Interface::new(iface, &prepared.sized, &spec_constants);
+    let printf = prepared.printf.as_ref().map(|p| (p.set, p.binding));
+    let interface = Interface::new(iface, &prepared.sized, &spec_constants, printf);
     if interface.push_size > limits.max_push_constants_size {
         return Err(unsupported(format!(
             "{} bytes of push constants exceed the device's maxPushConstantsSize of {}",
@@ -197,6 +198,7 @@ fn build(
     let counts: Vec<u32> = iface
         .bindings
         .iter()
+        .filter(|b| Some((b.set, b.binding)) != printf)
         .map(|b| match b.count {
             model::Count::One => 1,
             model::Count::Array(n) => n,
@@ -227,6 +229,14 @@ fn build(
                     count,
                 }
             })
+            // The printf record buffer binds last (its binding follows
+            // every other in its set, the last set).
+            .chain(printf.map(|(set, binding)| PipelineBinding {
+                set,
+                binding,
+                ty: vk::DescriptorType::STORAGE_BUFFER,
+                count: 1,
+            }))
             .collect(),
         interface.push_size.next_multiple_of(4),
         subgroup_size,
@@ -254,6 +264,7 @@ fn build(
         subgroup_size,
         unchecked_indices,
         clamped: prepared.clamped,
+        printf: prepared.printf.map(Arc::new),
         counts,
         array_lengths: array_lengths.clone(),
         trust,

@@ -175,6 +175,9 @@ pub(crate) struct KernelPipeline {
     unchecked_indices: bool,
     /// How many indices the bounds instrumentation clamped.
     clamped: usize,
+    /// Its `debugPrintfEXT` calls, where it has some: the record buffer
+    /// binds after its other bindings.
+    printf: Option<std::sync::Arc<vkcompute_spirv::printf::Printf>>,
     /// The descriptors each binding holds in this pipeline (in binding
     /// order): 1, a fixed array's length, or the length a runtime-sized
     /// array was built for.
@@ -237,7 +240,7 @@ impl Drop for KernelPipeline {
 pub struct Kernel {
     inner: Arc<KernelPipeline>,
     /// What errors, `Debug` and traces call it.
-    label: Arc<str>,
+    pub(crate) label: Arc<str>,
 }
 
 /// Loads a [`Kernel`] with specialization constants: see [`Kernel::builder`].

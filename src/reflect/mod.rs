@@ -122,10 +122,13 @@ impl Interface {
         prepared: &model::Interface,
         sized: &[(u32, u32, u32)],
         declared: &[model::SpecConstant],
+        printf: Option<(u32, u32)>,
     ) -> Interface {
         let bindings = prepared
             .bindings
             .iter()
+            // The printf record buffer is vkcompute's, bound by itself.
+            .filter(|b| Some((b.set, b.binding)) != printf)
             .map(|b| {
                 let runtime_sized = sized.iter().any(|&(s, n, _)| (s, n) == (b.set, b.binding));
                 let array_len = match b.count {

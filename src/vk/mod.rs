@@ -15,6 +15,7 @@ pub(crate) mod fault;
 mod info;
 mod instance;
 pub(crate) mod memory;
+mod memory_usage;
 pub(crate) mod pipeline;
 mod pipeline_cache;
 mod timeline;
@@ -30,7 +31,7 @@ pub use win32::Win32Handle;
 
 pub(crate) use adapter::Adapter;
 pub(crate) use debug::name_object;
-pub(crate) use device::{Device, DeviceOptions, Enabled, MemoryUsage};
+pub(crate) use device::{Device, DeviceOptions, Enabled};
 pub(crate) use external::{buffer_support, ownership_barrier, semaphore_support, AliasLinks};
 #[cfg(unix)]
 pub(crate) use external_memory::{export_memory_fd, fd_memory_types};
@@ -45,6 +46,7 @@ pub(crate) use external_semaphore::{
     export_semaphore_fd, export_sync_fd, import_semaphore_fd, import_sync_fd,
 };
 pub(crate) use instance::Instance;
+pub(crate) use memory_usage::MemoryUsage;
 pub(crate) use pipeline_cache::default_dir as default_pipeline_cache_dir;
 pub(crate) use timeline::Timeline;
 pub(crate) use waiter::{Waiters, WakerSlot};

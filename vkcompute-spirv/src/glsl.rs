@@ -122,7 +122,14 @@ fn compile_here(job: &Job<'_>) -> Result<Compiled, String> {
             let included = &included;
             options.set_include_callback(move |name, kind, from, _depth| {
                 let relative = kind == shaderc::IncludeType::Relative;
-                let (resolved_name, content) = (job.include)(name, relative, from)?;
+                // `vkcompute.glsl` (printf and assertions) where the
+                // caller's folders and callback have no file of that name.
+                let (resolved_name, content) = match (job.include)(name, relative, from) {
+                    Err(_) if name == crate::printf::INCLUDE_NAME => {
+                        (name.to_string(), crate::printf::INCLUDE.to_string())
+                    }
+                    found => found?,
+                };
                 if let Ok(mut files) = included.lock() {
                     files.push(PathBuf::from(&resolved_name));
                 }

@@ -34,6 +34,7 @@ mod eval;
 pub mod glsl;
 pub mod interface;
 mod module;
+pub mod printf;
 pub mod rules;
 mod spec;
 mod types;

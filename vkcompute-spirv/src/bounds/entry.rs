@@ -87,6 +87,15 @@ pub(super) fn keep_only(
         .retain(|m| matches!(m.operands.first(), Some(Operand::IdRef(f)) if *f == kept));
     changed |= module.execution_modes.len() != before;
     let mut removed: HashSet<u32> = HashSet::new();
+    // What the functions taken out refer to: another entry point's
+    // variables.
+    let theirs: HashSet<u32> = module
+        .functions
+        .iter()
+        .filter(|f| !reachable.contains(&f.def.as_ref().and_then(|d| d.result_id).unwrap_or(0)))
+        .flat_map(|f| f.all_inst_iter())
+        .flat_map(ids)
+        .collect();
     module.functions.retain(|f| {
         let id = f.def.as_ref().and_then(|d| d.result_id).unwrap_or(0);
         let keep = reachable.contains(&id);
@@ -96,7 +105,10 @@ pub(super) fn keep_only(
         keep
     });
     // Variables nothing left refers to (the entry point's interface list
-    // does not count: it only lists them).
+    // does not count: it only lists them). A push-constant block no
+    // function uses stays where the kernel has no other: it is what the
+    // caller passes push constants for, used or not; one that another
+    // entry point uses, or beside the kernel's own, goes.
     let used: HashSet<u32> = module
         .functions
         .iter()
@@ -104,11 +116,20 @@ pub(super) fn keep_only(
         .chain(&module.types_global_values)
         .flat_map(ids)
         .collect();
+    let is_push = |inst: &Instruction| {
+        inst.class.opcode == Op::Variable
+            && inst.operands.first() == Some(&Operand::StorageClass(StorageClass::PushConstant))
+    };
+    let own_push = module
+        .types_global_values
+        .iter()
+        .any(|i| is_push(i) && i.result_id.is_some_and(|id| used.contains(&id)));
     module.types_global_values.retain(|inst| {
         let prunable = inst.class.opcode == Op::Variable
             && matches!(inst.operands.first(), Some(Operand::StorageClass(c)) if PRUNED.contains(c));
         let id = inst.result_id.unwrap_or(0);
-        if prunable && !used.contains(&id) {
+        let kept_push = is_push(inst) && !own_push && !theirs.contains(&id);
+        if prunable && !used.contains(&id) && !kept_push {
             removed.insert(id);
             return false;
         }

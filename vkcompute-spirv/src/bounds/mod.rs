@@ -68,6 +68,10 @@ pub struct Prepared {
     /// The runtime-sized arrays of buffers it gave a length: (set,
     /// binding, length).
     pub sized: Vec<(u32, u32, u32)>,
+    /// Where its `debugPrintfEXT` calls write, and their formats, where it
+    /// has calls (see `printf`): the interface lists the record buffer's
+    /// binding among the others.
+    pub printf: Option<crate::printf::Printf>,
 }
 
 /// Prepares `words` (a module with its specialization constants frozen,
@@ -115,7 +119,26 @@ pub fn prepare(
     } else {
         0
     };
-    let words = if clamped > 0 || changed || pruned || folded > 0 || !sized.is_empty() {
+    // Printf: after the clamps (its own indices into the record buffer are
+    // bounded by construction), into a binding after the kernel's last.
+    let prints = module
+        .ext_inst_imports
+        .iter()
+        .any(|i| matches!(i.operands.first(), Some(Operand::LiteralString(s)) if s == PRINTF_SET));
+    let printf = if prints {
+        let bindings = model.bindings()?;
+        let set = bindings.iter().map(|b| b.set).max().unwrap_or(0);
+        let binding = bindings
+            .iter()
+            .filter(|b| b.set == set)
+            .map(|b| b.binding + 1)
+            .max()
+            .unwrap_or(0);
+        crate::printf::instrument(&mut module, set, binding)?
+    } else {
+        None
+    };
+    let words = if clamped > 0 || changed || pruned || folded > 0 || !sized.is_empty() || prints {
         put_back(module.assemble(), &modes_by_id)
     } else {
         words.to_vec()
@@ -126,11 +149,12 @@ pub fn prepare(
         clamped,
         interface,
         sized: sized.iter().map(|s| (s.set, s.binding, s.length)).collect(),
+        printf,
     })
 }
 
 /// A new id of `module` (its bound raised by one).
-pub(super) fn fresh_id(module: &mut Module) -> Result<u32, String> {
+pub(crate) fn fresh_id(module: &mut Module) -> Result<u32, String> {
     let header = module
         .header
         .as_mut()
@@ -261,13 +285,19 @@ fn put_back(mut words: Vec<u32>, taken: &[u32]) -> Vec<u32> {
     words
 }
 
+/// The instruction set of `debugPrintfEXT`, which the printf pass rewrites.
+const PRINTF_SET: &str = "NonSemantic.DebugPrintf";
+
 /// `words` without its non-semantic instruction sets and their
-/// instructions, and whether there were any.
+/// instructions (debug information, which rspirv cannot place), and
+/// whether there were any; `NonSemantic.DebugPrintf` stays, for the printf
+/// pass (its instructions live in functions).
 pub fn strip_non_semantic(words: &[u32]) -> (Vec<u32>, bool) {
     let mut sets = Vec::new();
     for (op, operands) in instructions(words) {
         if let (OP_EXT_INST_IMPORT, [id, name @ ..]) = (op, operands) {
-            if literal_string(name).starts_with("NonSemantic.") {
+            let name = literal_string(name);
+            if name.starts_with("NonSemantic.") && name != PRINTF_SET {
                 sets.push(*id);
             }
         }

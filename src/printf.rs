@@ -1,0 +1,227 @@
+//! Kernels that talk back: the records a dispatch's `debugPrintfEXT` calls
+//! append to a buffer of their own (the loader rewrote each call, see
+//! `vkcompute_spirv::printf`), read once the dispatch completes and turned
+//! into lines for the context's output, and failed assertions into
+//! [`Error::KernelAssert`] for the next host call that waits on the
+//! stream.
+
+use std::sync::Arc;
+
+use vkcompute_spirv::printf::{Printf, HEADER_WORDS};
+
+use crate::error::{Error, KernelAssertion, Result};
+use crate::stream::{Completion, Stream};
+use crate::vk::memory::RawBuffer;
+use crate::vk::{Device, MemoryUsage};
+
+/// Where kernels' `debugPrintfEXT` lines go
+/// ([`ContextOptions::printf`](crate::ContextOptions::printf)).
+#[derive(Clone, Default)]
+pub enum PrintfOutput {
+    /// The process's standard output (the default).
+    #[default]
+    Stdout,
+    /// The `log` crate, at level `info`, target `vkcompute::printf`.
+    Log,
+    /// A function of the application's, called once per line, in order.
+    Callback(Arc<dyn Fn(&PrintfLine<'_>) + Send + Sync>),
+}
+
+impl PrintfOutput {
+    /// A [`PrintfOutput::Callback`] of `f`.
+    pub fn callback(f: impl Fn(&PrintfLine<'_>) + Send + Sync + 'static) -> Self {
+        PrintfOutput::Callback(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for PrintfOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrintfOutput::Stdout => f.write_str("Stdout"),
+            PrintfOutput::Log => f.write_str("Log"),
+            PrintfOutput::Callback(_) => f.write_str("Callback"),
+        }
+    }
+}
+
+/// One line a kernel printed.
+#[derive(Clone, Copy, Debug)]
+pub struct PrintfLine<'a> {
+    /// The kernel's label.
+    pub kernel: &'a str,
+    /// The global invocation id of the invocation that printed it.
+    pub invocation: [u32; 3],
+    /// The text, formatted on the host. Where records were dropped (the
+    /// buffer was full), one line says how many, with `invocation` zero.
+    pub text: &'a str,
+    /// Where the call stands in the source (file, line), where the module
+    /// kept line information (GLSL compiled by vkcompute keeps it).
+    pub location: Option<(&'a str, u32)>,
+}
+
+/// A context's printf settings.
+#[derive(Clone, Debug)]
+pub(crate) struct Output {
+    pub(crate) sink: PrintfOutput,
+    /// Bytes of records one dispatch may write.
+    pub(crate) buffer_bytes: u64,
+    /// Whether lines written to stdout or the log carry the invocation id.
+    pub(crate) invocation_ids: bool,
+}
+
+impl Output {
+    /// Emits one line.
+    fn emit(&self, line: &PrintfLine<'_>) {
+        let prefix = if self.invocation_ids {
+            let [x, y, z] = line.invocation;
+            format!("[{} ({x}, {y}, {z})]", line.kernel)
+        } else {
+            format!("[{}]", line.kernel)
+        };
+        match &self.sink {
+            PrintfOutput::Stdout => println!("{prefix} {}", line.text),
+            PrintfOutput::Log => log::info!(target: "vkcompute::printf", "{prefix} {}", line.text),
+            PrintfOutput::Callback(f) => f(line),
+        }
+    }
+}
+
+/// One dispatch's record buffer: host-visible memory the kernel appends
+/// to, read by the host once the dispatch completes.
+pub(crate) struct RecordBuffer {
+    device: Arc<Device>,
+    raw: Option<RawBuffer>,
+    /// Words of records it holds (its capacity).
+    capacity: u32,
+}
+
+impl RecordBuffer {
+    /// A buffer for `table`'s records: the header, `capacity_bytes` of
+    /// records, and room past them for the record that does not fit.
+    pub(crate) fn new(device: &Arc<Device>, table: &Printf, capacity_bytes: u64) -> Result<Self> {
+        let capacity = u32::try_from(capacity_bytes / 4).unwrap_or(u32::MAX - (1 << 20));
+        let words =
+            u64::from(HEADER_WORDS) + u64::from(capacity) + u64::from(table.max_record_words());
+        let raw = RawBuffer::new(
+            device,
+            words * 4,
+            MemoryUsage::Readback,
+            "a printf record buffer",
+        )?;
+        let Some(mapped) = raw.mapped_range(0, words * 4) else {
+            raw.destroy(device);
+            return Err(Error::Unsupported {
+                what: "printf from a kernel (records in host-visible memory)".into(),
+                device: device.name().to_string(),
+            });
+        };
+        // The header, then zeros (a reused buffer holds old records): a
+        // record never written reads as call 0.
+        let mut init = vec![0u32; words as usize];
+        init[..4].copy_from_slice(&[0, capacity, 0, 0]);
+        mapped.write(bytemuck::cast_slice(&init));
+        raw.flush_host_writes(device, 0, words * 4)?;
+        Ok(RecordBuffer {
+            device: device.clone(),
+            raw: Some(raw),
+            capacity,
+        })
+    }
+
+    /// The descriptor that binds it.
+    pub(crate) fn descriptor(&self) -> ash::vk::DescriptorBufferInfo {
+        let raw = self.raw.as_ref();
+        ash::vk::DescriptorBufferInfo {
+            buffer: raw.map_or(ash::vk::Buffer::null(), |r| r.buffer),
+            offset: 0,
+            range: ash::vk::WHOLE_SIZE,
+        }
+    }
+
+    /// The header and the records' words, once the dispatch completed.
+    fn read(&self) -> Result<([u32; 4], Vec<u32>)> {
+        let Some(raw) = &self.raw else {
+            return Ok(([0; 4], Vec::new()));
+        };
+        let bytes = raw.size;
+        raw.invalidate_for_host_reads(&self.device, 0, bytes)?;
+        let Some(mapped) = raw.mapped_range(0, bytes) else {
+            return Ok(([0; 4], Vec::new()));
+        };
+        let mut header = [0u32; 4];
+        mapped.read(bytemuck::cast_slice_mut(&mut header));
+        let used = header[0].min(self.capacity) as usize;
+        let mut data = vec![0u32; used];
+        mapped
+            .sub(HEADER_WORDS as usize * 4, used * 4)
+            .read(bytemuck::cast_slice_mut(&mut data));
+        Ok((header, data))
+    }
+}
+
+impl Drop for RecordBuffer {
+    fn drop(&mut self) {
+        // Dropped by the completion that read it, or with its batch: the
+        // work that wrote it is done.
+        if let Some(raw) = self.raw.take() {
+            self.device.retire_buffer(raw);
+        }
+    }
+}
+
+/// What runs when the batch of a dispatch of kernel `label` completes:
+/// its records read, emitted to `output`, and the first failed assertion
+/// kept on the stream for the next wait.
+pub(crate) fn completion(
+    records: Arc<RecordBuffer>,
+    table: Arc<Printf>,
+    label: Arc<str>,
+    output: Arc<Output>,
+) -> Completion {
+    Box::new(move |stream: &mut Stream| {
+        let (header, data) = match records.read() {
+            Ok(read) => read,
+            Err(e) => {
+                stream.keep_assert(e);
+                return;
+            }
+        };
+        let [cursor, capacity, dropped, _] = header;
+        for record in table.records(&data, cursor, capacity) {
+            let call = &table.calls[record.call];
+            let location = call.location.as_ref().map(|(f, l)| (f.as_str(), *l));
+            if let Some(line) = call.assert_line {
+                let (file, line) = match location {
+                    Some((file, _)) => (file.to_string(), line),
+                    None => (String::new(), line),
+                };
+                stream.keep_assert(Error::KernelAssert(Box::new(KernelAssertion {
+                    kernel: label.to_string(),
+                    file,
+                    line,
+                    message: record.text.clone(),
+                    invocation: record.invocation,
+                })));
+            }
+            output.emit(&PrintfLine {
+                kernel: &label,
+                invocation: record.invocation,
+                text: &record.text,
+                location,
+            });
+        }
+        if dropped > 0 {
+            let text = format!(
+                "{dropped} printf record(s) dropped: the dispatch's record buffer ({} bytes) was \
+                 full (ContextOptions::printf_buffer_bytes)",
+                u64::from(capacity) * 4
+            );
+            output.emit(&PrintfLine {
+                kernel: &label,
+                invocation: [0; 3],
+                text: &text,
+                location: None,
+            });
+        }
+    })
+}

@@ -1,0 +1,299 @@
+//! Kernels that talk back: `debugPrintfEXT` lines and `VK_ASSERT`
+//! failures (from `#include <vkcompute.glsl>`), made by vkcompute's
+//! rewriting of the module, not by a validation layer: each conversion,
+//! vectors, many invocations in order, overflow, loops and functions,
+//! several streams, indirect dispatch, assertions, and refusals.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure fails the test"
+)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::{assert_clean, context_with, Path};
+use vkcompute::{ContextOptions, DeviceContext, Error, Kernel, PrintfOutput};
+
+/// A printed line as the callback saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Line {
+    kernel: String,
+    invocation: [u32; 3],
+    text: String,
+}
+
+type Lines = Arc<Mutex<Vec<Line>>>;
+
+/// A validated context on `path` whose printf lines land in the returned
+/// list; `options` adds to the test's options.
+fn collecting(
+    path: Path,
+    options: impl FnOnce(ContextOptions) -> ContextOptions,
+) -> (DeviceContext, Lines) {
+    let lines: Lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let options = options(common::options(path)).printf(PrintfOutput::callback(move |l| {
+        sink.lock().unwrap().push(Line {
+            kernel: l.kernel.to_string(),
+            invocation: l.invocation,
+            text: l.text.to_string(),
+        })
+    }));
+    (context_with(options), lines)
+}
+
+fn texts(lines: &Lines) -> Vec<String> {
+    lines
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| l.text.clone())
+        .collect()
+}
+
+/// A kernel of `body` (inside `main`, with `i` the global invocation
+/// index, `d` a `uint` buffer at binding 0 and `p.n` a push constant),
+/// `local` invocations a workgroup.
+fn kernel(ctx: &DeviceContext, local: u32, body: &str) -> vkcompute::Result<Kernel> {
+    let source = format!(
+        "#version 450\n#include <vkcompute.glsl>\n\
+         #extension GL_EXT_shader_explicit_arithmetic_types : require\n\
+         layout(local_size_x = {local}) in;\n\
+         layout(std430, binding = 0) buffer D {{ uint d[]; }};\n\
+         layout(push_constant) uniform P {{ uint n; }} p;\n\
+         void main() {{ uint i = gl_GlobalInvocationID.x; {body} }}\n"
+    );
+    Kernel::glsl(&source).label("k").build(ctx)
+}
+
+fn run(ctx: &DeviceContext, k: &Kernel, groups: u32, n: u32) -> vkcompute::Result<()> {
+    let d = ctx.enqueue_create_buffer::<u32>(4096)?;
+    d.enqueue_fill(0)?;
+    ctx.enqueue_function(k, groups, &[d.arg()], &n)?;
+    ctx.synchronize()
+}
+
+#[test]
+fn each_conversion_prints_as_rust_formats_the_same_values() {
+    let (ctx, lines) = collecting(Path::Direct, |o| o);
+    let body = r#"if (i == 0u) {
+        debugPrintfEXT("%d|%i|%u|%x|%X|%o|%c", -5, 42, 4000000000u, 48879u, 48879u, 8u, 65);
+        debugPrintfEXT("%f|%.2f|%e|%g|%a", 1.5, -2.25, 1234.5, 0.0001, 1.0);
+        debugPrintfEXT("%5d|%-5d|%05d|%+d|%.3d", -5, 42, -5, 42, 7);
+        debugPrintfEXT("%v2d|%v3f|%v4u", ivec2(-1, 1), vec3(0.5, 1.5, 2.5), uvec4(1u, 2u, 3u, 4u));
+        debugPrintfEXT("%lu|%ld|%f", 18446744073709551614ul, -3000000000l, double(0.125));
+        debugPrintfEXT("%f|%d|%u", float16_t(0.5), int16_t(-7), uint8_t(200));
+        debugPrintfEXT("%s=%d%%", "ratio", 50);
+    }"#;
+    let k = kernel(&ctx, 1, body).unwrap();
+    run(&ctx, &k, 1, 0).unwrap();
+    let want = [
+        format!(
+            "{}|{}|{}|{:x}|{:X}|{:o}|{}",
+            -5, 42, 4_000_000_000u32, 48879, 48879, 8, 'A'
+        ),
+        format!("{:.6}|{:.2}|1.234500e+03|0.0001|0x1p+0", 1.5, -2.25),
+        format!("{:>5}|{:<5}|{:05}|{:+}|007", -5, 42, -5, 42),
+        "-1, 1|0.500000, 1.500000, 2.500000|1, 2, 3, 4".to_string(),
+        format!("{}|{}|{:.6}", u64::MAX - 1, -3_000_000_000i64, 0.125),
+        format!("{:.6}|{}|{}", 0.5, -7, 200),
+        "ratio=50%".to_string(),
+    ];
+    assert_eq!(texts(&lines), want);
+}
+
+#[test]
+fn lines_come_in_dispatch_order_and_in_append_order_within_one() {
+    let (ctx, lines) = collecting(Path::Direct, |o| o);
+    let body = r#"
+        for (uint k = 0u; k < 3u; k++) {
+            if (k == p.n) debugPrintfEXT("dispatch %u invocation %u", p.n, i);
+        }
+        d[i] = i;"#;
+    let k = kernel(&ctx, 64, body).unwrap();
+    let d = ctx.enqueue_create_buffer::<u32>(256).unwrap();
+    for n in 0..3u32 {
+        ctx.enqueue_function(&k, 4, &[d.arg()], &n).unwrap();
+    }
+    ctx.synchronize().unwrap();
+    let got = lines.lock().unwrap().clone();
+    assert_eq!(got.len(), 3 * 256);
+    for (n, chunk) in got.chunks(256).enumerate() {
+        // Every invocation of dispatch n printed once, with its own id.
+        let mut ids: Vec<u32> = chunk.iter().map(|l| l.invocation[0]).collect();
+        for l in chunk {
+            assert_eq!(
+                l.text,
+                format!("dispatch {n} invocation {}", l.invocation[0])
+            );
+            assert_eq!(l.kernel, "k");
+        }
+        ids.sort_unstable();
+        assert_eq!(ids, (0..256).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn a_full_buffer_drops_the_rest_and_says_how_many() {
+    // 64 bytes of records: 16 words; each record here is 4 + 1 words.
+    let (ctx, lines) = collecting(Path::Staging, |o| o.printf_buffer_bytes(64));
+    let k = kernel(&ctx, 8, r#"debugPrintfEXT("%u", i);"#).unwrap();
+    run(&ctx, &k, 1, 0).unwrap();
+    let got = texts(&lines);
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(got[3], "5 printf record(s) dropped: the dispatch's record buffer (64 bytes) was full (ContextOptions::printf_buffer_bytes)");
+    let mut printed: Vec<u32> = got[..3].iter().map(|t| t.parse().unwrap()).collect();
+    printed.sort_unstable();
+    printed.dedup();
+    assert_eq!(printed.len(), 3);
+    // The next dispatch has a buffer of its own.
+    lines.lock().unwrap().clear();
+    let one = kernel(&ctx, 1, r#"debugPrintfEXT("again %u", p.n);"#).unwrap();
+    run(&ctx, &one, 1, 9).unwrap();
+    assert_eq!(texts(&lines), ["again 9"]);
+}
+
+#[test]
+fn printf_in_functions_and_loops_and_unreached_printf() {
+    let (ctx, lines) = collecting(Path::Direct, |o| o);
+    let source = r#"#version 450
+        #include <vkcompute.glsl>
+        layout(local_size_x = 2) in;
+        layout(std430, binding = 0) buffer D { uint d[]; };
+        uint twice(uint x) { debugPrintfEXT("twice(%u)", x); return 2u * x; }
+        void main() {
+            uint i = gl_GlobalInvocationID.x;
+            uint s = 0u;
+            for (uint k = 0u; k < 2u; k++) { s += twice(k + 10u * i); }
+            if (d[0] == 12345u) debugPrintfEXT("never");
+            d[i] = s;
+        }"#;
+    let k = Kernel::glsl(source).build(&ctx).unwrap();
+    let d = ctx.enqueue_create_buffer::<u32>(2).unwrap();
+    d.enqueue_fill(0).unwrap();
+    ctx.enqueue_function(&k, 1, &[d.arg()], &()).unwrap();
+    assert_eq!(d.to_vec().unwrap(), [2, 42]);
+    let mut got = texts(&lines);
+    got.sort();
+    assert_eq!(got, ["twice(0)", "twice(1)", "twice(10)", "twice(11)"]);
+    // The kernel's bindings are the shader's own.
+    assert_eq!(k.bindings().len(), 1);
+}
+
+#[test]
+fn a_kernel_without_printf_is_loaded_as_before() {
+    let (ctx, lines) = collecting(Path::Direct, |o| o);
+    let plain = kernel(&ctx, 1, "d[0] = p.n;").unwrap();
+    let store = Kernel::new(&ctx, vkcompute::shaders::STORE, "main").unwrap();
+    assert_eq!(plain.bindings().len(), 1);
+    assert_eq!(store.bindings().len(), 1);
+    run(&ctx, &plain, 1, 3).unwrap();
+    assert!(texts(&lines).is_empty());
+}
+
+#[test]
+fn a_failed_assertion_is_an_error_of_the_next_wait_once() {
+    let (ctx, lines) = collecting(Path::Direct, |o| o);
+    let source = r#"#version 450
+        #include <vkcompute.glsl>
+        layout(local_size_x = 8) in;
+        layout(std430, binding = 0) buffer D { uint d[]; };
+        layout(push_constant) uniform P { uint n; } p;
+        void main() {
+            uint i = gl_GlobalInvocationID.x;
+            VK_ASSERT1(i < p.n, "i=%u out of range", i);
+            d[i] = i + 1u;
+        }"#;
+    let kernel = Kernel::glsl(source)
+        .file_name("bounds.comp")
+        .build(&ctx)
+        .unwrap();
+    let d = ctx.enqueue_create_buffer::<u32>(8).unwrap();
+    d.enqueue_fill(0).unwrap();
+    ctx.enqueue_function(&kernel, 1, &[d.arg()], &7u32).unwrap();
+    match ctx.synchronize() {
+        Err(Error::KernelAssert(a)) => {
+            assert_eq!(a.kernel, "bounds.comp");
+            assert!(a.file.ends_with("bounds.comp"), "{}", a.file);
+            assert_eq!(a.line, 8);
+            assert_eq!(a.message, "i=7 out of range");
+            assert_eq!(a.invocation, [7, 0, 0]);
+            assert!(a.to_string().contains("line 8"), "{a}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Once: the context goes on; the failing invocation stopped, the
+    // others finished.
+    ctx.synchronize().unwrap();
+    assert_eq!(d.to_vec().unwrap(), [1, 2, 3, 4, 5, 6, 7, 0]);
+    assert_eq!(texts(&lines), ["i=7 out of range"]);
+    // A read that waits for the dispatch returns it too.
+    ctx.enqueue_function(&kernel, 1, &[d.arg()], &0u32).unwrap();
+    match d.to_vec() {
+        Err(Error::KernelAssert(a)) => assert_eq!(a.message, "i=0 out of range"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(d.to_vec().unwrap(), [1, 2, 3, 4, 5, 6, 7, 0]);
+}
+
+#[test]
+fn a_second_stream_and_indirect_dispatch_print_and_assert() {
+    let (ctx, lines) = collecting(Path::Direct, |o| o);
+    let second = ctx.new_stream().unwrap();
+    let k = kernel(
+        &ctx,
+        1,
+        r#"debugPrintfEXT("n=%u", p.n); VK_ASSERT(p.n != 5u, "five");"#,
+    )
+    .unwrap();
+    let d = second.enqueue_create_buffer::<u32>(4).unwrap();
+    second.enqueue_function(&k, 1, &[d.arg()], &3u32).unwrap();
+    second.synchronize().unwrap();
+    let counts = second.enqueue_create_buffer::<u32>(3).unwrap();
+    counts.enqueue_copy_from(&[2u32, 1, 1][..]).unwrap();
+    second
+        .enqueue_function_indirect(&k, &counts, 0, &[d.arg()], &5u32)
+        .unwrap();
+    match second.synchronize() {
+        Err(Error::KernelAssert(a)) => assert_eq!(a.message, "five"),
+        other => panic!("{other:?}"),
+    }
+    // The first stream has nothing to report.
+    ctx.synchronize().unwrap();
+    assert_eq!(texts(&lines), ["n=3", "n=5", "five", "n=5", "five"]);
+}
+
+#[test]
+fn formats_arguments_do_not_suit_are_refused_at_load() {
+    let ctx = context_with(common::options(Path::Direct));
+    let log = ctx.validation_log();
+    for (body, why) in [
+        (r#"debugPrintfEXT("%d %d", 1);"#, "fewer"),
+        (r#"debugPrintfEXT("%d", 1.5);"#, "does not suit"),
+        (r#"debugPrintfEXT("%q", 1);"#, "not one printf knows"),
+        (r#"debugPrintfEXT("%u", true);"#, "a bool"),
+    ] {
+        match kernel(&ctx, 1, body) {
+            Err(e @ Error::UnsupportedKernel { .. }) => {
+                assert!(e.to_string().contains(why), "{body}: {e}")
+            }
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+    // Captured in a graph, a printing kernel is refused by name.
+    let k = kernel(&ctx, 1, r#"debugPrintfEXT("x");"#).unwrap();
+    let d = ctx.enqueue_create_buffer::<u32>(1).unwrap();
+    let mut g = ctx.capture_graph();
+    match g.dispatch(&k, 1, &[d.arg()], &0u32) {
+        Err(e @ Error::Unsupported { .. }) => {
+            assert!(e.to_string().contains("debugPrintfEXT"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    drop((k, d, g));
+    ctx.synchronize().unwrap();
+    drop(ctx);
+    assert_clean(&log, "refused formats");
+}

@@ -1,0 +1,315 @@
+//! The rewriting of `debugPrintfEXT` calls (see the module documentation
+//! of `printf`), on `rspirv`'s representation: each call site becomes the
+//! instructions that append its record.
+
+use std::collections::HashMap;
+
+use rspirv::dr::{Instruction, Module, Operand};
+use rspirv::spirv::Op;
+
+use super::arguments::{plan, value_words, Plan};
+use super::format::{self, Arg};
+use super::parts::{declare_buffer, emit, global_invocation_id, id, remove_import, Rewrite};
+use super::{Call, Printf, ASSERT_MARKER};
+
+/// Rewrites every `debugPrintfEXT` call of `module` (the module of entry
+/// point `entry`, after its other passes) into appends to a record buffer
+/// at (`set`, `binding`); `None` where there is no call. The error says
+/// which call could not be rewritten (a format its arguments do not suit).
+pub(crate) fn instrument(
+    module: &mut Module,
+    set: u32,
+    binding: u32,
+) -> Result<Option<Printf>, String> {
+    let Some(printf_set) = module.ext_inst_imports.iter().find_map(|i| {
+        matches!(i.operands.first(), Some(Operand::LiteralString(s)) if s == "NonSemantic.DebugPrintf")
+            .then_some(i.result_id)
+            .flatten()
+    }) else {
+        return Ok(None);
+    };
+    let strings: HashMap<u32, String> = module
+        .debug_string_source
+        .iter()
+        .filter(|i| i.class.opcode == Op::String)
+        .filter_map(|i| match (i.result_id, i.operands.first()) {
+            (Some(id), Some(Operand::LiteralString(s))) => Some((id, s.clone())),
+            _ => None,
+        })
+        .collect();
+    let type_of: HashMap<u32, u32> = module
+        .all_inst_iter()
+        .filter_map(|i| Some((i.result_id?, i.result_type?)))
+        .collect();
+    let defs: HashMap<u32, (Op, Vec<Operand>)> = module
+        .types_global_values
+        .iter()
+        .filter_map(|i| Some((i.result_id?, (i.class.opcode, i.operands.clone()))))
+        .collect();
+    let constant_of = |c: u32| match defs.get(&c) {
+        Some((Op::Constant, ops)) => match ops.as_slice() {
+            [Operand::LiteralBit32(v)] => Some(*v),
+            _ => None,
+        },
+        _ => None,
+    };
+    // The calls: (function, block, instruction), and the line before each.
+    let mut sites = Vec::new();
+    for (f, function) in module.functions.iter().enumerate() {
+        for (b, block) in function.blocks.iter().enumerate() {
+            let mut line = None;
+            for (i, inst) in block.instructions.iter().enumerate() {
+                match (inst.class.opcode, inst.operands.as_slice()) {
+                    (Op::Line, [Operand::IdRef(file), Operand::LiteralBit32(l), ..]) => {
+                        line = strings.get(file).map(|f| (f.clone(), *l));
+                    }
+                    (Op::NoLine, _) => line = None,
+                    (Op::ExtInst, [Operand::IdRef(s), Operand::LiteralExtInstInteger(1), ..])
+                        if *s == printf_set =>
+                    {
+                        sites.push((f, b, i, line.clone()))
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut calls = Vec::with_capacity(sites.len());
+    let mut plans: Vec<(u32, Vec<(u32, Plan)>)> = Vec::with_capacity(sites.len());
+    for (n, (f, b, i, location)) in sites.iter().enumerate() {
+        let inst = &module.functions[*f].blocks[*b].instructions[*i];
+        let what = |e: String| format!("debugPrintfEXT call {}: {e}", n + 1);
+        let fmt_id = inst
+            .operands
+            .get(2)
+            .and_then(id)
+            .ok_or_else(|| what("no format".into()))?;
+        let text = strings
+            .get(&fmt_id)
+            .ok_or_else(|| what("its format is not a string literal".into()))?;
+        let mut args: Vec<u32> = inst.operands[3..].iter().filter_map(id).collect();
+        let mut assert_line = None;
+        if let [.., line, marker] = args.as_slice() {
+            if constant_of(*marker) == Some(ASSERT_MARKER) {
+                assert_line = constant_of(*line);
+                args.truncate(args.len() - 2);
+            }
+        }
+        let mut described = Vec::with_capacity(args.len());
+        let mut arg_plans = Vec::new();
+        for (k, &a) in args.iter().enumerate() {
+            if let Some(s) = strings.get(&a) {
+                described.push(Arg::Text(s.clone()));
+                continue;
+            }
+            let ty = type_of.get(&a).copied().unwrap_or(0);
+            let plan = plan(&defs, ty).map_err(|e| what(format!("argument {} {e}", k + 1)))?;
+            described.push(Arg::Value(plan.ty));
+            arg_plans.push((a, plan));
+        }
+        let format =
+            format::parse(text, &described).map_err(|e| what(format!("format {text:?}: {e}")))?;
+        calls.push(Call {
+            format,
+            location: location.clone(),
+            assert_line,
+        });
+        plans.push((fmt_id, arg_plans));
+    }
+    if sites.is_empty() {
+        remove_import(module, printf_set);
+        return Ok(None);
+    }
+    let uint = match module.types_global_values.iter().find(|i| {
+        i.class.opcode == Op::TypeInt
+            && i.operands == [Operand::LiteralBit32(32), Operand::LiteralBit32(0)]
+    }) {
+        Some(i) => i.result_id.ok_or("an OpTypeInt without a result id")?,
+        None => {
+            let id = crate::bounds::fresh_id(module)?;
+            module.types_global_values.insert(
+                0,
+                Instruction::new(
+                    Op::TypeInt,
+                    None,
+                    Some(id),
+                    vec![Operand::LiteralBit32(32), Operand::LiteralBit32(0)],
+                ),
+            );
+            id
+        }
+    };
+    let version = module.header.as_ref().map_or((1, 0), |h| h.version());
+    let vulkan_memory_model = matches!(
+        module.memory_model.as_ref().and_then(|m| m.operands.get(1)),
+        Some(Operand::MemoryModel(rspirv::spirv::MemoryModel::Vulkan))
+    );
+    let mut rw = Rewrite {
+        module,
+        made_constants: HashMap::new(),
+        uint,
+        bool_: None,
+        int: None,
+        float: None,
+        uvec2: None,
+        uvec3: None,
+    };
+    let buffer = declare_buffer(&mut rw, version, set, binding)?;
+    let gid = global_invocation_id(&mut rw)?;
+    // Device scope, or QueueFamily under the Vulkan memory model (where
+    // Device needs a capability of its own); relaxed.
+    let scope = rw.constant(if vulkan_memory_model { 5 } else { 1 })?;
+    let relaxed = rw.constant(0)?;
+    let uvec3 = rw.uvec(3)?;
+    let bool_ = rw.bool_type()?;
+    // Rewrite from the last site, so that earlier indices stay right.
+    for (n, ((f, b, i, _), (_, arg_plans))) in sites.iter().zip(&plans).enumerate().rev() {
+        let record_words = calls[n].record_words();
+        let mut out = Vec::new();
+        let r = &mut rw;
+        let (c0, c1, c2, c4) = (
+            r.constant(0)?,
+            r.constant(1)?,
+            r.constant(2)?,
+            r.constant(4)?,
+        );
+        let size = r.constant(record_words)?;
+        let cursor = emit(
+            r,
+            &mut out,
+            Op::AccessChain,
+            buffer.element_pointer,
+            vec![Operand::IdRef(buffer.variable), Operand::IdRef(c0)],
+        )?;
+        let offset = emit(
+            r,
+            &mut out,
+            Op::AtomicIAdd,
+            uint,
+            vec![
+                Operand::IdRef(cursor),
+                Operand::IdRef(scope),
+                Operand::IdRef(relaxed),
+                Operand::IdRef(size),
+            ],
+        )?;
+        let capacity_at = emit(
+            r,
+            &mut out,
+            Op::AccessChain,
+            buffer.element_pointer,
+            vec![Operand::IdRef(buffer.variable), Operand::IdRef(c1)],
+        )?;
+        let capacity = emit(
+            r,
+            &mut out,
+            Op::Load,
+            uint,
+            vec![Operand::IdRef(capacity_at)],
+        )?;
+        let end = emit(
+            r,
+            &mut out,
+            Op::IAdd,
+            uint,
+            vec![Operand::IdRef(offset), Operand::IdRef(size)],
+        )?;
+        let fits = emit(
+            r,
+            &mut out,
+            Op::ULessThanEqual,
+            bool_,
+            vec![Operand::IdRef(end), Operand::IdRef(capacity)],
+        )?;
+        let base = emit(
+            r,
+            &mut out,
+            Op::Select,
+            uint,
+            vec![
+                Operand::IdRef(fits),
+                Operand::IdRef(offset),
+                Operand::IdRef(capacity),
+            ],
+        )?;
+        let dropped = emit(
+            r,
+            &mut out,
+            Op::Select,
+            uint,
+            vec![Operand::IdRef(fits), Operand::IdRef(c0), Operand::IdRef(c1)],
+        )?;
+        let dropped_at = emit(
+            r,
+            &mut out,
+            Op::AccessChain,
+            buffer.element_pointer,
+            vec![Operand::IdRef(buffer.variable), Operand::IdRef(c2)],
+        )?;
+        emit(
+            r,
+            &mut out,
+            Op::AtomicIAdd,
+            uint,
+            vec![
+                Operand::IdRef(dropped_at),
+                Operand::IdRef(scope),
+                Operand::IdRef(relaxed),
+                Operand::IdRef(dropped),
+            ],
+        )?;
+        let mut words = vec![r.constant(n as u32 + 1)?];
+        let id3 = emit(r, &mut out, Op::Load, uvec3, vec![Operand::IdRef(gid)])?;
+        for k in 0..3 {
+            words.push(emit(
+                r,
+                &mut out,
+                Op::CompositeExtract,
+                uint,
+                vec![Operand::IdRef(id3), Operand::LiteralBit32(k)],
+            )?);
+        }
+        for (value, plan) in arg_plans {
+            value_words(r, &mut out, *value, plan, &type_of, &mut words)?;
+        }
+        for (k, w) in words.into_iter().enumerate() {
+            let index = if k == 0 {
+                base
+            } else {
+                let ck = r.constant(k as u32)?;
+                emit(
+                    r,
+                    &mut out,
+                    Op::IAdd,
+                    uint,
+                    vec![Operand::IdRef(base), Operand::IdRef(ck)],
+                )?
+            };
+            let at = emit(
+                r,
+                &mut out,
+                Op::AccessChain,
+                buffer.element_pointer,
+                vec![
+                    Operand::IdRef(buffer.variable),
+                    Operand::IdRef(c4),
+                    Operand::IdRef(index),
+                ],
+            )?;
+            out.push(Instruction::new(
+                Op::Store,
+                None,
+                None,
+                vec![Operand::IdRef(at), Operand::IdRef(w)],
+            ));
+        }
+        let block = &mut rw.module.functions[*f].blocks[*b];
+        block.instructions.splice(*i..=*i, out);
+    }
+    remove_import(rw.module, printf_set);
+    Ok(Some(Printf {
+        set,
+        binding,
+        calls,
+    }))
+}
