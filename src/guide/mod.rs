@@ -1,5 +1,5 @@
 //! The guide: how vkcompute is used, topic by topic. Every example here is
-//! a doctest that `make test` runs on lavapipe (but a `build.rs` sketch). The API reference is the
+//! a doctest that `make test` runs on lavapipe. The API reference is the
 //! rest of this documentation; ARCHITECTURE.md in the repository has the
 //! code layout, the invariants and the design decisions.
 //!
@@ -11,6 +11,7 @@
 //! - [`graphs`]: record once, replay with parameters.
 //! - [`sharing`]: memory exported to other contexts, processes and APIs.
 //! - [`tracing`]: trace files and labels.
+//! - [`printf`]: `debugPrintfEXT` and assertions in kernels.
 //! - [`errors`]: what goes wrong, and what stays usable.
 //! - [`building`]: cargo features and what each needs at build time.
 
@@ -26,6 +27,8 @@ pub mod graphs {}
 pub mod sharing {}
 #[doc = include_str!("tracing.md")]
 pub mod tracing {}
+#[doc = include_str!("printf.md")]
+pub mod printf {}
 #[doc = include_str!("errors.md")]
 pub mod errors {}
 #[doc = include_str!("building.md")]
