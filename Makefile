@@ -44,6 +44,7 @@ LEAK := VKCOMPUTE_LEAK_CYCLES=40000
 unit: setup
 	$(STRICT) $(SERIAL) $(LEAK) $(CARGO) test --all-features
 	$(CARGO) test -p vkcompute-build
+	$(CARGO) test -p vkcompute-spirv --all-features
 	@echo "== the library's and integration tests on the second driver"
 	$(STRICT) $(SERIAL) $(LEAK) $(DRIVER2) $(CARGO) test --all-features --tests
 
@@ -86,6 +87,8 @@ test: lint unit downstream mpi-test
 	    echo "== example $$e $${d:+(second driver)}"; \
 	    $(STRICT) $$d $(CARGO) run -q --example $$e || exit 1; \
 	  done; \
+	  echo "== example printf (feature glsl) $${d:+(second driver)}"; \
+	  $(STRICT) $$d $(CARGO) run -q --all-features --example printf || exit 1; \
 	  echo "== example matmul (own kernel, built by vkcompute-build) $${d:+(second driver)}"; \
 	  $(STRICT) $$d $(CARGO) run -q -p matmul || exit 1; \
 	  echo "== bench --quick (release), both memory paths $${d:+(second driver)}"; \

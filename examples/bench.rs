@@ -50,6 +50,8 @@ mod bounds;
 mod host_cost;
 #[path = "bench_cases/load.rs"]
 mod load;
+#[path = "bench_cases/printf.rs"]
+mod printf;
 #[path = "bench_cases/replay_params.rs"]
 mod replay_params;
 #[path = "bench_cases/trace_cost.rs"]
@@ -90,6 +92,7 @@ const CASES: &[&str] = &[
     "d2d_cross",
     "bounds",
     "load",
+    "printf",
 ];
 
 /// The sizes of the transfer cases.
@@ -345,6 +348,7 @@ impl Bench<'_> {
             "d2d_cross" => self.d2d_cross(),
             "bounds" => self.bounds(),
             "load" => self.load(),
+            "printf" => self.printf(),
             other => Err(format!("no case `{other}`").into()),
         };
         result.map_err(|e| format!("case `{case}`: {e}").into())
@@ -1695,6 +1699,24 @@ fn check(ok: bool, message: &str) -> BenchResult<()> {
     } else {
         Err(format!("wrong result: {message}").into())
     }
+}
+
+/// Checks `y` after `runs` saxpy dispatches (a = 0.5) on `y` filled with
+/// 2 and `x`.
+fn check_saxpy(
+    case: &str,
+    y: &vkcompute::DeviceBuffer<f32>,
+    x: &[f32],
+    runs: usize,
+) -> BenchResult<()> {
+    let got = y.to_vec()?;
+    let wrong = (0..x.len())
+        .filter(|&i| got[i] != 2.0 + runs as f32 * 0.5 * x[i])
+        .count();
+    check(
+        wrong == 0,
+        &format!("{case}: {wrong} of {} elements wrong", x.len()),
+    )
 }
 
 fn check_words(case: &str, got: &[u32], expected: &[u32]) -> BenchResult<()> {

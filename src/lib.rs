@@ -198,6 +198,11 @@ pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use options::ContextOptions;
 pub use printf::{PrintfLine, PrintfOutput};
+/// The text of `vkcompute.glsl` (`#include <vkcompute.glsl>`: printf and
+/// `VK_ASSERT`), which vkcompute's own GLSL compilation finds by itself;
+/// write it beside your shaders for another compiler. See the
+/// [printf guide](crate::guide::printf).
+pub const GLSL_INCLUDE: &str = vkcompute_spirv::printf::INCLUDE;
 pub use stream::LiveObjects;
 pub use view::{CopyDestination, CopySource, RawBufferRef};
 pub use vk::{DeviceInfo, Win32Handle};

@@ -11,6 +11,7 @@ use vkcompute_spirv::printf::{Printf, HEADER_WORDS};
 
 use crate::error::{Error, KernelAssertion, Result};
 use crate::stream::{Completion, Stream};
+use crate::trace::escape;
 use crate::vk::memory::RawBuffer;
 use crate::vk::{Device, MemoryUsage};
 
@@ -86,6 +87,11 @@ impl Output {
     }
 }
 
+/// The words of records a buffer of `bytes` of records holds.
+pub(crate) fn capacity_words(bytes: u64) -> u32 {
+    u32::try_from(bytes / 4).unwrap_or(u32::MAX - (1 << 20))
+}
+
 /// One dispatch's record buffer: host-visible memory the kernel appends
 /// to, read by the host once the dispatch completes.
 pub(crate) struct RecordBuffer {
@@ -99,7 +105,7 @@ impl RecordBuffer {
     /// A buffer for `table`'s records: the header, `capacity_bytes` of
     /// records, and room past them for the record that does not fit.
     pub(crate) fn new(device: &Arc<Device>, table: &Printf, capacity_bytes: u64) -> Result<Self> {
-        let capacity = u32::try_from(capacity_bytes / 4).unwrap_or(u32::MAX - (1 << 20));
+        let capacity = capacity_words(capacity_bytes);
         let words =
             u64::from(HEADER_WORDS) + u64::from(capacity) + u64::from(table.max_record_words());
         let raw = RawBuffer::new(
@@ -203,12 +209,14 @@ pub(crate) fn completion(
                     invocation: record.invocation,
                 })));
             }
-            output.emit(&PrintfLine {
+            let line = PrintfLine {
                 kernel: &label,
                 invocation: record.invocation,
                 text: &record.text,
                 location,
-            });
+            };
+            trace_line(stream, &line);
+            output.emit(&line);
         }
         if dropped > 0 {
             let text = format!(
@@ -216,12 +224,31 @@ pub(crate) fn completion(
                  full (ContextOptions::printf_buffer_bytes)",
                 u64::from(capacity) * 4
             );
-            output.emit(&PrintfLine {
+            let line = PrintfLine {
                 kernel: &label,
                 invocation: [0; 3],
                 text: &text,
                 location: None,
-            });
+            };
+            trace_line(stream, &line);
+            output.emit(&line);
         }
     })
+}
+
+/// `line` as an instant event `printf` on the stream's device track,
+/// where the context traces.
+fn trace_line(stream: &Stream, line: &PrintfLine<'_>) {
+    if let Some(t) = &stream.trace {
+        let [x, y, z] = line.invocation;
+        t.tracer.instant(
+            t.batches,
+            "printf",
+            &format!(
+                r#""kernel":"{}","invocation":[{x},{y},{z}],"text":"{}""#,
+                escape(line.kernel),
+                escape(line.text)
+            ),
+        );
+    }
 }

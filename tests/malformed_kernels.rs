@@ -35,8 +35,9 @@ use vkcompute::{shaders, DeviceContext, Error, Kernel, KernelBuilder};
 /// The shipped kernels, and the hand-made modules of tests/spirv/ that say
 /// things the other ways SPIR-V allows: decoration groups, specialization
 /// expressions, several entry points, several descriptor sets, a
-/// specialization constant without a `SpecId` (and one module a load
-/// refuses: two `LocalSize` modes).
+/// specialization constant without a `SpecId`, `debugPrintfEXT` calls (at
+/// SPIR-V 1.0, and optimized at 1.5: the bench's printing saxpy), and one
+/// module a load refuses: two `LocalSize` modes.
 fn seeds() -> &'static [(&'static str, Vec<u32>, &'static str)] {
     static SEEDS: OnceLock<Vec<(&'static str, Vec<u32>, &'static str)>> = OnceLock::new();
     SEEDS.get_or_init(|| {
@@ -60,6 +61,8 @@ fn seeds() -> &'static [(&'static str, Vec<u32>, &'static str)] {
             ("two_local_sizes", "main"),
             ("spec_without_id", "main"),
             ("sets_and_spec_ops", "main"),
+            ("printf_spirv10", "main"),
+            ("../../examples/bench_cases/printf_saxpy_reached", "main"),
         ] {
             let path = format!("{}/tests/spirv/{name}.spv", env!("CARGO_MANIFEST_DIR"));
             let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));

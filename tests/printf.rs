@@ -14,7 +14,10 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::{assert_clean, context_with, Path};
-use vkcompute::{ContextOptions, DeviceContext, Error, Kernel, PrintfOutput};
+use vkcompute::{
+    ContextOptions, DeviceContext, Error, GlslOptimization, GlslTarget, GraphParams, Kernel,
+    PrintfOutput,
+};
 
 /// A printed line as the callback saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,8 +181,23 @@ fn printf_in_functions_and_loops_and_unreached_printf() {
     let mut got = texts(&lines);
     got.sort();
     assert_eq!(got, ["twice(0)", "twice(1)", "twice(10)", "twice(11)"]);
-    // The kernel's bindings are the shader's own.
+    // The kernel's bindings are the shader's own: the record buffer's
+    // cannot be given an argument.
     assert_eq!(k.bindings().len(), 1);
+    let other = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+    for args in [
+        vec![d.arg(), other.arg()],
+        vec![d.arg(), other.arg().at(0, 1)],
+    ] {
+        let e = ctx.enqueue_function(&k, 1, &args, &()).unwrap_err();
+        assert!(
+            matches!(e, Error::ArgumentCount { .. } | Error::Argument { .. }),
+            "{e:?}"
+        );
+    }
+    ctx.enqueue_function(&k, 1, &[d.arg()], &()).unwrap();
+    ctx.synchronize().unwrap();
+    assert_eq!(lines.lock().unwrap().len(), 8);
 }
 
 #[test]
@@ -282,18 +300,181 @@ fn formats_arguments_do_not_suit_are_refused_at_load() {
             other => panic!("{body}: {other:?}"),
         }
     }
-    // Captured in a graph, a printing kernel is refused by name.
-    let k = kernel(&ctx, 1, r#"debugPrintfEXT("x");"#).unwrap();
-    let d = ctx.enqueue_create_buffer::<u32>(1).unwrap();
-    let mut g = ctx.capture_graph();
-    match g.dispatch(&k, 1, &[d.arg()], &0u32) {
-        Err(e @ Error::Unsupported { .. }) => {
-            assert!(e.to_string().contains("debugPrintfEXT"), "{e}")
+    // The record buffer needs a binding after the kernel's last.
+    let last = "#version 450\n#extension GL_EXT_debug_printf : enable\n\
+                layout(local_size_x = 1) in;\n\
+                layout(std430, binding = 4095) buffer D { uint d[]; };\n\
+                void main() { d[0] = 1u; debugPrintfEXT(\"x\"); }\n";
+    match Kernel::glsl(last).build(&ctx) {
+        Err(e @ Error::UnsupportedKernel { .. }) => {
+            assert!(
+                e.to_string().contains("number the kernel's bindings lower"),
+                "{e}"
+            )
         }
         other => panic!("{other:?}"),
     }
-    drop((k, d, g));
-    ctx.synchronize().unwrap();
     drop(ctx);
     assert_clean(&log, "refused formats");
+}
+
+#[test]
+fn graphs_print_on_every_replay_and_assert() {
+    let (ctx, lines) = collecting(Path::Direct, |o| o.printf_buffer_bytes(64));
+    let a = kernel(&ctx, 1, r#"debugPrintfEXT("a n=%u", p.n);"#).unwrap();
+    let b = kernel(
+        &ctx,
+        1,
+        r#"d[0] += 1u; debugPrintfEXT("b d0=%u", d[0]); VK_ASSERT(p.n != 9u, "nine");"#,
+    )
+    .unwrap();
+    let d = ctx.enqueue_create_buffer::<u32>(4).unwrap();
+    d.enqueue_fill(0).unwrap();
+    let mut g = ctx.capture_graph();
+    let first = g.dispatch(&a, 1, &[d.arg()], &1u32).unwrap();
+    let second = g.dispatch(&b, 1, &[d.arg()], &2u32).unwrap();
+    let graph = g.finish().unwrap();
+    // Replays in flight together (one batch): each prints its own lines,
+    // in the order of its dispatches.
+    for _ in 0..3 {
+        ctx.enqueue_graph(&graph).unwrap();
+    }
+    ctx.synchronize().unwrap();
+    assert_eq!(
+        texts(&lines),
+        ["a n=1", "b d0=1", "a n=1", "b d0=2", "a n=1", "b d0=3"]
+    );
+    lines.lock().unwrap().clear();
+    // With parameters, and on a second stream.
+    ctx.enqueue_graph_with(&graph, &GraphParams::new().push(first, &7u32))
+        .unwrap();
+    let other = ctx.new_stream().unwrap();
+    other.enqueue_wait_for(&ctx).unwrap();
+    other.enqueue_graph(&graph).unwrap();
+    // Lines come when the stream that printed them completes its work.
+    ctx.synchronize().unwrap();
+    other.synchronize().unwrap();
+    assert_eq!(texts(&lines), ["a n=7", "b d0=4", "a n=1", "b d0=5"]);
+    lines.lock().unwrap().clear();
+    // A failed assertion in a replay: once, at the next wait; the next
+    // replays go on.
+    ctx.enqueue_graph_with(&graph, &GraphParams::new().push(second, &9u32))
+        .unwrap();
+    ctx.enqueue_graph(&graph).unwrap();
+    match ctx.synchronize() {
+        Err(Error::KernelAssert(e)) => {
+            assert_eq!(e.message, "nine");
+            assert_eq!(e.kernel, "k");
+        }
+        other => panic!("{other:?}"),
+    }
+    ctx.synchronize().unwrap();
+    assert_eq!(
+        texts(&lines),
+        ["a n=1", "b d0=6", "nine", "a n=1", "b d0=7"]
+    );
+    lines.lock().unwrap().clear();
+    // A full record buffer (64 bytes) drops the rest, per replay.
+    let many = kernel(&ctx, 8, r#"debugPrintfEXT("m %u", i);"#).unwrap();
+    let mut g = ctx.capture_graph();
+    g.dispatch(&many, 4, &[d.arg()], &0u32).unwrap();
+    let graph = g.finish().unwrap();
+    ctx.enqueue_graph(&graph).unwrap();
+    ctx.enqueue_graph(&graph).unwrap();
+    ctx.synchronize().unwrap();
+    let got = texts(&lines);
+    let dropped: Vec<&String> = got.iter().filter(|t| t.contains("dropped")).collect();
+    assert_eq!(dropped.len(), 2, "{got:?}");
+    let printed = got.len() - 2;
+    assert!(printed > 0 && printed < 64, "{got:?}");
+    assert_eq!(printed % 2, 0, "{got:?}");
+}
+
+#[test]
+fn every_spirv_version_and_optimization_prints() {
+    let (ctx, lines) = collecting(Path::Direct, |o| o);
+    let version = &ctx.info().api_version;
+    let vulkan13 = version.starts_with("1.3") || version.starts_with("1.4");
+    // A call in a function called from a loop, and an assertion.
+    let source = r#"#version 450
+        #include <vkcompute.glsl>
+        layout(local_size_x = 1) in;
+        layout(std430, binding = 0) buffer D { uint d[]; };
+        uint twice(uint x) { debugPrintfEXT("twice %u", x); return 2u * x; }
+        void main() {
+            uint i = gl_GlobalInvocationID.x;
+            for (uint k = 0u; k < 2u; k++) { d[i] += twice(k + i); }
+            VK_ASSERT1(d[i] != 2u, "d=%u", d[i]);
+            d[i] += 100u;
+        }"#;
+    let d = ctx.enqueue_create_buffer::<u32>(1).unwrap();
+    for target in [
+        GlslTarget::Vulkan1_1,
+        GlslTarget::Vulkan1_2,
+        GlslTarget::Vulkan1_3,
+    ] {
+        if target == GlslTarget::Vulkan1_3 && !vulkan13 {
+            continue;
+        }
+        for level in [GlslOptimization::None, GlslOptimization::Performance] {
+            let kernel = Kernel::glsl(source)
+                .target(target)
+                .optimization(level)
+                .build(&ctx)
+                .unwrap();
+            d.enqueue_fill(0).unwrap();
+            ctx.enqueue_function(&kernel, 1, &[d.arg()], &()).unwrap();
+            match ctx.synchronize() {
+                Err(Error::KernelAssert(e)) => assert_eq!(e.message, "d=2"),
+                other => panic!("{target:?} {level:?}: {other:?}"),
+            }
+            assert_eq!(d.to_vec().unwrap(), [2], "{target:?} {level:?}");
+            let printed = std::mem::take(&mut *lines.lock().unwrap());
+            let printed: Vec<&str> = printed.iter().map(|l| l.text.as_str()).collect();
+            assert_eq!(
+                printed,
+                ["twice 0", "twice 1", "d=2"],
+                "{target:?} {level:?}"
+            );
+        }
+    }
+    // SPIR-V 1.0 (buffers as Uniform BufferBlock), from another compiler.
+    let words = std::fs::read(format!(
+        "{}/tests/spirv/printf_spirv10.spv",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let kernel = Kernel::from_bytes(&ctx, &words, "main").unwrap();
+    let d = ctx.enqueue_create_buffer::<u32>(2).unwrap();
+    ctx.enqueue_function(&kernel, 1, &[d.arg()], &()).unwrap();
+    ctx.synchronize().unwrap();
+    let mut printed = texts(&lines);
+    printed.sort();
+    assert_eq!(
+        printed,
+        ["spirv 1.0: i=0 d=0 v=0, 9", "spirv 1.0: i=1 d=7 v=1, 9"]
+    );
+}
+
+#[test]
+fn a_trace_shows_each_line_as_an_instant_on_the_device_track() {
+    let dir = common::TempDir::new("printf-trace");
+    let path = dir.0.join("trace.json");
+    let (ctx, lines) = collecting(Path::Direct, |o| o.trace(&path));
+    let k = kernel(&ctx, 2, r#"debugPrintfEXT("hello \"%u\"", i);"#).unwrap();
+    run(&ctx, &k, 1, 0).unwrap();
+    drop((k, ctx));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let mut printed: Vec<String> = events
+        .iter()
+        .filter(|e| e["name"] == "printf" && e["ph"] == "i")
+        .map(|e| {
+            assert_eq!(e["args"]["kernel"], "k");
+            e["args"]["text"].as_str().unwrap().to_string()
+        })
+        .collect();
+    printed.sort();
+    assert_eq!(printed, ["hello \"0\"", "hello \"1\""]);
+    assert_eq!(lines.lock().unwrap().len(), 2);
 }

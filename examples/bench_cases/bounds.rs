@@ -10,7 +10,7 @@
 
 use vkcompute::{DeviceContext, Kernel};
 
-use super::{check, grid_2d, Bench, BenchResult, Figure, Timing};
+use super::{check, check_saxpy, grid_2d, Bench, BenchResult, Figure, Timing};
 
 /// The safe kernel and the same module without bounds.
 fn both(ctx: &DeviceContext, words: &[u32]) -> BenchResult<(Kernel, Kernel)> {
@@ -72,14 +72,7 @@ impl Bench<'_> {
             || run(&unchecked),
         )?;
         let runs = 2 * (self.warmups(reps) + reps);
-        let got = y.to_vec()?;
-        let wrong = (0..N as usize)
-            .filter(|&i| got[i] != 2.0 + runs as f32 * 0.5 * x_host[i])
-            .count();
-        check(
-            wrong == 0,
-            &format!("bounds_saxpy: {wrong} of {N} elements wrong"),
-        )?;
+        check_saxpy("bounds_saxpy", &y, &x_host, runs)?;
         self.report_bounds(
             "bounds_saxpy",
             N as usize * 4,

@@ -29,10 +29,12 @@ use crate::vk::command::CommandPool;
 use crate::vk::Device;
 
 mod params;
+mod printf;
 mod record;
 
 pub use params::GraphParams;
 use params::{OpIndex, Split};
+use printf::Printing;
 use record::{record, use_accesses, Indirect, Op, Pools, Recording, Substitutions, Tile};
 
 struct GraphInner {
@@ -45,6 +47,8 @@ struct GraphInner {
     index: OpIndex,
     /// Recordings around the operations replays changed, newest first.
     splits: Mutex<Vec<Arc<Split>>>,
+    /// The dispatches of printing kernels, in order.
+    printing: Vec<Printing>,
 }
 
 /// A captured sequence of stream operations, replayed with
@@ -92,6 +96,7 @@ pub struct GraphBuilder<'c> {
     ops: Vec<Op>,
     dispatches: usize,
     label: Option<String>,
+    printing: Vec<Printing>,
 }
 
 /// Graphs: capture once, replay many times.
@@ -119,6 +124,7 @@ impl DeviceContext {
             ops: Vec::new(),
             dispatches: 0,
             label: None,
+            printing: Vec::new(),
         }
     }
 
@@ -168,10 +174,30 @@ impl DeviceContext {
         // The batch keeps the commands, not the recording's buffers (see
         // `record::Commands`).
         let keep = recording.commands.clone();
-        crate::record::record_described(&self.stream, op, &describe, &accesses, |stream| {
-            let secondary = keep.cmd;
-            stream.keep_alive(keep);
-            Ok((Command::Execute(secondary), ()))
+        if inner.printing.is_empty() {
+            return crate::record::record_described(
+                &self.stream,
+                op,
+                &describe,
+                &accesses,
+                |stream| {
+                    let secondary = keep.cmd;
+                    stream.keep_alive(keep);
+                    Ok((Command::Execute(secondary), ()))
+                },
+            );
+        }
+        let outs = printf::outputs(&inner.device, &inner.printing)?;
+        let output = &self.stream.printf;
+        crate::record::record_sequence(&self.stream, op, &describe, &accesses, |stream, hazards| {
+            stream.order(hazards);
+            printf::around(stream, &inner.printing, &outs, output, |stream| {
+                let secondary = keep.cmd;
+                stream.keep_alive(keep);
+                stream.record(&[], Command::Execute(secondary))
+            })?;
+            stream.note(hazards);
+            Ok(())
         })
     }
 }
@@ -311,7 +337,6 @@ impl GraphBuilder<'_> {
         indirect: Option<(&DeviceBuffer<u32>, usize)>,
     ) -> Result<DispatchId> {
         kernel.refuse_pointer_addressing()?;
-        kernel.refuse_printf_in_graph(&self.ctx.stream.device)?;
         let checked =
             self.ctx
                 .check_dispatch(op, kernel, grid, args, &[], bytemuck::bytes_of(push))?;
@@ -330,12 +355,19 @@ impl GraphBuilder<'_> {
             }
             None => None,
         };
-        let args = checked
+        let mut args: Vec<(View, bool)> = checked
             .accesses
             .iter()
             .zip(&checked.views)
             .map(|(a, view)| (View::clone(view), a.write))
             .collect();
+        // A printing kernel binds a record buffer of the graph's last (the
+        // one `check_dispatch` made for a stream dispatch goes unused).
+        if let Some((_, table)) = &checked.printf {
+            let printing = Printing::new(self.ctx, table.clone(), kernel.label().into())?;
+            args.push((printing.view().clone(), true));
+            self.printing.push(printing);
+        }
         self.ops.push(Op::Dispatch {
             id: self.dispatches,
             kernel: checked.kernel.clone(),
@@ -388,6 +420,7 @@ impl GraphBuilder<'_> {
                 pools,
                 recording: Arc::new(recording),
                 splits: Mutex::new(Vec::new()),
+                printing: self.printing,
             }),
         })
     }

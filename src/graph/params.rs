@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 use super::record::{
     add_use, record, record_op, use_accesses, Commands, Op, Pools, Sink, Substitutions, Uses,
 };
-use super::{DispatchId, Graph};
+use super::{DispatchId, Graph, GraphInner};
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
@@ -223,70 +223,89 @@ pub(super) fn enqueue_with(
         inner.ops[index].accesses(device, &subst, &mut accesses);
     }
     let describe = || format!("{} with parameters", graph.label());
+    let outs = super::printf::outputs(&inner.device, &inner.printing)?;
     crate::record::record_sequence(&ctx.stream, op, &describe, &accesses, |stream, hazards| {
         // After the work before it, as a whole; each piece after the
         // one before it, with a full barrier.
         stream.order(hazards);
-        let mut sink = StreamSink {
-            stream,
-            commands: 0,
-        };
-        let record_piece = |sink: &mut StreamSink<'_>, piece: &Piece| -> Result<()> {
-            match piece {
-                Piece::Segment(commands) => {
-                    // The batch keeps the commands (see
-                    // `record::Commands`).
-                    sink.stream.keep_alive(commands.clone());
-                    sink.stream.record(&[], Command::Execute(commands.cmd))
-                }
-                Piece::Live(index) => {
-                    let op = &inner.ops[*index];
-                    if let Some(keep) = op.keeps() {
-                        sink.stream.keep_alive(keep);
-                    }
-                    record_op(device, sink, op, &subst)
-                }
-            }
-        };
-        let mut pieces = || -> Result<()> {
-            for (i, piece) in split.pieces.iter().enumerate() {
-                if i > 0 {
-                    sink.stream.barrier();
-                }
-                match record_piece(&mut sink, piece) {
-                    // Out of memory (descriptor sets, say) after earlier
-                    // pieces were recorded: failing now would run part of the
-                    // replay. Once the device is idle, which gives back what
-                    // completed batches hold, the piece is tried once more in
-                    // a new batch (a guard recorded before the failure only
-                    // clamps counts again).
-                    Err(Error::OutOfMemory { .. }) if i > 0 => {
-                        log::debug!("{op}: piece {i} of a replay found no memory; retrying");
-                        sink.stream.restart_batch()?;
-                        // The rest is in a later batch: its buffers are in use
-                        // until that one completes.
-                        let value = sink.stream.pending_value();
-                        for a in &accesses {
-                            a.memory.note_device_use(op, &ctx.stream, value, a.write)?;
-                        }
-                        record_piece(&mut sink, piece)?;
-                    }
-                    other => other?,
-                }
-            }
-            Ok(())
-        };
-        let recorded = pieces();
-        if recorded.is_err() {
-            // Part of the replay may be recorded (and a piece may be half
-            // recorded): it is ordered before every later command.
-            sink.stream.barrier();
-        }
-        recorded?;
+        let output = &ctx.stream.printf;
+        super::printf::around(stream, &inner.printing, &outs, output, |stream| {
+            record_pieces(ctx, inner, &split, &subst, &accesses, stream)
+        })?;
         // Later commands are ordered against the replay as a whole.
-        sink.stream.note(hazards);
+        stream.note(hazards);
         Ok(())
     })
+}
+
+/// Records the pieces of `split` (recorded segments, and the operations
+/// `subst` changes), each after the one before it.
+fn record_pieces(
+    ctx: &DeviceContext,
+    inner: &GraphInner,
+    split: &Split,
+    subst: &Substitutions<'_>,
+    accesses: &[BufferAccess<'_>],
+    stream: &mut Stream,
+) -> Result<()> {
+    let op = "DeviceContext::enqueue_graph_with";
+    let device = &ctx.stream.device;
+    let mut sink = StreamSink {
+        stream,
+        commands: 0,
+    };
+    let record_piece = |sink: &mut StreamSink<'_>, piece: &Piece| -> Result<()> {
+        match piece {
+            Piece::Segment(commands) => {
+                // The batch keeps the commands (see
+                // `record::Commands`).
+                sink.stream.keep_alive(commands.clone());
+                sink.stream.record(&[], Command::Execute(commands.cmd))
+            }
+            Piece::Live(index) => {
+                let op = &inner.ops[*index];
+                if let Some(keep) = op.keeps() {
+                    sink.stream.keep_alive(keep);
+                }
+                record_op(device, sink, op, subst)
+            }
+        }
+    };
+    let mut pieces = || -> Result<()> {
+        for (i, piece) in split.pieces.iter().enumerate() {
+            if i > 0 {
+                sink.stream.barrier();
+            }
+            match record_piece(&mut sink, piece) {
+                // Out of memory (descriptor sets, say) after earlier
+                // pieces were recorded: failing now would run part of the
+                // replay. Once the device is idle, which gives back what
+                // completed batches hold, the piece is tried once more in
+                // a new batch (a guard recorded before the failure only
+                // clamps counts again).
+                Err(Error::OutOfMemory { .. }) if i > 0 => {
+                    log::debug!("{op}: piece {i} of a replay found no memory; retrying");
+                    sink.stream.restart_batch()?;
+                    // The rest is in a later batch: its buffers are in use
+                    // until that one completes.
+                    let value = sink.stream.pending_value();
+                    for a in accesses {
+                        a.memory.note_device_use(op, &ctx.stream, value, a.write)?;
+                    }
+                    record_piece(&mut sink, piece)?;
+                }
+                other => other?,
+            }
+        }
+        Ok(())
+    };
+    let recorded = pieces();
+    if recorded.is_err() {
+        // Part of the replay may be recorded (and a piece may be half
+        // recorded): it is ordered before every later command.
+        sink.stream.barrier();
+    }
+    recorded
 }
 
 impl Graph {

@@ -11,7 +11,7 @@
 //! - [`graphs`]: record once, replay with parameters.
 //! - [`sharing`]: memory exported to other contexts, processes and APIs.
 //! - [`tracing`]: trace files and labels.
-//! - [`printf`]: `debugPrintfEXT` and assertions in kernels.
+//! - [`printf`]: printing and asserting from a kernel.
 //! - [`errors`]: what goes wrong, and what stays usable.
 //! - [`building`]: cargo features and what each needs at build time.
 

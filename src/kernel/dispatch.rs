@@ -82,23 +82,6 @@ pub(crate) fn write_extent(device: &Device, view: &View) -> (u64, u64) {
 }
 
 impl Kernel {
-    /// Refuses to capture a printing kernel in a graph: a graph's dispatch
-    /// binds one record buffer for every replay, which the host could not
-    /// read apart (not done yet; dispatch it on a stream).
-    pub(crate) fn refuse_printf_in_graph(&self, device: &crate::vk::Device) -> Result<()> {
-        if self.inner.printf.is_some() {
-            return Err(Error::Unsupported {
-                what: format!(
-                    "capturing kernel `{}`, which calls debugPrintfEXT, in a graph (printf runs \
-                     from dispatches on a stream)",
-                    self.label
-                ),
-                device: device.name().to_string(),
-            });
-        }
-        Ok(())
-    }
-
     /// Refuses a kernel loaded with `allow_pointer_addressing` where the
     /// caller cannot answer for its addresses (every safe dispatch).
     pub(crate) fn refuse_pointer_addressing(&self) -> Result<()> {

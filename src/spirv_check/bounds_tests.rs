@@ -2,7 +2,7 @@
 //! checked by the validator, on the shipped kernels and on GLSL.
 
 use vkcompute_spirv::bounds::*;
-use vkcompute_spirv::words::{OP_EXECUTION_MODE_ID, OP_EXT_INST_IMPORT};
+use vkcompute_spirv::words::OP_EXT_INST_IMPORT;
 use vkcompute_spirv::WorkgroupVariable;
 
 /// `words` prepared for entry point `main`, clamped or not.
@@ -62,6 +62,7 @@ fn a_module_with_nothing_to_bound_is_handed_on_unchanged() {
 #[cfg(all(feature = "build", feature = "validate"))]
 mod glsl {
     use super::*;
+    use vkcompute_spirv::words::OP_EXECUTION_MODE_ID;
 
     fn compile(source: &str) -> Vec<u32> {
         compile_for(source, shaderc::EnvVersion::Vulkan1_2)

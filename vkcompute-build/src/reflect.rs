@@ -52,8 +52,14 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Reflected, String> {
     let frozen = rules::freeze(words, &declared, &[]);
     let prepared = bounds::prepare(&frozen, &Module::read(&frozen)?, entry, true, &[])?;
     let iface = prepared.interface;
+    // The printf record buffer (a kernel that calls debugPrintfEXT) is
+    // the runtime's, bound by itself.
+    let printf = prepared.printf.as_ref().map(|p| (p.set, p.binding));
     let mut bindings = Vec::new();
     for b in iface.bindings {
+        if Some((b.set, b.binding)) == printf {
+            continue;
+        }
         let sized = prepared
             .sized
             .iter()

@@ -256,14 +256,30 @@ impl Module {
         decoration: u32,
         literals: Vec<u32>,
     ) -> Result<(), String> {
+        let on = || {
+            if member == WHOLE {
+                format!("%{target}")
+            } else {
+                format!("member {member} of %{target}")
+            }
+        };
+        if matches!(
+            decoration,
+            DECORATION_ARRAY_STRIDE | DECORATION_MATRIX_STRIDE
+        ) && literals == [0]
+        {
+            // Every element at one address: drivers refuse it when they
+            // compile (Mesa: "ArrayStride must be non-zero").
+            return Err(format!(
+                "{} is decorated {} 0: its elements would share one address",
+                on(),
+                decoration_name(decoration)
+            ));
+        }
         let list = self.decorations.entry((target, member)).or_default();
         if let Some((_, earlier)) = list.iter().find(|(d, _)| *d == decoration) {
             if *earlier != literals {
-                let on = if member == WHOLE {
-                    format!("%{target}")
-                } else {
-                    format!("member {member} of %{target}")
-                };
+                let on = on();
                 return Err(format!(
                     "{on} is decorated {} twice, with {earlier:?} and {literals:?}",
                     decoration_name(decoration)

@@ -298,6 +298,24 @@ fn decoration_groups_decorate_their_targets_and_members() {
 }
 
 #[test]
+fn a_stride_of_zero_is_refused() {
+    for decoration in [DECORATION_ARRAY_STRIDE, DECORATION_MATRIX_STRIDE] {
+        let mut a = Asm::new();
+        let target = a.id();
+        a.inst(OP_DECORATE, &[target, decoration, 0]);
+        let e = a.read().unwrap_err();
+        assert!(e.contains("Stride 0"), "{e}");
+        let mut a = Asm::new();
+        let target = a.id();
+        a.inst(OP_DECORATE, &[target, decoration, 4]);
+        assert_eq!(
+            a.read().unwrap().decoration_value(target, decoration),
+            Some(4)
+        );
+    }
+}
+
+#[test]
 fn a_decoration_given_twice_with_different_values_is_refused() {
     let mut a = Asm::new();
     let target = a.id();

@@ -134,6 +134,12 @@ pub fn prepare(
             .map(|b| b.binding + 1)
             .max()
             .unwrap_or(0);
+        if binding > crate::interface::MAX_BINDING {
+            return Err(format!(
+                "the kernel calls debugPrintfEXT, whose record buffer takes the binding after                  the kernel's last in set {set}, and that one is {}, the highest binding                  number vkcompute accepts: number the kernel's bindings lower",
+                binding - 1
+            ));
+        }
         crate::printf::instrument(&mut module, set, binding)?
     } else {
         None

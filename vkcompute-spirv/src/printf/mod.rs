@@ -11,8 +11,10 @@
 //! renders them). The buffer's layout, in 32-bit words: cursor, capacity,
 //! dropped, 0, then the records ([`HEADER_WORDS`]).
 //!
-//! A kernel without a call is not touched; one whose calls are not
-//! reached pays nothing but the binding.
+//! A kernel without a call is not touched; a call no invocation reaches
+//! costs the branch around it where the driver skips such a branch (GPUs,
+//! Mesa 25's lavapipe), and its append, masked off, where it runs both
+//! sides (Mesa 22's lavapipe).
 
 mod arguments;
 pub mod format;
