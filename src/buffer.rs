@@ -218,8 +218,9 @@ macro_rules! typed_buffer {
                     .reassign(concat!($label, "::reassign_ownership_to"), ctx)
             }
 
-            /// This buffer as a kernel argument (bound as a storage buffer),
-            /// for [`DeviceContext::enqueue_function`](crate::DeviceContext::enqueue_function).
+            /// This buffer as a kernel argument, for a storage- or
+            /// uniform-buffer binding (the kernel's declaration decides
+            /// which), for [`DeviceContext::enqueue_function`](crate::DeviceContext::enqueue_function).
             pub fn arg(&self) -> $crate::KernelArg<'_> {
                 self.kernel_arg(false)
             }

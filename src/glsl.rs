@@ -238,6 +238,7 @@ impl<'a> GlslBuilder<'a> {
         };
         let job = glsl::Job {
             source: self.source,
+            language: glsl::Language::Glsl,
             file_name: &self.file_name,
             entry: &self.entry,
             vulkan_version: env as u32,

@@ -47,6 +47,7 @@ pub fn compile_glsl(source: &str, file_name: &str, entry: &str) -> Result<Vec<u3
     };
     let job = vkcompute_spirv::glsl::Job {
         source,
+        language: vkcompute_spirv::glsl::Language::Glsl,
         file_name,
         entry,
         vulkan_version: shaderc::EnvVersion::Vulkan1_2 as u32,

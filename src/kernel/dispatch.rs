@@ -100,13 +100,16 @@ impl Kernel {
 /// Dispatching kernels.
 impl DeviceContext {
     /// Enqueues a dispatch of `kernel` over `grid` workgroups (`n`, `(x, y)`
-    /// or `(x, y, z)`), with `args` bound to its storage-buffer bindings in
-    /// binding order and `push` as its push constants (`&()` for none).
+    /// or `(x, y, z)`), with `args` bound to its buffer bindings (storage
+    /// and uniform) in (set, binding) order and `push` as its push constants
+    /// (`&()` for none).
     ///
     /// Everything is checked before anything reaches the driver: the number
     /// of buffers, each buffer's element size against the binding's array
-    /// stride, binding size against `maxStorageBufferRange`, offset against
-    /// `minStorageBufferOffsetAlignment`, the device of every buffer, the
+    /// stride, binding size against `maxStorageBufferRange` (a uniform
+    /// binding: at least its block, at most `maxUniformBufferRange`), offset
+    /// against `minStorageBufferOffsetAlignment` (or
+    /// `minUniformBufferOffsetAlignment`), the device of every buffer, the
     /// push-constant size, the grid against `maxComputeWorkGroupCount`, and
     /// that no two arguments overlap in one buffer where the kernel writes
     /// either ([`Error::AliasedArguments`]; read-only aliases are fine).
@@ -131,7 +134,7 @@ impl DeviceContext {
     /// addresses (the seed's `DevicePassable` model), loaded with
     /// [`KernelBuilder::allow_pointer_addressing`](crate::KernelBuilder::allow_pointer_addressing)
     /// (or an ordinary kernel).
-    /// `args` bind to its storage-buffer bindings as in
+    /// `args` bind to its buffer bindings as in
     /// [`enqueue_function`](Self::enqueue_function), with the same checks;
     /// `addressed` lists the buffers (or views) the kernel reaches through
     /// addresses, typically from [`DeviceBuffer::device_address`] passed in

@@ -501,7 +501,7 @@ impl Kernel {
     }
 
     /// What errors, `Debug` and traces call the kernel: the label it was
-    /// loaded with ([`KernelBuilder::label`], [`GlslBuilder::file_name`](crate::GlslBuilder::file_name))
+    /// loaded with ([`KernelBuilder::label`], `GlslBuilder::file_name` of feature `glsl`)
     /// or else its entry point's name.
     pub fn label(&self) -> &str {
         &self.label
@@ -513,7 +513,8 @@ impl Kernel {
         self
     }
 
-    /// The storage-buffer bindings, in the order arguments are given.
+    /// The buffer bindings (storage and uniform), in the order arguments
+    /// are given: (set, binding).
     pub fn bindings(&self) -> &[BindingInfo] {
         &self.inner.interface.bindings
     }

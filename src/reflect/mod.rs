@@ -54,7 +54,7 @@ pub struct BindingInfo {
     pub aliases: Vec<BindingAlias>,
 }
 
-/// One variable declared on a storage-buffer binding.
+/// One variable declared on a buffer binding (storage or uniform).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BindingAlias {
     /// The variable's name, where the module keeps names.

@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use vkcompute_spirv::Type;
+use vkcompute_spirv::{BindingKind, SpecKind, Type, Value};
 
-use crate::reflect::Reflected;
+use crate::reflect::{Reflected, SpecConstant};
 
 /// What the generated module of one shader is made from.
 pub(crate) struct Shader<'a> {
@@ -50,9 +50,14 @@ const RESERVED: &[&str] = &[
 pub(crate) fn snake(name: &str, fallback: &str) -> String {
     let mut out = String::new();
     let mut previous_lower = false;
-    for c in name.chars() {
+    let chars: Vec<char> = name.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
         if c.is_ascii_uppercase() {
-            if previous_lower {
+            // A word starts at an upper-case letter after a lower-case one
+            // or a digit, or before a lower-case one (`WElement`: `w_element`).
+            let previous_upper = i > 0 && chars[i - 1].is_ascii_uppercase();
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+            if previous_lower || (previous_upper && next_lower) {
                 out.push('_');
             }
             out.push(c.to_ascii_lowercase());
@@ -197,6 +202,11 @@ impl Structs {
         fields: &[(String, usize, Rust)],
         size: usize,
     ) -> Result<Rust, String> {
+        // A block that ends in an array of padded elements (std140's
+        // `float w[3]`) spans less than its Rust type, whose last element
+        // has its padding too: the struct is the larger.
+        let end = fields.iter().map(|(_, o, t)| o + t.size).max().unwrap_or(0);
+        let size = size.max(end);
         let align = fields.iter().map(|(_, _, t)| t.align).max().unwrap_or(1);
         // repr(C) places each field at its offset where every offset is a
         // multiple of the field's alignment and the size of the whole;
@@ -339,12 +349,22 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
         }
         names.push(name.clone());
         let access = if b.read_only { "read only" } else { "written" };
-        let ty = match (&b.uniform, &b.element) {
+        let ty = match (&b.block, &b.element) {
             (Some(block), _) => {
                 let rust = structs.rust(block, &camel(&name))?;
+                let what = match b.kind {
+                    BindingKind::UniformBuffer => "a uniform buffer holding one".to_string(),
+                    BindingKind::StorageBuffer => {
+                        format!("a storage buffer ({access}) holding one")
+                    }
+                };
+                let layout = match b.kind {
+                    BindingKind::UniformBuffer => "std140",
+                    BindingKind::StorageBuffer => "std430",
+                };
                 let _ = writeln!(
                     docs,
-                    "        /// - `{name}`: {place}, a uniform buffer holding one `{}` (std140);",
+                    "        /// - `{name}`: {place}, {what} `{}` ({layout});",
                     rust.spelling
                 );
                 params.push(format!(
@@ -371,8 +391,9 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
             (None, None) => {
                 let _ = writeln!(
                     docs,
-                    "        /// - `{name}`: {place} (a block that is not one runtime array: any \
-                     element type whose bytes fit it), {access};"
+                    "        /// - `{name}`: {place}, {access}: a block of fixed members and a \
+                     runtime array, which has no Rust\n        ///   type: a `KernelArg` of any \
+                     buffer whose bytes follow the block's std430 layout;"
                 );
                 params.push(format!("{name}: vkcompute::KernelArg<'_>"));
                 name.clone()
@@ -412,8 +433,8 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
         String::new()
     } else {
         format!(
-            "\n    ///\n    /// As specialized at build time ({}): a load that specializes \
-             those constants\n    /// otherwise runs another size (`Kernel::local_size` says which).",
+            "\n    ///\n    /// The values built in ({}): `Kernel::load_with` with others \
+             runs another\n    /// size (`kernel().local_size()` says which).",
             from_spec.join(", ")
         )
     };
@@ -421,26 +442,30 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
         out,
         "    /// The workgroup size (invocations in x, y and z).{specialized}\n    pub const LOCAL_SIZE: [u32; 3] = [{x}, {y}, {z}];"
     );
-    for s in &r.spec {
-        // An unnamed constant that sets the workgroup size is named for it.
-        let axis = r
-            .local_size_ids
-            .iter()
-            .position(|id| *id == Some(s.id))
-            .map(|i| format!("local_size_{}", ["x", "y", "z"][i]));
-        let fallback = axis.unwrap_or_else(|| format!("n{}", s.id));
-        let name = snake(s.name.as_deref().unwrap_or(""), &fallback).to_uppercase();
-        let what = match &s.name {
-            Some(n) => format!("specialization constant `{n}`"),
-            None => "the unnamed specialization constant".to_string(),
+    let spec_names = spec_names(r);
+    for (s, name) in r.spec.iter().zip(&spec_names) {
+        let what = match (&s.name, local_size_axis(r, s)) {
+            (Some(n), _) => format!("specialization constant `{n}`"),
+            (None, Some(axis)) => format!(
+                "the unnamed specialization constant that sets the workgroup size in {axis}"
+            ),
+            (None, None) => "the unnamed specialization constant".to_string(),
+        };
+        let set_by = if spec_field(s)?.is_some() {
+            format!("the id `Spec::{name}` sets (and")
+        } else {
+            format!("not in `Spec` ({}; the id", kind_name(s.kind))
         };
         let _ = writeln!(
             out,
-            "    /// The `constant_id` of {what}: the id to give \
-             `vkcompute::KernelBuilder::specialize`.\n    pub const SPEC_{name}: u32 = {};",
+            "    /// The `constant_id` of {what}:\n    /// {set_by} \
+             `vkcompute::KernelBuilder::specialize` takes).\n    pub const SPEC_{}: u32 = {};",
+            name.to_uppercase(),
             s.id
         );
     }
+    let (spec_struct, specialize) = spec_struct(r, &spec_names)?;
+    out.push_str(&spec_struct);
     for (definition, _) in structs.defs.values() {
         for line in definition.lines() {
             let _ = writeln!(out, "    {line}");
@@ -451,17 +476,32 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
         "    /// The kernel of `{label}`, loaded on one device.\n\
          \x20   #[derive(Clone, Debug)]\n    pub struct Kernel(vkcompute::Kernel);\n\n\
          \x20   impl Kernel {{\n\
-         \x20       /// Loads the kernel on `ctx`'s device (through the safe checks of every\n\
-         \x20       /// load: structure, capabilities, limits, index bounds).\n\
+         \x20       /// Loads the kernel on `ctx`'s device with the specialization built in\n\
+         \x20       /// (`Spec::default()`), through the checks of every load: structure,\n\
+         \x20       /// capabilities, limits, index bounds.\n\
          \x20       pub fn load(ctx: &vkcompute::DeviceContext) -> vkcompute::Result<Kernel> {{\n\
+         \x20           Kernel::load_with(ctx, &Spec::default())\n\
+         \x20       }}\n\n\
+         \x20       /// Loads the kernel on `ctx`'s device with the specialization constants\n\
+         \x20       /// `spec`, through the same checks, read from the module as specialized:\n\
+         \x20       /// a value that makes an array empty or block members overlap, or the\n\
+         \x20       /// workgroup size or memory exceed the device's limits, is an error.\n\
+         \x20       pub fn load_with(ctx: &vkcompute::DeviceContext, spec: &Spec) -> vkcompute::Result<Kernel> {{\n\
+         \x20           let {spec_pattern} = *spec;\n\
          \x20           // SAFETY: SPIRV was validated by vkcompute-build with SPIRV-Tools for\n\
-         \x20           // Vulkan {versions} (the runtime refuses a SPIR-V version the device's\n\
-         \x20           // Vulkan version lacks), with the specialization constants it carries,\n\
-         \x20           // which this load does not change.\n\
+         \x20           // Vulkan {versions} with its specialization defaults (the runtime\n\
+         \x20           // refuses a SPIR-V version the device's Vulkan version lacks). Other\n\
+         \x20           // values change only the specialization constants `Spec` lists (of\n\
+         \x20           // their declared types), and what they can make invalid in a module\n\
+         \x20           // valid with its defaults the runtime refuses, reading the module as\n\
+         \x20           // specialized: arrays of length 0 and block members that overlap\n\
+         \x20           // (VUID-VkPipelineShaderStageCreateInfo-pSpecializationInfo-06719),\n\
+         \x20           // specialization expressions whose result is undefined, and a\n\
+         \x20           // workgroup size or memory beyond the device's limits.\n\
          \x20           let kernel = unsafe {{\n\
          \x20               vkcompute::Kernel::builder(SPIRV)\n\
          \x20                   .entry(ENTRY)\n\
-         \x20                   .label(LABEL)\n\
+         \x20                   .label(LABEL)\n{specialize}\
          \x20                   .build_unvalidated(ctx)\n\
          \x20           }}?;\n\
          \x20           Ok(Kernel(kernel))\n\
@@ -469,6 +509,7 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
          \x20       /// The loaded `vkcompute::Kernel` (for graphs and timing).\n\
          \x20       pub fn kernel(&self) -> &vkcompute::Kernel {{\n            &self.0\n        }}\n\n\
          \x20       /// Enqueues the kernel on `ctx`'s stream over `grid` workgroups, with:\n{docs}\
+         \x20       #[allow(clippy::too_many_arguments)]\n\
          \x20       pub fn dispatch(\n            &self,\n            ctx: &vkcompute::DeviceContext,\n\
          \x20           grid: impl Into<vkcompute::Grid>,\n{}\n        ) -> vkcompute::Result<()> {{\n\
          \x20           ctx.enqueue_function(&self.0, grid, &[{}], {push_arg})\n        }}\n    }}\n}}",
@@ -479,6 +520,172 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
             .join("\n"),
         args.join(", "),
         label = shader.label,
+        spec_pattern = spec_pattern(r, &spec_names),
     );
     Ok(out)
+}
+
+/// The Rust name of each specialization constant (snake case): its own,
+/// or for an unnamed one that sets the workgroup size `local_size_x` (y,
+/// z), else `n<id>`; made unique.
+fn spec_names(r: &Reflected) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for s in &r.spec {
+        let fallback = local_size_axis(r, s)
+            .map_or_else(|| format!("n{}", s.id), |axis| format!("local_size_{axis}"));
+        let mut name = snake(s.name.as_deref().unwrap_or(""), &fallback);
+        while names.contains(&name) {
+            name.push('_');
+        }
+        names.push(name);
+    }
+    names
+}
+
+/// The axis (`x`, `y` or `z`) of the workgroup size `s` sets, if any.
+fn local_size_axis(r: &Reflected, s: &SpecConstant) -> Option<&'static str> {
+    r.local_size_ids
+        .iter()
+        .position(|id| *id == Some(s.id))
+        .map(|i| ["x", "y", "z"][i])
+}
+
+/// How docs name a constant's type: `a 16-bit float`.
+fn kind_name(kind: SpecKind) -> String {
+    match kind {
+        SpecKind::Bool => "a bool".into(),
+        SpecKind::Int { width, signed } => format!(
+            "a {width}-bit {} integer",
+            if signed { "signed" } else { "unsigned" }
+        ),
+        SpecKind::Float { width } => format!("a {width}-bit float"),
+    }
+}
+
+/// The Rust type of a specialization constant's value, and its default
+/// as a Rust expression; `None` for the types no `SpecValue` sets (8- and
+/// 16-bit integers and floats are left out of `Spec`).
+fn spec_field(s: &SpecConstant) -> Result<Option<(&'static str, String)>, String> {
+    let ty = match s.kind {
+        SpecKind::Bool => "bool",
+        SpecKind::Int {
+            width: 32,
+            signed: false,
+        } => "u32",
+        SpecKind::Int {
+            width: 32,
+            signed: true,
+        } => "i32",
+        SpecKind::Int {
+            width: 64,
+            signed: false,
+        } => "u64",
+        SpecKind::Int {
+            width: 64,
+            signed: true,
+        } => "i64",
+        SpecKind::Float { width: 32 } => "f32",
+        SpecKind::Float { width: 64 } => "f64",
+        _ => return Ok(None),
+    };
+    let unknown = || {
+        format!(
+            "the default of specialization constant {} is not known",
+            s.id
+        )
+    };
+    let value = match (ty, s.default.as_ref().ok_or_else(unknown)?) {
+        ("bool", Value::Bool(b)) => b.to_string(),
+        ("u32", Value::Int { bits, .. }) => (*bits as u32).to_string(),
+        ("i32", Value::Int { bits, .. }) => (*bits as u32 as i32).to_string(),
+        ("u64", Value::Int { bits, .. }) => bits.to_string(),
+        ("i64", Value::Int { bits, .. }) => (*bits as i64).to_string(),
+        ("f32", Value::Float { bits, .. }) => {
+            let v = f32::from_bits(*bits as u32);
+            if v.is_finite() {
+                format!("{v:?}")
+            } else {
+                format!("f32::from_bits({bits:#x})")
+            }
+        }
+        ("f64", Value::Float { bits, .. }) => {
+            let v = f64::from_bits(*bits);
+            if v.is_finite() {
+                format!("{v:?}")
+            } else {
+                format!("f64::from_bits({bits:#x})")
+            }
+        }
+        _ => return Err(unknown()),
+    };
+    Ok(Some((ty, value)))
+}
+
+/// `Spec` (a field per specialization constant a load can set, `Default`
+/// the values built in), and the builder calls that set them.
+fn spec_struct(r: &Reflected, names: &[String]) -> Result<(String, String), String> {
+    let mut fields = String::new();
+    let mut defaults = Vec::new();
+    let mut specialize = String::new();
+    let mut left_out = Vec::new();
+    for (s, name) in r.spec.iter().zip(names) {
+        let mut declared = match &s.name {
+            Some(n) => format!("`{n}`, `constant_id = {}`", s.id),
+            None => format!("`constant_id = {}`", s.id),
+        };
+        if let Some(axis) = local_size_axis(r, s) {
+            declared.push_str(&format!(", the workgroup size in {axis}"));
+        }
+        match spec_field(s)? {
+            Some((ty, value)) => {
+                let _ = writeln!(
+                    fields,
+                    "        /// {declared} (built in: `{value}`).\n        pub {name}: {ty},"
+                );
+                defaults.push(format!("{name}: {value}"));
+                let _ = writeln!(
+                    specialize,
+                    "                    .specialize(SPEC_{}, {name})",
+                    name.to_uppercase()
+                );
+            }
+            None => left_out.push(format!("{declared} ({})", kind_name(s.kind))),
+        }
+    }
+    let left_out = if left_out.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\n    ///\n    /// Not here, keeping their built-in values (no value type of the \
+             runtime sets\n    /// 8- and 16-bit constants): {}.",
+            left_out.join(", ")
+        )
+    };
+    let code = format!(
+        "    /// The specialization constants `Kernel::load_with` sets, one field each\n\
+         \x20   /// (named as the `SPEC_*` ids); `Default` is the values built in (the\n\
+         \x20   /// shader's, or what `build.rs` set), which `Kernel::load` uses.{left_out}\n\
+         \x20   #[derive(Clone, Copy, Debug, PartialEq)]\n\
+         \x20   pub struct Spec {{\n{fields}    }}\n\n\
+         \x20   #[allow(clippy::derivable_impls)]\n\
+         \x20   impl Default for Spec {{\n\
+         \x20       fn default() -> Self {{\n\
+         \x20           Spec {{ {} }}\n\
+         \x20       }}\n\
+         \x20   }}\n",
+        defaults.join(", ")
+    );
+    Ok((code, specialize))
+}
+
+/// The pattern that takes `Spec` apart: `Spec { n, scale }`.
+fn spec_pattern(r: &Reflected, names: &[String]) -> String {
+    let fields: Vec<&str> = r
+        .spec
+        .iter()
+        .zip(names)
+        .filter(|(s, _)| spec_field(s).is_ok_and(|f| f.is_some()))
+        .map(|(_, n)| n.as_str())
+        .collect();
+    format!("Spec {{ {} }}", fields.join(", "))
 }

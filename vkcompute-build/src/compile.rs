@@ -1,8 +1,10 @@
-//! One shader's module: GLSL compiled with shaderc (defines, includes,
-//! entry point, target, optimization), or a `.spv` file taken as it is;
-//! then its specialization defaults set.
+//! One shader's module: GLSL or HLSL compiled with shaderc (defines,
+//! includes, entry point, target, optimization), or a `.spv` file taken as
+//! it is; then its specialization defaults set.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use crate::{Optimization, ShaderOptions, Target};
 
@@ -11,6 +13,10 @@ pub(crate) struct Job<'a> {
     pub(crate) path: &'a Path,
     /// The name in messages (relative to the shader root).
     pub(crate) name: &'a str,
+    /// The shader root, and the crate's folder where known: how messages
+    /// name included files.
+    pub(crate) root: &'a Path,
+    pub(crate) base: Option<&'a Path>,
     pub(crate) options: &'a ShaderOptions,
     pub(crate) include_dirs: &'a [PathBuf],
     pub(crate) target: Target,
@@ -19,24 +25,41 @@ pub(crate) struct Job<'a> {
 }
 
 /// The module of `job`, and every file it read (for `rerun-if-changed`).
-pub(crate) fn module(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), String> {
-    let is_spv = job.path.extension().is_some_and(|e| e == "spv");
-    let (mut words, read) = if is_spv {
-        let bytes = std::fs::read(job.path).map_err(|e| format!("{}: {e}", job.name))?;
-        (
-            words_from_bytes(&bytes).map_err(|e| format!("{}: {e}", job.name))?,
-            vec![],
-        )
-    } else {
-        glsl(job)?
+/// The error is one `file:line: message` (or `file: message`) a problem.
+pub(crate) fn module(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), Vec<String>> {
+    let one = |e: String| vec![format!("{}: {e}", job.name)];
+    let (mut words, read) = match job.path.extension().and_then(|e| e.to_str()) {
+        Some("spv") => {
+            let bytes = std::fs::read(job.path).map_err(|e| one(e.to_string()))?;
+            (words_from_bytes(&bytes).map_err(one)?, vec![])
+        }
+        Some("hlsl") => compile(job, vkcompute_spirv::glsl::Language::Hlsl)?,
+        _ => compile(job, vkcompute_spirv::glsl::Language::Glsl)?,
     };
     if !job.options.specialization.is_empty() {
-        let model =
-            vkcompute_spirv::Module::read(&words).map_err(|e| format!("{}: {e}", job.name))?;
+        let model = vkcompute_spirv::Module::read(&words).map_err(one)?;
         words = vkcompute_spirv::rules::set_defaults(&words, &model, &job.options.specialization)
-            .map_err(|e| format!("{}: {e}", job.name))?;
+            .map_err(one)?;
     }
     Ok((words, read))
+}
+
+/// How messages name `path`: relative to the shader root where it lies
+/// under it, else to the crate's folder, else as it is; `/` between
+/// folders.
+fn shown(path: &Path, root: &Path, base: Option<&Path>) -> String {
+    let relative = path
+        .strip_prefix(root)
+        .ok()
+        .or_else(|| base.and_then(|b| path.strip_prefix(b).ok()));
+    match relative {
+        Some(r) => r
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/"),
+        None => path.display().to_string(),
+    }
 }
 
 fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>, String> {
@@ -59,24 +82,34 @@ fn words_from_bytes(bytes: &[u8]) -> Result<Vec<u32>, String> {
     Ok(words)
 }
 
-fn glsl(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), String> {
-    let source = std::fs::read_to_string(job.path).map_err(|e| format!("{}: {e}", job.name))?;
+fn compile(
+    job: &Job<'_>,
+    language: vkcompute_spirv::glsl::Language,
+) -> Result<(Vec<u32>, Vec<PathBuf>), Vec<String>> {
+    let source =
+        std::fs::read_to_string(job.path).map_err(|e| vec![format!("{}: {e}", job.name)])?;
     let dirs = job.include_dirs;
-    let own_dir = job.path.parent().map(Path::to_path_buf);
+    // Each file by the name messages give it (what shaderc passes back as
+    // the including file): the shader itself, and every file included.
+    let files: Mutex<HashMap<String, PathBuf>> = Mutex::new(HashMap::from([(
+        job.name.to_string(),
+        job.path.to_path_buf(),
+    )]));
     let include = |name: &str, relative: bool, from: &str| -> Result<(String, String), String> {
         let from_dir = relative
             .then(|| {
-                Path::new(from)
-                    .parent()
-                    .map(Path::to_path_buf)
-                    .filter(|d| !d.as_os_str().is_empty())
-                    .or_else(|| own_dir.clone())
+                let files = files.lock().ok()?;
+                files.get(from)?.parent().map(Path::to_path_buf)
             })
             .flatten();
         for dir in from_dir.iter().chain(dirs) {
             let candidate = dir.join(name);
             if let Ok(content) = std::fs::read_to_string(&candidate) {
-                return Ok((candidate.display().to_string(), content));
+                let shown = shown(&candidate, job.root, job.base);
+                if let Ok(mut files) = files.lock() {
+                    files.insert(shown.clone(), candidate);
+                }
+                return Ok((shown, content));
             }
         }
         Err(format!(
@@ -84,15 +117,15 @@ fn glsl(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), String> {
             from_dir
                 .iter()
                 .chain(dirs)
-                .map(|d| d.display().to_string())
+                .map(|d| shown(d, job.root, job.base))
                 .collect::<Vec<_>>()
                 .join(", ")
         ))
     };
-    let file_name = job.path.display().to_string();
     let compiled = vkcompute_spirv::glsl::compile(&vkcompute_spirv::glsl::Job {
         source: &source,
-        file_name: &file_name,
+        language,
+        file_name: job.name,
         entry: job.options.entry.as_deref().unwrap_or("main"),
         vulkan_version: match job.target {
             Target::Vulkan1_2 => shaderc::EnvVersion::Vulkan1_2,
@@ -109,6 +142,13 @@ fn glsl(job: &Job<'_>) -> Result<(Vec<u32>, Vec<PathBuf>), String> {
         debug_info: true,
         defines: &job.options.defines,
         include: &include,
-    })?;
-    Ok((compiled.words, compiled.included))
+    })
+    // The compiler's messages, one a line, each naming its file.
+    .map_err(|e| e.lines().map(str::to_string).collect::<Vec<_>>())?;
+    let mut included: Vec<PathBuf> = files
+        .into_inner()
+        .map(|f| f.into_values().filter(|p| p != job.path).collect())
+        .unwrap_or_default();
+    included.sort();
+    Ok((compiled.words, included))
 }

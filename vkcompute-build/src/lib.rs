@@ -1,113 +1,9 @@
-//! Your own GLSL compute shaders, compiled, validated and typed at build
-//! time, loaded through [vkcompute](https://docs.rs/vkcompute) on its
-//! default features.
-//!
-//! In `build.rs`, [`Kernels`] compiles every `*.comp` under a folder
-//! (and takes every `*.spv` as it is), validates each module with
-//! SPIRV-Tools for every Vulkan version vkcompute runs on, reflects it,
-//! and writes Rust for each shader to `$OUT_DIR`: the SPIR-V, a
-//! `#[repr(C)]` `Pod` struct for its push constants and for each buffer's
-//! element type, laid out at the shader's own offsets (with size and
-//! offset assertions), and a `Kernel` type whose `dispatch` takes exactly
-//! the buffers and push constants the shader declares. A wrong number of
-//! buffers, a wrong element type or a wrong push-constant struct is then a
-//! compile error in your crate. A shader that does not compile or validate
-//! fails the build with its file and line.
-//!
-//! # Walkthrough
-//!
-//! `Cargo.toml`:
-//!
-//! ```toml
-//! [dependencies]
-//! vkcompute = "0.1"
-//!
-//! [build-dependencies]
-//! vkcompute-build = "0.1"
-//! ```
-//!
-//! `shaders/scale.comp`:
-//!
-//! ```glsl
-//! #version 450
-//! layout(local_size_x = 64) in;
-//! layout(std430, binding = 0) buffer Data { float data[]; };
-//! layout(push_constant) uniform Params { float factor; uint n; } params;
-//! void main() {
-//!     uint i = gl_GlobalInvocationID.x;
-//!     if (i < params.n) data[i] *= params.factor;
-//! }
-//! ```
-//!
-//! `build.rs`, whose `main` is:
-//!
-//! ```no_run
-//! if let Err(e) = vkcompute_build::Kernels::new("shaders").build() {
-//!     // Each line is `file:line: message`; cargo shows them.
-//!     eprintln!("{e}");
-//!     std::process::exit(1);
-//! }
-//! ```
-//!
-//! `src/main.rs`:
-//!
-//! ```ignore
-//! // One module per shader, named after its file: `scale`.
-//! include!(concat!(env!("OUT_DIR"), "/vkcompute_kernels.rs"));
-//!
-//! fn main() -> vkcompute::Result<()> {
-//!     let ctx = vkcompute::DeviceContext::new()?;
-//!     let kernel = scale::Kernel::load(&ctx)?;
-//!     let data = ctx.enqueue_create_buffer::<f32>(1000)?;
-//!     data.enqueue_fill(2.0)?;
-//!     // `data` must be a DeviceBuffer<f32>, `Params` the shader's block:
-//!     // anything else does not compile.
-//!     kernel.dispatch(&ctx, 1000u32.div_ceil(64), &data, &scale::Params::new(1.5, 1000))?;
-//!     assert_eq!(data.to_vec()?, vec![3.0; 1000]);
-//!     Ok(())
-//! }
-//! ```
-//!
-//! # What is generated
-//!
-//! For a shader `path/name.comp` under the root, a module `path_name`
-//! (letters, digits and `_`) with:
-//!
-//! - `SPIRV: &[u32]`, `ENTRY`, `LABEL` (the file, the kernel's label in
-//!   errors and traces) and `SPEC_<NAME>: u32` for each specialization
-//!   constant's `constant_id`;
-//! - a struct per push-constant block (named after the block, e.g.
-//!   `Params`) and per buffer element that is not a plain number or
-//!   vector: `#[repr(C)]` (`packed` where the shader's offsets need it),
-//!   `Clone + Copy + Debug + Pod + Zeroable`, explicit `_padN` fields
-//!   where the layout has gaps, a `new(..)` taking every member, and
-//!   compile-time assertions of its size and of each member's offset;
-//! - `Kernel::load(&ctx)` and `Kernel::dispatch(&ctx, grid, buffers...,
-//!   &push)`: a buffer whose block is one runtime array (`T data[];`) is a
-//!   `&DeviceBuffer<T>` of that element type (`float` is `f32`, `vec4`
-//!   `[f32; 4]`, a struct its generated struct); any other block takes a
-//!   `KernelArg`.
-//!
-//! # Safety of the generated code
-//!
-//! The one `unsafe` is in the generated `load`: it calls
-//! `vkcompute::KernelBuilder::build_unvalidated`, whose contract is that
-//! the module is valid SPIR-V for the device's Vulkan version. That is
-//! what this crate checked (SPIRV-Tools, for Vulkan 1.2 and 1.3, or 1.3
-//! alone for a Vulkan 1.3 target, whose SPIR-V 1.6 the runtime refuses on
-//! a Vulkan 1.2 device), with the specialization defaults the module
-//! carries. Every other check of a load (structure, capabilities, limits)
-//! still runs, and the module's indices are bounded like any other's.
-//!
-//! # Building
-//!
-//! This crate links shaderc (glslang and SPIRV-Tools) into your build
-//! script only: it has no dependency on the vkcompute runtime, and
-//! `cargo tree -e normal` of your crate shows no shaderc. shaderc's
-//! libraries come from the Vulkan SDK (`VULKAN_SDK`), a `SHADERC_LIB_DIR`
-//! (on Debian and Ubuntu, vkcompute's `scripts/setup.sh` merges the
-//! distribution's static libraries into one), or shaderc's
-//! `build-from-source` feature (CMake and a C++ compiler; slow).
+// (The crate's documentation is its README: what it generates, how to
+// depend on it, and a walkthrough from zero to a running kernel.)
+#![doc = include_str!("../README.md")]
+// The README shows `build.rs` as the whole file a user writes, `fn main`
+// included.
+#![allow(clippy::needless_doctest_main)]
 
 mod codegen;
 mod compile;
@@ -127,7 +23,7 @@ pub enum Target {
     Vulkan1_3,
 }
 
-/// The optimization level of GLSL compilation.
+/// The optimization level of GLSL and HLSL compilation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Optimization {
     /// None.
@@ -164,15 +60,17 @@ impl ShaderOptions {
         self
     }
 
-    /// The entry point's name in the module (default `main`; GLSL's
-    /// function is always `main`).
+    /// The entry point's name in the module (default `main`): for HLSL the
+    /// function of that name; GLSL's function is always `main`.
     pub fn entry(mut self, name: &str) -> Self {
         self.entry = Some(name.into());
         self
     }
 
     /// Sets the default of specialization constant `id` (`constant_id`):
-    /// the value the generated kernel runs with.
+    /// the value the generated kernel runs with (`Kernel::load`, and
+    /// `Spec::default()`), and `LOCAL_SIZE` where it sets the workgroup
+    /// size.
     pub fn specialize(mut self, id: u32, value: impl Into<SpecValue>) -> Self {
         self.specialization.retain(|(i, _)| *i != id);
         self.specialization.push((id, value.into()));
@@ -206,10 +104,15 @@ pub struct Kernels {
     optimization: Optimization,
     warnings_as_errors: bool,
     out_file: String,
+    /// The crate's folder (in a build script): how messages name included
+    /// files outside the shader root.
+    manifest: Option<PathBuf>,
 }
 
 /// Why the shaders could not be built: one `file:line: message` (or
-/// `file: message`) per problem.
+/// `file: message`) per problem, the file relative to the shader root
+/// (an included file outside it, relative to the crate); `Display` writes
+/// one a line.
 pub struct Error {
     diagnostics: Vec<String>,
 }
@@ -243,8 +146,8 @@ impl std::error::Error for Error {}
 
 impl Kernels {
     /// The shaders under `root` (relative to the crate's manifest
-    /// directory in a build script): every `*.comp` and `*.spv`, in
-    /// sub-folders too.
+    /// directory in a build script): every `*.comp` (GLSL), `*.hlsl`
+    /// (HLSL) and `*.spv` (SPIR-V, taken as it is), in sub-folders too.
     pub fn new(root: impl Into<PathBuf>) -> Kernels {
         Kernels {
             root: root.into(),
@@ -255,6 +158,7 @@ impl Kernels {
             optimization: Optimization::default(),
             warnings_as_errors: false,
             out_file: "vkcompute_kernels.rs".into(),
+            manifest: None,
         }
     }
 
@@ -340,6 +244,7 @@ impl Kernels {
         let built = Kernels {
             root,
             include_dirs,
+            manifest: Some(manifest),
             ..self
         }
         .generate(&out_dir)?;
@@ -380,7 +285,7 @@ impl Kernels {
                         ));
                     }
                 }
-                Err(e) => diagnostics.push(e),
+                Err(e) => diagnostics.extend(e),
             }
         }
         if !diagnostics.is_empty() {
@@ -406,7 +311,7 @@ impl Kernels {
         path: &Path,
         rel: &str,
         read: &mut Vec<PathBuf>,
-    ) -> Result<(String, String), String> {
+    ) -> Result<(String, String), Vec<String>> {
         let options = self
             .per_shader
             .get(rel)
@@ -414,6 +319,8 @@ impl Kernels {
         let job = compile::Job {
             path,
             name: rel,
+            root: &self.root,
+            base: self.manifest.as_deref(),
             options: &options,
             include_dirs: &self.include_dirs,
             target: self.target,
@@ -430,11 +337,11 @@ impl Kernels {
                 continue;
             }
             vkcompute_spirv::validate::validate(&words, vulkan_1_3)
-                .map_err(|e| format!("{rel}: SPIRV-Tools (Vulkan {name}): {e}"))?;
+                .map_err(|e| vec![format!("{rel}: SPIRV-Tools (Vulkan {name}): {e}")])?;
             validated_for.push(name);
         }
         let entry = options.entry.as_deref().unwrap_or("main");
-        let reflected = reflect::reflect(&words, entry).map_err(|e| format!("{rel}: {e}"))?;
+        let reflected = reflect::reflect(&words, entry).map_err(|e| vec![format!("{rel}: {e}")])?;
         let stem = rel.rsplit_once('.').map_or(rel, |(s, _)| s);
         let module = codegen::snake(stem, "shader");
         let code = codegen::module(&codegen::Shader {
@@ -445,7 +352,7 @@ impl Kernels {
             reflected: &reflected,
             validated_for: &validated_for,
         })
-        .map_err(|e| format!("{rel}: {e}"))?;
+        .map_err(|e| vec![format!("{rel}: {e}")])?;
         Ok((module, code))
     }
 }
@@ -466,7 +373,10 @@ fn find_shaders(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, String)>) -> st
         let path = entry?.path();
         if path.is_dir() {
             find_shaders(root, &path, out)?;
-        } else if path.extension().is_some_and(|e| e == "comp" || e == "spv") {
+        } else if path
+            .extension()
+            .is_some_and(|e| e == "comp" || e == "hlsl" || e == "spv")
+        {
             let rel = path
                 .strip_prefix(root)
                 .unwrap_or(&path)

@@ -4,25 +4,31 @@
 //! prepared (one entry point, indices bounded). The build time and the run
 //! time see one kernel.
 
-use vkcompute_spirv::{bounds, rules, BindingKind, Count, Module, Type};
+use vkcompute_spirv::{bounds, rules, BindingKind, Count, Module, SpecKind, Type, Value};
 
 /// One argument of the kernel.
 pub(crate) struct Binding {
     pub(crate) set: u32,
     pub(crate) binding: u32,
+    pub(crate) kind: BindingKind,
     pub(crate) name: Option<String>,
     pub(crate) read_only: bool,
     /// The element type and array stride, where the buffer block is one
     /// runtime array (`T data[];`) and every variable on the binding agrees.
     pub(crate) element: Option<(Type, u32)>,
-    /// A uniform buffer's block type (std140).
-    pub(crate) uniform: Option<Type>,
+    /// The block type, where the buffer holds one block of fixed size: a
+    /// uniform block (std140), or a storage block with no runtime array
+    /// (std430) on which every variable of the binding agrees.
+    pub(crate) block: Option<Type>,
 }
 
 /// One specialization constant.
 pub(crate) struct SpecConstant {
     pub(crate) id: u32,
     pub(crate) name: Option<String>,
+    pub(crate) kind: SpecKind,
+    /// Its value in the shipped module (its default, as `build.rs` set it).
+    pub(crate) default: Option<Value>,
 }
 
 pub(crate) struct Reflected {
@@ -46,7 +52,9 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Reflected, String> {
         .into_iter()
         .map(|s| SpecConstant {
             id: s.id,
+            default: declared.value(s.constant).cloned(),
             name: s.name,
+            kind: s.kind,
         })
         .collect();
     let frozen = rules::freeze(words, &declared, &[]);
@@ -75,7 +83,7 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Reflected, String> {
         let read_only = b.read_only();
         let first = &b.aliases[0];
         let name = first.name.clone();
-        let (element, uniform) = match b.kind {
+        let (element, block) = match b.kind {
             BindingKind::UniformBuffer => (None, Some(first.block.clone())),
             BindingKind::StorageBuffer => {
                 let elements: Vec<Option<(&Type, u32)>> = b
@@ -88,16 +96,22 @@ pub(crate) fn reflect(words: &[u32], entry: &str) -> Result<Reflected, String> {
                     .all(|w| w[0] == w[1])
                     .then(|| elements[0].map(|(t, s)| (t.clone(), s)))
                     .flatten();
-                (agreed, None)
+                // A block of fixed size (`buffer Counters { uint total;
+                // uint bins[16]; }`), the same on every variable.
+                let fixed = (!first.block.has_runtime_array()
+                    && b.aliases.iter().all(|a| a.block == first.block))
+                .then(|| first.block.clone());
+                (agreed, fixed)
             }
         };
         bindings.push(Binding {
             set: b.set,
             binding: b.binding,
+            kind: b.kind,
             name,
             read_only,
             element,
-            uniform,
+            block,
         });
     }
     Ok(Reflected {

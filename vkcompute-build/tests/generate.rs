@@ -30,6 +30,52 @@ const ADD: &str = "#version 450\nlayout(local_size_x = 64) in;\n\
     void main() { uint i = gl_GlobalInvocationID.x; if (i < params.n) data[i] += VALUE; }\n";
 
 #[test]
+fn compile_errors_print_as_file_line_message_relative_to_the_root() {
+    let dir = tree(
+        "messages",
+        &[
+            (
+                "shaders/sub/two.comp",
+                "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n  nope();\n  uint x = nada;\n}\n",
+            ),
+            (
+                "shaders/inc.comp",
+                "#version 450\n#include \"helper.glsl\"\nlayout(local_size_x = 1) in;\nvoid main() {}\n",
+            ),
+            ("shaders/helper.glsl", "uint helper() { return missing; }\n"),
+        ],
+    );
+    let e = Kernels::new(dir.join("shaders"))
+        .generate(&dir)
+        .unwrap_err();
+    let text = e.to_string();
+    // One line a problem, each `file:line: message`, the file relative to
+    // the shader root (an included file by its own name): no compiler
+    // header, no absolute path.
+    let d = e.diagnostics();
+    assert_eq!(text, d.join("\n"));
+    for (file, line, word) in [
+        ("helper.glsl", 1, "'missing' : undeclared identifier"),
+        (
+            "sub/two.comp",
+            4,
+            "'nope' : no matching overloaded function",
+        ),
+        ("sub/two.comp", 5, "'nada' : undeclared identifier"),
+    ] {
+        let want = format!("{file}:{line}: error: {word}");
+        assert!(d.iter().any(|m| m.starts_with(&want)), "{want}\n{text}");
+    }
+    assert!(
+        d.iter()
+            .all(|m| m.starts_with("helper.glsl:1: ") || m.starts_with("sub/two.comp:")),
+        "{text}"
+    );
+    assert!(!text.contains(&dir.display().to_string()), "{text}");
+    assert!(!text.contains("compilation error"), "{text}");
+}
+
+#[test]
 fn a_compile_error_names_the_file_and_line() {
     let dir = tree(
         "errors",
@@ -229,8 +275,8 @@ fn generated_structs_follow_the_shaders_offsets() {
 fn a_uniform_block_is_a_typed_std140_struct() {
     let source = "#version 450\nlayout(local_size_x = 1) in;\n\
         layout(std430, binding = 0) buffer Data { float data[]; };\n\
-        layout(std140, binding = 1) uniform Scale { float factor; vec3 shift; uint n; } scale;\n\
-        void main() { data[0] = scale.factor + scale.shift.x + float(scale.n); }\n";
+        layout(std140, binding = 1) uniform Scale { float factor; vec3 shift; uint n; float w[3]; } scale;\n\
+        void main() { data[0] = scale.factor + scale.shift.x + float(scale.n) + scale.w[2]; }\n";
     let dir = tree("uniform", &[("u.comp", source)]);
     let code = generated(&Kernels::new(&dir), &dir);
     assert!(
@@ -241,8 +287,167 @@ fn a_uniform_block_is_a_typed_std140_struct() {
         code.contains("assert!(::core::mem::offset_of!(Scale, shift) == 16);"),
         "{code}"
     );
+    // std140 gives each float of `w` a 16-byte slot: an element wrapper,
+    // and the struct ends with the last slot's padding (80 bytes; the block
+    // spans 68).
+    for line in [
+        "pub w: [ScaleWElement; 3],",
+        "assert!(::core::mem::offset_of!(Scale, w) == 32);",
+        "assert!(::core::mem::size_of::<Scale>() == 80);",
+        "pub struct ScaleWElement {",
+        "ScaleWElement { value, _pad0: [0; 12] }",
+    ] {
+        assert!(code.contains(line), "{line}\n{code}");
+    }
+}
+
+#[test]
+fn hlsl_compute_shaders_compile_beside_glsl() {
+    let source = "// y = x * factor, x in set 0 and y in set 1.\n\
+        struct Params { float factor; uint n; };\n\
+        [[vk::push_constant]] ConstantBuffer<Params> params;\n\
+        StructuredBuffer<float> x : register(t1, space0);\n\
+        RWStructuredBuffer<float> y : register(u0, space1);\n\
+        [numthreads(64, 1, 1)]\n\
+        void main(uint3 id : SV_DispatchThreadID) {\n\
+            if (id.x < params.n) y[id.x] = x[id.x] * params.factor;\n\
+        }\n";
+    let dir = tree("hlsl", &[("scale.hlsl", source)]);
+    let code = generated(&Kernels::new(&dir), &dir);
+    // (set, binding) order: `x` (set 0, binding 1), then `y` (set 1,
+    // binding 0); the push-constant block's struct; `main` the entry.
+    let signature = "x: &vkcompute::DeviceBuffer<f32>,\n            \
+        y: &vkcompute::DeviceBuffer<f32>,\n            push: &Params,";
+    assert!(code.contains(signature), "{code}");
     assert!(
-        code.contains("assert!(::core::mem::size_of::<Scale>() == 32);"),
+        code.contains("`y`: set 1, binding 0, elements of `f32`, written"),
         "{code}"
+    );
+    assert!(
+        code.contains("`x`: binding 1, elements of `f32`, read only"),
+        "{code}"
+    );
+    assert!(code.contains("pub const ENTRY: &str = \"main\";"), "{code}");
+    assert!(
+        code.contains("pub const LOCAL_SIZE: [u32; 3] = [64, 1, 1];"),
+        "{code}"
+    );
+    // Another entry point, from the shader's options; HLSL has no
+    // `#version`, and its errors are `file:line: message` too.
+    let renamed = source.replace("void main(", "void scale(");
+    let dir = tree("hlsl-entry", &[("k/scale.hlsl", &renamed)]);
+    let code = generated(
+        &Kernels::new(&dir).shader("k/scale.hlsl", |s| s.entry("scale")),
+        &dir,
+    );
+    assert!(
+        code.contains("pub const ENTRY: &str = \"scale\";"),
+        "{code}"
+    );
+    let e = Kernels::new(&dir).generate(&dir).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "k/scale.hlsl: the HLSL source defines no function `main`, the entry point"
+    );
+}
+
+#[test]
+fn a_fixed_size_storage_block_is_a_typed_std430_struct() {
+    let source = "#version 450\nlayout(local_size_x = 16) in;\n\
+        layout(std430, binding = 0) buffer Counters { uint total; uint bins[16]; vec3 dirs[2]; } counters;\n\
+        layout(std430, binding = 1) readonly buffer Limits { uint most; } limits;\n\
+        layout(std430, binding = 2) buffer Mixed { uint count; float rest[]; } mixed;\n\
+        void main() {\n\
+            uint i = gl_LocalInvocationID.x;\n\
+            atomicAdd(counters.bins[i], 1u);\n\
+            atomicAdd(counters.total, min(i, limits.most));\n\
+            counters.dirs[i % 2u].y = mixed.rest[i] + float(mixed.count);\n\
+        }\n";
+    let dir = tree("fixed", &[("hist.comp", source)]);
+    let code = generated(&Kernels::new(&dir), &dir);
+    // std430: `bins` right after `total`, a uint array at a stride of 4
+    // (no wrapper); vec3 at a stride of 16 (a padded element).
+    for line in [
+        "counters: &vkcompute::DeviceBuffer<Counters>,",
+        "limits: &vkcompute::DeviceBuffer<Limits>,",
+        "mixed: vkcompute::KernelArg<'_>,",
+        "pub bins: [u32; 16],",
+        "pub dirs: [CountersDirsElement; 2],",
+        "assert!(::core::mem::offset_of!(Counters, bins) == 4);",
+        "assert!(::core::mem::offset_of!(Counters, dirs) == 80);",
+        // The block spans 108 bytes; the last element's padding makes 112.
+        "assert!(::core::mem::size_of::<Counters>() == 112);",
+        "assert!(::core::mem::size_of::<CountersDirsElement>() == 16);",
+        "`counters`: binding 0, a storage buffer (written) holding one `Counters` (std430);",
+        "`limits`: binding 1, a storage buffer (read only) holding one `Limits` (std430);",
+        "&[counters.arg(), limits.arg(), mixed],",
+    ] {
+        assert!(code.contains(line), "{line}\n{code}");
+    }
+}
+
+#[test]
+fn spec_lists_each_settable_constant_with_its_built_in_value() {
+    let source = "#version 450\n\
+        #extension GL_EXT_shader_explicit_arithmetic_types : require\n\
+        layout(local_size_x_id = 5) in;\n\
+        layout(constant_id = 0) const uint N = 4u;\n\
+        layout(constant_id = 1) const bool useGain = true;\n\
+        layout(constant_id = 2) const float GAIN = 1.5;\n\
+        layout(constant_id = 3) const int OFFSET = -2;\n\
+        layout(constant_id = 4) const double D = 0.25;\n\
+        layout(constant_id = 6) const int64_t BIG = -5000000000l;\n\
+        layout(constant_id = 7) const float16_t HALF = float16_t(0.5);\n\
+        layout(std430, binding = 0) buffer Data { float data[]; };\n\
+        void main() {\n\
+            uint i = gl_GlobalInvocationID.x;\n\
+            float g = useGain ? GAIN : 1.0;\n\
+            data[i] = g * float(N) + float(OFFSET) + float(D) + float(BIG) + float(HALF);\n\
+        }\n";
+    let dir = tree("specstruct", &[("s.comp", source)]);
+    let code = generated(
+        &Kernels::new(&dir).shader("s.comp", |s| s.specialize(0, 8u32).specialize(5, 32u32)),
+        &dir,
+    );
+    for line in [
+        "pub n: u32,",
+        "pub use_gain: bool,",
+        "pub gain: f32,",
+        "pub offset: i32,",
+        "pub d: f64,",
+        "pub local_size_x: u32,",
+        "pub big: i64,",
+        "Spec { n: 8, use_gain: true, gain: 1.5, offset: -2, d: 0.25, local_size_x: 32, big: -5000000000 }",
+        "let Spec { n, use_gain, gain, offset, d, local_size_x, big } = *spec;",
+        ".specialize(SPEC_USE_GAIN, use_gain)",
+        ".specialize(SPEC_LOCAL_SIZE_X, local_size_x)",
+        "pub const SPEC_USE_GAIN: u32 = 1;",
+        "pub const LOCAL_SIZE: [u32; 3] = [32, 1, 1];",
+        "/// `useGain`, `constant_id = 1` (built in: `true`).",
+        "/// `constant_id = 5`, the workgroup size in x (built in: `32`).",
+        "not in `Spec` (a 16-bit float; the id `vkcompute::KernelBuilder::specialize` takes).",
+        "`HALF`, `constant_id = 7` (a 16-bit float)",
+    ] {
+        assert!(code.contains(line), "{line}\n{code}");
+    }
+    assert!(!code.contains("pub half:"), "{code}");
+    // A shader without constants: an empty `Spec`, and `load_with` still.
+    let dir = tree("nospec", &[("add.comp", &ADD.replace("VALUE", "1u"))]);
+    let code = generated(&Kernels::new(&dir), &dir);
+    assert!(code.contains("pub struct Spec {\n    }"), "{code}");
+    assert!(code.contains("pub fn load_with("), "{code}");
+}
+
+#[test]
+fn a_printf_record_buffer_is_no_parameter() {
+    let source = "#version 450\n#extension GL_EXT_debug_printf : require\n\
+        layout(local_size_x = 1) in;\n\
+        layout(std430, binding = 0) buffer Data { uint data[]; };\n\
+        void main() { debugPrintfEXT(\"data[0] = %u\", data[0]); data[0] += 1u; }\n";
+    let dir = tree("printf", &[("p.comp", source)]);
+    let code = generated(&Kernels::new(&dir), &dir);
+    assert!(
+        code.contains("&[data.arg()], &())"),
+        "only `data` is an argument:\n{code}"
     );
 }

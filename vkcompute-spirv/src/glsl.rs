@@ -13,8 +13,12 @@
 //!   unoptimized module has a signed division (`OpSDiv`, `OpSRem`,
 //!   `OpSMod`) is not optimized: drivers optimize the module themselves,
 //!   and SPIR-V leaves that one result undefined rather than trapping.
-//! - A source without `#version` makes glslang print its built-in
+//! - A GLSL source without `#version` makes glslang print its built-in
 //!   declarations to standard output before it fails: refused first.
+//!
+//! HLSL compute shaders ([`Language::Hlsl`]) go through glslang's HLSL
+//! front end with the same limits; a register's space is its descriptor
+//! set (`register(u0, space1)` is set 1, binding 0).
 
 use std::path::PathBuf;
 
@@ -48,13 +52,27 @@ pub enum Optimization {
 /// file) to (resolved name, content), or a message.
 pub type Include<'a> = dyn Fn(&str, bool, &str) -> Result<(String, String), String> + Sync + 'a;
 
+/// The language of a source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Language {
+    /// GLSL (a compute shader, `#version` first).
+    #[default]
+    Glsl,
+    /// HLSL (a compute shader: the function named by the job's entry,
+    /// with `[numthreads(..)]`).
+    Hlsl,
+}
+
 /// One compilation.
 pub struct Job<'a> {
-    /// The GLSL source.
+    /// The source.
     pub source: &'a str,
+    /// Its language.
+    pub language: Language,
     /// Its name in messages.
     pub file_name: &'a str,
-    /// The entry point's name in the module (the source's `main`).
+    /// The entry point's name in the module (GLSL: the source's `main`;
+    /// HLSL: the source's function of that name).
     pub entry: &'a str,
     /// `shaderc::EnvVersion` of the Vulkan version to compile for.
     pub vulkan_version: u32,
@@ -84,10 +102,13 @@ pub struct Compiled {
 }
 
 /// Compiles `job` (see the module documentation). The error is the
-/// compiler's message with file and line, or says which limit a source
-/// broke.
+/// compiler's messages, one a line, each `file:line: error: message`
+/// (without shaderc's `N compilation errors:` header), or says which limit
+/// a source broke.
 pub fn compile(job: &Job<'_>) -> Result<Compiled, String> {
-    check_version(job.source, job.file_name)?;
+    if job.language == Language::Glsl {
+        check_version(job.source, job.file_name)?;
+    }
     let result = std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("vkcompute-glsl".into())
@@ -110,6 +131,18 @@ fn compile_here(job: &Job<'_>) -> Result<Compiled, String> {
                 .map_err(|e| format!("shaderc options could not be made: {e}"))?;
             options.set_optimization_level(level);
             options.set_target_env(shaderc::TargetEnv::Vulkan, job.vulkan_version);
+            if job.language == Language::Hlsl {
+                options.set_source_language(shaderc::SourceLanguage::HLSL);
+                // SPIR-V 1.3, whatever the Vulkan version: the HLSL front
+                // end of glslang before 12.1 (Debian 12's, Ubuntu 24.04's
+                // shaderc) decorates storage buffers `BufferBlock`, which
+                // SPIR-V 1.4 removed (glslang pull request 3121). Every
+                // Vulkan 1.2 and 1.3 device takes SPIR-V 1.3.
+                options.set_target_spirv(shaderc::SpirvVersion::V1_3);
+                // `register(u0, space1)`: set 1, binding 0.
+                options.set_hlsl_io_mapping(true);
+                options.set_hlsl_offsets(true);
+            }
             if job.warnings_as_errors {
                 options.set_warnings_as_errors();
             }
@@ -150,7 +183,7 @@ fn compile_here(job: &Job<'_>) -> Result<Compiled, String> {
                 Some(&options(level)?),
             )
             .map(|artifact| artifact.as_binary().to_vec())
-            .map_err(|e| e.to_string())
+            .map_err(message)
     };
     let expanded = compiler
         .preprocess(
@@ -159,9 +192,17 @@ fn compile_here(job: &Job<'_>) -> Result<Compiled, String> {
             job.entry,
             Some(&options(shaderc::OptimizationLevel::Zero)?),
         )
-        .map_err(|e| e.to_string())?
+        .map_err(message)?
         .as_text();
     check_statements(&expanded, job.file_name)?;
+    if job.language == Language::Hlsl && !calls_or_defines(&expanded, job.entry) {
+        // glslang makes an empty kernel of an HLSL source without the
+        // entry point's function, without a word.
+        return Err(format!(
+            "{}: the HLSL source defines no function `{}`, the entry point",
+            job.file_name, job.entry
+        ));
+    }
     let level = match job.optimization {
         Optimization::None => None,
         Optimization::Size => Some(shaderc::OptimizationLevel::Size),
@@ -187,6 +228,27 @@ fn compile_here(job: &Job<'_>) -> Result<Compiled, String> {
         words,
         unoptimized_for_division,
         included,
+    })
+}
+
+/// A compiler error as its messages: shaderc's `N compilation errors:`
+/// header dropped, each message on a line of its own.
+fn message(e: shaderc::Error) -> String {
+    match e {
+        shaderc::Error::CompilationError(_, reason) if !reason.trim().is_empty() => {
+            reason.trim_end().to_string()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Whether `name` followed by `(` is in `source` as a whole word.
+fn calls_or_defines(source: &str, name: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    source.match_indices(name).any(|(at, _)| {
+        let before = source[..at].chars().next_back();
+        let after = source[at + name.len()..].trim_start().chars().next();
+        !before.is_some_and(word) && after == Some('(')
     })
 }
 

@@ -137,6 +137,9 @@ pub struct SpecConstant {
     pub kind: SpecKind,
     /// Its size in bytes in `VkSpecializationInfo` (4 or 8; `bool` 4).
     pub size: u32,
+    /// The id of the constant (the first `OpSpecConstant*` with this
+    /// `SpecId`): [`Module::value`] of it is its default.
+    pub constant: u32,
 }
 
 /// What an entry point declares.
@@ -192,8 +195,15 @@ impl Module {
     /// The interface of compute entry point `entry`. Every descriptor,
     /// push-constant and workgroup variable of the module counts (a module
     /// prepared for the driver holds those of its one entry point only).
+    ///
+    /// Read from a specialized module, it also refuses what only a
+    /// specialization can break in a module SPIRV-Tools accepted with its
+    /// defaults: an array of length 0 (or negative), and members of a
+    /// buffer or push-constant block that overlap
+    /// ([`Type::check_layout`]).
     pub fn interface(&self, entry: &str) -> Result<Interface, String> {
         let ep = self.compute_entry(entry)?;
+        self.check_array_lengths()?;
         let (local_size, local_size_ids) = self.local_size(ep)?;
         let (reached, call_depth) = self.call_tree(ep.function)?;
         let bindings = self.bindings()?;
@@ -215,6 +225,9 @@ impl Module {
                         );
                     }
                     let block = self.type_tree(pointee)?;
+                    block
+                        .check_layout()
+                        .map_err(|e| format!("the push-constant block: {e}"))?;
                     let size = block
                         .extent()
                         .and_then(|n| u32::try_from(n).ok())
@@ -358,6 +371,9 @@ impl Module {
             _ => BindingKind::UniformBuffer,
         };
         let block = self.type_tree(block_id)?;
+        block
+            .check_layout()
+            .map_err(|e| format!("the block of {what}: {e}"))?;
         if kind == BindingKind::UniformBuffer && block.extent().is_none() {
             return Err(format!("the uniform block {what} has no fixed size"));
         }
@@ -513,6 +529,7 @@ impl Module {
                     name: self.name(id).map(str::to_string),
                     kind,
                     size,
+                    constant: id,
                 }),
             }
         }

@@ -16,7 +16,7 @@
 //!    [`Module::interface`]: bindings with their sets, push constants,
 //!    workgroup size and memory, specialization constants, call depth,
 //!    private memory; [`uses::module_use`]: capabilities and pointer use;
-//! 3. [`validate::validate`] (feature `validate`): SPIRV-Tools;
+//! 3. `validate::validate` (feature `validate`): SPIRV-Tools;
 //! 4. [`rules::freeze`]: the specialization written into the module;
 //! 5. [`bounds::prepare`]: one entry point kept, runtime-sized arrays of
 //!    buffers sized, specialization expressions folded, indices clamped;

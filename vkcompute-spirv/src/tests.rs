@@ -405,3 +405,130 @@ fn the_call_graph_gives_depth_and_refuses_recursion() {
     assert_eq!((reached.len(), depth), (4, 4));
     assert!(build(true).unwrap_err().contains("recursion"));
 }
+
+/// The interface of a kernel `main` with a storage buffer (set 0,
+/// binding 0) and push constants, each a block `{ float a[N]; float b; }`
+/// with `b` at byte 16 (so `N`, SpecId 0, default 4, fits at most 4), and
+/// an unused array type of length `M` (SpecId 1, a signed int, default 1),
+/// as the pipeline sees it with `spec` (SpecId, value) frozen in.
+fn specialized_interface(spec: &[(u32, u32)]) -> Result<crate::Interface, String> {
+    let mut a = Asm::new();
+    let t = types(&mut a);
+    let void = a.def(19, 0, &[]);
+    let fn_ty = a.def(OP_TYPE_FUNCTION, 0, &[void]);
+    let float = a.def(OP_TYPE_FLOAT, 0, &[32]);
+    let n = a.def(OP_SPEC_CONSTANT, t.u32, &[4]);
+    a.inst(OP_DECORATE, &[n, DECORATION_SPEC_ID, 0]);
+    let m = a.def(OP_SPEC_CONSTANT, t.i32, &[1]);
+    a.inst(OP_DECORATE, &[m, DECORATION_SPEC_ID, 1]);
+    let arr = a.def(OP_TYPE_ARRAY, 0, &[float, n]);
+    a.inst(OP_DECORATE, &[arr, DECORATION_ARRAY_STRIDE, 4]);
+    a.def(OP_TYPE_ARRAY, 0, &[float, m]);
+    let mut variables = Vec::new();
+    for class in [STORAGE_CLASS_STORAGE_BUFFER, STORAGE_CLASS_PUSH_CONSTANT] {
+        let block = a.def(OP_TYPE_STRUCT, 0, &[arr, float]);
+        a.inst(OP_DECORATE, &[block, 2]); // Block
+        for (member, offset, name) in [(0, 0, u32::from(b'a')), (1, 16, u32::from(b'b'))] {
+            a.inst(
+                OP_MEMBER_DECORATE,
+                &[block, member, DECORATION_OFFSET, offset],
+            );
+            a.inst(6, &[block, member, name]); // OpMemberName
+        }
+        let pointer = a.def(OP_TYPE_POINTER, 0, &[class, block]);
+        let variable = a.def(OP_VARIABLE, pointer, &[class]);
+        if class == STORAGE_CLASS_STORAGE_BUFFER {
+            a.inst(OP_DECORATE, &[variable, DECORATION_DESCRIPTOR_SET, 0]);
+            a.inst(OP_DECORATE, &[variable, DECORATION_BINDING, 0]);
+        }
+        variables.push(variable);
+    }
+    let f = a.id();
+    // "main", nul-terminated, then the interface.
+    a.inst(
+        OP_ENTRY_POINT,
+        &[
+            5,
+            f,
+            u32::from_le_bytes(*b"main"),
+            0,
+            variables[0],
+            variables[1],
+        ],
+    );
+    a.inst(OP_EXECUTION_MODE, &[f, MODE_LOCAL_SIZE, 1, 1, 1]);
+    a.inst(54, &[void, f, 0, fn_ty]);
+    let label = a.id();
+    a.inst(248, &[label]);
+    a.inst(253, &[]);
+    a.inst(56, &[]);
+    let declared = a.read().unwrap();
+    let bytes: Vec<(u32, Vec<u8>)> = spec
+        .iter()
+        .map(|(id, v)| (*id, v.to_le_bytes().to_vec()))
+        .collect();
+    let frozen = crate::rules::freeze(&a.words, &declared, &bytes);
+    Module::read(&frozen)?.interface("main")
+}
+
+#[test]
+fn block_members_a_specialization_makes_overlap_are_refused() {
+    // The defaults, and any length up to 4, leave `a` before `b`.
+    for n in [None, Some(1), Some(4)] {
+        let spec: Vec<(u32, u32)> = n.map(|n| (0, n)).into_iter().collect();
+        let iface = specialized_interface(&spec).unwrap();
+        assert_eq!(iface.bindings.len(), 1, "{n:?}");
+        assert_eq!(iface.push.as_ref().map(|(_, size)| *size), Some(20));
+    }
+    // Five floats reach byte 20, past `b` at 16: the storage block (the
+    // first the interface reads) is refused, naming both members.
+    let e = specialized_interface(&[(0, 5)]).unwrap_err();
+    assert!(
+        e.contains("`a` (up to byte 20) and `b` (from byte 16) overlap"),
+        "{e}"
+    );
+    assert!(e.contains("binding 0") && e.contains("06719"), "{e}");
+}
+
+#[test]
+fn an_array_a_specialization_makes_empty_or_negative_is_refused() {
+    for (value, shown) in [(0u32, "length 0"), ((-3i32) as u32, "length -3")] {
+        let e = specialized_interface(&[(1, value)]).unwrap_err();
+        assert!(
+            e.contains(shown) && e.contains("at least one element"),
+            "{e}"
+        );
+    }
+    // The length of a block's array too.
+    let e = specialized_interface(&[(0, 0)]).unwrap_err();
+    assert!(e.contains("length 0"), "{e}");
+    assert!(specialized_interface(&[(1, 7)]).is_ok());
+}
+
+#[test]
+fn elements_of_an_array_that_overlap_are_refused() {
+    let float = Type::Float { width: 32 };
+    let inner = |n: u64| Type::Struct {
+        name: Some("Inner".into()),
+        members: vec![crate::Member {
+            name: Some("v".into()),
+            offset: Some(0),
+            ty: Type::Array {
+                element: Box::new(float.clone()),
+                length: Some(n),
+                stride: Some(4),
+            },
+        }],
+    };
+    let outer = |n: u64| Type::Array {
+        element: Box::new(inner(n)),
+        length: Some(2),
+        stride: Some(16),
+    };
+    assert_eq!(outer(4).check_layout(), Ok(()));
+    let e = outer(5).check_layout().unwrap_err();
+    assert!(
+        e.contains("each spans 20 bytes but they are 16 bytes apart"),
+        "{e}"
+    );
+}

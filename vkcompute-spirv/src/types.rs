@@ -2,6 +2,7 @@
 //! what a binding's block, the push-constant block and a workgroup
 //! variable are, and how many bytes each occupies.
 
+use crate::eval::Value;
 use crate::module::Module;
 use crate::words::*;
 
@@ -132,14 +133,11 @@ impl Module {
                 row_major: layout.row_major,
             },
             (OP_TYPE_ARRAY, [element, length]) => {
-                let n = self
-                    .value(*length)
-                    .and_then(|v| v.as_u64())
-                    .ok_or_else(|| {
-                        format!(
+                let n = self.array_length(id, *length)?.ok_or_else(|| {
+                    format!(
                         "the length of array type %{id} is not a constant vkcompute can evaluate"
                     )
-                    })?;
+                })?;
                 Type::Array {
                     element: Box::new(sub(*element, layout, budget)?),
                     length: Some(n),
@@ -182,7 +180,133 @@ impl Module {
     }
 }
 
+impl Module {
+    /// The length of array type `id` (whose length operand is `length`):
+    /// `None` where it is not known, an error where it is 0 or negative.
+    /// SPIR-V requires at least 1, which SPIRV-Tools checks on the
+    /// defaults; a specialization constant can still set 0 (or a negative
+    /// value of a signed type), and drivers take such an array for one of
+    /// 2^32 elements or crash on it.
+    fn array_length(&self, id: u32, length: u32) -> Result<Option<u64>, String> {
+        let Some(value) = self.value(length) else {
+            return Ok(None);
+        };
+        let Value::Int {
+            bits,
+            width,
+            signed,
+        } = *value
+        else {
+            return Ok(None);
+        };
+        let negative = signed && width > 0 && width <= 64 && (bits >> (width - 1)) & 1 == 1;
+        if bits == 0 || negative {
+            let shown = if negative {
+                format!("{}", crate::eval::sign_extend(bits, width))
+            } else {
+                "0".to_string()
+            };
+            return Err(format!(
+                "array type %{id} has length {shown} (its length constant is {}); an array has at \
+                 least one element: a specialization constant that sets the length must be 1 or \
+                 more",
+                self.describe(length)
+            ));
+        }
+        Ok(Some(bits))
+    }
+
+    /// Checks the length of every array type of the module, used or not
+    /// (see `array_length`).
+    pub(crate) fn check_array_lengths(&self) -> Result<(), String> {
+        for &id in &self.order {
+            let g = &self.globals[&id];
+            if let (OP_TYPE_ARRAY, [_, length]) = (g.op, g.operands.as_slice()) {
+                self.array_length(id, *length)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Type {
+    /// Checks the explicit layout of a block (a buffer binding's or the
+    /// push constants'): no two members of a struct overlap, at any depth,
+    /// and no array's elements overlap (its stride is at least the bytes
+    /// each element spans). Vulkan requires this of the module the
+    /// pipeline is made from, after specialization
+    /// (VUID-VkPipelineShaderStageCreateInfo-pSpecializationInfo-06719):
+    /// SPIRV-Tools checks the defaults, but a specialization constant
+    /// that sets an array's length moves where the array ends, not the
+    /// offsets of the members after it. A runtime array counts from its
+    /// offset only (it is the last member).
+    pub fn check_layout(&self) -> Result<(), String> {
+        match self {
+            Type::Struct { members, .. } => {
+                // (offset, end, member index), in offset order.
+                let mut spans: Vec<(u64, u64, usize)> = Vec::with_capacity(members.len());
+                for (i, m) in members.iter().enumerate() {
+                    m.ty.check_layout()?;
+                    let Some(offset) = m.offset else { continue };
+                    let offset = u64::from(offset);
+                    let bytes = if m.ty.has_runtime_array() {
+                        0
+                    } else {
+                        m.ty.extent().unwrap_or(0)
+                    };
+                    spans.push((offset, offset.saturating_add(bytes), i));
+                }
+                spans.sort_by_key(|&(offset, _, _)| offset);
+                let mut furthest: Option<(u64, usize)> = None;
+                for &(offset, end, i) in &spans {
+                    if let Some((before_end, j)) = furthest.filter(|&(e, _)| offset < e) {
+                        let name = |k: usize| match &members[k].name {
+                            Some(n) => format!("`{n}`"),
+                            None => format!("member {k}"),
+                        };
+                        return Err(format!(
+                            "in {}, {} (up to byte {before_end}) and {} (from byte {offset}) \
+                             overlap; Vulkan requires the members of a block not to \
+                             (VUID-VkPipelineShaderStageCreateInfo-pSpecializationInfo-06719): \
+                             a specialization constant that sets an array's length can make \
+                             the array reach past the member after it",
+                            match self {
+                                Type::Struct { name: Some(n), .. } => format!("struct `{n}`"),
+                                _ => "a struct".to_string(),
+                            },
+                            name(j),
+                            name(i)
+                        ));
+                    }
+                    if furthest.is_none_or(|(e, _)| end > e) {
+                        furthest = Some((end, i));
+                    }
+                }
+                Ok(())
+            }
+            Type::Array {
+                element,
+                length,
+                stride,
+            } => {
+                element.check_layout()?;
+                let (Some(n), Some(stride)) = (*length, *stride) else {
+                    return Ok(());
+                };
+                match element.extent() {
+                    Some(each) if n > 1 && each > u64::from(stride) => Err(format!(
+                        "the elements of {} overlap: each spans {each} bytes but they are \
+                         {stride} bytes apart (VUID-VkPipelineShaderStageCreateInfo-\
+                         pSpecializationInfo-06719)",
+                        self.describe()
+                    )),
+                    _ => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The bytes a value of this type occupies in a block with explicit
     /// layout, from its first byte to the end of its last member: a struct
     /// ends at its furthest member (members need not be in offset order),
