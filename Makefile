@@ -16,7 +16,7 @@ STRICT := VKCOMPUTE_VALIDATION=abort VKCOMPUTE_PIPELINE_CACHE=off
 # seen in tests/model.rs under load; not a rule vkcompute breaks).
 SERIAL := RUST_TEST_THREADS=1
 
-.PHONY: all setup demo test check lint unit bench bench-quick clean spirv downstream matmul mpi-test mpi-spirv
+.PHONY: all setup demo test check lint unit bench bench-quick clean spirv downstream matmul mpi-test mpi-spirv gpu-check
 
 all: test
 
@@ -82,7 +82,9 @@ mpi-test: setup
 mpi-spirv: setup
 	VKCOMPUTE_REFRESH_SPIRV=1 $(CARGO) test -p vkcompute-mpi --all-features --test shipped_spirv
 
-# The examples and the quick benchmark (both memory paths), on each driver.
+# The examples and the quick benchmark (both memory paths), on each driver,
+# then the GPU check's quick mode on lavapipe (the binaries built above),
+# so that the script a GPU machine runs keeps working.
 test: lint unit downstream mpi-test
 	@for d in "" "$(DRIVER2)"; do \
 	  for e in $(EXAMPLES); do \
@@ -97,6 +99,8 @@ test: lint unit downstream mpi-test
 	  $$d $(CARGO) run -q --release --example bench -- --quick || exit 1; \
 	  $$d $(CARGO) run -q --release --example bench -- --quick --staging || exit 1; \
 	done
+	@echo "== the GPU check, quick mode, on lavapipe"
+	./scripts/gpu-check.sh --quick
 
 # Recompiles shaders/*.comp into the shipped SPIR-V (shaders/spv/*.spv),
 # validating it; commit the result. `make test` fails while they differ.
@@ -110,6 +114,14 @@ matmul: setup
 
 bench: setup
 	$(CARGO) run --release --example bench
+
+# On a machine with a GPU and its Vulkan driver: the integration tests, the
+# examples, the benchmark (both paths) and vkcompute-mpi's ranks on it, one
+# report (target/gpu-check/report.txt). For a machine without Rust,
+# `scripts/gpu-check.sh pack DIR` here and `scripts/gpu-check.sh run DIR
+# REPORT` there (CONTRIBUTING.md).
+gpu-check: setup
+	./scripts/gpu-check.sh
 
 clean:
 	cargo clean

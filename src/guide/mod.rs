@@ -1,7 +1,7 @@
 //! The guide: how vkcompute is used, topic by topic. Every example here is
 //! a doctest that `make test` runs on lavapipe. The API reference is the
 //! rest of this documentation; ARCHITECTURE.md in the repository has the
-//! semantics in full and the design decisions.
+//! code layout, the invariants and the design decisions.
 //!
 //! - [`own_kernels`]: your GLSL or SPIR-V, loaded safely, and what is checked.
 //! - [`memory`]: buffers, views, copies and fills, mapping, the two memory
@@ -13,6 +13,7 @@
 //! - [`tracing`]: trace files and labels.
 //! - [`printf`]: printing and asserting from a kernel.
 //! - [`errors`]: what goes wrong, and what stays usable.
+//! - [`building`]: cargo features and what each needs at build time.
 
 #[doc = include_str!("own_kernels.md")]
 pub mod own_kernels {}
@@ -30,3 +31,5 @@ pub mod tracing {}
 pub mod printf {}
 #[doc = include_str!("errors.md")]
 pub mod errors {}
+#[doc = include_str!("building.md")]
+pub mod building {}
