@@ -1,8 +1,10 @@
-//! `DeviceContext`: one device plus one stream, and what every buffer
-//! method is built from: recording a command (device checks, cross-stream
-//! waits, hazards, use notes), flushing, synchronizing, deferred frees.
-//! Transfers are in `transfer.rs`, fills in `fill.rs`, options in
-//! `options.rs`.
+//! `DeviceContext`: one device plus one stream. Making a context (from
+//! options, from an application's raw Vulkan objects), new streams on its
+//! device, the device-wide waits between streams, flushing and
+//! synchronizing, and what the device and its memory report. Recording a
+//! command is `record.rs` (every operation goes through it); the stream
+//! behind its lock is `stream_handle.rs`; transfers are `transfer.rs`,
+//! fills `fill.rs`, options `options.rs`.
 
 use std::sync::Arc;
 

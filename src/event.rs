@@ -110,22 +110,24 @@ impl DeviceContext {
             None
         };
         let (value, queue) =
-            crate::record::record(&self.stream, "DeviceContext::record_event", &[], |stream| {
-                let point = (stream.pending_value(), stream.queue_index());
-                let Some(pool) = &timestamp else {
-                    return Ok((Command::Mark, point));
-                };
-                // The batch keeps the pool alive until it completed.
-                stream.keep_alive(pool.clone());
-                // The end is BOTTOM_OF_PIPE: written once every earlier
-                // command of the queue is done.
-                let command = Command::Timestamps {
-                    pool,
-                    start: true,
-                    end: true,
-                };
-                Ok((command, point))
-            })?;
+            crate::record::enqueue(&self.stream, "DeviceContext::record_event", &[]).command(
+                |stream| {
+                    let point = (stream.pending_value(), stream.queue_index());
+                    let Some(pool) = &timestamp else {
+                        return Ok((Command::Mark, point));
+                    };
+                    // The batch keeps the pool alive until it completed.
+                    stream.keep_alive(pool.clone());
+                    // The end is BOTTOM_OF_PIPE: written once every earlier
+                    // command of the queue is done.
+                    let command = Command::Timestamps {
+                        pool,
+                        start: true,
+                        end: true,
+                    };
+                    Ok((command, point))
+                },
+            )?;
         Ok(Event {
             point: Arc::new(self.stream.point(value)),
             device_id: device.id,

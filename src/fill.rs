@@ -327,7 +327,7 @@ pub(crate) fn fill(
     let buffer = dst.handle();
     let Some(fill) = FillSteps::new(&handle.device, buffer, offset, len, element)? else {
         let tile = tile_len(len, element.len() as u64);
-        return crate::record::record(handle, op, &[write(offset, len)], |stream| {
+        return crate::record::enqueue(handle, op, &[write(offset, len)]).command(|stream| {
             let slice = stream.stage_upload(tile)?;
             // No device work uses the slice yet.
             slice.mapped.fill(element);
@@ -341,9 +341,9 @@ pub(crate) fn fill(
     let _ops = dst.lock_ops(fill.steps.len() > 1);
     for step in &fill.steps {
         let access = [write(step.offset, step.len)];
-        crate::record::record_held(handle, op, &access, Some(dst), |_| {
-            Ok((step.command(&handle.device, buffer), ()))
-        })?;
+        crate::record::enqueue(handle, op, &access)
+            .holding(Some(dst))
+            .command(|_| Ok((step.command(&handle.device, buffer), ())))?;
     }
     Ok(())
 }

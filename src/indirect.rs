@@ -248,17 +248,19 @@ impl DeviceContext {
         let all: Vec<BufferAccess<'_>> = guard.iter().chain(&dispatch).copied().collect();
         let keep = d.kernel.clone();
         let describe = || format!("kernel {} indirect", kernel.label());
-        crate::record::record_sequence(&self.stream, op, &describe, &all, |stream, _| {
-            stream.keep_alive(keep);
-            d.keep_printf(stream, &kernel.label, &self.stream.printf);
-            stream.record(&hazards(&guard), steps.guard())?;
-            let command = Command::Dispatch {
-                pipeline: d.kernel.pipeline(),
-                buffers: &d.infos,
-                push: &d.push,
-                groups: steps.groups(),
-            };
-            stream.record(&hazards(&dispatch), command)
-        })
+        crate::record::enqueue(&self.stream, op, &all)
+            .described(&describe)
+            .sequence(|stream, _| {
+                stream.keep_alive(keep);
+                d.keep_printf(stream, &kernel.label, &self.stream.printf);
+                stream.record(&hazards(&guard), steps.guard())?;
+                let command = Command::Dispatch {
+                    pipeline: d.kernel.pipeline(),
+                    buffers: &d.infos,
+                    push: &d.push,
+                    groups: steps.groups(),
+                };
+                stream.record(&hazards(&dispatch), command)
+            })
     }
 }

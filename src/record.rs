@@ -40,71 +40,82 @@ pub(crate) fn hazards(accesses: &[BufferAccess<'_>]) -> SmallVec<[Access; 8]> {
     accesses.iter().map(BufferAccess::hazard).collect()
 }
 
-/// Records one command on this stream: checks the buffers, makes the
-/// command wait for other streams' work on them, notes the uses on the
-/// buffers, and gives the recorder the command `body` makes (it may
-/// stage data, keep objects alive with the batch or run work on its
-/// completion first). Returns `body`'s other result.
-pub(crate) fn record<'c, R>(
-    handle: &StreamHandle,
+/// The one way onto a stream: an operation named `op` that reads and
+/// writes `accesses` on `handle`'s stream. [`command`](Enqueue::command)
+/// records one command, [`sequence`](Enqueue::sequence) several in order;
+/// [`holding`](Enqueue::holding) and [`described`](Enqueue::described)
+/// say what the operation already holds and how the trace names it.
+pub(crate) fn enqueue<'a>(
+    handle: &'a StreamHandle,
     op: &'static str,
-    accesses: &[BufferAccess<'_>],
-    body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
-) -> Result<R> {
-    record_command(handle, op, accesses, None, None, body)
+    accesses: &'a [BufferAccess<'a>],
+) -> Enqueue<'a> {
+    Enqueue {
+        handle,
+        op,
+        accesses,
+        held: None,
+        describe: None,
+    }
 }
 
-/// [`record`](record) with a description of the command for the
-/// trace (called only where the context traces).
-pub(crate) fn record_described<'c, R>(
-    handle: &StreamHandle,
+/// An operation on its way onto a stream (see [`enqueue`]).
+pub(crate) struct Enqueue<'a> {
+    handle: &'a StreamHandle,
     op: &'static str,
-    describe: &dyn Fn() -> String,
-    accesses: &[BufferAccess<'_>],
-    body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
-) -> Result<R> {
-    record_command(handle, op, accesses, None, Some(describe), body)
+    accesses: &'a [BufferAccess<'a>],
+    held: Option<&'a BufferMemory>,
+    describe: Option<&'a dyn Fn() -> String>,
 }
 
-/// [`record`](record) for one command of an operation that holds
-/// `held`'s operation lock (see `BufferMemory::lock_ops`).
-pub(crate) fn record_held<'c, R>(
-    handle: &StreamHandle,
-    op: &'static str,
-    accesses: &[BufferAccess<'_>],
-    held: Option<&BufferMemory>,
-    body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
-) -> Result<R> {
-    record_command(handle, op, accesses, held, None, body)
-}
+impl<'a> Enqueue<'a> {
+    /// For one command of an operation that holds `held`'s operation lock
+    /// already (see `BufferMemory::lock_ops`): it is not taken again.
+    pub(crate) fn holding(self, held: Option<&'a BufferMemory>) -> Self {
+        Enqueue { held, ..self }
+    }
 
-/// The recorder behind every `record*`, for one command.
-fn record_command<'c, R>(
-    handle: &StreamHandle,
-    op: &'static str,
-    accesses: &[BufferAccess<'_>],
-    held: Option<&BufferMemory>,
-    describe: Option<&dyn Fn() -> String>,
-    body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
-) -> Result<R> {
-    record_parts(handle, op, accesses, held, describe, |stream, hazards| {
-        let (command, result) = body(stream)?;
-        stream.record(hazards, command)?;
-        Ok(result)
-    })
-}
+    /// With a description of the command for the trace (called only where
+    /// the context traces).
+    pub(crate) fn described(self, describe: &'a dyn Fn() -> String) -> Self {
+        Enqueue {
+            describe: Some(describe),
+            ..self
+        }
+    }
 
-/// [`record`](record) for a command of several parts (a graph
-/// replay with parameters): `body` orders and records them itself with
-/// the command's hazard ranges (`Stream::order`, `record`, `note`).
-pub(crate) fn record_sequence<R>(
-    handle: &StreamHandle,
-    op: &'static str,
-    describe: &dyn Fn() -> String,
-    accesses: &[BufferAccess<'_>],
-    body: impl FnOnce(&mut Stream, &[Access]) -> Result<R>,
-) -> Result<R> {
-    record_parts(handle, op, accesses, None, Some(describe), body)
+    /// Records one command: checks the buffers, makes the command wait for
+    /// other streams' work on them, notes the uses on the buffers, and
+    /// gives the recorder the command `body` makes (it may stage data, keep
+    /// objects alive with the batch or run work on its completion first).
+    /// Returns `body`'s other result.
+    pub(crate) fn command<'c, R>(
+        self,
+        body: impl FnOnce(&mut Stream) -> Result<(Command<'c>, R)>,
+    ) -> Result<R> {
+        self.sequence(|stream, hazards| {
+            let (command, result) = body(stream)?;
+            stream.record(hazards, command)?;
+            Ok(result)
+        })
+    }
+
+    /// For a command of several parts (a graph replay with parameters):
+    /// `body` orders and records them itself with the command's hazard
+    /// ranges (`Stream::order`, `record`, `note`).
+    pub(crate) fn sequence<R>(
+        self,
+        body: impl FnOnce(&mut Stream, &[Access]) -> Result<R>,
+    ) -> Result<R> {
+        record_parts(
+            self.handle,
+            self.op,
+            self.accesses,
+            self.held,
+            self.describe,
+            body,
+        )
+    }
 }
 
 /// Locks the buffers and the stream, makes the stream wait for other
@@ -124,19 +135,10 @@ fn record_parts<R>(
     // buffers is half done while it is recorded. The stream is taken
     // with room for one more batch (see `Stream::over_limit`); where
     // it has none, every lock is let go while the host waits for it.
-    let (_ops, waits, mut stream) = loop {
+    let ((_ops, waits), mut stream) = handle.lock_with_room_after(|| {
         let ops = lock_all(accesses.iter().map(|a| a.memory), held);
-        let waits = foreign_waits(handle, op, accesses)?;
-        let mut stream = handle.lock();
-        match stream.over_limit()? {
-            None => break (ops, waits, stream),
-            Some(value) => {
-                drop(stream);
-                drop(ops);
-                handle.timeline.wait_submitted(value)?;
-            }
-        }
-    };
+        Ok((ops, foreign_waits(handle, op, accesses)?))
+    })?;
     let waits = waits
         .into_iter()
         .map(|p| (p.stream.timeline, p.value))

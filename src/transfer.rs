@@ -102,17 +102,19 @@ pub(crate) fn upload_held(
                 len: chunk.len() as u64,
                 write: true,
             };
-            crate::record::record_held(handle, op, &[access], Some(dst), |stream| {
-                let slice = stream.stage_upload(chunk.len() as u64)?;
-                // No device work uses the slice yet.
-                slice.mapped.write(chunk);
-                let region = vk::BufferCopy {
-                    src_offset: slice.offset,
-                    dst_offset: offset + start,
-                    size: chunk.len() as u64,
-                };
-                Ok((Command::copy(slice.buffer, dst.handle(), region), ()))
-            })
+            crate::record::enqueue(handle, op, &[access])
+                .holding(Some(dst))
+                .command(|stream| {
+                    let slice = stream.stage_upload(chunk.len() as u64)?;
+                    // No device work uses the slice yet.
+                    slice.mapped.write(chunk);
+                    let region = vk::BufferCopy {
+                        src_offset: slice.offset,
+                        dst_offset: offset + start,
+                        size: chunk.len() as u64,
+                    };
+                    Ok((Command::copy(slice.buffer, dst.handle(), region), ()))
+                })
         };
         match stage() {
             // A piece after the first found no memory (a command buffer,
@@ -276,8 +278,9 @@ fn stage_readback(
         copied_by.set(Some(value));
         Ok((Command::copy(src.handle(), block.raw.buffer, region), value))
     };
-    let recorded =
-        crate::record::record_held(handle, op, &[access], held.then_some(&**src), record);
+    let recorded = crate::record::enqueue(handle, op, &[access])
+        .holding(held.then_some(&**src))
+        .command(record);
     match recorded {
         Ok(value) => Ok((block, value)),
         Err(e) => {
@@ -382,7 +385,7 @@ pub(crate) fn copy_held(
         dst_offset,
         size: len,
     };
-    crate::record::record_held(handle, op, &accesses, held, |_| {
-        Ok((Command::copy(src.handle(), dst.handle(), region), ()))
-    })
+    crate::record::enqueue(handle, op, &accesses)
+        .holding(held)
+        .command(|_| Ok((Command::copy(src.handle(), dst.handle(), region), ())))
 }

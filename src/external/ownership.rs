@@ -87,6 +87,6 @@ impl<T: Pod> DeviceBuffer<T> {
             range,
             release,
         };
-        crate::record::record(&ctx, op, &access, |_| Ok((command, ())))
+        crate::record::enqueue(&ctx, op, &access).command(|_| Ok((command, ())))
     }
 }

@@ -205,30 +205,28 @@ impl DeviceContext {
         // `record::Commands`).
         let keep = recording.commands.clone();
         if inner.printing.is_empty() {
-            return crate::record::record_described(
-                &self.stream,
-                op,
-                &describe,
-                &accesses,
-                |stream| {
+            return crate::record::enqueue(&self.stream, op, &accesses)
+                .described(&describe)
+                .command(|stream| {
                     let secondary = keep.cmd;
                     stream.keep_alive(keep);
                     Ok((Command::Execute(secondary), ()))
-                },
-            );
+                });
         }
         let outs = printf::outputs(&inner.device, &inner.printing)?;
         let output = &self.stream.printf;
-        crate::record::record_sequence(&self.stream, op, &describe, &accesses, |stream, hazards| {
-            stream.order(hazards);
-            printf::around(stream, &inner.printing, &outs, output, |stream| {
-                let secondary = keep.cmd;
-                stream.keep_alive(keep);
-                stream.record(&[], Command::Execute(secondary))
-            })?;
-            stream.note(hazards);
-            Ok(())
-        })
+        crate::record::enqueue(&self.stream, op, &accesses)
+            .described(&describe)
+            .sequence(|stream, hazards| {
+                stream.order(hazards);
+                printf::around(stream, &inner.printing, &outs, output, |stream| {
+                    let secondary = keep.cmd;
+                    stream.keep_alive(keep);
+                    stream.record(&[], Command::Execute(secondary))
+                })?;
+                stream.note(hazards);
+                Ok(())
+            })
     }
 }
 

@@ -239,18 +239,20 @@ pub(super) fn enqueue_with(
     }
     let describe = || format!("{} with parameters", graph.label());
     let outs = super::printf::outputs(&inner.device, &inner.printing)?;
-    crate::record::record_sequence(&ctx.stream, op, &describe, &accesses, |stream, hazards| {
-        // After the work before it, as a whole; each piece after the
-        // one before it, with a full barrier.
-        stream.order(hazards);
-        let output = &ctx.stream.printf;
-        super::printf::around(stream, &inner.printing, &outs, output, |stream| {
-            record_pieces(ctx, inner, &split, &subst, &accesses, stream)
-        })?;
-        // Later commands are ordered against the replay as a whole.
-        stream.note(hazards);
-        Ok(())
-    })
+    crate::record::enqueue(&ctx.stream, op, &accesses)
+        .described(&describe)
+        .sequence(|stream, hazards| {
+            // After the work before it, as a whole; each piece after the
+            // one before it, with a full barrier.
+            stream.order(hazards);
+            let output = &ctx.stream.printf;
+            super::printf::around(stream, &inner.printing, &outs, output, |stream| {
+                record_pieces(ctx, inner, &split, &subst, &accesses, stream)
+            })?;
+            // Later commands are ordered against the replay as a whole.
+            stream.note(hazards);
+            Ok(())
+        })
 }
 
 /// Records the pieces of `split` (recorded segments, and the operations

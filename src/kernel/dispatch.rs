@@ -200,17 +200,19 @@ impl DeviceContext {
         let k = &d.kernel;
         let keep = k.clone();
         let describe = || format!("kernel {} grid {:?}", kernel.label, d.grid);
-        crate::record::record_described(&self.stream, op, &describe, &d.accesses, |stream| {
-            stream.keep_alive(keep);
-            d.keep_printf(stream, &kernel.label, &self.stream.printf);
-            let command = Command::Dispatch {
-                pipeline: &k.pipeline,
-                buffers: &d.infos,
-                push: &d.push,
-                groups: Groups::Count(d.grid),
-            };
-            Ok((command, ()))
-        })
+        crate::record::enqueue(&self.stream, op, &d.accesses)
+            .described(&describe)
+            .command(|stream| {
+                stream.keep_alive(keep);
+                d.keep_printf(stream, &kernel.label, &self.stream.printf);
+                let command = Command::Dispatch {
+                    pipeline: &k.pipeline,
+                    buffers: &d.infos,
+                    push: &d.push,
+                    groups: Groups::Count(d.grid),
+                };
+                Ok((command, ()))
+            })
     }
 
     /// Checks a dispatch (everything `enqueue_function` documents) and

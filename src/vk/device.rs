@@ -15,7 +15,7 @@ use super::info::KernelFeatures;
 use super::instance::Instance;
 use super::memory::{BufferCache, RawBuffer};
 use super::pipeline::ComputePipeline;
-use super::pipeline_cache::{create_pipeline_cache, DiskCache};
+use super::pipeline_cache::{create_pipeline_cache, save_pipeline_cache, DiskCache};
 use super::MemoryUsage;
 use crate::capabilities::{Capabilities, Feature, FeatureStructs};
 use crate::error::{Error, Result, VkResultExt};
@@ -546,7 +546,9 @@ impl Drop for Device {
         unsafe {
             let _ = self.raw.device_wait_idle();
         }
-        self.save_pipeline_cache();
+        if let Some(disk) = &self.disk_cache {
+            save_pipeline_cache(&self.raw, self.pipeline_cache, disk, &self.adapter);
+        }
         // SAFETY: no pipeline is being created (every user of the device
         // is gone), and the cache is destroyed once.
         unsafe { self.raw.destroy_pipeline_cache(self.pipeline_cache, None) };

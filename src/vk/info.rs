@@ -8,7 +8,6 @@ use std::str::FromStr;
 use ash::vk;
 
 use super::conv;
-use super::device::Device;
 use crate::capabilities::{Capabilities, Feature};
 
 /// What kind of processor a device is.
@@ -176,65 +175,6 @@ pub struct MemoryInfo {
     pub allocated: u64,
     /// Where `free` comes from.
     pub source: FreeMemorySource,
-}
-
-impl MemoryInfo {
-    /// What `device` has now.
-    pub(crate) fn of(device: &Device) -> MemoryInfo {
-        let props = &device.adapter.memory;
-        let heaps = &props.memory_heaps[..props.memory_heap_count as usize];
-        let local = |i: usize| heaps[i].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL);
-        let total: u64 = (0..heaps.len())
-            .filter(|&i| local(i))
-            .map(|i| heaps[i].size)
-            .sum();
-        let allocated = device.allocator().capacity()
-            + device
-                .exportable_bytes
-                .load(std::sync::atomic::Ordering::Acquire);
-        let Some(budget) = heap_budget(device) else {
-            return MemoryInfo {
-                free: total.saturating_sub(allocated),
-                total,
-                allocated,
-                source: FreeMemorySource::OwnAllocations,
-            };
-        };
-        let free = (0..heaps.len())
-            .filter(|&i| local(i))
-            .map(|i| budget.heap_budget[i].saturating_sub(budget.heap_usage[i]))
-            .sum();
-        MemoryInfo {
-            free,
-            total,
-            allocated,
-            source: FreeMemorySource::DriverBudget,
-        }
-    }
-}
-
-/// Each heap's budget and usage, where the device has
-/// `VK_EXT_memory_budget` enabled.
-pub(crate) fn heap_budget(
-    device: &Device,
-) -> Option<vk::PhysicalDeviceMemoryBudgetPropertiesEXT<'static>> {
-    if !device.memory_budget {
-        return None;
-    }
-    let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
-    let mut props2 = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
-    // SAFETY: the extension is enabled on this device; the structs are
-    // valid and chained as the extension defines.
-    unsafe {
-        device
-            .instance
-            .raw
-            .get_physical_device_memory_properties2(device.adapter.raw, &mut props2)
-    };
-    Some(vk::PhysicalDeviceMemoryBudgetPropertiesEXT {
-        p_next: std::ptr::null_mut(),
-        ..budget
-    })
 }
 
 /// Where [`MemoryInfo::free`] comes from.

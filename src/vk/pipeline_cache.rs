@@ -33,7 +33,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ash::vk;
 
 use super::adapter::Adapter;
-use super::device::Device;
 use crate::error::{Result, VkResultExt};
 
 /// vkcompute's magic at the start of the file.
@@ -216,7 +215,7 @@ fn payload<'a>(bytes: &'a [u8], adapter: &Adapter) -> Option<&'a [u8]> {
 
 /// Whether `data` starts with a `VkPipelineCacheHeaderVersionOne` of
 /// `adapter`.
-pub(crate) fn matches_device(data: &[u8], adapter: &Adapter) -> bool {
+fn matches_device(data: &[u8], adapter: &Adapter) -> bool {
     if data.len() < DRIVER_HEADER_LEN {
         return false;
     }
@@ -249,36 +248,34 @@ pub(super) fn create_pipeline_cache(
     Ok((cache, false))
 }
 
-impl Device {
-    /// Writes the pipeline cache to its file, where it has one and the
-    /// data changed since it was loaded.
-    pub(super) fn save_pipeline_cache(&self) {
-        let Some(disk) = &self.disk_cache else {
-            return;
-        };
-        if let Some(theirs) = disk.written_since(&self.adapter) {
-            let info = vk::PipelineCacheCreateInfo::default().initial_data(&theirs);
-            // SAFETY: a valid create info; the data was checked to start with
-            // this device's cache header, and the driver checks the rest.
-            if let Ok(other) = unsafe { self.raw.create_pipeline_cache(&info, None) } {
-                // SAFETY: both caches belong to this device, the destination
-                // is not among the sources, and no pipeline is being created
-                // (the device is being dropped). A failed merge leaves ours as
-                // it was.
-                unsafe {
-                    let _ = self
-                        .raw
-                        .merge_pipeline_caches(self.pipeline_cache, &[other]);
-                    self.raw.destroy_pipeline_cache(other, None);
-                }
+/// Writes the device's pipeline cache `cache` to `disk`, where the data
+/// changed since it was loaded; the device (`raw`, on `adapter`) is being
+/// dropped, so no pipeline is being created.
+pub(super) fn save_pipeline_cache(
+    raw: &ash::Device,
+    cache: vk::PipelineCache,
+    disk: &DiskCache,
+    adapter: &Adapter,
+) {
+    if let Some(theirs) = disk.written_since(adapter) {
+        let info = vk::PipelineCacheCreateInfo::default().initial_data(&theirs);
+        // SAFETY: a valid create info; the data was checked to start with
+        // this device's cache header, and the driver checks the rest.
+        if let Ok(other) = unsafe { raw.create_pipeline_cache(&info, None) } {
+            // SAFETY: both caches belong to this device, the destination is
+            // not among the sources, and no pipeline is being created (the
+            // device is being dropped). A failed merge leaves ours as it was.
+            unsafe {
+                let _ = raw.merge_pipeline_caches(cache, &[other]);
+                raw.destroy_pipeline_cache(other, None);
             }
         }
-        // SAFETY: the cache belongs to this device and is still alive.
-        let Ok(data) = (unsafe { self.raw.get_pipeline_cache_data(self.pipeline_cache) }) else {
-            return;
-        };
-        if matches_device(&data, &self.adapter) && disk.changed(&data) {
-            disk.save(&data);
-        }
+    }
+    // SAFETY: the cache belongs to this device and is still alive.
+    let Ok(data) = (unsafe { raw.get_pipeline_cache_data(cache) }) else {
+        return;
+    };
+    if matches_device(&data, adapter) && disk.changed(&data) {
+        disk.save(&data);
     }
 }
