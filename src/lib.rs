@@ -24,6 +24,35 @@
 //!
 //! The [`guide`] has a page per topic: your own kernels, memory, streams
 //! and events, graphs, sharing, tracing, errors.
+//!
+//! # Names
+//!
+//! One rule names the whole API; Mojo's names stay where Mojo has them
+//! (`enqueue_create_buffer`, `enqueue_copy_to`/`_from`, `enqueue_fill`,
+//! `enqueue_function`, `enqueue_wait_for`, `map_to_host`, `synchronize`,
+//! `create_sub_buffer`, `reassign_ownership_to`).
+//!
+//! - **`enqueue_`** means *stream-ordered*: the call checks its arguments,
+//!   records the work on the context's stream and returns; the work runs
+//!   on the device after everything enqueued before it on that stream. A
+//!   method without `enqueue_` either blocks the host until what it needs
+//!   is done (`synchronize`, `map_to_host`, `to_vec`, `Event::wait`) or
+//!   touches host state only (`new_stream`, `label`, `capture_graph`).
+//! - **`enqueue_wait_*`** is the stream waiting *on the device* for
+//!   something: another stream (`enqueue_wait_for`), an event
+//!   (`enqueue_wait_event`), a semaphore value (`enqueue_wait_semaphore`),
+//!   a sync file (`enqueue_wait_sync_fd`). The host never blocks in one;
+//!   the host waits with `synchronize` and `wait`.
+//! - **One verb per concept.** A graph captures the stream's operations
+//!   under the stream's names and argument order, the stream method's
+//!   receiver first. Sharing is `export_<what>_<handle>` and
+//!   `import_<what>_<handle>`: what is shared, then the platform's
+//!   handle, `<what>` left out where it is the receiver.
+//! - **Builders** take and return `self` by value; the last call is
+//!   `build(..)`.
+//! - **Labels**: `label()` returns a `String` on every type.
+//! - **No aliases**: every public item has one path, and no old name is
+//!   kept beside a new one.
 
 // Unsafe code lives in `vk` (the Vulkan objects and mapped memory) and in
 // the few public raw entry points, each allowed where it stands.
