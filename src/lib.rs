@@ -34,7 +34,8 @@
 //!
 //! - **`enqueue_`** means *stream-ordered*: the call checks its arguments,
 //!   records the work on the context's stream and returns; the work runs
-//!   on the device after everything enqueued before it on that stream. A
+//!   on the device after everything enqueued before it on that stream
+//!   (`enqueue_record_event` too: its event is reached in that order). A
 //!   method without `enqueue_` either blocks the host until what it needs
 //!   is done (`synchronize`, `map_to_host`, `to_vec`, `Event::wait`) or
 //!   touches host state only (`new_stream`, `label`, `capture_graph`).
@@ -42,7 +43,8 @@
 //!   something: another stream (`enqueue_wait_for`), an event
 //!   (`enqueue_wait_event`), a semaphore value (`enqueue_wait_semaphore`),
 //!   a sync file (`enqueue_wait_sync_fd`). The host never blocks in one;
-//!   the host waits with `synchronize` and `wait`.
+//!   the host waits for a stream with its `synchronize`, for an event or
+//!   a semaphore with its `wait`.
 //! - **One verb per concept.** A graph captures the stream's operations
 //!   under the stream's names and argument order, the stream method's
 //!   receiver first. Sharing is `export_<what>_<handle>` and

@@ -492,7 +492,7 @@ fn the_last_context_dropped_by_a_waker_on_the_waiter_thread() {
             ctx.enqueue_function(&add_one, (1 << 20) / 64, &[buf.arg()], &(1u32 << 20))
                 .unwrap();
         }
-        let event = ctx.record_event().unwrap();
+        let event = ctx.enqueue_record_event().unwrap();
         let w = Arc::new(DropsContext {
             held: std::sync::Mutex::new(Some(ctx.clone())),
             woke: AtomicBool::new(false),
@@ -537,7 +537,7 @@ fn dropping_a_context_while_futures_wait_on_other_threads() {
             ctx.enqueue_function(&add_one, (1 << 18) / 64, &[buf.arg()], &(1u32 << 18))
                 .unwrap();
         }
-        let ev = ctx.record_event().unwrap();
+        let ev = ctx.enqueue_record_event().unwrap();
         let read = buf.to_vec_async();
         let t1 = std::thread::spawn(move || block_on(ev));
         let t2 = std::thread::spawn(move || block_on(read));
@@ -1351,7 +1351,7 @@ fn a_storm_of_operations_on_two_streams() {
                                 },
                                 5 => stream.enqueue_wait_for(&peer),
                                 6 => peer
-                                    .record_event()
+                                    .enqueue_record_event()
                                     .and_then(|e| stream.enqueue_wait_event(&e)),
                                 7 => {
                                     let d = &shared[rng.below(4) as usize];
@@ -1544,7 +1544,7 @@ fn traced_streams_dropped_with_work_in_flight() {
             s.enqueue_graph_with(&graph, &GraphParams::new().push(id, &(n as u32)))
                 .unwrap();
             s.enqueue_graph(&graph).unwrap();
-            let ev = s.record_event().unwrap();
+            let ev = s.enqueue_record_event().unwrap();
             s.flush().unwrap();
             drop(s);
             ctx.enqueue_wait_event(&ev).unwrap();
@@ -1896,7 +1896,7 @@ fn a_trace_written_from_four_threads_is_valid() {
                                 let _ = block_on(b.to_vec_async()).unwrap();
                             }
                             _ => {
-                                let e = stream.record_event().unwrap();
+                                let e = stream.enqueue_record_event().unwrap();
                                 if t == 3 && i % 40 == 3 {
                                     let tmp = stream.new_stream().unwrap();
                                     tmp.enqueue_wait_event(&e).unwrap();

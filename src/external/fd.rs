@@ -55,8 +55,7 @@ impl DeviceContext {
     ///
     /// The memory is shared, not copied: work of this context and of the
     /// exporter on it is not ordered by vkcompute. Synchronize the writer
-    /// (`synchronize()`, [`wait_on_host_for`](Self::wait_on_host_for), or a
-    /// semaphore where the device exports them) before the other side
+    /// (`synchronize()`, or a semaphore where the device exports them) before the other side
     /// reads. Host transfers of the buffer go through this context's
     /// staging buffers (the memory is never mapped), so a race between the
     /// two devices yields unspecified element values, never undefined

@@ -12,9 +12,8 @@
 //! reads is a race on device memory (the bytes read may be old, new or torn,
 //! and every element type is `Pod`, so any bytes are valid), never a race on
 //! host memory that Rust code holds a reference to. Ordering between devices
-//! is the user's: `synchronize()` (or [`DeviceContext::wait_on_host_for`])
-//! on the writer before the reader's work, or semaphores where the device
-//! exports them.
+//! is the user's: `synchronize()` on the writer before the reader's work, or
+//! semaphores where the device exports them.
 //!
 //! Importing a handle is `unsafe` (`import_buffer`, `import_win32_buffer`):
 //! vkcompute checks what a handle's description says, but not that a file

@@ -58,21 +58,6 @@ impl std::fmt::Debug for ExternalSemaphore {
 
 /// Sharing memory and semaphores with other devices, processes and APIs.
 impl DeviceContext {
-    /// Orders the work enqueued on this context from now on after
-    /// everything enqueued on `other` so far, by blocking the host until
-    /// `other`'s work is done. The ordering for contexts on different
-    /// `VkDevice`s (two contexts of one physical device sharing memory)
-    /// where the device cannot export semaphores
-    /// ([`export_semaphore`](Self::export_semaphore) fails): explicit, and
-    /// costing a host round trip. Between streams of one device use
-    /// [`enqueue_wait_for`](Self::enqueue_wait_for), which does not block.
-    pub fn wait_on_host_for(&self, other: &DeviceContext) -> Result<()> {
-        if Arc::ptr_eq(&self.stream, &other.stream) {
-            return Ok(());
-        }
-        other.synchronize()
-    }
-
     /// Waits (on the device, in this stream) until `semaphore` reaches
     /// `value`: the work enqueued from now on runs after it.
     pub fn enqueue_wait_semaphore(&self, semaphore: &ExternalSemaphore, value: u64) -> Result<()> {
@@ -107,7 +92,7 @@ impl DeviceContext {
             return Err(Error::Unsupported {
                 what: format!(
                     "exporting timeline semaphores as {what}; order the work on the host with \
-                     synchronize() or DeviceContext::wait_on_host_for instead"
+                     the writer's synchronize() instead"
                 ),
                 device: device.name().to_string(),
             });
@@ -176,8 +161,8 @@ impl DeviceContext {
     /// and waits for the value on its device. Errors:
     /// [`Error::Unsupported`] where the device has no
     /// `VK_KHR_external_semaphore_fd` or cannot export timeline semaphores
-    /// (lavapipe): order the work with `synchronize()` or
-    /// [`wait_on_host_for`](Self::wait_on_host_for) instead.
+    /// (lavapipe): order the work with the writer's `synchronize()`
+    /// instead.
     pub fn export_semaphore(&self) -> Result<ExportedSemaphore> {
         let handle_type = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD;
         let value =
