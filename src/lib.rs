@@ -49,7 +49,9 @@
 //!   under the stream's names and argument order, the stream method's
 //!   receiver first. Sharing is `export_<what>_<handle>` and
 //!   `import_<what>_<handle>`: what is shared, then the platform's
-//!   handle, `<what>` left out where it is the receiver.
+//!   handle (`import_buffer_fd`, `export_semaphore_win32`,
+//!   `ExportedMemoryFd`), `<what>` left out where it is the receiver
+//!   (`DeviceBuffer::export_fd`).
 //! - **Builders** take and return `self` by value; the last call is
 //!   `build(..)`.
 //! - **Labels**: `label()` returns a `String` on every type.
@@ -174,12 +176,12 @@ pub use event::Event;
 // tests/architecture.rs reads root re-exports.)
 #[doc(hidden)]
 pub use external::{
-    AlignedHostMemory, ExportedWin32Memory, ExportedWin32Semaphore, ExternalMemoryInfo,
+    AlignedHostMemory, ExportedMemoryWin32, ExportedSemaphoreWin32, ExternalMemoryInfo,
     ExternalSemaphore, MemoryHandleType, SharedAliases, EXTERNAL_MEMORY_INFO_BYTES,
 };
 #[cfg(unix)]
 #[doc(hidden)]
-pub use external::{ExportedMemory, ExportedSemaphore};
+pub use external::{ExportedMemoryFd, ExportedSemaphoreFd};
 #[doc(hidden)]
 pub use reflect::{BindingAlias, BindingInfo, BindingKind, SpecConstantInfo};
 #[doc(hidden)]
@@ -195,11 +197,11 @@ pub use vk::{Severity, ValidationLog, ValidationMessage};
 /// [sharing guide](crate::guide::sharing)).
 pub mod sharing {
     pub use crate::external::{
-        AlignedHostMemory, ExportedWin32Memory, ExportedWin32Semaphore, ExternalMemoryInfo,
+        AlignedHostMemory, ExportedMemoryWin32, ExportedSemaphoreWin32, ExternalMemoryInfo,
         ExternalSemaphore, MemoryHandleType, SharedAliases, EXTERNAL_MEMORY_INFO_BYTES,
     };
     #[cfg(unix)]
-    pub use crate::external::{ExportedMemory, ExportedSemaphore};
+    pub use crate::external::{ExportedMemoryFd, ExportedSemaphoreFd};
 }
 
 /// What a device is and offers: [`DeviceInfo`] (also at

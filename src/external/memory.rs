@@ -57,7 +57,7 @@ impl DeviceContext {
     }
 
     /// The handle types this device can import buffer memory from
-    /// ([`import_buffer`](Self::import_buffer)), as
+    /// ([`import_buffer_fd`](Self::import_buffer_fd)), as
     /// [`exportable_handle_types`](Self::exportable_handle_types) decides.
     pub fn importable_handle_types(&self) -> Vec<MemoryHandleType> {
         handle_types(&self.stream.device, false)

@@ -19,7 +19,7 @@ use crate::vk::{export_semaphore_fd, export_sync_fd, import_semaphore_fd, import
 /// that the work enqueued before the export signals.
 #[cfg(unix)]
 #[derive(Debug)]
-pub struct ExportedSemaphore {
+pub struct ExportedSemaphoreFd {
     /// The handle; an import takes it over.
     pub fd: OwnedFd,
     /// Reached when the exporting stream's work enqueued before the export
@@ -157,18 +157,18 @@ impl DeviceContext {
 impl DeviceContext {
     /// This stream's timeline semaphore as a new opaque fd, with the value
     /// that the work enqueued so far signals (the work is submitted). Another
-    /// context or process imports it ([`import_semaphore`](Self::import_semaphore))
+    /// context or process imports it ([`import_semaphore_fd`](Self::import_semaphore_fd))
     /// and waits for the value on its device. Errors:
     /// [`Error::Unsupported`] where the device has no
     /// `VK_KHR_external_semaphore_fd` or cannot export timeline semaphores
     /// (lavapipe): order the work with the writer's `synchronize()`
     /// instead.
-    pub fn export_semaphore(&self) -> Result<ExportedSemaphore> {
+    pub fn export_semaphore_fd(&self) -> Result<ExportedSemaphoreFd> {
         let handle_type = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD;
         let value =
             self.timeline_for_export(handle_type, "opaque fds (VK_KHR_external_semaphore_fd)")?;
         let device = &self.stream.device;
-        Ok(ExportedSemaphore {
+        Ok(ExportedSemaphoreFd {
             fd: export_semaphore_fd(device, self.stream.timeline.semaphore, handle_type)?,
             value,
             device_uuid: device.adapter.info.uuid,
@@ -232,13 +232,13 @@ impl DeviceContext {
     /// [`enqueue_wait_semaphore`](Self::enqueue_wait_semaphore). Checked:
     /// the exporter's device UUID ([`Error::ForeignDevice`]), support
     /// ([`Error::Unsupported`]), the descriptor ([`Error::InvalidHandle`]).
-    pub fn import_semaphore(&self, exported: ExportedSemaphore) -> Result<ExternalSemaphore> {
+    pub fn import_semaphore_fd(&self, exported: ExportedSemaphoreFd) -> Result<ExternalSemaphore> {
         let handle_type = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD;
-        let ExportedSemaphore {
+        let ExportedSemaphoreFd {
             fd, device_uuid, ..
         } = exported;
         self.import_timeline(
-            "DeviceContext::import_semaphore",
+            "DeviceContext::import_semaphore_fd",
             "opaque fds (VK_KHR_external_semaphore_fd)",
             device_uuid,
             handle_type,
