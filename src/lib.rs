@@ -47,7 +47,8 @@
 //!   a semaphore with its `wait`.
 //! - **One verb per concept.** A graph captures the stream's operations
 //!   under the stream's names and argument order, the stream method's
-//!   receiver first. Sharing is `export_<what>_<handle>` and
+//!   receiver first (`GraphBuilder::enqueue_fill(&buffer, value)` captures
+//!   `buffer.enqueue_fill(value)`). Sharing is `export_<what>_<handle>` and
 //!   `import_<what>_<handle>`: what is shared, then the platform's
 //!   handle (`import_buffer_fd`, `export_semaphore_win32`,
 //!   `ExportedMemoryFd`), `<what>` left out where it is the receiver

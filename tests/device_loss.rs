@@ -32,7 +32,7 @@ fn every_call_after_the_device_is_lost_says_so_and_drops_are_clean() {
         let host = ctx.enqueue_create_host_buffer::<u32>(1024).unwrap();
         a.enqueue_fill(3).unwrap();
         let mut g = ctx.capture_graph();
-        g.copy(&a, &b).unwrap();
+        g.enqueue_copy_to(&a, &b).unwrap();
         let graph = g.finish().unwrap();
         let second = ctx.new_stream().unwrap();
         // Work in flight when the device goes.

@@ -377,7 +377,7 @@ fn a_graph_replays_a_uniform_buffer_and_checks_substitutes_at_the_uniform_alignm
         let second = words.create_sub_buffer::<Params>(slot * 4 / std::mem::size_of::<Params>(), 1);
         first.enqueue_fill(Params::zeroed_with_n(8)).unwrap();
         let mut g = ctx.capture_graph();
-        g.dispatch(&kernel, 2, &[data.arg(), first.arg()], &())
+        g.enqueue_function(&kernel, 2, &[data.arg(), first.arg()], &())
             .unwrap();
         let graph = g.finish().unwrap();
         ctx.enqueue_graph(&graph).unwrap();
@@ -399,7 +399,7 @@ fn a_graph_replays_a_uniform_buffer_and_checks_substitutes_at_the_uniform_alignm
             let off = whole.create_sub_buffer::<Params>(storage / std::mem::size_of::<Params>(), 1);
             if let (Ok(base), Ok(off)) = (base, off) {
                 let mut g = ctx.capture_graph();
-                g.dispatch(&kernel, 2, &[data.arg(), base.arg()], &())
+                g.enqueue_function(&kernel, 2, &[data.arg(), base.arg()], &())
                     .unwrap();
                 let graph = g.finish().unwrap();
                 let params = vkcompute::GraphParams::new().buffer(&base, &off).unwrap();

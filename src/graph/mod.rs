@@ -91,7 +91,7 @@ impl std::fmt::Debug for Graph {
     }
 }
 
-/// Which dispatch of which graph: returned by [`GraphBuilder::dispatch`],
+/// Which dispatch of which graph: returned by [`GraphBuilder::enqueue_function`],
 /// to change its push constants on a replay of that graph. Given with
 /// another graph, it is an error ([`Error::GraphParameter`]) that names
 /// both graphs.
@@ -138,8 +138,8 @@ impl DeviceContext {
     /// let a = ctx.enqueue_create_buffer::<u32>(64)?;
     /// let b = ctx.enqueue_create_buffer::<u32>(64)?;
     /// let mut g = ctx.capture_graph();
-    /// g.fill(&a, 5)?;
-    /// g.copy(&a, &b)?;
+    /// g.enqueue_fill(&a, 5)?;
+    /// g.enqueue_copy_to(&a, &b)?;
     /// let graph = g.finish()?;
     /// for _ in 0..3 {
     ///     ctx.enqueue_graph(&graph)?; // one call, nothing re-checked
@@ -243,14 +243,34 @@ impl GraphBuilder<'_> {
         Ok(())
     }
 
-    /// Captures a copy from `src` to `dst` (device or host buffers of the
-    /// same length); host slices cannot be captured.
-    pub fn copy<T: Pod, S, D>(&mut self, src: &S, dst: &D) -> Result<&mut Self>
+    /// Captures `src.enqueue_copy_to(dst)`: a copy from `src` to `dst`
+    /// (device or host buffers of the same length); host slices cannot be
+    /// captured.
+    pub fn enqueue_copy_to<T: Pod, S, D>(&mut self, src: &S, dst: &D) -> Result<()>
     where
         S: CopySource<T> + ?Sized,
         D: CopyDestination<T> + ?Sized,
     {
-        let op = "GraphBuilder::copy";
+        self.push_copy("GraphBuilder::enqueue_copy_to", src, dst)
+    }
+
+    /// Captures `dst.enqueue_copy_from(src)`: the same copy as
+    /// [`enqueue_copy_to`](Self::enqueue_copy_to), named from its
+    /// destination.
+    pub fn enqueue_copy_from<T: Pod, D, S>(&mut self, dst: &D, src: &S) -> Result<()>
+    where
+        D: CopyDestination<T> + ?Sized,
+        S: CopySource<T> + ?Sized,
+    {
+        self.push_copy("GraphBuilder::enqueue_copy_from", src, dst)
+    }
+
+    /// Checks a copy from `src` to `dst` and captures it.
+    fn push_copy<T: Pod, S, D>(&mut self, op: &'static str, src: &S, dst: &D) -> Result<()>
+    where
+        S: CopySource<T> + ?Sized,
+        D: CopyDestination<T> + ?Sized,
+    {
         let Source::View(src) = src.source() else {
             return Err(Error::NotCapturable {
                 op,
@@ -286,18 +306,18 @@ impl GraphBuilder<'_> {
                 dst: dst.clone(),
             });
         }
-        Ok(self)
+        Ok(())
     }
 
-    /// Captures a fill of `buffer` with `value`. Fills that are one 32-bit
+    /// Captures `buffer.enqueue_fill(value)`. Fills that are one 32-bit
     /// pattern at a 4-byte-aligned offset and length (any 32-bit element;
     /// 8- and 16-bit elements on such ranges) are capturable.
-    pub fn fill<T: Pod>(&mut self, buffer: &DeviceBuffer<T>, value: T) -> Result<&mut Self> {
-        let op = "GraphBuilder::fill";
+    pub fn enqueue_fill<T: Pod>(&mut self, buffer: &DeviceBuffer<T>, value: T) -> Result<()> {
+        let op = "GraphBuilder::enqueue_fill";
         let view = &buffer.view;
         self.check_device(op, view)?;
         if view.bytes == 0 {
-            return Ok(self);
+            return Ok(());
         }
         let element = bytemuck::bytes_of(&value);
         match fill::plan(view.offset, view.bytes, element) {
@@ -308,7 +328,7 @@ impl GraphBuilder<'_> {
                     dst: view.clone(),
                     element: element.to_vec(),
                 });
-                Ok(self)
+                Ok(())
             }
             FillPlan::Tiles => {
                 let len = fill::tile_len(view.bytes, element.len() as u64);
@@ -317,32 +337,34 @@ impl GraphBuilder<'_> {
                     dst: view.clone(),
                     tile: Arc::new(tile),
                 });
-                Ok(self)
+                Ok(())
             }
         }
     }
 
-    /// Captures a dispatch, checked as [`DeviceContext::enqueue_function`]
-    /// checks it. Returns its id, to change its push constants on a replay.
-    pub fn dispatch<P: Pod>(
+    /// Captures a dispatch, with the arguments of
+    /// [`DeviceContext::enqueue_function`] and checked as it checks them.
+    /// Returns its id, to change its push constants on a replay.
+    pub fn enqueue_function<P: Pod>(
         &mut self,
         kernel: &Kernel,
         grid: impl Into<Grid>,
         args: &[KernelArg<'_>],
         push: &P,
     ) -> Result<DispatchId> {
-        let op = "GraphBuilder::dispatch";
+        let op = "GraphBuilder::enqueue_function";
         self.push_dispatch(op, kernel, grid.into(), args, push, None)
     }
 
-    /// Captures an indirect dispatch, checked as
-    /// [`DeviceContext::enqueue_function_indirect`] checks it: every replay
+    /// Captures an indirect dispatch, with the arguments of
+    /// [`DeviceContext::enqueue_function_indirect`] and checked as it
+    /// checks them: every replay
     /// reads the workgroup counts from elements `offset..offset + 3` of
     /// `counts` as the work before it left them, and clamps them on the
     /// device to `maxComputeWorkGroupCount`. Returns its id, to change its
     /// push constants on a replay (`counts` may be substituted like any
     /// captured buffer).
-    pub fn dispatch_indirect<P: Pod>(
+    pub fn enqueue_function_indirect<P: Pod>(
         &mut self,
         kernel: &Kernel,
         counts: &DeviceBuffer<u32>,
@@ -350,7 +372,7 @@ impl GraphBuilder<'_> {
         args: &[KernelArg<'_>],
         push: &P,
     ) -> Result<DispatchId> {
-        let op = "GraphBuilder::dispatch_indirect";
+        let op = "GraphBuilder::enqueue_function_indirect";
         let grid = Grid([1, 1, 1]);
         self.push_dispatch(op, kernel, grid, args, push, Some((counts, offset)))
     }
@@ -415,20 +437,20 @@ impl GraphBuilder<'_> {
         })
     }
 
-    /// Makes every replay wait (on the device) for the work enqueued on
-    /// `other` by the time of the replay, as
-    /// [`DeviceContext::enqueue_wait_for`] does.
-    pub fn wait_for(&mut self, other: &DeviceContext) -> Result<&mut Self> {
+    /// Captures `enqueue_wait_for(other)`: every replay waits (on the
+    /// device) for the work enqueued on `other` by the time of the replay,
+    /// as [`DeviceContext::enqueue_wait_for`] does.
+    pub fn enqueue_wait_for(&mut self, other: &DeviceContext) -> Result<()> {
         if other.stream.device.id != self.ctx.stream.device.id {
             return Err(Error::DifferentDevice {
-                op: "GraphBuilder::wait_for",
+                op: "GraphBuilder::enqueue_wait_for",
                 detail: "a graph can wait on the device only for streams of its own device".into(),
             });
         }
         self.ops.push(Op::Wait {
             other: other.stream.clone(),
         });
-        Ok(self)
+        Ok(())
     }
 
     /// Labels the graph: its replays appear under it in the trace, and
