@@ -55,7 +55,10 @@
 //!   (`DeviceBuffer::export_fd`).
 //! - **Builders** take and return `self` by value; the last call is
 //!   `build(..)`.
-//! - **Labels**: `label()` returns a `String` on every type.
+//! - **Labels**: `label()` returns a `String` on every type. `with_label`
+//!   (on contexts, device and host buffers) labels the object itself, so
+//!   every clone and view shows the new label; kernels and graphs are
+//!   labelled when made (`label` on their builders) and keep it.
 //! - **No aliases**: every public item has one path, and no old name is
 //!   kept beside a new one.
 

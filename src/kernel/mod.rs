@@ -501,16 +501,13 @@ impl Kernel {
     }
 
     /// What errors, `Debug` and traces call the kernel: the label it was
-    /// loaded with ([`KernelBuilder::label`], `GlslBuilder::file_name` of feature `glsl`)
-    /// or else its entry point's name.
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
-    /// The same kernel (one pipeline) under another label.
-    pub fn with_label(mut self, label: impl Into<String>) -> Kernel {
-        self.label = label.into().into();
-        self
+    /// loaded with ([`KernelBuilder::label`], `GlslBuilder::label` or
+    /// `GlslBuilder::file_name` of feature `glsl`) or else its entry
+    /// point's name. A kernel is labelled when loaded: the same module
+    /// loaded under another label is another `Kernel` over the same
+    /// pipeline ([`shares_pipeline_with`](Self::shares_pipeline_with)).
+    pub fn label(&self) -> String {
+        self.label.to_string()
     }
 
     /// The buffer bindings (storage and uniform), in the order arguments
