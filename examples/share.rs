@@ -85,10 +85,13 @@ fn parent() -> Result<(), Box<dyn std::error::Error>> {
 
 #[cfg(unix)]
 fn child(socket: &str) -> Result<(), Box<dyn std::error::Error>> {
-    use vkcompute::{DeviceContext, ExportedMemoryFd, ExternalMemoryInfo, Kernel};
+    use vkcompute::{
+        sharing::{ExportedMemoryFd, ExternalMemoryInfo},
+        DeviceContext, Kernel,
+    };
 
     let stream = std::os::unix::net::UnixStream::connect(socket)?;
-    let mut info = [0u8; vkcompute::EXTERNAL_MEMORY_INFO_BYTES];
+    let mut info = [0u8; vkcompute::sharing::EXTERNAL_MEMORY_INFO_BYTES];
     let fd = fdpass::recv_fd(&stream, &mut info)?;
     let info = ExternalMemoryInfo::from_bytes(&info)?;
     let ctx = DeviceContext::new()?;

@@ -174,28 +174,6 @@ pub use buffer::{DeviceBuffer, OwnedRawBuffer};
 pub use context::{DeviceContext, RawContext};
 pub use error::{Error, KernelAssertion, Result};
 pub use event::Event;
-// The grouped names (`sharing`, `device`, `validation`, `reflection`)
-// stay at the root too, for code that names them there; the docs show
-// them in their modules. (Named from the modules that define them, as
-// tests/architecture.rs reads root re-exports.)
-#[doc(hidden)]
-pub use external::{
-    AlignedHostMemory, ExportedMemoryWin32, ExportedSemaphoreWin32, ExternalMemoryInfo,
-    ExternalSemaphore, MemoryHandleType, SharedAliases, EXTERNAL_MEMORY_INFO_BYTES,
-};
-#[cfg(unix)]
-#[doc(hidden)]
-pub use external::{ExportedMemoryFd, ExportedSemaphoreFd};
-#[doc(hidden)]
-pub use reflect::{BindingAlias, BindingInfo, BindingKind, SpecConstantInfo};
-#[doc(hidden)]
-pub use vk::{
-    ComputeLimits, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures, MemoryInfo,
-    SubgroupInfo,
-};
-#[doc(hidden)]
-pub use vk::{Severity, ValidationLog, ValidationMessage};
-
 /// Sharing memory and semaphores with other devices, processes and APIs:
 /// the types of `DeviceContext`'s sharing methods (see the
 /// [sharing guide](crate::guide::sharing)).
@@ -206,15 +184,16 @@ pub mod sharing {
     };
     #[cfg(unix)]
     pub use crate::external::{ExportedMemoryFd, ExportedSemaphoreFd};
+    pub use crate::vk::Win32Handle;
 }
 
-/// What a device is and offers: [`DeviceInfo`] (also at
-/// the root), its kind, limits, kernel features and memory, and how a
-/// context chooses one.
+/// What a device offers, beside [`DeviceInfo`] at the
+/// root: its kind, limits, kernel features and memory, and how a context
+/// chooses one.
 pub mod device {
     pub use crate::vk::{
-        ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures,
-        MemoryInfo, SubgroupInfo,
+        ComputeLimits, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures, MemoryInfo,
+        SubgroupInfo,
     };
 }
 
@@ -242,7 +221,7 @@ pub use printf::{PrintfLine, PrintfOutput};
 pub const GLSL_INCLUDE: &str = vkcompute_spirv::printf::INCLUDE;
 pub use stream::LiveObjects;
 pub use view::{CopyDestination, CopySource, RawBufferRef};
-pub use vk::{DeviceInfo, Win32Handle};
+pub use vk::DeviceInfo;
 
 /// Half-precision floats (`f16`, `bf16`) from the `half` crate, usable as
 /// buffer elements.

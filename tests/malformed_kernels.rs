@@ -499,7 +499,7 @@ impl Findings {
 
 /// Whether `message` comes from the validation layer (invalid usage) rather
 /// than from the driver.
-fn from_the_layer(message: &vkcompute::ValidationMessage) -> bool {
+fn from_the_layer(message: &vkcompute::validation::ValidationMessage) -> bool {
     ["VUID-", "UNASSIGNED", "SYNC-"]
         .iter()
         .any(|p| message.id.starts_with(p))

@@ -293,7 +293,7 @@ fn uniform_buffers_bind_as_arguments_with_their_size_and_alignment_checked() {
     common::on_each_descriptor_path(|ctx| {
         let kernel = Kernel::from_glsl(ctx, UNIFORM, "main").unwrap();
         let b = &kernel.bindings()[1];
-        assert_eq!(b.kind, vkcompute::BindingKind::UniformBuffer);
+        assert_eq!(b.kind, vkcompute::reflection::BindingKind::UniformBuffer);
         assert_eq!(b.uniform_size, Some(32));
         assert!(b.read_only);
         let data = ctx.enqueue_create_buffer::<f32>(8).unwrap();

@@ -22,9 +22,12 @@ use std::os::unix::net::{UnixListener, UnixStream};
 
 use common::{assert_clean, context_with, options, Path, PATHS};
 use vkcompute::{
-    AlignedHostMemory, DeviceContext, Error, ExportedMemoryFd, ExportedMemoryWin32,
-    ExportedSemaphoreWin32, ExternalMemoryInfo, MemoryHandleType, SharedAliases, Win32Handle,
-    EXTERNAL_MEMORY_INFO_BYTES,
+    sharing::{
+        AlignedHostMemory, ExportedMemoryFd, ExportedMemoryWin32, ExportedSemaphoreWin32,
+        ExternalMemoryInfo, MemoryHandleType, SharedAliases, Win32Handle,
+        EXTERNAL_MEMORY_INFO_BYTES,
+    },
+    DeviceContext, Error,
 };
 
 /// Two validated contexts on the same physical device: two `VkDevice`s.

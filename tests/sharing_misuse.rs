@@ -7,7 +7,7 @@
 mod common;
 
 use common::{assert_clean, context_with, options, Path};
-use vkcompute::{Error, MemoryHandleType};
+use vkcompute::{sharing::MemoryHandleType, Error};
 
 /// share_with a context of the *same* VkDevice (a stream of the exporter):
 /// the docs say "a context of another VkDevice". Either it is refused with

@@ -74,7 +74,7 @@ impl DeviceContext {
     /// wgpu's `create_buffer_from_hal`: safe code cannot import one.
     ///
     /// ```compile_fail,E0133
-    /// # fn f(ctx: &vkcompute::DeviceContext, memory: vkcompute::ExportedMemoryFd) {
+    /// # fn f(ctx: &vkcompute::DeviceContext, memory: vkcompute::sharing::ExportedMemoryFd) {
     /// let _ = ctx.import_buffer_fd::<u32>(memory, 16); // needs `unsafe`
     /// # }
     /// ```

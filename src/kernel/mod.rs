@@ -299,8 +299,8 @@ impl KernelBuilder<'_> {
     /// [`Error::UnsupportedKernel`](crate::Error::UnsupportedKernel) where
     /// the device cannot require a subgroup size for compute shaders, where
     /// `size` is not a power of two within
-    /// [`SubgroupInfo::min_size`](crate::SubgroupInfo::min_size) ..=
-    /// [`max_size`](crate::SubgroupInfo::max_size), or where the workgroup
+    /// [`SubgroupInfo::min_size`](crate::device::SubgroupInfo::min_size) ..=
+    /// [`max_size`](crate::device::SubgroupInfo::max_size), or where the workgroup
     /// holds more than `maxComputeWorkgroupSubgroups` subgroups of that size.
     pub fn subgroup_size(mut self, size: u32) -> Self {
         self.subgroup_size = Some(size);

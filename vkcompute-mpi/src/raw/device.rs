@@ -16,7 +16,10 @@
 //! The modules are compiled into this crate with `include_bytes!`, so what
 //! the test checked is what runs.
 
-use vkcompute::{DeviceBuffer, DeviceContext, ExportedMemoryFd, ExternalMemoryInfo, Kernel};
+use vkcompute::{
+    sharing::{ExportedMemoryFd, ExternalMemoryInfo},
+    DeviceBuffer, DeviceContext, Kernel,
+};
 
 use super::fd::PeerFd;
 use crate::element::KernelType;
