@@ -47,18 +47,23 @@
 //!   a semaphore with its `wait`.
 //! - **One verb per concept.** A graph captures the stream's operations
 //!   under the stream's names and argument order, the stream method's
-//!   receiver first (`GraphBuilder::enqueue_fill(&buffer, value)` captures
+//!   receiver first (`GraphCapture::enqueue_fill(&buffer, value)` captures
 //!   `buffer.enqueue_fill(value)`). Sharing is `export_<what>_<handle>` and
 //!   `import_<what>_<handle>`: what is shared, then the platform's
 //!   handle (`import_buffer_fd`, `export_semaphore_win32`,
 //!   `ExportedMemoryFd`), `<what>` left out where it is the receiver
 //!   (`DeviceBuffer::export_fd`).
-//! - **Builders** take and return `self` by value; the last call is
-//!   `build(..)`.
+//! - **Builders and options** take and return `self` by value. A builder
+//!   ends in `build(..)` (`KernelBuilder`, `GlslBuilder`); options are
+//!   handed to the call that uses them (`ContextOptions` to
+//!   `DeviceContext::with_options`, `GraphParams` to `enqueue_graph_with`).
+//!   A `GraphCapture` is no builder but a recording: its `enqueue_*` take
+//!   `&mut self` and `finish()` ends it.
 //! - **Labels**: `label()` returns a `String` on every type. `with_label`
 //!   (on contexts, device and host buffers) labels the object itself, so
 //!   every clone and view shows the new label; kernels and graphs are
-//!   labelled when made (`label` on their builders) and keep it.
+//!   labelled when made (`label` on a kernel builder or a graph capture)
+//!   and keep it.
 //! - **No aliases**: every public item has one path, and no old name is
 //!   kept beside a new one.
 
@@ -209,7 +214,7 @@ pub mod reflection {
 #[cfg(feature = "glsl")]
 #[cfg_attr(docsrs, doc(cfg(feature = "glsl")))]
 pub use glsl::{GlslBuilder, GlslOptimization, GlslTarget};
-pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
+pub use graph::{DispatchId, Graph, GraphCapture, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
 pub use options::ContextOptions;

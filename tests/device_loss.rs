@@ -66,7 +66,7 @@ fn every_call_after_the_device_is_lost_says_so_and_drops_are_clean() {
         );
         lost(Kernel::new(&ctx, shaders::SAXPY, "main"), "Kernel::new");
         lost(ctx.enqueue_graph(&graph), "enqueue_graph");
-        lost(ctx.capture_graph().finish(), "GraphBuilder::finish");
+        lost(ctx.capture_graph().finish(), "GraphCapture::finish");
         lost(ctx.enqueue_record_event(), "enqueue_record_event");
         lost(ctx.new_stream(), "new_stream");
         lost(second.synchronize(), "synchronize of another stream");

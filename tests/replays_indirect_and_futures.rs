@@ -95,7 +95,7 @@ fn indirect_dispatch_as_a_live_operation_of_a_parameterized_replay() {
 
 #[allow(dead_code)]
 fn store_graph(
-    g: &mut vkcompute::GraphBuilder<'_>,
+    g: &mut vkcompute::GraphCapture<'_>,
     st: &Kernel,
     buf: &DeviceBuffer<u32>,
     v: [u32; 3],

@@ -42,7 +42,7 @@ struct GraphInner {
     device: Arc<Device>,
     /// The graph's number, which its `DispatchId`s carry.
     id: u64,
-    /// The label given to the builder, if any.
+    /// The label given to the capture, if any.
     label: Option<String>,
     ops: Vec<Op>,
     pools: Pools,
@@ -65,7 +65,7 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// The graph's label: the one given to its builder, else `graph of N
+    /// The graph's label: the one given to its capture, else `graph of N
     /// operations`.
     pub fn label(&self) -> String {
         match &self.inner.label {
@@ -91,7 +91,7 @@ impl std::fmt::Debug for Graph {
     }
 }
 
-/// Which dispatch of which graph: returned by [`GraphBuilder::enqueue_function`],
+/// Which dispatch of which graph: returned by [`GraphCapture::enqueue_function`],
 /// to change its push constants on a replay of that graph. Given with
 /// another graph, it is an error ([`Error::GraphParameter`]) that names
 /// both graphs.
@@ -115,10 +115,13 @@ static NEXT_GRAPH: AtomicU64 = AtomicU64::new(1);
 
 /// Records operations into a [`Graph`]: see [`DeviceContext::capture_graph`].
 ///
-/// Every operation is checked as its `enqueue_*` counterpart checks it;
+/// A capture is a recording, not a builder: its `enqueue_*` methods have
+/// the stream's names and arguments (the stream method's receiver first)
+/// and take `&mut self`, as a stream's take `&self`; [`finish`](Self::finish)
+/// ends it. Every operation is checked as its `enqueue_*` counterpart checks it;
 /// what cannot be replayed (host memory, mappings) does not exist here, and
 /// a host slice as a copy's source is an error ([`Error::NotCapturable`]).
-pub struct GraphBuilder<'c> {
+pub struct GraphCapture<'c> {
     ctx: &'c DeviceContext,
     /// The number of the graph it makes.
     id: u64,
@@ -147,8 +150,8 @@ impl DeviceContext {
     /// assert_eq!(b.to_vec()?, vec![5; 64]);
     /// # Ok(()) }
     /// ```
-    pub fn capture_graph(&self) -> GraphBuilder<'_> {
-        GraphBuilder {
+    pub fn capture_graph(&self) -> GraphCapture<'_> {
+        GraphCapture {
             ctx: self,
             id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed),
             ops: Vec::new(),
@@ -232,7 +235,7 @@ impl DeviceContext {
     }
 }
 
-impl GraphBuilder<'_> {
+impl GraphCapture<'_> {
     fn check_device(&self, op: &'static str, view: &View) -> Result<()> {
         if view.memory.device.id != self.ctx.stream.device.id {
             return Err(Error::DifferentDevice {
@@ -251,7 +254,7 @@ impl GraphBuilder<'_> {
         S: CopySource<T> + ?Sized,
         D: CopyDestination<T> + ?Sized,
     {
-        self.push_copy("GraphBuilder::enqueue_copy_to", src, dst)
+        self.push_copy("GraphCapture::enqueue_copy_to", src, dst)
     }
 
     /// Captures `dst.enqueue_copy_from(src)`: the same copy as
@@ -262,7 +265,7 @@ impl GraphBuilder<'_> {
         D: CopyDestination<T> + ?Sized,
         S: CopySource<T> + ?Sized,
     {
-        self.push_copy("GraphBuilder::enqueue_copy_from", src, dst)
+        self.push_copy("GraphCapture::enqueue_copy_from", src, dst)
     }
 
     /// Checks a copy from `src` to `dst` and captures it.
@@ -313,7 +316,7 @@ impl GraphBuilder<'_> {
     /// pattern at a 4-byte-aligned offset and length (any 32-bit element;
     /// 8- and 16-bit elements on such ranges) are capturable.
     pub fn enqueue_fill<T: Pod>(&mut self, buffer: &DeviceBuffer<T>, value: T) -> Result<()> {
-        let op = "GraphBuilder::enqueue_fill";
+        let op = "GraphCapture::enqueue_fill";
         let view = &buffer.view;
         self.check_device(op, view)?;
         if view.bytes == 0 {
@@ -352,7 +355,7 @@ impl GraphBuilder<'_> {
         args: &[KernelArg<'_>],
         push: &P,
     ) -> Result<DispatchId> {
-        let op = "GraphBuilder::enqueue_function";
+        let op = "GraphCapture::enqueue_function";
         self.push_dispatch(op, kernel, grid.into(), args, push, None)
     }
 
@@ -372,7 +375,7 @@ impl GraphBuilder<'_> {
         args: &[KernelArg<'_>],
         push: &P,
     ) -> Result<DispatchId> {
-        let op = "GraphBuilder::enqueue_function_indirect";
+        let op = "GraphCapture::enqueue_function_indirect";
         let grid = Grid([1, 1, 1]);
         self.push_dispatch(op, kernel, grid, args, push, Some((counts, offset)))
     }
@@ -443,7 +446,7 @@ impl GraphBuilder<'_> {
     pub fn enqueue_wait_for(&mut self, other: &DeviceContext) -> Result<()> {
         if other.stream.device.id != self.ctx.stream.device.id {
             return Err(Error::DifferentDevice {
-                op: "GraphBuilder::enqueue_wait_for",
+                op: "GraphCapture::enqueue_wait_for",
                 detail: "a graph can wait on the device only for streams of its own device".into(),
             });
         }
@@ -463,7 +466,7 @@ impl GraphBuilder<'_> {
     /// Records the graph.
     pub fn finish(self) -> Result<Graph> {
         let device = self.ctx.stream.device.clone();
-        device.check_alive("GraphBuilder::finish")?;
+        device.check_alive("GraphCapture::finish")?;
         let pools = Arc::new(Mutex::new(CommandPool::new(&device, true)?));
         let recording = record(&device, &pools, &self.ops, &Substitutions::none())?;
         Ok(Graph {
