@@ -52,7 +52,9 @@
 //!   `import_<what>_<handle>`: what is shared, then the platform's
 //!   handle (`import_buffer_fd`, `export_semaphore_win32`,
 //!   `ExportedMemoryFd`), `<what>` left out where it is the receiver
-//!   (`DeviceBuffer::export_fd`).
+//!   (`DeviceBuffer::export_fd`), as a typed kernel of `vkcompute-build`
+//!   is enqueued with `kernel.enqueue(&ctx, ..)`, the stream's
+//!   `enqueue_function` with the kernel as receiver.
 //! - **Builders and options** take and return `self` by value. A builder
 //!   ends in `build(..)` (`KernelBuilder`, `GlslBuilder`); options are
 //!   handed to the call that uses them (`ContextOptions` to
