@@ -61,6 +61,11 @@
 //!   `DeviceContext::with_options`, `GraphParams` to `enqueue_graph_with`).
 //!   A `GraphCapture` is no builder but a recording: its `enqueue_*` take
 //!   `&mut self` and `finish()` ends it.
+//! - **Kernels**: one loader per source, SPIR-V (words or `.spv` bytes)
+//!   or GLSL: `Kernel::new` and `Kernel::from_glsl`, with a builder each
+//!   for options (`Kernel::builder`, `Kernel::glsl`). What skips a check
+//!   is the `unsafe` twin of the checked form (`new_unvalidated`,
+//!   `build_unvalidated`).
 //! - **Labels**: `label()` returns a `String` on every type. `with_label`
 //!   (on contexts, device and host buffers) labels the object itself, so
 //!   every clone and view shows the new label; kernels and graphs are
@@ -218,7 +223,7 @@ pub mod reflection {
 pub use glsl::{GlslBuilder, GlslOptimization, GlslTarget};
 pub use graph::{DispatchId, Graph, GraphCapture, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
-pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
+pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue, Spirv};
 pub use options::ContextOptions;
 pub use printf::{PrintfLine, PrintfOutput};
 /// The text of `vkcompute.glsl` (`#include <vkcompute.glsl>`: printf and

@@ -189,15 +189,14 @@ fn spirv_bytes_load_unvalidated_from_any_alignment() {
         let mut bytes = vec![0u8; 3];
         bytes.extend(words.iter().flat_map(|w| w.to_le_bytes()));
         // SAFETY: shaderc's output for Vulkan 1.2, valid on this device.
-        let kernel = unsafe { Kernel::from_bytes_unvalidated(ctx, &bytes[3..], "main") }.unwrap();
+        let kernel = unsafe { Kernel::new_unvalidated(ctx, &bytes[3..], "main") }.unwrap();
         let data = ctx.enqueue_create_buffer::<u32>(1).unwrap();
         ctx.enqueue_function(&kernel, 1, &[data.arg()], &9u32)
             .unwrap();
         assert_eq!(data.to_vec().unwrap(), [9]);
         // Bytes that are not whole words are still an error.
         // SAFETY: refused before anything reaches the driver.
-        let short =
-            unsafe { Kernel::from_bytes_unvalidated(ctx, &bytes[3..bytes.len() - 1], "main") };
+        let short = unsafe { Kernel::new_unvalidated(ctx, &bytes[3..bytes.len() - 1], "main") };
         assert!(
             matches!(short, Err(Error::InvalidSpirv { .. })),
             "{short:?}"

@@ -444,7 +444,7 @@ fn every_spirv_version_and_optimization_prints() {
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    let kernel = Kernel::from_bytes(&ctx, &words, "main").unwrap();
+    let kernel = Kernel::new(&ctx, &words, "main").unwrap();
     let d = ctx.enqueue_create_buffer::<u32>(2).unwrap();
     ctx.enqueue_function(&kernel, 1, &[d.arg()], &()).unwrap();
     ctx.synchronize().unwrap();
