@@ -38,7 +38,10 @@
 //!   (`enqueue_record_event` too: its event is reached in that order). A
 //!   method without `enqueue_` either blocks the host until what it needs
 //!   is done (`synchronize`, `map_to_host`, `to_vec`, `Event::wait`) or
-//!   touches host state only (`new_stream`, `label`, `capture_graph`).
+//!   touches host state only (`new_stream`, `label`, `capture_graph`). A
+//!   blocking call's `_async` twin returns a future instead of blocking
+//!   (`to_vec_async`, `map_to_host_async`), its `_timeout` twin gives up
+//!   after a time (`synchronize_timeout`, `Event::wait_timeout`).
 //! - **`enqueue_wait_*`** is the stream waiting *on the device* for
 //!   something: another stream (`enqueue_wait_for`), an event
 //!   (`enqueue_wait_event`), a semaphore value (`enqueue_wait_semaphore`),
