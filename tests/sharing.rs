@@ -139,7 +139,7 @@ fn each_exportable_handle_type_shares_between_contexts() {
             let x = a
                 .enqueue_create_exportable_buffer_as::<u32>(n, &[t])
                 .unwrap();
-            assert_eq!(x.export_handle_types(), [t]);
+            assert_eq!(x.exportable_handle_types(), [t]);
             x.enqueue_copy_from(&pattern(n, 3)).unwrap();
             a.synchronize().unwrap();
             let exported = x.export_fd(t).unwrap();
@@ -184,7 +184,7 @@ fn each_exportable_handle_type_shares_between_contexts() {
             b.synchronize().unwrap();
         }
         match a.enqueue_create_exportable_buffer_as::<u32>(16, &types) {
-            Ok(all) => assert_eq!(all.export_handle_types(), types),
+            Ok(all) => assert_eq!(all.exportable_handle_types(), types),
             Err(e) => {
                 assert!(matches!(e, Error::Unsupported { .. }), "{e}");
                 assert!(e.to_string().contains("together"), "{e}");
@@ -221,7 +221,7 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     ));
     // A handle type the buffer was not created exportable as.
     for t in [MemoryHandleType::DmaBuf, MemoryHandleType::OpaqueWin32] {
-        if !x.export_handle_types().contains(&t) {
+        if !x.exportable_handle_types().contains(&t) {
             let e = x.export_fd(t).unwrap_err();
             assert!(matches!(e, Error::NotExportable { .. }), "{e}");
         }
