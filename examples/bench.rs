@@ -1088,7 +1088,7 @@ impl Bench<'_> {
     ) -> BenchResult<vkcompute::Graph> {
         let mut g = self.ctx.capture_graph();
         for _ in 0..LAUNCHES {
-            g.dispatch(kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
+            g.enqueue_function(kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
         }
         Ok(g.finish()?)
     }

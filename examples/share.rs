@@ -9,7 +9,7 @@
 //!
 //! Ordering is by completion: each side synchronizes before the other
 //! touches the memory (the parent waits for the child to exit). Where the
-//! device exports semaphores (`DeviceContext::export_semaphore`), the two
+//! device exports semaphores (`DeviceContext::export_semaphore_fd`), the two
 //! could order their work on the device instead.
 
 #[cfg(unix)]
@@ -85,10 +85,13 @@ fn parent() -> Result<(), Box<dyn std::error::Error>> {
 
 #[cfg(unix)]
 fn child(socket: &str) -> Result<(), Box<dyn std::error::Error>> {
-    use vkcompute::{DeviceContext, ExportedMemory, ExternalMemoryInfo, Kernel};
+    use vkcompute::{
+        sharing::{ExportedMemoryFd, ExternalMemoryInfo},
+        DeviceContext, Kernel,
+    };
 
     let stream = std::os::unix::net::UnixStream::connect(socket)?;
-    let mut info = [0u8; vkcompute::EXTERNAL_MEMORY_INFO_BYTES];
+    let mut info = [0u8; vkcompute::sharing::EXTERNAL_MEMORY_INFO_BYTES];
     let fd = fdpass::recv_fd(&stream, &mut info)?;
     let info = ExternalMemoryInfo::from_bytes(&info)?;
     let ctx = DeviceContext::new()?;
@@ -96,7 +99,7 @@ fn child(socket: &str) -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: the parent exported the descriptor with `export_fd` and sent
     // it with that export's own description; it keeps the memory alive
     // until this process is done.
-    let buf = unsafe { ctx.import_buffer::<u32>(ExportedMemory { fd, info }, len) }?;
+    let buf = unsafe { ctx.import_buffer_fd::<u32>(ExportedMemoryFd { fd, info }, len) }?;
     let first = buf.create_sub_buffer::<u32>(0, 4)?.to_vec()?;
     println!("child: imported {len} elements into its own device, starting {first:?}");
     let kernel = Kernel::new(&ctx, vkcompute::shaders::ADD_ONE, "main")?;

@@ -1,8 +1,9 @@
-//! Events: points on a stream, as CUDA has them. Recorded with
-//! [`DeviceContext::record_event`]; another stream of the device waits for
-//! one on the device ([`DeviceContext::enqueue_wait_event`]), the host
-//! waits for one or asks whether it is reached, and two of one queue give
-//! the device time between them.
+//! Events: points on a stream, as CUDA has them. Recorded in stream order
+//! with [`DeviceContext::enqueue_record_event`]; another stream of the
+//! device waits for one on the device
+//! ([`DeviceContext::enqueue_wait_event`]), the host waits for one or asks
+//! whether it is reached, and two of one queue give the device time
+//! between them.
 
 use std::fmt;
 use std::future::Future;
@@ -19,8 +20,8 @@ use crate::vk::command::TimestampPool;
 use crate::vk::{Waiters, WakerSlot};
 
 /// A point on a stream: everything enqueued on the stream before
-/// [`DeviceContext::record_event`] made it. Cheap to clone (clones are the
-/// same point); `Send` and `Sync`.
+/// [`DeviceContext::enqueue_record_event`] made it. Cheap to clone (clones
+/// are the same point); `Send` and `Sync`.
 ///
 /// An `Event` is a [`Future`] too (`event.await`, or `event.clone().await`
 /// to keep it), for any executor: it submits the event's work and
@@ -37,9 +38,9 @@ use crate::vk::{Waiters, WakerSlot};
 /// let ctx = DeviceContext::new()?;
 /// let other = ctx.new_stream()?;
 /// let data = ctx.enqueue_create_buffer::<u32>(1 << 20)?;
-/// let start = ctx.record_event()?;
+/// let start = ctx.enqueue_record_event()?;
 /// data.enqueue_fill(7)?;
-/// let filled = ctx.record_event()?;
+/// let filled = ctx.enqueue_record_event()?;
 /// // `other` waits on the device for the fill, without blocking the host.
 /// other.enqueue_wait_event(&filled)?;
 /// let copy = other.enqueue_create_buffer::<u32>(1 << 20)?;
@@ -102,7 +103,7 @@ impl DeviceContext {
     /// submit the open batch (as every command does when the batch is
     /// full), and where the stream has its limit of batches in flight it
     /// waits for room first. Waiting for the event submits its batch.
-    pub fn record_event(&self) -> Result<Event> {
+    pub fn enqueue_record_event(&self) -> Result<Event> {
         let device = &self.stream.device;
         let timestamp = if TimestampPool::valid_bits(device) > 0 {
             Some(Arc::new(TimestampPool::new(device, 1)?))
@@ -110,8 +111,8 @@ impl DeviceContext {
             None
         };
         let (value, queue) =
-            crate::record::enqueue(&self.stream, "DeviceContext::record_event", &[]).command(
-                |stream| {
+            crate::record::enqueue(&self.stream, "DeviceContext::enqueue_record_event", &[])
+                .command(|stream| {
                     let point = (stream.pending_value(), stream.queue_index());
                     let Some(pool) = &timestamp else {
                         return Ok((Command::Mark, point));
@@ -126,8 +127,7 @@ impl DeviceContext {
                         end: true,
                     };
                     Ok((command, point))
-                },
-            )?;
+                })?;
         Ok(Event {
             point: Arc::new(self.stream.point(value)),
             device_id: device.id,

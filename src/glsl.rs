@@ -113,11 +113,6 @@ impl Kernel {
 }
 
 impl<'a> GlslBuilder<'a> {
-    /// The same as [`Kernel::glsl`]`(source)`.
-    pub fn new(source: &'a str) -> Self {
-        Kernel::glsl(source)
-    }
-
     /// The source's file name in messages, and the directory a
     /// `#include "..."` is looked up in first where it is a path (default
     /// `kernel.comp`). It is also the kernel's label, unless

@@ -328,7 +328,7 @@ impl<T: Pod> DeviceBuffer<T> {
         let ctx = self.context();
         let host = ctx.enqueue_create_host_buffer::<T>(self.len())?;
         self.enqueue_copy_to(&host)?;
-        Ok((host, ctx.record_event()?))
+        Ok((host, ctx.enqueue_record_event()?))
     }
 
     /// [`map_to_host`](Self::map_to_host) as a future: waits, without

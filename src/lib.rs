@@ -24,6 +24,58 @@
 //!
 //! The [`guide`] has a page per topic: your own kernels, memory, streams
 //! and events, graphs, sharing, tracing, errors.
+//!
+//! # Names
+//!
+//! One rule names the whole API; Mojo's names stay where Mojo has them
+//! (`enqueue_create_buffer`, `enqueue_copy_to`/`_from`, `enqueue_fill`,
+//! `enqueue_function`, `enqueue_wait_for`, `map_to_host`, `synchronize`,
+//! `create_sub_buffer`, `reassign_ownership_to`).
+//!
+//! - **`enqueue_`** means *stream-ordered*: the call checks its arguments,
+//!   records the work on the context's stream and returns; the work runs
+//!   on the device after everything enqueued before it on that stream
+//!   (`enqueue_record_event` too: its event is reached in that order). A
+//!   method without `enqueue_` either blocks the host until what it needs
+//!   is done (`synchronize`, `map_to_host`, `to_vec`, `Event::wait`) or
+//!   touches host state only (`new_stream`, `label`, `capture_graph`). A
+//!   blocking call's `_async` twin returns a future instead of blocking
+//!   (`to_vec_async`, `map_to_host_async`), its `_timeout` twin gives up
+//!   after a time (`synchronize_timeout`, `Event::wait_timeout`).
+//! - **`enqueue_wait_*`** is the stream waiting *on the device* for
+//!   something: another stream (`enqueue_wait_for`), an event
+//!   (`enqueue_wait_event`), a semaphore value (`enqueue_wait_semaphore`),
+//!   a sync file (`enqueue_wait_sync_fd`). The host never blocks in one;
+//!   the host waits for a stream with its `synchronize`, for an event or
+//!   a semaphore with its `wait`.
+//! - **One verb per concept.** A graph captures the stream's operations
+//!   under the stream's names and argument order, the stream method's
+//!   receiver first (`GraphCapture::enqueue_fill(&buffer, value)` captures
+//!   `buffer.enqueue_fill(value)`). Sharing is `export_<what>_<handle>` and
+//!   `import_<what>_<handle>`: what is shared, then the platform's
+//!   handle (`import_buffer_fd`, `export_semaphore_win32`,
+//!   `ExportedMemoryFd`), `<what>` left out where it is the receiver
+//!   (`DeviceBuffer::export_fd`), as a typed kernel of `vkcompute-build`
+//!   is enqueued with `kernel.enqueue(&ctx, ..)`, the stream's
+//!   `enqueue_function` with the kernel as receiver.
+//! - **Builders and options** take and return `self` by value. A builder
+//!   ends in `build(..)` (`KernelBuilder`, `GlslBuilder`); options are
+//!   handed to the call that uses them (`ContextOptions` to
+//!   `DeviceContext::with_options`, `GraphParams` to `enqueue_graph_with`).
+//!   A `GraphCapture` is no builder but a recording: its `enqueue_*` take
+//!   `&mut self` and `finish()` ends it.
+//! - **Kernels**: one loader per source, SPIR-V (words or `.spv` bytes)
+//!   or GLSL: `Kernel::new` and `Kernel::from_glsl`, with a builder each
+//!   for options (`Kernel::builder`, `Kernel::glsl`). What skips a check
+//!   is the `unsafe` twin of the checked form (`new_unvalidated`,
+//!   `build_unvalidated`).
+//! - **Labels**: `label()` returns a `String` on every type. `with_label`
+//!   (on contexts, device and host buffers) labels the object itself, so
+//!   every clone and view shows the new label; kernels and graphs are
+//!   labelled when made (`label` on a kernel builder or a graph capture)
+//!   and keep it.
+//! - **No aliases**: every public item has one path, and no old name is
+//!   kept beside a new one.
 
 // Unsafe code lives in `vk` (the Vulkan objects and mapped memory) and in
 // the few public raw entry points, each allowed where it stands.
@@ -137,47 +189,26 @@ pub use buffer::{DeviceBuffer, OwnedRawBuffer};
 pub use context::{DeviceContext, RawContext};
 pub use error::{Error, KernelAssertion, Result};
 pub use event::Event;
-// The grouped names (`sharing`, `device`, `validation`, `reflection`)
-// stay at the root too, for code that names them there; the docs show
-// them in their modules. (Named from the modules that define them, as
-// tests/architecture.rs reads root re-exports.)
-#[doc(hidden)]
-pub use external::{
-    AlignedHostMemory, ExportedWin32Memory, ExportedWin32Semaphore, ExternalMemoryInfo,
-    ExternalSemaphore, MemoryHandleType, SharedAliases, EXTERNAL_MEMORY_INFO_BYTES,
-};
-#[cfg(unix)]
-#[doc(hidden)]
-pub use external::{ExportedMemory, ExportedSemaphore};
-#[doc(hidden)]
-pub use reflect::{BindingAlias, BindingInfo, BindingKind, SpecConstantInfo};
-#[doc(hidden)]
-pub use vk::{
-    ComputeLimits, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures, MemoryInfo,
-    SubgroupInfo,
-};
-#[doc(hidden)]
-pub use vk::{Severity, ValidationLog, ValidationMessage};
-
 /// Sharing memory and semaphores with other devices, processes and APIs:
 /// the types of `DeviceContext`'s sharing methods (see the
 /// [sharing guide](crate::guide::sharing)).
 pub mod sharing {
     pub use crate::external::{
-        AlignedHostMemory, ExportedWin32Memory, ExportedWin32Semaphore, ExternalMemoryInfo,
+        AlignedHostMemory, ExportedMemoryWin32, ExportedSemaphoreWin32, ExternalMemoryInfo,
         ExternalSemaphore, MemoryHandleType, SharedAliases, EXTERNAL_MEMORY_INFO_BYTES,
     };
     #[cfg(unix)]
-    pub use crate::external::{ExportedMemory, ExportedSemaphore};
+    pub use crate::external::{ExportedMemoryFd, ExportedSemaphoreFd};
+    pub use crate::vk::Win32Handle;
 }
 
-/// What a device is and offers: [`DeviceInfo`] (also at
-/// the root), its kind, limits, kernel features and memory, and how a
-/// context chooses one.
+/// What a device offers, beside [`DeviceInfo`] at the
+/// root: its kind, limits, kernel features and memory, and how a context
+/// chooses one.
 pub mod device {
     pub use crate::vk::{
-        ComputeLimits, DeviceInfo, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures,
-        MemoryInfo, SubgroupInfo,
+        ComputeLimits, DeviceKind, DeviceSelector, FreeMemorySource, KernelFeatures, MemoryInfo,
+        SubgroupInfo,
     };
 }
 
@@ -193,9 +224,9 @@ pub mod reflection {
 #[cfg(feature = "glsl")]
 #[cfg_attr(docsrs, doc(cfg(feature = "glsl")))]
 pub use glsl::{GlslBuilder, GlslOptimization, GlslTarget};
-pub use graph::{DispatchId, Graph, GraphBuilder, GraphParams};
+pub use graph::{DispatchId, Graph, GraphCapture, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
-pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue};
+pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue, Spirv};
 pub use options::ContextOptions;
 pub use printf::{PrintfLine, PrintfOutput};
 /// The text of `vkcompute.glsl` (`#include <vkcompute.glsl>`: printf and
@@ -205,7 +236,7 @@ pub use printf::{PrintfLine, PrintfOutput};
 pub const GLSL_INCLUDE: &str = vkcompute_spirv::printf::INCLUDE;
 pub use stream::LiveObjects;
 pub use view::{CopyDestination, CopySource, RawBufferRef};
-pub use vk::{DeviceInfo, Win32Handle};
+pub use vk::DeviceInfo;
 
 /// Half-precision floats (`f16`, `bf16`) from the `half` crate, usable as
 /// buffer elements.

@@ -392,16 +392,16 @@ fn rows() -> Vec<Row> {
             "load it on this context"
         ),
         row!(
-            "Kernel::from_bytes",
+            "Kernel::new",
             "not whole words",
-            |e| Kernel::from_bytes(&e.ctx, &[3, 2, 0x23, 0x07, 0], "main").map(drop),
+            |e| Kernel::new(&e.ctx, &[3u8, 2, 0x23, 0x07, 0], "main").map(drop),
             Error::InvalidSpirv { .. },
             "32-bit words"
         ),
         row!(
             "Kernel::new",
             "wrong magic number",
-            |e| Kernel::new(&e.ctx, &[1, 2, 3, 4, 5, 6], "main").map(drop),
+            |e| Kernel::new(&e.ctx, &[1u32, 2, 3, 4, 5, 6], "main").map(drop),
             Error::InvalidSpirv { .. },
             "magic number"
         ),

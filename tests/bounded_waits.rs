@@ -59,7 +59,7 @@ fn a_wait_with_a_limit_times_out_changes_nothing_and_a_later_wait_sees_the_end()
         d.enqueue_fill(0).unwrap();
         ctx.enqueue_function(&spin, groups, &[d.arg()], &60_000u32)
             .unwrap();
-        let event = ctx.record_event().unwrap();
+        let event = ctx.enqueue_record_event().unwrap();
         let start = Instant::now();
         match ctx.synchronize_timeout(Duration::from_millis(50)) {
             Err(Error::Timeout { op, waited }) => {

@@ -331,7 +331,7 @@ fn a_runtime_sized_array_binds_as_many_buffers_as_given_where_offered() {
         // In a graph, with an element substituted.
         let mut builder = ctx.capture_graph();
         builder
-            .dispatch(
+            .enqueue_function(
                 &kernel,
                 groups,
                 &[KernelArg::array(&parts[..4]), out.arg()],
@@ -604,7 +604,7 @@ fn graphs_capture_array_arguments_and_substitute_their_elements() {
         let parts: Vec<KernelArg<'_>> = ins.iter().map(|b| b.arg()).collect();
         let mut builder = ctx.capture_graph();
         builder
-            .dispatch(
+            .enqueue_function(
                 &kernel,
                 n.div_ceil(64) as u32,
                 &[KernelArg::array(&parts), out.arg()],

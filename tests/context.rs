@@ -8,7 +8,10 @@
 
 mod common;
 
-use vkcompute::{ContextOptions, DeviceBuffer, DeviceContext, DeviceKind, Error, FreeMemorySource};
+use vkcompute::{
+    device::{DeviceKind, FreeMemorySource},
+    ContextOptions, DeviceBuffer, DeviceContext, Error,
+};
 
 #[test]
 fn devices_lists_lavapipe_with_its_properties() {

@@ -32,7 +32,7 @@ fn every_call_after_the_device_is_lost_says_so_and_drops_are_clean() {
         let host = ctx.enqueue_create_host_buffer::<u32>(1024).unwrap();
         a.enqueue_fill(3).unwrap();
         let mut g = ctx.capture_graph();
-        g.copy(&a, &b).unwrap();
+        g.enqueue_copy_to(&a, &b).unwrap();
         let graph = g.finish().unwrap();
         let second = ctx.new_stream().unwrap();
         // Work in flight when the device goes.
@@ -66,8 +66,8 @@ fn every_call_after_the_device_is_lost_says_so_and_drops_are_clean() {
         );
         lost(Kernel::new(&ctx, shaders::SAXPY, "main"), "Kernel::new");
         lost(ctx.enqueue_graph(&graph), "enqueue_graph");
-        lost(ctx.capture_graph().finish(), "GraphBuilder::finish");
-        lost(ctx.record_event(), "record_event");
+        lost(ctx.capture_graph().finish(), "GraphCapture::finish");
+        lost(ctx.enqueue_record_event(), "enqueue_record_event");
         lost(ctx.new_stream(), "new_stream");
         lost(second.synchronize(), "synchronize of another stream");
         lost(ctx.flush(), "flush");

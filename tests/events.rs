@@ -28,11 +28,11 @@ fn another_stream_waits_for_an_event_on_the_device() {
         other.synchronize().unwrap();
         for round in 1..=3u32 {
             src.enqueue_fill(round).unwrap();
-            let filled = ctx.record_event().unwrap();
+            let filled = ctx.enqueue_record_event().unwrap();
             // Recorded after the event: not waited for by `other`.
             other.enqueue_wait_event(&filled).unwrap();
             dst.enqueue_copy_from(&src).unwrap();
-            let copied = other.record_event().unwrap();
+            let copied = other.enqueue_record_event().unwrap();
             copied.wait().unwrap();
             assert!(copied.is_complete().unwrap());
             assert!(filled.is_complete().unwrap(), "{path:?}");
@@ -46,14 +46,14 @@ fn another_stream_waits_for_an_event_on_the_device() {
         let unrelated = other.enqueue_create_buffer::<u32>(4).unwrap();
         other.synchronize().unwrap();
         big.enqueue_fill(1).unwrap();
-        let filled = ctx.record_event().unwrap();
+        let filled = ctx.enqueue_record_event().unwrap();
         other.enqueue_wait_event(&filled).unwrap();
         unrelated.enqueue_fill(2).unwrap();
-        let after = other.record_event().unwrap();
+        let after = other.enqueue_record_event().unwrap();
         after.wait().unwrap();
         assert!(filled.is_complete().unwrap(), "{path:?}: reached in order");
         // An event of the stream itself is reached in stream order.
-        let own = ctx.record_event().unwrap();
+        let own = ctx.enqueue_record_event().unwrap();
         ctx.enqueue_wait_event(&own).unwrap();
         ctx.synchronize().unwrap();
         assert!(own.is_complete().unwrap());
@@ -65,7 +65,7 @@ fn polling_an_event_terminates_without_a_flush() {
     on_each_path(|ctx, _| {
         let data = ctx.enqueue_create_buffer::<u32>(N).unwrap();
         data.enqueue_fill(1).unwrap();
-        let event = ctx.record_event().unwrap();
+        let event = ctx.enqueue_record_event().unwrap();
         // Nothing flushed the stream: is_complete submits it.
         let deadline = Instant::now() + Duration::from_secs(60);
         while !event.is_complete().unwrap() {
@@ -82,9 +82,9 @@ fn polling_an_event_terminates_without_a_flush() {
 fn elapsed_device_time_between_two_events() {
     on_each_path(|ctx, path| {
         let data = ctx.enqueue_create_buffer::<u32>(N * 4).unwrap();
-        let start = ctx.record_event().unwrap();
+        let start = ctx.enqueue_record_event().unwrap();
         data.enqueue_fill(3).unwrap();
-        let end = ctx.record_event().unwrap();
+        let end = ctx.enqueue_record_event().unwrap();
         if !end.is_timed() {
             let e = end.elapsed_since(&start).unwrap_err();
             assert!(matches!(e, Error::Unsupported { .. }), "{e}");
@@ -98,9 +98,9 @@ fn elapsed_device_time_between_two_events() {
         );
         // The total stream time bounds it (the host saw the whole span).
         let before = Instant::now();
-        let again_start = ctx.record_event().unwrap();
+        let again_start = ctx.enqueue_record_event().unwrap();
         data.enqueue_fill(4).unwrap();
-        let again_end = ctx.record_event().unwrap();
+        let again_end = ctx.enqueue_record_event().unwrap();
         again_end.wait().unwrap();
         let host = before.elapsed();
         let device = again_end.elapsed_since(&again_start).unwrap();
@@ -123,8 +123,8 @@ fn events_of_another_device_are_refused_and_leave_both_usable() {
     let (log_a, log_b) = (a.validation_log(), b.validation_log());
     let x = a.enqueue_create_buffer::<u32>(16).unwrap();
     x.enqueue_fill(9).unwrap();
-    let ea = a.record_event().unwrap();
-    let eb = b.record_event().unwrap();
+    let ea = a.enqueue_record_event().unwrap();
+    let eb = b.enqueue_record_event().unwrap();
     let e = b.enqueue_wait_event(&ea).unwrap_err();
     assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
     let e = eb.elapsed_since(&ea).unwrap_err();
@@ -148,7 +148,7 @@ fn an_event_outlives_its_context() {
     let log = ctx.validation_log();
     let data = ctx.enqueue_create_buffer::<u32>(N).unwrap();
     data.enqueue_fill(5).unwrap();
-    let event = ctx.record_event().unwrap();
+    let event = ctx.enqueue_record_event().unwrap();
     drop(data);
     drop(ctx);
     event.wait().unwrap();
@@ -183,7 +183,8 @@ fn two_threads_wait_for_each_others_events() {
                     a.enqueue_wait_event(&copied).unwrap();
                 }
                 src_a.enqueue_fill(round).unwrap();
-                to_b.send((a.record_event().unwrap(), round)).unwrap();
+                to_b.send((a.enqueue_record_event().unwrap(), round))
+                    .unwrap();
             }
             a.synchronize().unwrap();
         });
@@ -196,7 +197,7 @@ fn two_threads_wait_for_each_others_events() {
                 let (filled, round) = from_a.recv().unwrap();
                 b.enqueue_wait_event(&filled).unwrap();
                 dst_b.enqueue_copy_from(src_b).unwrap();
-                let copied = b.record_event().unwrap();
+                let copied = b.enqueue_record_event().unwrap();
                 copied.wait().unwrap();
                 check(dst_b, round);
                 // The channel closes once the other thread is done.
@@ -214,7 +215,7 @@ fn two_threads_wait_for_each_others_events() {
 #[test]
 fn an_event_of_an_idle_stream_is_reached() {
     let ctx: DeviceContext = context_with(options(Path::Staging));
-    let event = ctx.record_event().unwrap();
+    let event = ctx.enqueue_record_event().unwrap();
     event.wait().unwrap();
     assert!(event.is_complete().unwrap());
 }
@@ -249,7 +250,7 @@ fn an_event_is_a_future_woken_by_the_device_not_by_polling() {
         let data = ctx.enqueue_create_buffer::<u32>(N * 4).unwrap();
         for round in 0..3u32 {
             data.enqueue_fill(round).unwrap();
-            let event = ctx.record_event().unwrap();
+            let event = ctx.enqueue_record_event().unwrap();
             let (done, polls) = block_on(event.clone());
             done.unwrap();
             assert!(event.is_complete().unwrap(), "{path:?}");
@@ -266,7 +267,7 @@ fn an_event_is_a_future_woken_by_the_device_not_by_polling() {
         for (i, (s, b)) in streams.iter().zip(&buffers).enumerate() {
             for k in 0..10u32 {
                 b.enqueue_fill(i as u32 * 100 + k).unwrap();
-                events.push(s.record_event().unwrap());
+                events.push(s.enqueue_record_event().unwrap());
             }
         }
         let all = async {
@@ -292,7 +293,7 @@ fn futures_on_other_threads_and_dropped_futures() {
     data.enqueue_fill(1).unwrap();
     // A future dropped before it resolved leaves nothing waiting wrongly.
     {
-        let event = ctx.record_event().unwrap();
+        let event = ctx.enqueue_record_event().unwrap();
         let mut f = std::pin::pin!(event);
         let waker = std::task::Waker::noop();
         let _ = f.as_mut().poll(&mut std::task::Context::from_waker(waker));

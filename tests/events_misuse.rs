@@ -51,7 +51,7 @@ fn repolling_a_pending_event_keeps_one_waker_not_one_per_poll() {
     for _ in 0..16 {
         data.enqueue_fill(1).unwrap();
     }
-    let event = ctx.record_event().unwrap();
+    let event = ctx.enqueue_record_event().unwrap();
     let mut f = std::pin::pin!(event.clone());
     let before = LIVE.load(Ordering::SeqCst);
     let mut polls = 0;
@@ -90,7 +90,7 @@ fn a_future_pending_when_its_context_is_dropped_resolves() {
     let data = ctx.enqueue_create_buffer::<u32>(N * 4).unwrap();
     data.enqueue_fill(1).unwrap();
     let read = data.to_vec_async();
-    let event = ctx.record_event().unwrap();
+    let event = ctx.enqueue_record_event().unwrap();
     let mut f = Box::pin(event);
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     struct Flag(Arc<std::sync::atomic::AtomicBool>);
@@ -156,12 +156,12 @@ fn a_panicking_waker_does_not_stop_other_futures_being_woken() {
     for _ in 0..4 {
         data.enqueue_fill(1).unwrap();
     }
-    let first = ctx.record_event().unwrap();
+    let first = ctx.enqueue_record_event().unwrap();
     first.is_complete().unwrap(); // submits the first batch
     for _ in 0..4 {
         data.enqueue_fill(2).unwrap();
     }
-    let second = ctx.record_event().unwrap();
+    let second = ctx.enqueue_record_event().unwrap();
     struct Panics;
     impl std::task::Wake for Panics {
         fn wake(self: Arc<Self>) {
@@ -199,7 +199,7 @@ fn a_panicking_waker_does_not_stop_other_futures_being_woken() {
     }
     // And a later future of the stream.
     data.enqueue_fill(3).unwrap();
-    let third = ctx.record_event().unwrap();
+    let third = ctx.enqueue_record_event().unwrap();
     let (r, _) = block_on(third);
     r.unwrap();
 }
@@ -215,7 +215,7 @@ fn clones_of_events_awaited_on_eight_threads() {
     let start = Instant::now();
     for round in 0..30u32 {
         data.enqueue_fill(round).unwrap();
-        let e = ctx.record_event().unwrap();
+        let e = ctx.enqueue_record_event().unwrap();
         std::thread::scope(|s| {
             for _ in 0..8 {
                 let e = e.clone();
@@ -257,7 +257,7 @@ fn waiting_for_an_event_of_a_dropped_stream() {
     let other = ctx.new_stream().unwrap();
     let big = other.enqueue_create_buffer::<u32>(N * 4).unwrap();
     big.enqueue_fill(3).unwrap();
-    let e = other.record_event().unwrap();
+    let e = other.enqueue_record_event().unwrap();
     drop(other);
     let small = ctx.enqueue_create_buffer::<u32>(4).unwrap();
     ctx.enqueue_wait_event(&e).unwrap();
@@ -274,7 +274,7 @@ fn waiting_for_an_event_of_a_dropped_stream() {
     assert_clean(&log, "the context");
 }
 
-/// Every allocation failure during a to_vec_async and a record_event +
+/// Every allocation failure during a to_vec_async and a enqueue_record_event +
 /// await: an error or the right data, never a hang, a panic, a wrong
 /// `Ok`, or a validation message; the stream stays usable.
 #[cfg(feature = "fault-injection")]
@@ -296,7 +296,7 @@ fn allocation_failures_during_async_reads_and_events() {
             let value = n as u32;
             let filled = data.enqueue_fill(value);
             let read = block_on(data.to_vec_async()).0;
-            let event = ctx.record_event().map(|e| block_on(e).0);
+            let event = ctx.enqueue_record_event().map(|e| block_on(e).0);
             let fired = fault_injected(&ctx);
             fail_allocation(&ctx, 0);
             match (&filled, &read) {
@@ -393,7 +393,7 @@ fn no_lost_wakeups_under_many_short_awaits() {
                 for k in 0..150u32 {
                     let i = (k % 2) as usize;
                     bufs[i].enqueue_fill(t * 1000 + k).unwrap();
-                    let e = streams[i].record_event().unwrap();
+                    let e = streams[i].enqueue_record_event().unwrap();
                     let w = Arc::new(W(std::thread::current(), false.into()));
                     let waker = Waker::from(w.clone());
                     let mut f = std::pin::pin!(e);
@@ -438,7 +438,7 @@ fn awaiting_an_event_while_its_stream_is_dropped_on_another_thread() {
                 let stream = ctx.new_stream().unwrap();
                 let b = stream.enqueue_create_buffer::<u32>(1 << 12).unwrap();
                 b.enqueue_fill(k).unwrap();
-                let e = stream.record_event().unwrap();
+                let e = stream.enqueue_record_event().unwrap();
                 tx.send((e, k % 2 == 0)).unwrap();
                 drop(b);
                 drop(stream);
@@ -495,7 +495,7 @@ fn dropping_a_context_leaves_no_waiter_thread() {
     for _ in 0..32 {
         data.enqueue_fill(1).unwrap();
     }
-    let e = ctx.record_event().unwrap();
+    let e = ctx.enqueue_record_event().unwrap();
     let slow = Arc::new(SlowWaker {
         woken: false.into(),
     });

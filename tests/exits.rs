@@ -204,13 +204,13 @@ fn exit_child() {
         match what {
             "event_future" => {
                 busy();
-                poll_and_keep(s.record_event().unwrap())
+                poll_and_keep(s.enqueue_record_event().unwrap())
             }
             "dropped_future" => {
                 // Polled, then dropped before it resolved: the waiter
                 // thread lets it go within 20 ms, while the work runs on.
                 busy();
-                let mut f = Box::pin(s.record_event().unwrap());
+                let mut f = Box::pin(s.enqueue_record_event().unwrap());
                 let waker = Waker::from(Arc::new(Noop));
                 let pending = f
                     .as_mut()
@@ -230,7 +230,7 @@ fn exit_child() {
             "event_wait" => {
                 // A thread blocked in `Event::wait`.
                 busy();
-                let event = s.record_event().unwrap();
+                let event = s.enqueue_record_event().unwrap();
                 // Submitted here: the thread only waits.
                 s.flush().unwrap();
                 std::thread::spawn(move || event.wait());
@@ -254,7 +254,7 @@ fn exit_child() {
     // The threads are in their waits, and the last stream's work is not
     // done.
     std::thread::sleep(Duration::from_millis(2));
-    let tail = streams[STREAMS - 1].record_event().unwrap();
+    let tail = streams[STREAMS - 1].enqueue_record_event().unwrap();
     let pending = started && !tail.is_complete().unwrap();
     println!("child: {}", if pending { "pending" } else { "ready" });
     if how == "exit" {

@@ -142,7 +142,7 @@ fn compile_errors_keep_file_and_line_and_missing_includes_are_named() {
         // In the main file, under the name given.
         let broken =
             "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n    nope = 1;\n}\n";
-        match vkcompute::GlslBuilder::new(broken)
+        match vkcompute::Kernel::glsl(broken)
             .file_name("shaders/broken.comp")
             .build(ctx)
         {

@@ -130,27 +130,27 @@ fn capture_with_ids(
     for step in steps {
         match *step {
             Step::Copy(a, b) => {
-                g.copy(&bufs[a], &bufs[b]).unwrap();
+                g.enqueue_copy_to(&bufs[a], &bufs[b]).unwrap();
             }
             Step::CopyQuarter(a, qa, b, qb) => {
-                g.copy(&quarter(&bufs[a], qa), &quarter(&bufs[b], qb))
+                g.enqueue_copy_to(&quarter(&bufs[a], qa), &quarter(&bufs[b], qb))
                     .unwrap();
             }
             Step::Fill(a, v) => {
-                g.fill(&bufs[a], v).unwrap();
+                g.enqueue_fill(&bufs[a], v).unwrap();
             }
             Step::FillBytes(a, v) => {
-                g.fill(&odd_bytes(&bufs[a]), v).unwrap();
+                g.enqueue_fill(&odd_bytes(&bufs[a]), v).unwrap();
             }
             Step::FillWide(a, v) => {
-                g.fill(&wide(&bufs[a]), v).unwrap();
+                g.enqueue_fill(&wide(&bufs[a]), v).unwrap();
             }
             Step::FillTriple(a, v) => {
-                g.fill(&triples(&bufs[a]), v).unwrap();
+                g.enqueue_fill(&triples(&bufs[a]), v).unwrap();
             }
             Step::Add(a, b, c) => {
                 let id = g
-                    .dispatch(add, (N / 64) as u32, &add_args(bufs, a, b, c), &(N as u32))
+                    .enqueue_function(add, (N / 64) as u32, &add_args(bufs, a, b, c), &(N as u32))
                     .unwrap();
                 ids.push(id);
             }
@@ -245,9 +245,9 @@ fn replays_take_other_push_constants_and_buffers() {
         let y2 = ctx.enqueue_create_buffer::<f32>(n).unwrap();
         x.enqueue_fill(1.0).unwrap();
         let mut g = ctx.capture_graph();
-        g.fill(&y, 0.0f32).unwrap();
+        g.enqueue_fill(&y, 0.0f32).unwrap();
         let step = g
-            .dispatch(
+            .enqueue_function(
                 &saxpy,
                 (n / 256) as u32,
                 &[x.arg(), y.arg()],
@@ -302,7 +302,8 @@ fn a_graph_waits_for_another_stream_on_every_replay() {
     let src = other.enqueue_create_buffer::<u32>(N).unwrap();
     let dst = ctx.enqueue_create_buffer::<u32>(N).unwrap();
     let mut g = ctx.capture_graph();
-    g.wait_for(&other).unwrap().copy(&src, &dst).unwrap();
+    g.enqueue_wait_for(&other).unwrap();
+    g.enqueue_copy_to(&src, &dst).unwrap();
     let graph = g.finish().unwrap();
     for round in 0..5u32 {
         src.enqueue_fill(round).unwrap();
@@ -319,22 +320,22 @@ fn what_cannot_be_replayed_is_refused_at_capture() {
     let log = ctx.validation_log();
     let buf = ctx.enqueue_create_buffer::<u32>(N).unwrap();
     let mut g = ctx.capture_graph();
-    let e = g.copy(&vec![1u32; N][..], &buf).err().unwrap();
+    let e = g.enqueue_copy_to(&vec![1u32; N][..], &buf).err().unwrap();
     assert!(matches!(e, Error::NotCapturable { .. }), "{e}");
     // 12-byte elements are filled from a tile the graph keeps.
     let wide = ctx.enqueue_create_buffer::<[u32; 3]>(8).unwrap();
-    g.fill(&wide, [1, 2, 3]).unwrap();
+    g.enqueue_fill(&wide, [1, 2, 3]).unwrap();
     let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
     let e = g
-        .dispatch(&add, 1, &[buf.arg(), buf.arg()], &(N as u32))
+        .enqueue_function(&add, 1, &[buf.arg(), buf.arg()], &(N as u32))
         .unwrap_err();
     assert!(matches!(e, Error::ArgumentCount { .. }), "{e}");
     let other_device = context_with(ContextOptions::new().validation(true));
     let foreign = other_device.enqueue_create_buffer::<u32>(N).unwrap();
-    let e = g.copy(&foreign, &buf).err().unwrap();
+    let e = g.enqueue_copy_to(&foreign, &buf).err().unwrap();
     assert!(matches!(e, Error::DifferentDevice { .. }), "{e}");
     // What was captured still replays.
-    g.fill(&buf, 4).unwrap();
+    g.enqueue_fill(&buf, 4).unwrap();
     let graph = g.finish().unwrap();
     ctx.enqueue_graph(&graph).unwrap();
     assert_eq!(buf.to_vec().unwrap(), vec![4; N]);
@@ -360,10 +361,10 @@ fn a_graph_and_its_buffers_dropped_while_its_replay_runs() {
     for round in 0..20u64 {
         let bufs = buffers(&ctx, 3, round);
         let mut g = ctx.capture_graph();
-        g.fill(&bufs[0], 1.5f32.to_bits()).unwrap();
+        g.enqueue_fill(&bufs[0], 1.5f32.to_bits()).unwrap();
         // A fill from a tile the graph owns, which must outlive the replays.
-        g.fill(&triples(&bufs[1]), [1, 2, 3]).unwrap();
-        g.dispatch(
+        g.enqueue_fill(&triples(&bufs[1]), [1, 2, 3]).unwrap();
+        g.enqueue_function(
             &add,
             (N / 64) as u32,
             &[
@@ -402,9 +403,9 @@ fn substitutes_that_would_break_a_capture_check_are_refused() {
         whole.create_sub_buffer::<u32>(N, N).unwrap(),
     );
     let mut g = ctx.capture_graph();
-    g.copy(&bufs[0], &bufs[1]).unwrap();
+    g.enqueue_copy_to(&bufs[0], &bufs[1]).unwrap();
     let step = g
-        .dispatch(
+        .enqueue_function(
             &add,
             (N / 64) as u32,
             &[
@@ -420,7 +421,7 @@ fn substitutes_that_would_break_a_capture_check_are_refused() {
     let mut other = ctx.capture_graph();
     for _ in 0..2 {
         other
-            .dispatch(
+            .enqueue_function(
                 &add,
                 1,
                 &[
@@ -433,7 +434,7 @@ fn substitutes_that_would_break_a_capture_check_are_refused() {
             .unwrap();
     }
     let missing = other
-        .dispatch(
+        .enqueue_function(
             &add,
             1,
             &[
@@ -503,7 +504,9 @@ fn a_dispatch_id_of_one_graph_is_refused_by_another() {
     b.enqueue_fill(20).unwrap();
     let capture = |buf: &DeviceBuffer<u32>, label: &str| {
         let mut g = ctx.capture_graph();
-        let id = g.dispatch(&add_one, 1, &[buf.arg()], &64u32).unwrap();
+        let id = g
+            .enqueue_function(&add_one, 1, &[buf.arg()], &64u32)
+            .unwrap();
         g.label(label);
         (g.finish().unwrap(), id)
     };
@@ -548,7 +551,8 @@ fn one_graph_replayed_from_two_threads_on_two_streams_beside_a_mapping() {
     let buf = ctx.enqueue_create_buffer::<u32>(64).unwrap();
     buf.enqueue_fill(0).unwrap();
     let mut g = ctx.capture_graph();
-    g.dispatch(&add_one, 1, &[buf.arg()], &64u32).unwrap();
+    g.enqueue_function(&add_one, 1, &[buf.arg()], &64u32)
+        .unwrap();
     let graph = g.finish().unwrap();
     let replays = 25u32;
     let mappings = 5u32;
@@ -605,7 +609,7 @@ fn a_fill_replayed_on_a_substitute_at_another_offset_is_planned_for_that_offset(
         let whole = ctx.enqueue_create_buffer::<u8>(len + 16).unwrap();
         let a = ctx.enqueue_create_buffer::<u8>(len).unwrap();
         let mut g = ctx.capture_graph();
-        g.fill(&a, 0xab).unwrap();
+        g.enqueue_fill(&a, 0xab).unwrap();
         let graph = g.finish().unwrap();
         for at in [1usize, 2, 3, 4, 7] {
             whole.enqueue_fill(0).unwrap();
@@ -619,7 +623,7 @@ fn a_fill_replayed_on_a_substitute_at_another_offset_is_planned_for_that_offset(
         let words = whole.create_sub_buffer::<u16>(0, (len + 16) / 2).unwrap();
         let b = ctx.enqueue_create_buffer::<u16>(len / 2).unwrap();
         let mut g = ctx.capture_graph();
-        g.fill(&b, 0x1234).unwrap();
+        g.enqueue_fill(&b, 0x1234).unwrap();
         let graph16 = g.finish().unwrap();
         for at in [1usize, 3] {
             words.enqueue_fill(0).unwrap();

@@ -116,7 +116,7 @@ fn graphs_read_the_counts_on_every_replay() {
         let other = ctx.enqueue_create_buffer::<u32>(3).unwrap();
         other.enqueue_copy_from(&[6u32, 1, 1][..]).unwrap();
         let mut g = ctx.capture_graph();
-        g.dispatch_indirect(&add_one, &counts, 0, &[data.arg()], &(n as u32))
+        g.enqueue_function_indirect(&add_one, &counts, 0, &[data.arg()], &(n as u32))
             .unwrap();
         let graph = g.finish().unwrap();
         let mut want = vec![0u32; n];
@@ -153,7 +153,7 @@ fn bad_indirect_arguments_are_clear_errors_and_the_context_stays_usable() {
             assert!(matches!(e, Error::OutOfRange { len: 3, .. }), "{what}: {e}");
             let e = ctx
                 .capture_graph()
-                .dispatch_indirect(&add_one, &counts, offset, &[data.arg()], &64u32)
+                .enqueue_function_indirect(&add_one, &counts, offset, &[data.arg()], &64u32)
                 .unwrap_err();
             assert!(matches!(e, Error::OutOfRange { .. }), "{what}: {e}");
         }

@@ -252,16 +252,17 @@ fn the_safe_api_refuses_kernels_that_address_memory_through_pointers() {
             let mut g = ctx.capture_graph();
             let refusals = if source == WRITE_THROUGH_ADDRESS {
                 [
-                    g.dispatch(&pointer_kernel, 1, &[], &push).err(),
-                    g.dispatch_indirect(&pointer_kernel, &counts, 0, &[], &push)
+                    g.enqueue_function(&pointer_kernel, 1, &[], &push).err(),
+                    g.enqueue_function_indirect(&pointer_kernel, &counts, 0, &[], &push)
                         .err(),
                     ctx.enqueue_function_indirect(&pointer_kernel, &counts, 0, &[], &push)
                         .err(),
                 ]
             } else {
                 [
-                    g.dispatch(&pointer_kernel, 1, &[], &push.addr).err(),
-                    g.dispatch_indirect(&pointer_kernel, &counts, 0, &[], &push.addr)
+                    g.enqueue_function(&pointer_kernel, 1, &[], &push.addr)
+                        .err(),
+                    g.enqueue_function_indirect(&pointer_kernel, &counts, 0, &[], &push.addr)
                         .err(),
                     ctx.enqueue_function_indirect(&pointer_kernel, &counts, 0, &[], &push.addr)
                         .err(),

@@ -217,13 +217,13 @@ fn loading_the_same_module_twice_reuses_its_pipeline() {
             .iter()
             .flat_map(|w| w.to_le_bytes())
             .collect();
-        let e = Kernel::from_bytes(ctx, &bytes, "main").unwrap();
+        let e = Kernel::new(ctx, &bytes, "main").unwrap();
         assert!(a.shares_pipeline_with(&e));
         let swapped: Vec<u8> = shaders::SAXPY
             .iter()
             .flat_map(|w| w.to_be_bytes())
             .collect();
-        let f = Kernel::from_bytes(ctx, &swapped, "main").unwrap();
+        let f = Kernel::new(ctx, &swapped, "main").unwrap();
         assert!(a.shares_pipeline_with(&f), "big-endian SPIR-V is read too");
     });
 }
@@ -423,17 +423,13 @@ fn invalid_spirv_is_rejected_at_load() {
         let bad = |e: &Error| matches!(e, Error::InvalidSpirv { .. });
         rejects(
             ctx,
-            || Kernel::from_bytes(ctx, &[1, 2, 3], "main").map(drop),
+            || Kernel::new(ctx, &[1u8, 2, 3], "main").map(drop),
             bad,
         );
+        rejects(ctx, || Kernel::new(ctx, &[0u8; 40], "main").map(drop), bad);
         rejects(
             ctx,
-            || Kernel::from_bytes(ctx, &[0u8; 40], "main").map(drop),
-            bad,
-        );
-        rejects(
-            ctx,
-            || Kernel::new(ctx, &[0x0723_0203, 1, 2], "main").map(drop),
+            || Kernel::new(ctx, &[0x0723_0203u32, 1, 2], "main").map(drop),
             bad,
         );
         let mut garbage = vec![0x0723_0203u32, 0x0001_0500, 0, 100, 0];

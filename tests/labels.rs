@@ -117,7 +117,7 @@ fn streams_and_graphs_have_labels_in_debug_and_the_trace() {
         assert!(format!("{uploads:?}").contains("uploads"));
         let x = uploads.enqueue_create_buffer::<u32>(64).unwrap();
         let mut g = uploads.capture_graph();
-        g.fill(&x, 3).unwrap();
+        g.enqueue_fill(&x, 3).unwrap();
         let unnamed = ctx.capture_graph().finish().unwrap();
         assert_eq!(unnamed.label(), "graph of 0 operations");
         g.label("refill");

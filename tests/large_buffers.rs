@@ -221,7 +221,7 @@ fn round_trip(ctx: &DeviceContext, path: Path, size: u64) {
     // In a graph, into a new buffer.
     let c = ctx.enqueue_create_buffer::<u8>(n).unwrap();
     let mut g = ctx.capture_graph();
-    g.copy(&b, &c).unwrap();
+    g.enqueue_copy_to(&b, &c).unwrap();
     let graph = g.finish().unwrap();
     ctx.enqueue_graph(&graph).unwrap();
     drop((graph, b));

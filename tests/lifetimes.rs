@@ -118,7 +118,7 @@ fn a_graph_replayed_on_its_buffers_own_stream_frees_everything_once_dropped() {
             let buf = stream.enqueue_create_buffer::<u8>(64 << 20).unwrap();
             let other = stream.enqueue_create_buffer::<u8>(64 << 20).unwrap();
             let mut g = stream.capture_graph();
-            g.fill(&buf, 0xab).unwrap();
+            g.enqueue_fill(&buf, 0xab).unwrap();
             let graph = g.finish().unwrap();
             if with_params {
                 let params = vkcompute::GraphParams::new().buffer(&buf, &other).unwrap();

@@ -2,7 +2,7 @@
 //! random (bit and byte flips, truncation, word swaps, duplications and
 //! deletions, random words at random positions, header and word-count
 //! corruption, instructions moved, repeated or dropped) and loaded through
-//! every public loading call (`Kernel::new`, `Kernel::from_bytes` in both
+//! every public loading call (`Kernel::new`, `Kernel::new` in both
 //! byte orders, `Kernel::builder` with specialization constants) on one
 //! validated context. Every load must return `Ok` or a kernel-loading error;
 //! nothing may panic (not even a panic the library catches itself), hang or
@@ -424,7 +424,7 @@ fn load(ctx: &DeviceContext, case: &Case) -> vkcompute::Result<Kernel> {
                 })
                 .collect();
             bytes.truncate(*len);
-            Kernel::from_bytes(ctx, &bytes, case.entry)
+            Kernel::new(ctx, &bytes, case.entry)
         }
         Load::Builder(spec) => {
             let builder: KernelBuilder<'_> = spec.iter().fold(
@@ -499,7 +499,7 @@ impl Findings {
 
 /// Whether `message` comes from the validation layer (invalid usage) rather
 /// than from the driver.
-fn from_the_layer(message: &vkcompute::ValidationMessage) -> bool {
+fn from_the_layer(message: &vkcompute::validation::ValidationMessage) -> bool {
     ["VUID-", "UNASSIGNED", "SYNC-"]
         .iter()
         .any(|p| message.id.starts_with(p))

@@ -147,10 +147,11 @@ fn kernels_are_named_by_their_labels_in_errors_and_debug() {
         let first = Kernel::builder(&words).label("first").build(ctx).unwrap();
         let second = Kernel::builder(&words).label("second").build(ctx).unwrap();
         assert!(first.shares_pipeline_with(&second));
-        assert_eq!((first.label(), second.label()), ("first", "second"));
-        let renamed = plain.clone().with_label("again");
-        assert_eq!(renamed.label(), "again");
-        assert!(format!("{renamed:?}").contains("\"again\""));
+        assert_eq!(
+            (first.label(), second.label()),
+            ("first".into(), "second".into())
+        );
+        assert!(format!("{second:?}").contains("\"second\""));
         for (kernel, label) in [(&named, "store_one.comp"), (&labelled, "writer")] {
             let e = ctx
                 .enqueue_function(kernel, 1, &[data.arg()], &[1u32, 2u32])
@@ -188,15 +189,14 @@ fn spirv_bytes_load_unvalidated_from_any_alignment() {
         let mut bytes = vec![0u8; 3];
         bytes.extend(words.iter().flat_map(|w| w.to_le_bytes()));
         // SAFETY: shaderc's output for Vulkan 1.2, valid on this device.
-        let kernel = unsafe { Kernel::from_bytes_unvalidated(ctx, &bytes[3..], "main") }.unwrap();
+        let kernel = unsafe { Kernel::new_unvalidated(ctx, &bytes[3..], "main") }.unwrap();
         let data = ctx.enqueue_create_buffer::<u32>(1).unwrap();
         ctx.enqueue_function(&kernel, 1, &[data.arg()], &9u32)
             .unwrap();
         assert_eq!(data.to_vec().unwrap(), [9]);
         // Bytes that are not whole words are still an error.
         // SAFETY: refused before anything reaches the driver.
-        let short =
-            unsafe { Kernel::from_bytes_unvalidated(ctx, &bytes[3..bytes.len() - 1], "main") };
+        let short = unsafe { Kernel::new_unvalidated(ctx, &bytes[3..bytes.len() - 1], "main") };
         assert!(
             matches!(short, Err(Error::InvalidSpirv { .. })),
             "{short:?}"
@@ -292,7 +292,7 @@ fn uniform_buffers_bind_as_arguments_with_their_size_and_alignment_checked() {
     common::on_each_descriptor_path(|ctx| {
         let kernel = Kernel::from_glsl(ctx, UNIFORM, "main").unwrap();
         let b = &kernel.bindings()[1];
-        assert_eq!(b.kind, vkcompute::BindingKind::UniformBuffer);
+        assert_eq!(b.kind, vkcompute::reflection::BindingKind::UniformBuffer);
         assert_eq!(b.uniform_size, Some(32));
         assert!(b.read_only);
         let data = ctx.enqueue_create_buffer::<f32>(8).unwrap();
@@ -377,7 +377,7 @@ fn a_graph_replays_a_uniform_buffer_and_checks_substitutes_at_the_uniform_alignm
         let second = words.create_sub_buffer::<Params>(slot * 4 / std::mem::size_of::<Params>(), 1);
         first.enqueue_fill(Params::zeroed_with_n(8)).unwrap();
         let mut g = ctx.capture_graph();
-        g.dispatch(&kernel, 2, &[data.arg(), first.arg()], &())
+        g.enqueue_function(&kernel, 2, &[data.arg(), first.arg()], &())
             .unwrap();
         let graph = g.finish().unwrap();
         ctx.enqueue_graph(&graph).unwrap();
@@ -399,7 +399,7 @@ fn a_graph_replays_a_uniform_buffer_and_checks_substitutes_at_the_uniform_alignm
             let off = whole.create_sub_buffer::<Params>(storage / std::mem::size_of::<Params>(), 1);
             if let (Ok(base), Ok(off)) = (base, off) {
                 let mut g = ctx.capture_graph();
-                g.dispatch(&kernel, 2, &[data.arg(), base.arg()], &())
+                g.enqueue_function(&kernel, 2, &[data.arg(), base.arg()], &())
                     .unwrap();
                 let graph = g.finish().unwrap();
                 let params = vkcompute::GraphParams::new().buffer(&base, &off).unwrap();

@@ -331,8 +331,8 @@ fn graphs_print_on_every_replay_and_assert() {
     let d = ctx.enqueue_create_buffer::<u32>(4).unwrap();
     d.enqueue_fill(0).unwrap();
     let mut g = ctx.capture_graph();
-    let first = g.dispatch(&a, 1, &[d.arg()], &1u32).unwrap();
-    let second = g.dispatch(&b, 1, &[d.arg()], &2u32).unwrap();
+    let first = g.enqueue_function(&a, 1, &[d.arg()], &1u32).unwrap();
+    let second = g.enqueue_function(&b, 1, &[d.arg()], &2u32).unwrap();
     let graph = g.finish().unwrap();
     // Replays in flight together (one batch): each prints its own lines,
     // in the order of its dispatches.
@@ -377,7 +377,7 @@ fn graphs_print_on_every_replay_and_assert() {
     // A full record buffer (64 bytes) drops the rest, per replay.
     let many = kernel(&ctx, 8, r#"debugPrintfEXT("m %u", i);"#).unwrap();
     let mut g = ctx.capture_graph();
-    g.dispatch(&many, 4, &[d.arg()], &0u32).unwrap();
+    g.enqueue_function(&many, 4, &[d.arg()], &0u32).unwrap();
     let graph = g.finish().unwrap();
     ctx.enqueue_graph(&graph).unwrap();
     ctx.enqueue_graph(&graph).unwrap();
@@ -444,7 +444,7 @@ fn every_spirv_version_and_optimization_prints() {
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    let kernel = Kernel::from_bytes(&ctx, &words, "main").unwrap();
+    let kernel = Kernel::new(&ctx, &words, "main").unwrap();
     let d = ctx.enqueue_create_buffer::<u32>(2).unwrap();
     ctx.enqueue_function(&kernel, 1, &[d.arg()], &()).unwrap();
     ctx.synchronize().unwrap();

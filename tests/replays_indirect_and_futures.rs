@@ -57,12 +57,12 @@ fn indirect_dispatch_as_a_live_operation_of_a_parameterized_replay() {
         let mut g = ctx.capture_graph();
         let src3 = ctx.enqueue_create_buffer::<u32>(3).unwrap();
         src3.enqueue_copy_from(&[2u32, 1, 1][..]).unwrap();
-        g.fill(&data, 0).unwrap(); // an op before: a segment
-        g.copy(&src3, &counts).unwrap(); // counts written in the graph
+        g.enqueue_fill(&data, 0).unwrap(); // an op before: a segment
+        g.enqueue_copy_to(&src3, &counts).unwrap(); // counts written in the graph
         let id = g
-            .dispatch_indirect(&add_one, &counts, 0, &[data.arg()], &(n as u32))
+            .enqueue_function_indirect(&add_one, &counts, 0, &[data.arg()], &(n as u32))
             .unwrap();
-        g.fill(&big, 9).unwrap(); // an op after, touching the substitute's memory
+        g.enqueue_fill(&big, 9).unwrap(); // an op after, touching the substitute's memory
         let graph = g.finish().unwrap();
         let mut want = vec![0u32; n];
         // Plain, then push changed (only 64 elements).
@@ -95,13 +95,14 @@ fn indirect_dispatch_as_a_live_operation_of_a_parameterized_replay() {
 
 #[allow(dead_code)]
 fn store_graph(
-    g: &mut vkcompute::GraphBuilder<'_>,
+    g: &mut vkcompute::GraphCapture<'_>,
     st: &Kernel,
     buf: &DeviceBuffer<u32>,
     v: [u32; 3],
 ) {
     for (i, v) in v.into_iter().enumerate() {
-        g.dispatch(st, 1, &[buf.arg()], &[i as u32, v]).unwrap();
+        g.enqueue_function(st, 1, &[buf.arg()], &[i as u32, v])
+            .unwrap();
     }
 }
 
@@ -128,7 +129,7 @@ fn an_indirect_kernel_that_writes_its_own_counts() {
         assert_eq!(counts.to_vec().unwrap(), want, "{what}: stream");
         let mut g = ctx.capture_graph();
         let id = g
-            .dispatch_indirect(&add_one, &counts, 63, &[counts.arg()], &64u32)
+            .enqueue_function_indirect(&add_one, &counts, 63, &[counts.arg()], &64u32)
             .unwrap();
         let graph = g.finish().unwrap();
         for _ in 0..3 {
@@ -192,9 +193,11 @@ fn a_graph_replayed_with_parameters_from_two_threads() {
             let y = ctx.enqueue_create_buffer::<u32>(n).unwrap();
             y.enqueue_fill(0).unwrap();
             let mut g = ctx.capture_graph();
-            g.fill(&y, 5).unwrap();
-            let id = g.dispatch(&add_one, 4, &[x.arg()], &(n as u32)).unwrap();
-            g.fill(&y, 6).unwrap();
+            g.enqueue_fill(&y, 5).unwrap();
+            let id = g
+                .enqueue_function(&add_one, 4, &[x.arg()], &(n as u32))
+                .unwrap();
+            g.enqueue_fill(&y, 6).unwrap();
             let graph = g.finish().unwrap();
             let outs: Vec<DeviceBuffer<u32>> = (0..2)
                 .map(|_| {
@@ -266,11 +269,11 @@ fn dropping_everything_while_a_parameterized_replay_runs() {
                 .enqueue_copy_from(&[(n / 64) as u32, 1, 1][..])
                 .unwrap();
             let mut g = ctx.capture_graph();
-            g.fill(&x, 3).unwrap();
+            g.enqueue_fill(&x, 3).unwrap();
             let id = g
-                .dispatch_indirect(&add_one, &counts, 0, &[x.arg()], &(n as u32))
+                .enqueue_function_indirect(&add_one, &counts, 0, &[x.arg()], &(n as u32))
                 .unwrap();
-            g.copy(&x, &keep).unwrap();
+            g.enqueue_copy_to(&x, &keep).unwrap();
             let graph = g.finish().unwrap();
             let nn = n as u32;
             let params = GraphParams::new().buffer(&x, &sub).unwrap().push(id, &nn);
@@ -316,10 +319,11 @@ fn substitutes_that_alias_what_the_segments_use() {
             buf.enqueue_fill(0).unwrap();
         }
         let mut g = ctx.capture_graph();
-        g.fill(&a, 1).unwrap(); // 0
-        g.copy(&a, &b).unwrap(); // 1
-        g.dispatch(&add_one, 2, &[c.arg()], &(n as u32)).unwrap(); // 2
-        g.copy(&b, &a).unwrap(); // 3
+        g.enqueue_fill(&a, 1).unwrap(); // 0
+        g.enqueue_copy_to(&a, &b).unwrap(); // 1
+        g.enqueue_function(&add_one, 2, &[c.arg()], &(n as u32))
+            .unwrap(); // 2
+        g.enqueue_copy_to(&b, &a).unwrap(); // 3
         let graph = g.finish().unwrap();
         // c -> b: the live dispatch writes what segment 0..2 wrote and 3 reads.
         ctx.enqueue_graph_with(&graph, &GraphParams::new().buffer(&c, &b).unwrap())
@@ -370,9 +374,9 @@ fn zero_length_buffers() {
         let r = ctx.enqueue_function_indirect(&add_one, &empty, 0, &[empty.arg()], &0u32);
         assert!(r.is_err(), "{what}");
         let mut g = ctx.capture_graph();
-        g.fill(&empty, 1).unwrap();
-        g.copy(&empty, &empty2).unwrap();
-        let r = g.dispatch(&add_one, 1, &[empty.arg()], &0u32);
+        g.enqueue_fill(&empty, 1).unwrap();
+        g.enqueue_copy_to(&empty, &empty2).unwrap();
+        let r = g.enqueue_function(&add_one, 1, &[empty.arg()], &0u32);
         eprintln!("{what}: graph dispatch on an empty buffer: {r:?}");
         let graph = g.finish().unwrap();
         ctx.enqueue_graph(&graph).unwrap();
@@ -492,7 +496,7 @@ fn the_last_context_dropped_by_a_waker_on_the_waiter_thread() {
             ctx.enqueue_function(&add_one, (1 << 20) / 64, &[buf.arg()], &(1u32 << 20))
                 .unwrap();
         }
-        let event = ctx.record_event().unwrap();
+        let event = ctx.enqueue_record_event().unwrap();
         let w = Arc::new(DropsContext {
             held: std::sync::Mutex::new(Some(ctx.clone())),
             woke: AtomicBool::new(false),
@@ -537,7 +541,7 @@ fn dropping_a_context_while_futures_wait_on_other_threads() {
             ctx.enqueue_function(&add_one, (1 << 18) / 64, &[buf.arg()], &(1u32 << 18))
                 .unwrap();
         }
-        let ev = ctx.record_event().unwrap();
+        let ev = ctx.enqueue_record_event().unwrap();
         let read = buf.to_vec_async();
         let t1 = std::thread::spawn(move || block_on(ev));
         let t2 = std::thread::spawn(move || block_on(read));
@@ -630,9 +634,10 @@ fn faults_inside_traced_indirect_and_live_replays() {
         counts.enqueue_copy_from(&[1u32, 1, 1][..]).unwrap();
         let mut g = ctx.capture_graph();
         let id = g
-            .dispatch_indirect(&add_one, &counts, 0, &[data.arg()], &64u32)
+            .enqueue_function_indirect(&add_one, &counts, 0, &[data.arg()], &64u32)
             .unwrap();
-        g.dispatch(&add_one, 1, &[data.arg()], &64u32).unwrap();
+        g.enqueue_function(&add_one, 1, &[data.arg()], &64u32)
+            .unwrap();
         let graph = g.finish().unwrap();
         let mut want = 0u32;
         let mut failures = 0;
@@ -699,7 +704,7 @@ fn a_traced_stream_with_long_batches() {
     let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
     counts.enqueue_copy_from(&[1u32, 1, 1][..]).unwrap();
     let mut g = ctx.capture_graph();
-    let id = g.dispatch(&add_one, 1, &[b.arg()], &64u32).unwrap();
+    let id = g.enqueue_function(&add_one, 1, &[b.arg()], &64u32).unwrap();
     let graph = g.finish().unwrap();
     let other = ctx.new_stream().unwrap();
     for i in 0..9000u32 {
@@ -749,15 +754,15 @@ fn debug_live_indirect_between_segments() {
                 .enqueue_copy_from(&[(n / 64) as u32, 1, 1][..])
                 .unwrap();
             let mut g = ctx.capture_graph();
-            g.fill(&x, 3).unwrap();
+            g.enqueue_fill(&x, 3).unwrap();
             let id = if indirect {
-                g.dispatch_indirect(&add_one, &counts, 0, &[x.arg()], &(n as u32))
+                g.enqueue_function_indirect(&add_one, &counts, 0, &[x.arg()], &(n as u32))
                     .unwrap()
             } else {
-                g.dispatch(&add_one, (n / 64) as u32, &[x.arg()], &(n as u32))
+                g.enqueue_function(&add_one, (n / 64) as u32, &[x.arg()], &(n as u32))
                     .unwrap()
             };
-            g.copy(&x, &keep).unwrap();
+            g.enqueue_copy_to(&x, &keep).unwrap();
             let graph = g.finish().unwrap();
             let sub = ctx.enqueue_create_buffer::<u32>(n).unwrap();
             let nn = n as u32;
@@ -794,7 +799,7 @@ fn live_sets_churning_from_two_threads() {
         let mut g = ctx.capture_graph();
         let ids: Vec<_> = (0..k)
             .map(|i| {
-                g.dispatch(&st, 1, &[x.arg()], &[i as u32, 1000 + i as u32])
+                g.enqueue_function(&st, 1, &[x.arg()], &[i as u32, 1000 + i as u32])
                     .unwrap()
             })
             .collect();
@@ -854,8 +859,8 @@ fn live_fills_at_odd_offsets() {
             let buf = ctx.enqueue_create_buffer::<T>(len).unwrap();
             let out = ctx.enqueue_create_buffer::<T>(len).unwrap();
             let mut g = ctx.capture_graph();
-            g.fill(&buf, value).unwrap();
-            g.copy(&buf, &out).unwrap();
+            g.enqueue_fill(&buf, value).unwrap();
+            g.enqueue_copy_to(&buf, &out).unwrap();
             let graph = g.finish().unwrap();
             let big = ctx.enqueue_create_buffer::<T>(len + at + 3).unwrap();
             big.enqueue_fill(T::zeroed()).unwrap();
@@ -902,9 +907,9 @@ fn a_graph_outliving_its_context_replayed_on_another_stream() {
         counts.enqueue_copy_from(&[4u32, 1, 1][..]).unwrap();
         let mut g = ctx.capture_graph();
         let id = g
-            .dispatch_indirect(&add_one, &counts, 0, &[x.arg()], &256u32)
+            .enqueue_function_indirect(&add_one, &counts, 0, &[x.arg()], &256u32)
             .unwrap();
-        g.wait_for(&other).unwrap();
+        g.enqueue_wait_for(&other).unwrap();
         let graph = g.finish().unwrap();
         ctx.enqueue_graph(&graph).unwrap();
         drop(counts);
@@ -1029,19 +1034,28 @@ fn random_graphs_with_indirect_dispatches_and_parameters() {
                 for op in &ops {
                     match *op {
                         ROp::Fill(b, v) => {
-                            g.fill(&bufs[b], v).unwrap();
+                            g.enqueue_fill(&bufs[b], v).unwrap();
                         }
                         ROp::Copy(s, t) => {
-                            g.copy(&bufs[s], &bufs[t]).unwrap();
+                            g.enqueue_copy_to(&bufs[s], &bufs[t]).unwrap();
                         }
                         ROp::Add(b, n) => {
-                            ids.push(g.dispatch(&add_one, 2, &[bufs[b].arg()], &n).unwrap());
+                            ids.push(
+                                g.enqueue_function(&add_one, 2, &[bufs[b].arg()], &n)
+                                    .unwrap(),
+                            );
                             default_ns.push(n);
                         }
                         ROp::AddIndirect(b, c, n) => {
                             ids.push(
-                                g.dispatch_indirect(&add_one, &counts[c], 0, &[bufs[b].arg()], &n)
-                                    .unwrap(),
+                                g.enqueue_function_indirect(
+                                    &add_one,
+                                    &counts[c],
+                                    0,
+                                    &[bufs[b].arg()],
+                                    &n,
+                                )
+                                .unwrap(),
                             );
                             default_ns.push(n);
                         }
@@ -1139,12 +1153,13 @@ fn mappings_in_the_way_of_live_replays_and_indirect_counts() {
             x.enqueue_fill(0).unwrap();
         }
         let mut g = ctx.capture_graph();
-        g.fill(&a, 5).unwrap();
+        g.enqueue_fill(&a, 5).unwrap();
         let id = g
-            .dispatch_indirect(&add_one, &counts, 0, &[b.arg()], &(n as u32))
+            .enqueue_function_indirect(&add_one, &counts, 0, &[b.arg()], &(n as u32))
             .unwrap();
-        g.copy(&a, &b).unwrap();
-        g.dispatch(&add_one, 1, &[b.arg()], &(n as u32)).unwrap();
+        g.enqueue_copy_to(&a, &b).unwrap();
+        g.enqueue_function(&add_one, 1, &[b.arg()], &(n as u32))
+            .unwrap();
         let graph = g.finish().unwrap();
         // A segment's buffer mapped.
         {
@@ -1276,10 +1291,10 @@ fn a_storm_of_operations_on_two_streams() {
             let c2 = counts.create_sub_buffer::<u32>(3, 3).unwrap();
             let mut g = ctx.capture_graph();
             let id = g
-                .dispatch_indirect(&add_one, &counts, 0, &[shared[0].arg()], &(n as u32))
+                .enqueue_function_indirect(&add_one, &counts, 0, &[shared[0].arg()], &(n as u32))
                 .unwrap();
-            g.copy(&shared[0], &shared[1]).unwrap();
-            g.wait_for(&other).unwrap();
+            g.enqueue_copy_to(&shared[0], &shared[1]).unwrap();
+            g.enqueue_wait_for(&other).unwrap();
             let graph = g.finish().unwrap();
             let done = AtomicBool::new(false);
             std::thread::scope(|s| {
@@ -1351,7 +1366,7 @@ fn a_storm_of_operations_on_two_streams() {
                                 },
                                 5 => stream.enqueue_wait_for(&peer),
                                 6 => peer
-                                    .record_event()
+                                    .enqueue_record_event()
                                     .and_then(|e| stream.enqueue_wait_event(&e)),
                                 7 => {
                                     let d = &shared[rng.below(4) as usize];
@@ -1423,10 +1438,13 @@ fn an_indirect_kernel_without_bindings_and_an_empty_graph() {
             ctx.enqueue_function(&nothing, 1, &[], &()).unwrap();
         }
         let mut g = ctx.capture_graph();
-        let id = g.dispatch_indirect(&nothing, &counts, 0, &[], &()).unwrap();
-        g.dispatch_indirect(&counter, &counts, 0, &[hits.arg()], &())
+        let id = g
+            .enqueue_function_indirect(&nothing, &counts, 0, &[], &())
             .unwrap();
-        g.dispatch_indirect(&nothing, &counts, 0, &[], &()).unwrap();
+        g.enqueue_function_indirect(&counter, &counts, 0, &[hits.arg()], &())
+            .unwrap();
+        g.enqueue_function_indirect(&nothing, &counts, 0, &[], &())
+            .unwrap();
         let graph = g.finish().unwrap();
         ctx.enqueue_graph(&graph).unwrap();
         ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &()))
@@ -1477,10 +1495,10 @@ fn another_devices_buffers_in_indirect_dispatches_and_replays() {
     eprintln!("kernel of another device: {e}");
     let mut g = a.capture_graph();
     assert!(g
-        .dispatch_indirect(&ka, &cb, 0, &[xa.arg()], &64u32)
+        .enqueue_function_indirect(&ka, &cb, 0, &[xa.arg()], &64u32)
         .is_err());
     let id = g
-        .dispatch_indirect(&ka, &ca, 0, &[xa.arg()], &64u32)
+        .enqueue_function_indirect(&ka, &ca, 0, &[xa.arg()], &64u32)
         .unwrap();
     let graph = g.finish().unwrap();
     let e = b.enqueue_graph(&graph).unwrap_err();
@@ -1534,7 +1552,7 @@ fn traced_streams_dropped_with_work_in_flight() {
             .unwrap();
         let mut g = ctx.capture_graph();
         let id = g
-            .dispatch_indirect(&add_one, &counts, 0, &[x.arg()], &(n as u32))
+            .enqueue_function_indirect(&add_one, &counts, 0, &[x.arg()], &(n as u32))
             .unwrap();
         let graph = g.finish().unwrap();
         for _ in 0..12 {
@@ -1544,7 +1562,7 @@ fn traced_streams_dropped_with_work_in_flight() {
             s.enqueue_graph_with(&graph, &GraphParams::new().push(id, &(n as u32)))
                 .unwrap();
             s.enqueue_graph(&graph).unwrap();
-            let ev = s.record_event().unwrap();
+            let ev = s.enqueue_record_event().unwrap();
             s.flush().unwrap();
             drop(s);
             ctx.enqueue_wait_event(&ev).unwrap();
@@ -1672,12 +1690,12 @@ fn a_live_replay_that_fails_part_way_is_all_or_nothing() {
             b.enqueue_fill(0).unwrap();
         }
         let mut g = ctx.capture_graph();
-        g.dispatch(&add_one, 1, &[x.arg()], &64u32).unwrap(); // segment
-        let id = g.dispatch(&add_one, 1, &[y.arg()], &64u32).unwrap(); // live
-        g.dispatch_indirect(&add_one, &counts, 0, &[z.arg()], &64u32)
+        g.enqueue_function(&add_one, 1, &[x.arg()], &64u32).unwrap(); // segment
+        let id = g.enqueue_function(&add_one, 1, &[y.arg()], &64u32).unwrap(); // live
+        g.enqueue_function_indirect(&add_one, &counts, 0, &[z.arg()], &64u32)
             .unwrap(); // segment
         let id2 = g
-            .dispatch_indirect(&add_one, &counts, 0, &[z.arg()], &64u32)
+            .enqueue_function_indirect(&add_one, &counts, 0, &[z.arg()], &64u32)
             .unwrap(); // live
         let graph = g.finish().unwrap();
         let mut want = [0u32; 3];
@@ -1742,9 +1760,9 @@ fn the_command_after_a_failed_live_replay_is_ordered_after_its_pieces() {
     }
     y.enqueue_fill(0).unwrap();
     let mut g = ctx.capture_graph();
-    g.dispatch(&add_one, (n / 64) as u32, &[x.arg()], &(n as u32))
+    g.enqueue_function(&add_one, (n / 64) as u32, &[x.arg()], &(n as u32))
         .unwrap(); // segment
-    let id = g.dispatch(&add_one, 1, &[y.arg()], &64u32).unwrap(); // live
+    let id = g.enqueue_function(&add_one, 1, &[y.arg()], &64u32).unwrap(); // live
     let graph = g.finish().unwrap();
     // Keep the split recorded.
     ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &64u32))
@@ -1868,7 +1886,7 @@ fn a_trace_written_from_four_threads_is_valid() {
         let mut g = ctx.capture_graph();
         g.label("graph \"quoted\"");
         let id = g
-            .dispatch_indirect(&add_one, &counts, 0, &[bufs[0].arg()], &256u32)
+            .enqueue_function_indirect(&add_one, &counts, 0, &[bufs[0].arg()], &256u32)
             .unwrap();
         let graph = g.finish().unwrap();
         std::thread::scope(|s| {
@@ -1896,7 +1914,7 @@ fn a_trace_written_from_four_threads_is_valid() {
                                 let _ = block_on(b.to_vec_async()).unwrap();
                             }
                             _ => {
-                                let e = stream.record_event().unwrap();
+                                let e = stream.enqueue_record_event().unwrap();
                                 if t == 3 && i % 40 == 3 {
                                     let tmp = stream.new_stream().unwrap();
                                     tmp.enqueue_wait_event(&e).unwrap();
@@ -1972,7 +1990,7 @@ fn live_fills_of_wide_elements_at_offsets_below_their_size() {
         ) {
             let buf = ctx.enqueue_create_buffer::<T>(len).unwrap();
             let mut g = ctx.capture_graph();
-            g.fill(&buf, value).unwrap();
+            g.enqueue_fill(&buf, value).unwrap();
             let graph = g.finish().unwrap();
             let total = len * size_of::<T>() + 64;
             let raw = ctx.enqueue_create_buffer::<u8>(total).unwrap();

@@ -22,9 +22,12 @@ use std::os::unix::net::{UnixListener, UnixStream};
 
 use common::{assert_clean, context_with, options, Path, PATHS};
 use vkcompute::{
-    AlignedHostMemory, DeviceContext, Error, ExportedMemory, ExportedWin32Memory,
-    ExportedWin32Semaphore, ExternalMemoryInfo, MemoryHandleType, SharedAliases, Win32Handle,
-    EXTERNAL_MEMORY_INFO_BYTES,
+    sharing::{
+        AlignedHostMemory, ExportedMemoryFd, ExportedMemoryWin32, ExportedSemaphoreWin32,
+        ExternalMemoryInfo, MemoryHandleType, SharedAliases, Win32Handle,
+        EXTERNAL_MEMORY_INFO_BYTES,
+    },
+    DeviceContext, Error,
 };
 
 /// Two validated contexts on the same physical device: two `VkDevice`s.
@@ -71,7 +74,7 @@ fn writes_on_each_context_are_seen_on_the_other() {
         assert_eq!(exported.info.device_uuid, Some(a.info().uuid));
         assert_eq!(exported.info.size, (n * 4) as u64);
         // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
-        let y = unsafe { b.import_buffer::<u32>(exported, n) }.unwrap();
+        let y = unsafe { b.import_buffer_fd::<u32>(exported, n) }.unwrap();
         assert_eq!(y.to_vec().unwrap(), data, "{path:?}: B sees A's write");
         // B writes, A reads after B synchronized.
         y.enqueue_fill(7).unwrap();
@@ -90,7 +93,7 @@ fn writes_on_each_context_are_seen_on_the_other() {
         let e = view.export_fd(MemoryHandleType::OpaqueFd).unwrap();
         assert_eq!((e.info.offset, e.info.size), (400, 200));
         // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
-        let z = unsafe { b.import_buffer::<u32>(e, 50) }.unwrap();
+        let z = unsafe { b.import_buffer_fd::<u32>(e, 50) }.unwrap();
         assert_eq!(z.to_vec().unwrap(), pattern(50, 9));
         // The exporter's buffer may go first: the imports hold the memory.
         drop(x);
@@ -136,7 +139,7 @@ fn each_exportable_handle_type_shares_between_contexts() {
             let x = a
                 .enqueue_create_exportable_buffer_as::<u32>(n, &[t])
                 .unwrap();
-            assert_eq!(x.export_handle_types(), [t]);
+            assert_eq!(x.exportable_handle_types(), [t]);
             x.enqueue_copy_from(&pattern(n, 3)).unwrap();
             a.synchronize().unwrap();
             let exported = x.export_fd(t).unwrap();
@@ -144,13 +147,13 @@ fn each_exportable_handle_type_shares_between_contexts() {
             if !b.importable_handle_types().contains(&t) {
                 // SAFETY: an export of `x`'s memory by vkcompute, with its own
                 // description.
-                let e = unsafe { b.import_buffer::<u32>(exported, n) }.unwrap_err();
+                let e = unsafe { b.import_buffer_fd::<u32>(exported, n) }.unwrap_err();
                 assert!(matches!(e, Error::Unsupported { .. }), "{t:?}: {e}");
                 println!("skipped: {t:?} import on {path:?} (the device cannot import it)");
                 continue;
             }
             // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
-            let y = unsafe { b.import_buffer::<u32>(exported, n) }.unwrap();
+            let y = unsafe { b.import_buffer_fd::<u32>(exported, n) }.unwrap();
             assert_eq!(y.to_vec().unwrap(), pattern(n, 3), "{t:?} {path:?}");
             y.create_sub_buffer::<u32>(7, 3)
                 .unwrap()
@@ -181,7 +184,7 @@ fn each_exportable_handle_type_shares_between_contexts() {
             b.synchronize().unwrap();
         }
         match a.enqueue_create_exportable_buffer_as::<u32>(16, &types) {
-            Ok(all) => assert_eq!(all.export_handle_types(), types),
+            Ok(all) => assert_eq!(all.exportable_handle_types(), types),
             Err(e) => {
                 assert!(matches!(e, Error::Unsupported { .. }), "{e}");
                 assert!(e.to_string().contains("together"), "{e}");
@@ -218,7 +221,7 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     ));
     // A handle type the buffer was not created exportable as.
     for t in [MemoryHandleType::DmaBuf, MemoryHandleType::OpaqueWin32] {
-        if !x.export_handle_types().contains(&t) {
+        if !x.exportable_handle_types().contains(&t) {
             let e = x.export_fd(t).unwrap_err();
             assert!(matches!(e, Error::NotExportable { .. }), "{e}");
         }
@@ -234,7 +237,7 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
         dma.info.handle_type = MemoryHandleType::DmaBuf;
         // SAFETY: a change of a real export's description (or a handle) that the
         // import's checks refuse before the driver sees it, as asserted.
-        let e = unsafe { b.import_buffer::<u32>(dma, 64) }.unwrap_err();
+        let e = unsafe { b.import_buffer_fd::<u32>(dma, 64) }.unwrap_err();
         assert!(matches!(e, Error::Unsupported { .. }), "{e}");
         assert!(e.to_string().contains("dma_buf"), "{e}");
     }
@@ -257,7 +260,7 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     // More elements than exported; a range beyond the memory.
     // SAFETY: a change of a real export's description (or a handle) that the
     // import's checks refuse before the driver sees it, as asserted.
-    let e = unsafe { b.import_buffer::<u32>(export(), 65) }.unwrap_err();
+    let e = unsafe { b.import_buffer_fd::<u32>(export(), 65) }.unwrap_err();
     assert!(
         matches!(
             e,
@@ -273,7 +276,7 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     beyond.info.offset = beyond.info.allocation_size;
     // SAFETY: a change of a real export's description (or a handle) that the
     // import's checks refuse before the driver sees it, as asserted.
-    let e = unsafe { b.import_buffer::<u32>(beyond, 64) }.unwrap_err();
+    let e = unsafe { b.import_buffer_fd::<u32>(beyond, 64) }.unwrap_err();
     assert!(matches!(e, Error::ImportSize { .. }), "{e}");
 
     // A range that does not start aligned for the element type.
@@ -282,7 +285,7 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     odd.info.size = 8;
     // SAFETY: a change of a real export's description (or a handle) that the
     // import's checks refuse before the driver sees it, as asserted.
-    let e = unsafe { b.import_buffer::<u32>(odd, 2) }.unwrap_err();
+    let e = unsafe { b.import_buffer_fd::<u32>(odd, 2) }.unwrap_err();
     assert!(
         matches!(
             e,
@@ -296,7 +299,7 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     );
     // Imported memory is exported again only by its exporter.
     // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
-    let imported = unsafe { b.import_buffer::<u32>(export(), 64) }.unwrap();
+    let imported = unsafe { b.import_buffer_fd::<u32>(export(), 64) }.unwrap();
     let e = imported.export_fd(MemoryHandleType::OpaqueFd).unwrap_err();
     assert!(matches!(e, Error::NotExportable { .. }), "{e}");
     drop(imported);
@@ -306,7 +309,7 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     foreign.info.device_uuid = Some([0xab; 16]);
     // SAFETY: a change of a real export's description (or a handle) that the
     // import's checks refuse before the driver sees it, as asserted.
-    let e = unsafe { b.import_buffer::<u32>(foreign, 64) }.unwrap_err();
+    let e = unsafe { b.import_buffer_fd::<u32>(foreign, 64) }.unwrap_err();
     assert!(matches!(e, Error::ForeignDevice { .. }), "{e}");
     assert!(e.to_string().contains("abababab"), "{e}");
     let mut other_driver = export();
@@ -314,27 +317,27 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     assert!(matches!(
         // SAFETY: a change of a real export's description (or a handle) that the
         // import's checks refuse before the driver sees it, as asserted.
-        unsafe { b.import_buffer::<u32>(other_driver, 64) },
+        unsafe { b.import_buffer_fd::<u32>(other_driver, 64) },
         Err(Error::ForeignDevice { .. })
     ));
 
     // A pipe is not memory; a file too small for the size claimed.
     let (reader, _writer) = std::io::pipe().unwrap();
-    let pipe = ExportedMemory {
+    let pipe = ExportedMemoryFd {
         fd: OwnedFd::from(reader),
         info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueFd, 4096),
     };
     // SAFETY: a pipe is refused before the driver sees it, as asserted.
-    let e = unsafe { b.import_buffer::<u32>(pipe, 16) }.unwrap_err();
+    let e = unsafe { b.import_buffer_fd::<u32>(pipe, 16) }.unwrap_err();
     assert!(matches!(e, Error::InvalidHandle { .. }), "{e}");
     assert!(e.to_string().contains("pipe"), "{e}");
-    let small = ExportedMemory {
+    let small = ExportedMemoryFd {
         fd: unlinked_file(100),
         info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueFd, 4096),
     };
     // SAFETY: a regular file shorter than the allocation claimed is refused
     // before the driver sees it, as asserted.
-    let e = unsafe { b.import_buffer::<u32>(small, 16) }.unwrap_err();
+    let e = unsafe { b.import_buffer_fd::<u32>(small, 16) }.unwrap_err();
     assert!(
         matches!(
             e,
@@ -352,13 +355,13 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     // on refusal, as lavapipe does: closing it again would close whatever
     // took its number meanwhile, and abort this debug build).
     for _ in 0..3 {
-        let foreign_file = ExportedMemory {
+        let foreign_file = ExportedMemoryFd {
             fd: unlinked_file(4096),
             info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueFd, 4096),
         };
         // SAFETY: not memory of a Vulkan driver, which a driver can only
         // refuse (it checks what it reads or maps of its own memory first).
-        let e = unsafe { b.import_buffer::<u32>(foreign_file, 16) }.unwrap_err();
+        let e = unsafe { b.import_buffer_fd::<u32>(foreign_file, 16) }.unwrap_err();
         assert!(
             matches!(e, Error::InvalidHandle { .. } | Error::OutOfMemory { .. }),
             "{e}"
@@ -393,7 +396,7 @@ fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
 
     // Both contexts still work, and the memory is still shared.
     // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
-    let y = unsafe { b.import_buffer::<u32>(export(), 64) }.unwrap();
+    let y = unsafe { b.import_buffer_fd::<u32>(export(), 64) }.unwrap();
     assert_eq!(y.to_vec().unwrap(), [5; 64]);
     plain.enqueue_fill(1).unwrap();
     assert_eq!(plain.to_vec().unwrap(), [1; 4]);
@@ -466,19 +469,19 @@ fn semaphores_order_work_across_devices_or_fail_clearly() {
         b.enqueue_wait_for(&a),
         Err(Error::DifferentDevice { .. })
     ));
-    match a.export_semaphore() {
+    match a.export_semaphore_fd() {
         // A device with VK_KHR_external_semaphore_fd: B waits on the device.
         Ok(first) => {
-            let mut foreign = a.export_semaphore().unwrap();
+            let mut foreign = a.export_semaphore_fd().unwrap();
             foreign.device_uuid = [0xcd; 16];
             assert!(matches!(
-                b.import_semaphore(foreign),
+                b.import_semaphore_fd(foreign),
                 Err(Error::ForeignDevice { .. })
             ));
-            let semaphore = b.import_semaphore(first).unwrap();
+            let semaphore = b.import_semaphore_fd(first).unwrap();
             for round in 2..5u32 {
                 x.enqueue_fill(round).unwrap();
-                let value = a.export_semaphore().unwrap().value;
+                let value = a.export_semaphore_fd().unwrap().value;
                 b.enqueue_wait_semaphore(&semaphore, value).unwrap();
                 assert_eq!(tail.to_vec().unwrap(), [round; 4]);
                 assert!(semaphore.value().unwrap() >= value);
@@ -491,13 +494,13 @@ fn semaphores_order_work_across_devices_or_fail_clearly() {
                 e.to_string().contains("VK_KHR_external_semaphore_fd"),
                 "{e}"
             );
-            assert!(e.to_string().contains("wait_on_host_for"), "{e}");
+            assert!(e.to_string().contains("synchronize()"), "{e}");
         }
     }
     // The explicit host fallback orders B's reads after A's writes.
     for round in 5..8u32 {
         x.enqueue_fill(round).unwrap();
-        b.wait_on_host_for(&a).unwrap();
+        a.synchronize().unwrap();
         assert_eq!(tail.to_vec().unwrap(), [round; 4]);
     }
     drop((x, y, tail));
@@ -641,7 +644,7 @@ fn child_process_side() {
     let log = ctx.validation_log();
     // SAFETY: the parent exported the descriptor with `export_fd` and sent
     // it with that export's own description; it keeps the memory alive.
-    let buf = unsafe { ctx.import_buffer::<u32>(ExportedMemory { fd, info }, n) }.unwrap();
+    let buf = unsafe { ctx.import_buffer_fd::<u32>(ExportedMemoryFd { fd, info }, n) }.unwrap();
     let data = buf.to_vec().unwrap();
     assert_eq!(data, pattern(n, 5), "the child sees the parent's data");
     let mut doubled: Vec<u32> = data.iter().map(|v| v.wrapping_mul(2)).collect();
@@ -813,13 +816,13 @@ fn win32_handles_are_clear_errors_without_the_win32_extensions() {
     assert!(e.to_string().contains("export_win32"), "{e}");
     // SAFETY: 0 is no handle; nothing is closed outside Windows.
     let handle = unsafe { Win32Handle::from_raw(0) };
-    let memory = ExportedWin32Memory {
+    let memory = ExportedMemoryWin32 {
         handle,
         info: ExternalMemoryInfo::foreign(MemoryHandleType::OpaqueWin32, 4096),
     };
     // SAFETY: the device has no Win32 imports: refused before the driver
     // sees the handle, as asserted.
-    let e = unsafe { b.import_win32_buffer::<u32>(memory, 16) }.unwrap_err();
+    let e = unsafe { b.import_buffer_win32::<u32>(memory, 16) }.unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     assert!(
         e.to_string().contains("VK_KHR_external_memory_win32"),
@@ -830,7 +833,7 @@ fn win32_handles_are_clear_errors_without_the_win32_extensions() {
     described.info.handle_type = MemoryHandleType::OpaqueWin32;
     // SAFETY: a change of a real export's description (or a handle) that the
     // import's checks refuse before the driver sees it, as asserted.
-    let e = unsafe { b.import_buffer::<u32>(described, 16) }.unwrap_err();
+    let e = unsafe { b.import_buffer_fd::<u32>(described, 16) }.unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     let e = a.export_semaphore_win32().unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
@@ -838,7 +841,7 @@ fn win32_handles_are_clear_errors_without_the_win32_extensions() {
         e.to_string().contains("VK_KHR_external_semaphore_win32"),
         "{e}"
     );
-    let semaphore = ExportedWin32Semaphore {
+    let semaphore = ExportedSemaphoreWin32 {
         // SAFETY: as above.
         handle: unsafe { Win32Handle::from_raw(0) },
         value: 1,
@@ -1043,7 +1046,7 @@ fn two_threads_importing_one_export_at_once() {
                 for round in 0..400 {
                     let e = x.export_fd(MemoryHandleType::OpaqueFd).unwrap();
                     // SAFETY: an export of `x`'s memory by vkcompute, with its own description.
-                    let y = unsafe { to.import_buffer::<u32>(e, n) }
+                    let y = unsafe { to.import_buffer_fd::<u32>(e, n) }
                         .unwrap_or_else(|e| panic!("import {round}: {e}"));
                     if round % 50 == 0 {
                         assert_eq!(y.to_vec().unwrap(), pattern(n, 3));

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{assert_clean, context_with, options, Path};
-use vkcompute::{Error, MemoryHandleType};
+use vkcompute::{sharing::MemoryHandleType, Error};
 
 /// share_with a context of the *same* VkDevice (a stream of the exporter):
 /// the docs say "a context of another VkDevice". Either it is refused with
@@ -57,7 +57,7 @@ fn share_with_of_a_view_gives_the_views_range() {
     x.enqueue_copy_from(&data).unwrap();
     a.synchronize().unwrap();
     let view = x.create_sub_buffer::<u32>(37, 11).unwrap();
-    assert_eq!(view.export_handle_types(), x.export_handle_types());
+    assert_eq!(view.exportable_handle_types(), x.exportable_handle_types());
     let s = view.share_with(&b).unwrap();
     assert_eq!(s.len(), 11);
     assert_eq!(s.to_vec().unwrap(), data[37..48].to_vec());
@@ -114,7 +114,7 @@ fn exportable_buffer_as_refuses_bad_handle_type_lists() {
             )
             .unwrap();
         if len > 0 {
-            assert_eq!(b.export_handle_types(), [MemoryHandleType::OpaqueFd]);
+            assert_eq!(b.exportable_handle_types(), [MemoryHandleType::OpaqueFd]);
         }
     }
     // Too large: an error, not a panic or an abort.
@@ -128,7 +128,7 @@ fn exportable_buffer_as_refuses_bad_handle_type_lists() {
     println!("huge: {e}");
     // An empty exportable buffer lists no types (docs) and cannot be shared.
     let empty = ctx.enqueue_create_exportable_buffer::<u32>(0).unwrap();
-    assert!(empty.export_handle_types().is_empty());
+    assert!(empty.exportable_handle_types().is_empty());
     let other = context_with(options(Path::Direct));
     let e = empty.share_with(&other).unwrap_err();
     assert!(matches!(e, Error::NotExportable { .. }), "{e}");
@@ -147,7 +147,7 @@ fn share_with_uses_a_type_the_importer_can_import() {
     let b = context_with(options(Path::Direct));
     let x = a.enqueue_create_exportable_buffer::<u32>(16).unwrap();
     let importable = b.importable_handle_types();
-    let types = x.export_handle_types();
+    let types = x.exportable_handle_types();
     println!("buffer {types:?}, importer {importable:?}");
     let any = types.iter().any(|t| importable.contains(t));
     match x.share_with(&b) {

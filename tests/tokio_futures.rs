@@ -38,7 +38,7 @@ fn events_reads_and_mappings_awaited_under_tokio() {
                     for _ in 0..4 {
                         data.enqueue_fill(t).unwrap();
                     }
-                    ctx.record_event().unwrap().await.unwrap();
+                    ctx.enqueue_record_event().unwrap().await.unwrap();
                     data.enqueue_fill(t + 10).unwrap();
                     let read = data.to_vec_async().await.unwrap();
                     assert!(read.iter().all(|&v| v == t + 10), "task {t}");
@@ -63,7 +63,7 @@ fn events_reads_and_mappings_awaited_under_tokio() {
                 for _ in 0..16 {
                     data.enqueue_fill(round).unwrap();
                 }
-                let event = ctx.record_event().unwrap();
+                let event = ctx.enqueue_record_event().unwrap();
                 let timed_out = tokio::time::timeout(Duration::from_micros(1), event).await;
                 let read =
                     tokio::time::timeout(Duration::from_micros(1), data.to_vec_async()).await;

@@ -305,7 +305,7 @@ fn a_trace_without_validation_names_objects_and_runs() {
         y.enqueue_fill(0.0).unwrap();
         let mut g = ctx.capture_graph();
         g.label("named graph");
-        g.dispatch(&saxpy, 1, &[x.arg(), y.arg()], &Saxpy { a: 2.0, n: 256 })
+        g.enqueue_function(&saxpy, 1, &[x.arg(), y.arg()], &Saxpy { a: 2.0, n: 256 })
             .unwrap();
         ctx.enqueue_graph(&g.finish().unwrap()).unwrap();
         assert_eq!(y.to_vec().unwrap(), vec![2.0; 256]);

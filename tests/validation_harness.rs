@@ -9,7 +9,7 @@
 mod common;
 
 use vkcompute::ash::vk;
-use vkcompute::Severity;
+use vkcompute::validation::Severity;
 
 #[test]
 fn a_deliberate_misuse_is_reported_by_the_validation_layer() {

@@ -31,7 +31,7 @@ fn load(ctx: &DeviceContext, bytes: &[u8]) -> BenchResult<Kernel> {
     // SAFETY: printf_saxpy_*.spv are valid SPIR-V for Vulkan 1.2
     // (spirv-val, when they were compiled); their indices are bounded like
     // any kernel's (this load clamps them).
-    Ok(unsafe { Kernel::from_bytes_unvalidated(ctx, bytes, "main") }?)
+    Ok(unsafe { Kernel::new_unvalidated(ctx, bytes, "main") }?)
 }
 
 impl Bench<'_> {

@@ -35,11 +35,11 @@ impl Bench<'_> {
                 .collect::<Result<_, _>>()?;
             outs[0].enqueue_fill(7)?;
             let mut g = ctx.capture_graph();
-            let first = g.dispatch(&kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
+            let first = g.enqueue_function(&kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
             for _ in 1..dispatches {
-                g.dispatch(&kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
+                g.enqueue_function(&kernel, 1u32, &[buf.arg()], &LAUNCH_LEN)?;
             }
-            g.copy(&buf, &outs[0])?;
+            g.enqueue_copy_to(&buf, &outs[0])?;
             let graph = g.finish()?;
             let reps = self.reps(10);
             let mut replay = 0;

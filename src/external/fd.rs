@@ -3,7 +3,7 @@
 
 use bytemuck::Pod;
 
-use super::{ExportedMemory, MemoryHandleType};
+use super::{ExportedMemoryFd, MemoryHandleType};
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
@@ -18,8 +18,8 @@ impl<T: Pod> DeviceBuffer<T> {
     /// export as `handle_type`: a Win32 handle comes from
     /// [`export_win32`](Self::export_win32)). Work on the memory in another
     /// context or process is not ordered against this buffer's stream:
-    /// synchronize first (see [`DeviceContext::import_buffer`]).
-    pub fn export_fd(&self, handle_type: MemoryHandleType) -> Result<ExportedMemory> {
+    /// synchronize first (see [`DeviceContext::import_buffer_fd`]).
+    pub fn export_fd(&self, handle_type: MemoryHandleType) -> Result<ExportedMemoryFd> {
         let op = "DeviceBuffer::export_fd";
         if handle_type == MemoryHandleType::OpaqueWin32 {
             return Err(Error::NotExportable {
@@ -29,7 +29,7 @@ impl<T: Pod> DeviceBuffer<T> {
             });
         }
         match export(op, self.view.range(), handle_type)? {
-            (Payload::Fd(fd), info) => Ok(ExportedMemory { fd, info }),
+            (Payload::Fd(fd), info) => Ok(ExportedMemoryFd { fd, info }),
             (Payload::Win32(_), _) => Err(Error::NotExportable {
                 op,
                 reason: "the export gave a Win32 handle, not a file descriptor".into(),
@@ -55,8 +55,7 @@ impl DeviceContext {
     ///
     /// The memory is shared, not copied: work of this context and of the
     /// exporter on it is not ordered by vkcompute. Synchronize the writer
-    /// (`synchronize()`, [`wait_on_host_for`](Self::wait_on_host_for), or a
-    /// semaphore where the device exports them) before the other side
+    /// (`synchronize()`, or a semaphore where the device exports them) before the other side
     /// reads. Host transfers of the buffer go through this context's
     /// staging buffers (the memory is never mapped), so a race between the
     /// two devices yields unspecified element values, never undefined
@@ -75,8 +74,8 @@ impl DeviceContext {
     /// wgpu's `create_buffer_from_hal`: safe code cannot import one.
     ///
     /// ```compile_fail,E0133
-    /// # fn f(ctx: &vkcompute::DeviceContext, memory: vkcompute::ExportedMemory) {
-    /// let _ = ctx.import_buffer::<u32>(memory, 16); // needs `unsafe`
+    /// # fn f(ctx: &vkcompute::DeviceContext, memory: vkcompute::sharing::ExportedMemoryFd) {
+    /// let _ = ctx.import_buffer_fd::<u32>(memory, 16); // needs `unsafe`
     /// # }
     /// ```
     ///
@@ -104,15 +103,15 @@ impl DeviceContext {
         unsafe_code,
         reason = "a public raw entry point: the caller answers for the handle's origin"
     )]
-    pub unsafe fn import_buffer<T: Pod>(
+    pub unsafe fn import_buffer_fd<T: Pod>(
         &self,
-        memory: ExportedMemory,
+        memory: ExportedMemoryFd,
         len: usize,
     ) -> Result<DeviceBuffer<T>> {
-        let ExportedMemory { fd, info } = memory;
+        let ExportedMemoryFd { fd, info } = memory;
         super::import::import_view(
             self,
-            "DeviceContext::import_buffer",
+            "DeviceContext::import_buffer_fd",
             info,
             Payload::Fd(fd),
             len,

@@ -12,7 +12,7 @@ use crate::resource::BufferMemory;
 use crate::view::{dtype_name, View};
 
 /// A buffer of `len` elements of `T` on `ctx` over the memory `payload`
-/// carries, as `info` describes it (see [`DeviceContext::import_buffer`]).
+/// carries, as `info` describes it (see [`DeviceContext::import_buffer_fd`]).
 pub(super) fn import_view<T: Pod>(
     ctx: &DeviceContext,
     op: &'static str,

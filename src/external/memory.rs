@@ -57,7 +57,7 @@ impl DeviceContext {
     }
 
     /// The handle types this device can import buffer memory from
-    /// ([`import_buffer`](Self::import_buffer)), as
+    /// ([`import_buffer_fd`](Self::import_buffer_fd)), as
     /// [`exportable_handle_types`](Self::exportable_handle_types) decides.
     pub fn importable_handle_types(&self) -> Vec<MemoryHandleType> {
         handle_types(&self.stream.device, false)
@@ -105,13 +105,13 @@ impl<T: Pod> DeviceBuffer<T> {
     /// was created exportable as, in the order
     /// [`share_with`](Self::share_with) prefers them (empty for a buffer
     /// that is not exportable, or empty).
-    pub fn export_handle_types(&self) -> Vec<MemoryHandleType> {
+    pub fn exportable_handle_types(&self) -> Vec<MemoryHandleType> {
         exported_types(&self.view.memory)
     }
 
     /// The same memory as a buffer of `ctx`, a context of another
     /// `VkDevice` on the same physical device, through the first of
-    /// [`export_handle_types`](Self::export_handle_types) that `ctx`'s
+    /// [`exportable_handle_types`](Self::exportable_handle_types) that `ctx`'s
     /// device can import: export and import in one. The buffer must be
     /// exportable ([`Error::NotExportable`]); where `ctx` can import none
     /// of its handle types, [`Error::Unsupported`].
@@ -123,7 +123,7 @@ impl<T: Pod> DeviceBuffer<T> {
         if ctx.stream.device.id == self.view.memory.device.id {
             return Ok(self.clone());
         }
-        if self.view.memory.raw().is_none() || self.export_handle_types().is_empty() {
+        if self.view.memory.raw().is_none() || self.exportable_handle_types().is_empty() {
             // export() gives the reason.
             export(op, self.view.range(), MemoryHandleType::OpaqueFd)?;
         }
@@ -131,7 +131,7 @@ impl<T: Pod> DeviceBuffer<T> {
             return Err(Error::Unsupported {
                 what: format!(
                     "importing this buffer's memory (exportable as {:?})",
-                    self.export_handle_types()
+                    self.exportable_handle_types()
                 ),
                 device: ctx.stream.device.name().to_string(),
             });

@@ -12,11 +12,10 @@
 //! reads is a race on device memory (the bytes read may be old, new or torn,
 //! and every element type is `Pod`, so any bytes are valid), never a race on
 //! host memory that Rust code holds a reference to. Ordering between devices
-//! is the user's: `synchronize()` (or [`DeviceContext::wait_on_host_for`])
-//! on the writer before the reader's work, or semaphores where the device
-//! exports them.
+//! is the user's: `synchronize()` on the writer before the reader's work, or
+//! semaphores where the device exports them.
 //!
-//! Importing a handle is `unsafe` (`import_buffer`, `import_win32_buffer`):
+//! Importing a handle is `unsafe` (`import_buffer_fd`, `import_buffer_win32`):
 //! vkcompute checks what a handle's description says, but not that a file
 //! descriptor is device memory at all. The paths where vkcompute made the
 //! handle itself stay safe: `share_with` and copies between contexts.
@@ -42,16 +41,16 @@ use crate::error::{Error, Result};
 use crate::view::check_element_size;
 
 #[cfg(unix)]
-pub use crate::interop::ExportedMemory;
+pub use crate::interop::ExportedMemoryFd;
 pub use crate::interop::{
-    ExportedWin32Memory, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
+    ExportedMemoryWin32, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
 };
 pub use aliases::SharedAliases;
 pub use host::AlignedHostMemory;
 #[cfg(unix)]
-pub use semaphore::ExportedSemaphore;
+pub use semaphore::ExportedSemaphoreFd;
 pub use semaphore::ExternalSemaphore;
-pub use win32::ExportedWin32Semaphore;
+pub use win32::ExportedSemaphoreWin32;
 
 use crate::interop::hex;
 

@@ -19,7 +19,7 @@ use crate::vk::{export_semaphore_fd, export_sync_fd, import_semaphore_fd, import
 /// that the work enqueued before the export signals.
 #[cfg(unix)]
 #[derive(Debug)]
-pub struct ExportedSemaphore {
+pub struct ExportedSemaphoreFd {
     /// The handle; an import takes it over.
     pub fd: OwnedFd,
     /// Reached when the exporting stream's work enqueued before the export
@@ -58,21 +58,6 @@ impl std::fmt::Debug for ExternalSemaphore {
 
 /// Sharing memory and semaphores with other devices, processes and APIs.
 impl DeviceContext {
-    /// Orders the work enqueued on this context from now on after
-    /// everything enqueued on `other` so far, by blocking the host until
-    /// `other`'s work is done. The ordering for contexts on different
-    /// `VkDevice`s (two contexts of one physical device sharing memory)
-    /// where the device cannot export semaphores
-    /// ([`export_semaphore`](Self::export_semaphore) fails): explicit, and
-    /// costing a host round trip. Between streams of one device use
-    /// [`enqueue_wait_for`](Self::enqueue_wait_for), which does not block.
-    pub fn wait_on_host_for(&self, other: &DeviceContext) -> Result<()> {
-        if Arc::ptr_eq(&self.stream, &other.stream) {
-            return Ok(());
-        }
-        other.synchronize()
-    }
-
     /// Waits (on the device, in this stream) until `semaphore` reaches
     /// `value`: the work enqueued from now on runs after it.
     pub fn enqueue_wait_semaphore(&self, semaphore: &ExternalSemaphore, value: u64) -> Result<()> {
@@ -107,7 +92,7 @@ impl DeviceContext {
             return Err(Error::Unsupported {
                 what: format!(
                     "exporting timeline semaphores as {what}; order the work on the host with \
-                     synchronize() or DeviceContext::wait_on_host_for instead"
+                     the writer's synchronize() instead"
                 ),
                 device: device.name().to_string(),
             });
@@ -172,18 +157,18 @@ impl DeviceContext {
 impl DeviceContext {
     /// This stream's timeline semaphore as a new opaque fd, with the value
     /// that the work enqueued so far signals (the work is submitted). Another
-    /// context or process imports it ([`import_semaphore`](Self::import_semaphore))
+    /// context or process imports it ([`import_semaphore_fd`](Self::import_semaphore_fd))
     /// and waits for the value on its device. Errors:
     /// [`Error::Unsupported`] where the device has no
     /// `VK_KHR_external_semaphore_fd` or cannot export timeline semaphores
-    /// (lavapipe): order the work with `synchronize()` or
-    /// [`wait_on_host_for`](Self::wait_on_host_for) instead.
-    pub fn export_semaphore(&self) -> Result<ExportedSemaphore> {
+    /// (lavapipe): order the work with the writer's `synchronize()`
+    /// instead.
+    pub fn export_semaphore_fd(&self) -> Result<ExportedSemaphoreFd> {
         let handle_type = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD;
         let value =
             self.timeline_for_export(handle_type, "opaque fds (VK_KHR_external_semaphore_fd)")?;
         let device = &self.stream.device;
-        Ok(ExportedSemaphore {
+        Ok(ExportedSemaphoreFd {
             fd: export_semaphore_fd(device, self.stream.timeline.semaphore, handle_type)?,
             value,
             device_uuid: device.adapter.info.uuid,
@@ -247,13 +232,13 @@ impl DeviceContext {
     /// [`enqueue_wait_semaphore`](Self::enqueue_wait_semaphore). Checked:
     /// the exporter's device UUID ([`Error::ForeignDevice`]), support
     /// ([`Error::Unsupported`]), the descriptor ([`Error::InvalidHandle`]).
-    pub fn import_semaphore(&self, exported: ExportedSemaphore) -> Result<ExternalSemaphore> {
+    pub fn import_semaphore_fd(&self, exported: ExportedSemaphoreFd) -> Result<ExternalSemaphore> {
         let handle_type = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD;
-        let ExportedSemaphore {
+        let ExportedSemaphoreFd {
             fd, device_uuid, ..
         } = exported;
         self.import_timeline(
-            "DeviceContext::import_semaphore",
+            "DeviceContext::import_semaphore_fd",
             "opaque fds (VK_KHR_external_semaphore_fd)",
             device_uuid,
             handle_type,

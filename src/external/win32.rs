@@ -8,7 +8,7 @@
 use ash::vk;
 use bytemuck::Pod;
 
-use super::{ExportedWin32Memory, ExternalSemaphore, MemoryHandleType};
+use super::{ExportedMemoryWin32, ExternalSemaphore, MemoryHandleType};
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::Result;
@@ -19,7 +19,7 @@ use crate::vk::{export_semaphore_win32, import_semaphore_win32, Win32Handle};
 /// ([`DeviceContext::export_semaphore_win32`]), and the value that the work
 /// enqueued before the export signals.
 #[derive(Debug)]
-pub struct ExportedWin32Semaphore {
+pub struct ExportedSemaphoreWin32 {
     /// The handle; closed when this value drops (an import does not take it).
     pub handle: Win32Handle,
     /// Reached when the exporting stream's work enqueued before the export
@@ -38,10 +38,10 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Direct3D 12 on Windows. Errors: [`Error::NotExportable`](crate::Error::NotExportable) where the
     /// buffer is not exportable as one (every device without
     /// `VK_KHR_external_memory_win32`, so every device outside Windows).
-    pub fn export_win32(&self) -> Result<ExportedWin32Memory> {
+    pub fn export_win32(&self) -> Result<ExportedMemoryWin32> {
         let op = "DeviceBuffer::export_win32";
         match export(op, self.view.range(), MemoryHandleType::OpaqueWin32)? {
-            (Payload::Win32(handle), info) => Ok(ExportedWin32Memory { handle, info }),
+            (Payload::Win32(handle), info) => Ok(ExportedMemoryWin32 { handle, info }),
             #[cfg(unix)]
             (Payload::Fd(_), _) => Err(crate::Error::NotExportable {
                 op,
@@ -55,14 +55,14 @@ impl<T: Pod> DeviceBuffer<T> {
 impl DeviceContext {
     /// A buffer of `len` elements of `T` over memory imported from an
     /// opaque Win32 handle, with the checks of
-    /// [`import_buffer`](Self::import_buffer). The handle is not taken
+    /// [`import_buffer_fd`](Self::import_buffer_fd). The handle is not taken
     /// over: Vulkan holds the memory itself, and `memory.handle` closes
     /// when `memory` drops. Errors: [`Error::Unsupported`](crate::Error::Unsupported) where the device
     /// has no `VK_KHR_external_memory_win32` (every device outside Windows).
     ///
     /// # Safety
     ///
-    /// As for [`import_buffer`](Self::import_buffer): `memory.handle` must
+    /// As for [`import_buffer_fd`](Self::import_buffer_fd): `memory.handle` must
     /// be memory exported by Vulkan (or an interop API) as
     /// `memory.info.handle_type`, truly described by `memory.info`, and
     /// not shrink while the buffer lives; vkcompute cannot check what a
@@ -71,15 +71,15 @@ impl DeviceContext {
         unsafe_code,
         reason = "a public raw entry point: the caller answers for the handle's origin"
     )]
-    pub unsafe fn import_win32_buffer<T: Pod>(
+    pub unsafe fn import_buffer_win32<T: Pod>(
         &self,
-        memory: ExportedWin32Memory,
+        memory: ExportedMemoryWin32,
         len: usize,
     ) -> Result<DeviceBuffer<T>> {
-        let ExportedWin32Memory { handle, info } = memory;
+        let ExportedMemoryWin32 { handle, info } = memory;
         super::import::import_view(
             self,
-            "DeviceContext::import_win32_buffer",
+            "DeviceContext::import_buffer_win32",
             info,
             Payload::Win32(handle),
             len,
@@ -88,14 +88,14 @@ impl DeviceContext {
 
     /// This stream's timeline semaphore as a new opaque Win32 handle, with
     /// the value the work enqueued so far signals, as
-    /// [`export_semaphore`](Self::export_semaphore) gives an fd. Errors:
+    /// [`export_semaphore_fd`](Self::export_semaphore_fd) gives an fd. Errors:
     /// [`Error::Unsupported`](crate::Error::Unsupported) where the device cannot export timeline
     /// semaphores as Win32 handles (every device outside Windows).
-    pub fn export_semaphore_win32(&self) -> Result<ExportedWin32Semaphore> {
+    pub fn export_semaphore_win32(&self) -> Result<ExportedSemaphoreWin32> {
         let handle_type = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_WIN32;
         let value = self.timeline_for_export(handle_type, SEMAPHORE_HANDLES)?;
         let device = &self.stream.device;
-        Ok(ExportedWin32Semaphore {
+        Ok(ExportedSemaphoreWin32 {
             handle: export_semaphore_win32(device, self.stream.timeline.semaphore, handle_type)?,
             value,
             device_uuid: device.adapter.info.uuid,
@@ -103,11 +103,11 @@ impl DeviceContext {
     }
 
     /// A timeline semaphore over one exported as a Win32 handle, as
-    /// [`import_semaphore`](Self::import_semaphore) (the handle closes when
+    /// [`import_semaphore_fd`](Self::import_semaphore_fd) (the handle closes when
     /// `exported` drops; Vulkan does not take it).
     pub fn import_semaphore_win32(
         &self,
-        exported: ExportedWin32Semaphore,
+        exported: ExportedSemaphoreWin32,
     ) -> Result<ExternalSemaphore> {
         let handle_type = vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_WIN32;
         self.import_timeline(

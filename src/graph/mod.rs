@@ -42,7 +42,7 @@ struct GraphInner {
     device: Arc<Device>,
     /// The graph's number, which its `DispatchId`s carry.
     id: u64,
-    /// The label given to the builder, if any.
+    /// The label given to the capture, if any.
     label: Option<String>,
     ops: Vec<Op>,
     pools: Pools,
@@ -65,7 +65,7 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// The graph's label: the one given to its builder, else `graph of N
+    /// The graph's label: the one given to its capture, else `graph of N
     /// operations`.
     pub fn label(&self) -> String {
         match &self.inner.label {
@@ -91,7 +91,7 @@ impl std::fmt::Debug for Graph {
     }
 }
 
-/// Which dispatch of which graph: returned by [`GraphBuilder::dispatch`],
+/// Which dispatch of which graph: returned by [`GraphCapture::enqueue_function`],
 /// to change its push constants on a replay of that graph. Given with
 /// another graph, it is an error ([`Error::GraphParameter`]) that names
 /// both graphs.
@@ -115,10 +115,13 @@ static NEXT_GRAPH: AtomicU64 = AtomicU64::new(1);
 
 /// Records operations into a [`Graph`]: see [`DeviceContext::capture_graph`].
 ///
-/// Every operation is checked as its `enqueue_*` counterpart checks it;
+/// A capture is a recording, not a builder: its `enqueue_*` methods have
+/// the stream's names and arguments (the stream method's receiver first)
+/// and take `&mut self`, as a stream's take `&self`; [`finish`](Self::finish)
+/// ends it. Every operation is checked as its `enqueue_*` counterpart checks it;
 /// what cannot be replayed (host memory, mappings) does not exist here, and
 /// a host slice as a copy's source is an error ([`Error::NotCapturable`]).
-pub struct GraphBuilder<'c> {
+pub struct GraphCapture<'c> {
     ctx: &'c DeviceContext,
     /// The number of the graph it makes.
     id: u64,
@@ -138,8 +141,8 @@ impl DeviceContext {
     /// let a = ctx.enqueue_create_buffer::<u32>(64)?;
     /// let b = ctx.enqueue_create_buffer::<u32>(64)?;
     /// let mut g = ctx.capture_graph();
-    /// g.fill(&a, 5)?;
-    /// g.copy(&a, &b)?;
+    /// g.enqueue_fill(&a, 5)?;
+    /// g.enqueue_copy_to(&a, &b)?;
     /// let graph = g.finish()?;
     /// for _ in 0..3 {
     ///     ctx.enqueue_graph(&graph)?; // one call, nothing re-checked
@@ -147,8 +150,8 @@ impl DeviceContext {
     /// assert_eq!(b.to_vec()?, vec![5; 64]);
     /// # Ok(()) }
     /// ```
-    pub fn capture_graph(&self) -> GraphBuilder<'_> {
-        GraphBuilder {
+    pub fn capture_graph(&self) -> GraphCapture<'_> {
+        GraphCapture {
             ctx: self,
             id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed),
             ops: Vec::new(),
@@ -230,7 +233,7 @@ impl DeviceContext {
     }
 }
 
-impl GraphBuilder<'_> {
+impl GraphCapture<'_> {
     fn check_device(&self, op: &'static str, view: &View) -> Result<()> {
         if view.memory.device.id != self.ctx.stream.device.id {
             return Err(Error::DifferentDevice {
@@ -241,14 +244,34 @@ impl GraphBuilder<'_> {
         Ok(())
     }
 
-    /// Captures a copy from `src` to `dst` (device or host buffers of the
-    /// same length); host slices cannot be captured.
-    pub fn copy<T: Pod, S, D>(&mut self, src: &S, dst: &D) -> Result<&mut Self>
+    /// Captures `src.enqueue_copy_to(dst)`: a copy from `src` to `dst`
+    /// (device or host buffers of the same length); host slices cannot be
+    /// captured.
+    pub fn enqueue_copy_to<T: Pod, S, D>(&mut self, src: &S, dst: &D) -> Result<()>
     where
         S: CopySource<T> + ?Sized,
         D: CopyDestination<T> + ?Sized,
     {
-        let op = "GraphBuilder::copy";
+        self.push_copy("GraphCapture::enqueue_copy_to", src, dst)
+    }
+
+    /// Captures `dst.enqueue_copy_from(src)`: the same copy as
+    /// [`enqueue_copy_to`](Self::enqueue_copy_to), named from its
+    /// destination.
+    pub fn enqueue_copy_from<T: Pod, D, S>(&mut self, dst: &D, src: &S) -> Result<()>
+    where
+        D: CopyDestination<T> + ?Sized,
+        S: CopySource<T> + ?Sized,
+    {
+        self.push_copy("GraphCapture::enqueue_copy_from", src, dst)
+    }
+
+    /// Checks a copy from `src` to `dst` and captures it.
+    fn push_copy<T: Pod, S, D>(&mut self, op: &'static str, src: &S, dst: &D) -> Result<()>
+    where
+        S: CopySource<T> + ?Sized,
+        D: CopyDestination<T> + ?Sized,
+    {
         let Source::View(src) = src.source() else {
             return Err(Error::NotCapturable {
                 op,
@@ -284,18 +307,18 @@ impl GraphBuilder<'_> {
                 dst: dst.clone(),
             });
         }
-        Ok(self)
+        Ok(())
     }
 
-    /// Captures a fill of `buffer` with `value`. Fills that are one 32-bit
+    /// Captures `buffer.enqueue_fill(value)`. Fills that are one 32-bit
     /// pattern at a 4-byte-aligned offset and length (any 32-bit element;
     /// 8- and 16-bit elements on such ranges) are capturable.
-    pub fn fill<T: Pod>(&mut self, buffer: &DeviceBuffer<T>, value: T) -> Result<&mut Self> {
-        let op = "GraphBuilder::fill";
+    pub fn enqueue_fill<T: Pod>(&mut self, buffer: &DeviceBuffer<T>, value: T) -> Result<()> {
+        let op = "GraphCapture::enqueue_fill";
         let view = &buffer.view;
         self.check_device(op, view)?;
         if view.bytes == 0 {
-            return Ok(self);
+            return Ok(());
         }
         let element = bytemuck::bytes_of(&value);
         match fill::plan(view.offset, view.bytes, element) {
@@ -306,7 +329,7 @@ impl GraphBuilder<'_> {
                     dst: view.clone(),
                     element: element.to_vec(),
                 });
-                Ok(self)
+                Ok(())
             }
             FillPlan::Tiles => {
                 let len = fill::tile_len(view.bytes, element.len() as u64);
@@ -315,32 +338,34 @@ impl GraphBuilder<'_> {
                     dst: view.clone(),
                     tile: Arc::new(tile),
                 });
-                Ok(self)
+                Ok(())
             }
         }
     }
 
-    /// Captures a dispatch, checked as [`DeviceContext::enqueue_function`]
-    /// checks it. Returns its id, to change its push constants on a replay.
-    pub fn dispatch<P: Pod>(
+    /// Captures a dispatch, with the arguments of
+    /// [`DeviceContext::enqueue_function`] and checked as it checks them.
+    /// Returns its id, to change its push constants on a replay.
+    pub fn enqueue_function<P: Pod>(
         &mut self,
         kernel: &Kernel,
         grid: impl Into<Grid>,
         args: &[KernelArg<'_>],
         push: &P,
     ) -> Result<DispatchId> {
-        let op = "GraphBuilder::dispatch";
+        let op = "GraphCapture::enqueue_function";
         self.push_dispatch(op, kernel, grid.into(), args, push, None)
     }
 
-    /// Captures an indirect dispatch, checked as
-    /// [`DeviceContext::enqueue_function_indirect`] checks it: every replay
+    /// Captures an indirect dispatch, with the arguments of
+    /// [`DeviceContext::enqueue_function_indirect`] and checked as it
+    /// checks them: every replay
     /// reads the workgroup counts from elements `offset..offset + 3` of
     /// `counts` as the work before it left them, and clamps them on the
     /// device to `maxComputeWorkGroupCount`. Returns its id, to change its
     /// push constants on a replay (`counts` may be substituted like any
     /// captured buffer).
-    pub fn dispatch_indirect<P: Pod>(
+    pub fn enqueue_function_indirect<P: Pod>(
         &mut self,
         kernel: &Kernel,
         counts: &DeviceBuffer<u32>,
@@ -348,7 +373,7 @@ impl GraphBuilder<'_> {
         args: &[KernelArg<'_>],
         push: &P,
     ) -> Result<DispatchId> {
-        let op = "GraphBuilder::dispatch_indirect";
+        let op = "GraphCapture::enqueue_function_indirect";
         let grid = Grid([1, 1, 1]);
         self.push_dispatch(op, kernel, grid, args, push, Some((counts, offset)))
     }
@@ -413,20 +438,20 @@ impl GraphBuilder<'_> {
         })
     }
 
-    /// Makes every replay wait (on the device) for the work enqueued on
-    /// `other` by the time of the replay, as
-    /// [`DeviceContext::enqueue_wait_for`] does.
-    pub fn wait_for(&mut self, other: &DeviceContext) -> Result<&mut Self> {
+    /// Captures `enqueue_wait_for(other)`: every replay waits (on the
+    /// device) for the work enqueued on `other` by the time of the replay,
+    /// as [`DeviceContext::enqueue_wait_for`] does.
+    pub fn enqueue_wait_for(&mut self, other: &DeviceContext) -> Result<()> {
         if other.stream.device.id != self.ctx.stream.device.id {
             return Err(Error::DifferentDevice {
-                op: "GraphBuilder::wait_for",
+                op: "GraphCapture::enqueue_wait_for",
                 detail: "a graph can wait on the device only for streams of its own device".into(),
             });
         }
         self.ops.push(Op::Wait {
             other: other.stream.clone(),
         });
-        Ok(self)
+        Ok(())
     }
 
     /// Labels the graph: its replays appear under it in the trace, and
@@ -439,7 +464,7 @@ impl GraphBuilder<'_> {
     /// Records the graph.
     pub fn finish(self) -> Result<Graph> {
         let device = self.ctx.stream.device.clone();
-        device.check_alive("GraphBuilder::finish")?;
+        device.check_alive("GraphCapture::finish")?;
         let pools = Arc::new(Mutex::new(CommandPool::new(&device, true)?));
         let recording = record(&device, &pools, &self.ops, &Substitutions::none())?;
         Ok(Graph {

@@ -102,7 +102,7 @@ impl ExternalMemoryInfo {
     /// The description of memory from another API or process that says
     /// only its handle type and size: data from offset 0, not dedicated,
     /// device unchecked. Importing what it describes is `unsafe`
-    /// ([`DeviceContext::import_buffer`](crate::DeviceContext::import_buffer)):
+    /// ([`DeviceContext::import_buffer_fd`](crate::DeviceContext::import_buffer_fd)):
     /// the caller answers for the handle being such memory.
     pub fn foreign(handle_type: MemoryHandleType, allocation_size: u64) -> Self {
         ExternalMemoryInfo {
@@ -186,7 +186,7 @@ impl ExternalMemoryInfo {
 /// alive on its own: the exporting buffer may be dropped meanwhile.
 #[cfg(unix)]
 #[derive(Debug)]
-pub struct ExportedMemory {
+pub struct ExportedMemoryFd {
     /// The handle; an import takes it over.
     pub fd: OwnedFd,
     /// What an importer needs to know.
@@ -197,7 +197,7 @@ pub struct ExportedMemory {
 /// description ([`DeviceBuffer::export_win32`](crate::DeviceBuffer::export_win32)).
 /// Defined on every platform; only Windows drivers export such handles.
 #[derive(Debug)]
-pub struct ExportedWin32Memory {
+pub struct ExportedMemoryWin32 {
     /// The handle. An import does not take it over (Vulkan does not own
     /// imported Win32 handles): it is closed when this value drops.
     pub handle: Win32Handle,

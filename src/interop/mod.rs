@@ -9,9 +9,9 @@ mod memory;
 
 pub(crate) use cross::copy_between_devices;
 #[cfg(unix)]
-pub use handle::ExportedMemory;
+pub use handle::ExportedMemoryFd;
 pub use handle::{
-    ExportedWin32Memory, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
+    ExportedMemoryWin32, ExternalMemoryInfo, MemoryHandleType, EXTERNAL_MEMORY_INFO_BYTES,
 };
 pub(crate) use memory::{
     create_exportable, export, export_types, exported_types, handle_types, import_raw, is_coherent,

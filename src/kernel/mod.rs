@@ -17,6 +17,7 @@ mod tests;
 mod timing;
 mod variants;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::context::DeviceContext;
@@ -243,9 +244,66 @@ pub struct Kernel {
     pub(crate) label: Arc<str>,
 }
 
+/// SPIR-V as [`Kernel::new`] and [`Kernel::builder`] take it: words
+/// (`&[u32]`, as [`shaders`](crate::shaders) and `vkcompute-build` give
+/// them) or the bytes of a `.spv` file (`&[u8]`, any alignment, either byte
+/// order; its length is checked, and its header with the module).
+pub trait Spirv: spirv_sealed::Sealed {
+    /// The module's words.
+    #[doc(hidden)]
+    fn words(&self) -> Result<Cow<'_, [u32]>>;
+}
+
+mod spirv_sealed {
+    pub trait Sealed {}
+}
+
+impl spirv_sealed::Sealed for [u32] {}
+impl Spirv for [u32] {
+    fn words(&self) -> Result<Cow<'_, [u32]>> {
+        Ok(Cow::Borrowed(self))
+    }
+}
+
+impl spirv_sealed::Sealed for [u8] {}
+impl Spirv for [u8] {
+    fn words(&self) -> Result<Cow<'_, [u32]>> {
+        words_from_bytes(self).map(Cow::Owned)
+    }
+}
+
+impl<const N: usize> spirv_sealed::Sealed for [u32; N] {}
+impl<const N: usize> Spirv for [u32; N] {
+    fn words(&self) -> Result<Cow<'_, [u32]>> {
+        self[..].words()
+    }
+}
+
+impl<const N: usize> spirv_sealed::Sealed for [u8; N] {}
+impl<const N: usize> Spirv for [u8; N] {
+    fn words(&self) -> Result<Cow<'_, [u32]>> {
+        self[..].words()
+    }
+}
+
+impl spirv_sealed::Sealed for Vec<u32> {}
+impl Spirv for Vec<u32> {
+    fn words(&self) -> Result<Cow<'_, [u32]>> {
+        self[..].words()
+    }
+}
+
+impl spirv_sealed::Sealed for Vec<u8> {}
+impl Spirv for Vec<u8> {
+    fn words(&self) -> Result<Cow<'_, [u32]>> {
+        self[..].words()
+    }
+}
+
 /// Loads a [`Kernel`] with specialization constants: see [`Kernel::builder`].
 pub struct KernelBuilder<'a> {
-    words: &'a [u32],
+    /// The module, or why its bytes are no module (reported by `build`).
+    words: Result<Cow<'a, [u32]>>,
     entry: String,
     specialization: Vec<(u32, SpecValue)>,
     pointers: bool,
@@ -299,8 +357,8 @@ impl KernelBuilder<'_> {
     /// [`Error::UnsupportedKernel`](crate::Error::UnsupportedKernel) where
     /// the device cannot require a subgroup size for compute shaders, where
     /// `size` is not a power of two within
-    /// [`SubgroupInfo::min_size`](crate::SubgroupInfo::min_size) ..=
-    /// [`max_size`](crate::SubgroupInfo::max_size), or where the workgroup
+    /// [`SubgroupInfo::min_size`](crate::device::SubgroupInfo::min_size) ..=
+    /// [`max_size`](crate::device::SubgroupInfo::max_size), or where the workgroup
     /// holds more than `maxComputeWorkgroupSubgroups` subgroups of that size.
     pub fn subgroup_size(mut self, size: u32) -> Self {
         self.subgroup_size = Some(size);
@@ -362,7 +420,7 @@ impl KernelBuilder<'_> {
         spec.sort_by_key(|(id, _)| *id);
         Kernel::load(
             ctx,
-            self.words,
+            &self.words?,
             &self.entry,
             Load {
                 specialization: spec,
@@ -378,7 +436,8 @@ impl KernelBuilder<'_> {
 }
 
 impl Kernel {
-    /// Loads entry point `entry` of the SPIR-V module `spirv`.
+    /// Loads entry point `entry` of the SPIR-V module `spirv`: words, or
+    /// the bytes of a `.spv` file ([`Spirv`]).
     ///
     /// ```
     /// # fn main() -> vkcompute::Result<()> {
@@ -396,13 +455,15 @@ impl Kernel {
     /// [`shaders`](crate::shaders) load this way; other modules are an
     /// [`Error::ValidatorUnavailable`](crate::Error::ValidatorUnavailable):
     /// see [`Kernel::new_unvalidated`].
-    pub fn new(ctx: &DeviceContext, spirv: &[u32], entry: &str) -> Result<Kernel> {
-        Kernel::load(ctx, spirv, entry, Load::default())
+    pub fn new<S: Spirv + ?Sized>(ctx: &DeviceContext, spirv: &S, entry: &str) -> Result<Kernel> {
+        Kernel::load(ctx, &spirv.words()?, entry, Load::default())
     }
 
     /// Loads entry point `entry` of `spirv` like [`Kernel::new`], but
     /// without the SPIR-V validator (which only builds with feature
-    /// `validate` have); every other check still runs.
+    /// `validate` have); every other check still runs. The way to load
+    /// your own module (a `.spv` file, say) on a build without feature
+    /// `validate`.
     ///
     /// # Safety
     ///
@@ -413,47 +474,16 @@ impl Kernel {
         unsafe_code,
         reason = "a public entry point whose caller vouches for the module"
     )]
-    pub unsafe fn new_unvalidated(
+    pub unsafe fn new_unvalidated<S: Spirv + ?Sized>(
         ctx: &DeviceContext,
-        spirv: &[u32],
+        spirv: &S,
         entry: &str,
     ) -> Result<Kernel> {
         let load = Load {
             trust: Trust::CallerVouches,
             ..Load::default()
         };
-        Kernel::load(ctx, spirv, entry, load)
-    }
-
-    /// Loads a kernel from SPIR-V bytes (a `.spv` file), checking their
-    /// length and magic number.
-    pub fn from_bytes(ctx: &DeviceContext, bytes: &[u8], entry: &str) -> Result<Kernel> {
-        let words = words_from_bytes(bytes)?;
-        Kernel::new(ctx, &words, entry)
-    }
-
-    /// Loads a kernel from SPIR-V bytes like [`Kernel::from_bytes`], but
-    /// without the SPIR-V validator, like [`Kernel::new_unvalidated`]: the
-    /// way to load a `.spv` file on a build without feature `validate`
-    /// (no alignment is needed: the bytes are copied into words).
-    ///
-    /// # Safety
-    ///
-    /// As for [`Kernel::new_unvalidated`]: the module must be valid SPIR-V
-    /// for the Vulkan version of `ctx`'s device.
-    #[allow(
-        unsafe_code,
-        reason = "a public entry point whose caller vouches for the module"
-    )]
-    pub unsafe fn from_bytes_unvalidated(
-        ctx: &DeviceContext,
-        bytes: &[u8],
-        entry: &str,
-    ) -> Result<Kernel> {
-        let words = words_from_bytes(bytes)?;
-        // SAFETY: the caller vouches for the module, as this function's
-        // contract and `new_unvalidated`'s are the same.
-        unsafe { Kernel::new_unvalidated(ctx, &words, entry) }
+        Kernel::load(ctx, &spirv.words()?, entry, load)
     }
 
     /// Compiles GLSL compute-shader `source` at run time (feature `glsl`)
@@ -481,9 +511,9 @@ impl Kernel {
     /// assert_eq!(add.local_size(), [128, 1, 1]);
     /// # Ok(()) }
     /// ```
-    pub fn builder(spirv: &[u32]) -> KernelBuilder<'_> {
+    pub fn builder<S: Spirv + ?Sized>(spirv: &S) -> KernelBuilder<'_> {
         KernelBuilder {
-            words: spirv,
+            words: spirv.words(),
             entry: "main".to_string(),
             specialization: Vec::new(),
             pointers: false,
@@ -501,16 +531,13 @@ impl Kernel {
     }
 
     /// What errors, `Debug` and traces call the kernel: the label it was
-    /// loaded with ([`KernelBuilder::label`], `GlslBuilder::file_name` of feature `glsl`)
-    /// or else its entry point's name.
-    pub fn label(&self) -> &str {
-        &self.label
-    }
-
-    /// The same kernel (one pipeline) under another label.
-    pub fn with_label(mut self, label: impl Into<String>) -> Kernel {
-        self.label = label.into().into();
-        self
+    /// loaded with ([`KernelBuilder::label`], `GlslBuilder::label` or
+    /// `GlslBuilder::file_name` of feature `glsl`) or else its entry
+    /// point's name. A kernel is labelled when loaded: the same module
+    /// loaded under another label is another `Kernel` over the same
+    /// pipeline ([`shares_pipeline_with`](Self::shares_pipeline_with)).
+    pub fn label(&self) -> String {
+        self.label.to_string()
     }
 
     /// The buffer bindings (storage and uniform), in the order arguments

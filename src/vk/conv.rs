@@ -2,7 +2,7 @@
 
 use ash::vk;
 
-use crate::DeviceKind;
+use super::DeviceKind;
 
 /// `major.minor.patch` of a Vulkan version number.
 pub(crate) fn version_string(v: u32) -> String {

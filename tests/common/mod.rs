@@ -8,7 +8,7 @@
 )]
 #![allow(dead_code)]
 
-use vkcompute::{ContextOptions, DeviceContext, ValidationLog};
+use vkcompute::{validation::ValidationLog, ContextOptions, DeviceContext};
 
 /// The two memory paths every host-side test runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The Rust generated for one shader: its SPIR-V, `#[repr(C)]` `Pod`
 //! structs for the push constants and buffer elements at the shader's
 //! offsets (with size and offset assertions), and a kernel type whose
-//! `load` and `dispatch` take exactly the arguments the shader declares.
+//! `load` and `enqueue` take exactly the arguments the shader declares.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -508,9 +508,9 @@ pub(crate) fn module(shader: &Shader<'_>) -> Result<String, String> {
          \x20       }}\n\n\
          \x20       /// The loaded `vkcompute::Kernel` (for graphs and timing).\n\
          \x20       pub fn kernel(&self) -> &vkcompute::Kernel {{\n            &self.0\n        }}\n\n\
-         \x20       /// Enqueues the kernel on `ctx`'s stream over `grid` workgroups, with:\n{docs}\
+         \x20       /// Enqueues the kernel on `ctx`'s stream over `grid` workgroups (its\n        /// `vkcompute::DeviceContext::enqueue_function`, typed), with:\n{docs}\
          \x20       #[allow(clippy::too_many_arguments)]\n\
-         \x20       pub fn dispatch(\n            &self,\n            ctx: &vkcompute::DeviceContext,\n\
+         \x20       pub fn enqueue(\n            &self,\n            ctx: &vkcompute::DeviceContext,\n\
          \x20           grid: impl Into<vkcompute::Grid>,\n{}\n        ) -> vkcompute::Result<()> {{\n\
          \x20           ctx.enqueue_function(&self.0, grid, &[{}], {push_arg})\n        }}\n    }}\n}}",
         params

@@ -25,7 +25,7 @@
 //!
 //! The kernels are checked-in SPIR-V (`shaders/spv/`) that the test
 //! `shipped_spirv` keeps equal to their GLSL, loaded through vkcompute's
-//! validating `Kernel::from_bytes` (feature `validate`, which this
+//! validating `Kernel::new` (feature `validate`, which this
 //! crate's `shader-compiler` turns on: hence the example's required
 //! feature). Run it with
 //! `cargo build -p vkcompute-mpi --features shader-compiler --example train`
@@ -136,8 +136,8 @@ impl Model {
         let weights = ctx.enqueue_create_buffer::<f32>(FEATURES)?;
         weights.enqueue_fill(0.0)?;
         Ok(Model {
-            gradient_kernel: Kernel::from_bytes(ctx, GRADIENT, "main")?,
-            step_kernel: Kernel::from_bytes(ctx, STEP, "main")?,
+            gradient_kernel: Kernel::new(ctx, GRADIENT, "main")?,
+            step_kernel: Kernel::new(ctx, STEP, "main")?,
             x: on_device(&x)?,
             y: on_device(&y)?,
             n,

@@ -32,9 +32,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let c = ctx.enqueue_create_buffer::<f32>((m * n) as usize)?;
     a.enqueue_copy_from(&a_host)?;
     b.enqueue_copy_from(&b_host)?;
-    // The generated dispatch takes exactly the shader's three f32 buffers
+    // The generated `enqueue` takes exactly the shader's three f32 buffers
     // and its push-constant block: other types do not compile.
-    kernel.dispatch(
+    kernel.enqueue(
         &ctx,
         (n.div_ceil(TILE), m.div_ceil(TILE)),
         &a,

@@ -8,7 +8,7 @@
 //! let k = saxpy_typed::Kernel::load(ctx)?;
 //! let x = ctx.enqueue_create_buffer::<f32>(4)?;
 //! let y = ctx.enqueue_create_buffer::<f32>(4)?;
-//! k.dispatch(ctx, 1, &x, &y, &saxpy_typed::Params::new(1.0, 4))
+//! k.enqueue(ctx, 1, &x, &y, &saxpy_typed::Params::new(1.0, 4))
 //! # }
 //! ```
 //!
@@ -20,7 +20,7 @@
 //! let k = saxpy_typed::Kernel::load(ctx)?;
 //! let x = ctx.enqueue_create_buffer::<u32>(4)?;
 //! let y = ctx.enqueue_create_buffer::<f32>(4)?;
-//! k.dispatch(ctx, 1, &x, &y, &saxpy_typed::Params::new(1.0, 4))
+//! k.enqueue(ctx, 1, &x, &y, &saxpy_typed::Params::new(1.0, 4))
 //! # }
 //! ```
 //!
@@ -31,7 +31,7 @@
 //! use downstream_build::saxpy_typed;
 //! let k = saxpy_typed::Kernel::load(ctx)?;
 //! let y = ctx.enqueue_create_buffer::<f32>(4)?;
-//! k.dispatch(ctx, 1, &y, &saxpy_typed::Params::new(1.0, 4))
+//! k.enqueue(ctx, 1, &y, &saxpy_typed::Params::new(1.0, 4))
 //! # }
 //! ```
 //!
@@ -43,7 +43,7 @@
 //! let k = saxpy_typed::Kernel::load(ctx)?;
 //! let x = ctx.enqueue_create_buffer::<f32>(4)?;
 //! let y = ctx.enqueue_create_buffer::<f32>(4)?;
-//! k.dispatch(ctx, 1, &x, &y, &layout::Step::new(4, [0.0; 4]))
+//! k.enqueue(ctx, 1, &x, &y, &layout::Step::new(4, [0.0; 4]))
 //! # }
 //! ```
 //!
@@ -56,11 +56,11 @@
 //! let k = hist::Kernel::load(ctx)?;
 //! let values = ctx.enqueue_create_buffer::<u32>(4)?;
 //! let counters = ctx.enqueue_create_buffer::<u32>(17)?;
-//! k.dispatch(ctx, 1, &values, &counters, &hist::Push::new(4))
+//! k.enqueue(ctx, 1, &values, &counters, &hist::Push::new(4))
 //! # }
 //! ```
 //!
-//! A kernel specialized at load keeps its typed `dispatch`:
+//! A kernel specialized at load keeps its typed `enqueue`:
 //!
 //! ```no_run
 //! # fn f(ctx: &vkcompute::DeviceContext) -> vkcompute::Result<()> {
@@ -69,7 +69,7 @@
 //! let k = weighted::Kernel::load_with(ctx, &spec)?;
 //! let out = ctx.enqueue_create_buffer::<f32>(64)?;
 //! let w = ctx.enqueue_create_buffer::<weighted::Weights>(1)?;
-//! k.dispatch(ctx, 1, &out, &w)
+//! k.enqueue(ctx, 1, &out, &w)
 //! # }
 //! ```
 //!

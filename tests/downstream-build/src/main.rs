@@ -24,7 +24,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     x.enqueue_copy_from(&x_host)?;
     y.enqueue_fill(1.0)?;
     let groups = n.div_ceil(saxpy_typed::LOCAL_SIZE[0]);
-    saxpy.dispatch(&ctx, groups, &x, &y, &saxpy_typed::Params::new(0.5, n))?;
+    saxpy.enqueue(&ctx, groups, &x, &y, &saxpy_typed::Params::new(0.5, n))?;
     let got = y.to_vec()?;
     for (i, (g, x)) in got.iter().zip(&x_host).enumerate() {
         if *g != 2.0 * 0.5 * x + 1.0 {
@@ -45,7 +45,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     particles.enqueue_copy_from(&start)?;
     dirs.enqueue_copy_from(&dirs_host)?;
     let offset = [10.0, 20.0, 30.0, 99.0];
-    kernel.dispatch(
+    kernel.enqueue(
         &ctx,
         1,
         &particles,
@@ -77,7 +77,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let params = ctx.enqueue_create_buffer::<scaled::Scale>(1)?;
     let weights = [10.0, 20.0, 30.0].map(scaled::ScaleWeightsElement::new);
     params.enqueue_copy_from(&[scaled::Scale::new(2.0, [0.0, 0.0, 1.0], 90, weights)])?;
-    scaler.dispatch(&ctx, 2, &data, &params)?;
+    scaler.enqueue(&ctx, 2, &data, &params)?;
     let got = data.to_vec()?;
     let want: Vec<f32> = (0..100)
         .map(|i| {
@@ -125,7 +125,7 @@ fn check_talk() -> Result<(), Box<dyn std::error::Error>> {
     let kernel = talk::Kernel::load(&ctx)?;
     let data = ctx.enqueue_create_buffer::<u32>(4)?;
     data.enqueue_copy_from(&[1u32, 2, 3, 4][..])?;
-    kernel.dispatch(&ctx, 1, &data, &talk::Params::new(100))?;
+    kernel.enqueue(&ctx, 1, &data, &talk::Params::new(100))?;
     ctx.synchronize()?;
     let mut printed = lines.lock().map_err(|_| "talk: lines poisoned")?.clone();
     printed.sort();
@@ -139,7 +139,7 @@ fn check_talk() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("talk: printed {printed:?}, expected {want:?}").into());
     }
     // Now [2, 4, 6, 8]: invocations 2 and 3 fail the assertion and stop.
-    kernel.dispatch(&ctx, 1, &data, &talk::Params::new(6))?;
+    kernel.enqueue(&ctx, 1, &data, &talk::Params::new(6))?;
     match ctx.synchronize() {
         Err(Error::KernelAssert(failed))
             if failed.line == 10 && failed.message.ends_with("is at the limit") => {}
@@ -164,7 +164,7 @@ fn check_hist(ctx: &DeviceContext) -> Result<(), Box<dyn std::error::Error>> {
     // `total` starts at 5: the kernel adds to what is there.
     counters.enqueue_copy_from(&[hist::Counters::new(5, [0; 16])])?;
     let groups = n.div_ceil(hist::LOCAL_SIZE[0]);
-    kernel.dispatch(ctx, groups, &values, &counters, &hist::Push::new(n))?;
+    kernel.enqueue(ctx, groups, &values, &counters, &hist::Push::new(n))?;
     let got = counters.to_vec()?[0];
     let mut bins = [0u32; 16];
     for v in &values_host {
@@ -178,7 +178,7 @@ fn check_hist(ctx: &DeviceContext) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// weighted: specialization constants set at load (`load_with`), the
-/// typed `dispatch` kept; a value that makes block members overlap is
+/// typed `enqueue` kept; a value that makes block members overlap is
 /// refused by the load.
 fn check_weighted(ctx: &DeviceContext) -> Result<(), Box<dyn std::error::Error>> {
     let n = 128usize;
@@ -188,7 +188,7 @@ fn check_weighted(ctx: &DeviceContext) -> Result<(), Box<dyn std::error::Error>>
     let run = |kernel: &weighted::Kernel| -> Result<Vec<f32>, Box<dyn std::error::Error>> {
         out.enqueue_fill(-1.0)?;
         let groups = n as u32 / kernel.kernel().local_size()[0];
-        kernel.dispatch(ctx, groups, &out, &weights)?;
+        kernel.enqueue(ctx, groups, &out, &weights)?;
         Ok(out.to_vec()?)
     };
     let expect = |s: f32| -> Vec<f32> { (0..n).map(|i| s + i as f32).collect() };
@@ -248,7 +248,7 @@ fn check_hlsl(ctx: &DeviceContext) -> Result<(), Box<dyn std::error::Error>> {
     let y = ctx.enqueue_create_buffer::<f32>(n as usize + 10)?;
     y.enqueue_fill(1.0)?;
     let groups = n.div_ceil(hlsl_scale::LOCAL_SIZE[0]);
-    kernel.dispatch(ctx, groups, &x, &y, &hlsl_scale::Params::new(2.5, n))?;
+    kernel.enqueue(ctx, groups, &x, &y, &hlsl_scale::Params::new(2.5, n))?;
     let got = y.to_vec()?;
     let want: Vec<f32> = (0..n as usize + 10)
         .map(|i| {

@@ -75,19 +75,19 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             .into())
         }
     }
-    // A `.spv` file's bytes at an odd address load through the unsafe
-    // loader of bytes (they are copied into words).
+    // A `.spv` file's bytes at an odd address load through the same
+    // unsafe loader (they are copied into words).
     let mut bytes = vec![0u8; 1];
     bytes.extend(user.iter().flat_map(|w| w.to_le_bytes()));
     // SAFETY: the same valid module as above.
-    let from_bytes = unsafe { Kernel::from_bytes_unvalidated(&ctx, &bytes[1..], "main") }?;
+    let from_bytes = unsafe { Kernel::new_unvalidated(&ctx, &bytes[1..], "main") }?;
     if !from_bytes.shares_pipeline_with(&store) {
-        return Err("from_bytes_unvalidated loaded another pipeline".into());
+        return Err("new_unvalidated of bytes loaded another pipeline".into());
     }
     println!(
         "downstream check: packaged vkcompute (default features) on {}: saxpy of {n} floats \
          correct; user SPIR-V refused without `validate`; new_unvalidated kernel ran; a \
-         structural error reported without the validator; from_bytes_unvalidated loaded",
+         structural error reported without the validator; new_unvalidated of bytes loaded",
         ctx.name()
     );
     Ok(())

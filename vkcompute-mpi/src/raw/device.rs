@@ -16,7 +16,10 @@
 //! The modules are compiled into this crate with `include_bytes!`, so what
 //! the test checked is what runs.
 
-use vkcompute::{DeviceBuffer, DeviceContext, ExportedMemory, ExternalMemoryInfo, Kernel};
+use vkcompute::{
+    sharing::{ExportedMemoryFd, ExternalMemoryInfo},
+    DeviceBuffer, DeviceContext, Kernel,
+};
 
 use super::fd::PeerFd;
 use crate::element::KernelType;
@@ -142,7 +145,7 @@ pub(crate) fn import_peer_memory(
     info: ExternalMemoryInfo,
     len: usize,
 ) -> vkcompute::Result<DeviceBuffer<u8>> {
-    let exported = ExportedMemory { fd: fd.0, info };
+    let exported = ExportedMemoryFd { fd: fd.0, info };
     // SAFETY: a `PeerFd` comes only off the socket of the same-node
     // transport, connected to a rank of the same job that authenticated
     // the connection with random bytes only the job's ranks know, and
@@ -150,5 +153,5 @@ pub(crate) fn import_peer_memory(
     // export's own description (`same_node`); the receiver trusts its
     // peer as it trusts MPI's bytes. Vulkan memory does not shrink.
     // vkcompute checks the UUIDs, the handle type and the sizes on top.
-    unsafe { ctx.import_buffer::<u8>(exported, len) }
+    unsafe { ctx.import_buffer_fd::<u8>(exported, len) }
 }

@@ -6,7 +6,7 @@
 //! with the path off.
 
 use mpi::traits::{Communicator as _, CommunicatorCollectives as _};
-use vkcompute::MemoryHandleType;
+use vkcompute::sharing::MemoryHandleType;
 use vkcompute_mpi::{Path, SameNodePolicy};
 
 use super::*;

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytemuck::{Pod, Zeroable};
-use vkcompute::{DeviceContext, MemoryHandleType};
+use vkcompute::{sharing::MemoryHandleType, DeviceContext};
 
 use super::inbox::Imports;
 use super::{SameNode, SameNodePolicy};

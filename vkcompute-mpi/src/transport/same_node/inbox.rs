@@ -8,7 +8,10 @@ use std::io;
 use std::mem::size_of;
 use std::sync::PoisonError;
 
-use vkcompute::{DeviceBuffer, ExternalMemoryInfo, MemoryHandleType};
+use vkcompute::{
+    sharing::{ExternalMemoryInfo, MemoryHandleType},
+    DeviceBuffer,
+};
 
 use super::{SameNode, ANNOUNCE_BYTES};
 use crate::element::Element;

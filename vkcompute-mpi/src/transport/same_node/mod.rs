@@ -80,7 +80,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use vkcompute::{DeviceContext, EXTERNAL_MEMORY_INFO_BYTES};
+use vkcompute::{sharing::EXTERNAL_MEMORY_INFO_BYTES, DeviceContext};
 
 use crate::error::{Error, Result};
 use inbox::Imports;

@@ -8,7 +8,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
-use vkcompute::{DeviceBuffer, MemoryHandleType};
+use vkcompute::{sharing::MemoryHandleType, DeviceBuffer};
 
 use super::{SameNode, ANNOUNCE_BYTES, COLLECTIVE_OUTBOX, MAX_OUTBOXES, MIN_SHARED_BYTES};
 use crate::element::Element;
