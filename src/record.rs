@@ -135,10 +135,17 @@ fn record_parts<R>(
     // buffers is half done while it is recorded. The stream is taken
     // with room for one more batch (see `Stream::over_limit`); where
     // it has none, every lock is let go while the host waits for it.
-    let ((_ops, waits), mut stream) = handle.lock_with_room_after(|| {
+    let (_ops, waits, mut stream) = loop {
         let ops = lock_all(accesses.iter().map(|a| a.memory), held);
-        Ok((ops, foreign_waits(handle, op, accesses)?))
-    })?;
+        let waits = foreign_waits(handle, op, accesses)?;
+        match handle.lock_if_room()? {
+            Ok(stream) => break (ops, waits, stream),
+            Err(value) => {
+                drop(ops);
+                handle.timeline.wait_submitted(value)?;
+            }
+        }
+    };
     let waits = waits
         .into_iter()
         .map(|p| (p.stream.timeline, p.value))

@@ -157,30 +157,24 @@ impl StreamHandle {
     /// stream unlocked, so that however many threads share the stream the
     /// bound holds (the trace's timestamp slots assume it).
     pub(crate) fn lock_with_room(&self) -> Result<MutexGuard<'_, Stream>> {
-        Ok(self.lock_with_room_after(|| Ok(()))?.1)
-    }
-
-    /// [`lock_with_room`](Self::lock_with_room) for a caller that holds
-    /// other locks while it records: `take` takes them before the stream's
-    /// (the lock order), and where the stream has no room, what it returned
-    /// is dropped with the stream's lock while the host waits, then taken
-    /// again. The one loop that waits for room.
-    pub(crate) fn lock_with_room_after<T>(
-        &self,
-        mut take: impl FnMut() -> Result<T>,
-    ) -> Result<(T, MutexGuard<'_, Stream>)> {
         loop {
-            let held = take()?;
-            let mut stream = self.lock();
-            match stream.over_limit()? {
-                None => return Ok((held, stream)),
-                Some(value) => {
-                    drop(stream);
-                    drop(held);
-                    self.timeline.wait_submitted(value)?;
-                }
+            match self.lock_if_room()? {
+                Ok(stream) => return Ok(stream),
+                Err(value) => self.timeline.wait_submitted(value)?,
             }
         }
+    }
+
+    /// The stream, locked, where it has room for one more batch (see
+    /// [`lock_with_room`](Self::lock_with_room)); else, unlocked, the
+    /// timeline value to wait for before trying again. A caller that holds
+    /// other locks lets them go before it waits.
+    pub(crate) fn lock_if_room(&self) -> Result<std::result::Result<MutexGuard<'_, Stream>, u64>> {
+        let mut stream = self.lock();
+        Ok(match stream.over_limit()? {
+            None => Ok(stream),
+            Some(value) => Err(value),
+        })
     }
 
     /// This stream, seen from elsewhere.
