@@ -9,9 +9,38 @@ use mpi::ffi;
 use super::{byte_type, check, pieces, received, truncated, Comm};
 use crate::error::Result;
 
-/// Posts `MPI_Ibcast`s of `len` bytes at `ptr` from `root` (one per
-/// [`MAX_MESSAGE`] bytes, as [`isend`] splits them), onto `out`. An
-/// empty range posts nothing.
+/// Posts one non-blocking call per piece of `len` bytes (one per
+/// [`MAX_MESSAGE`](super::MAX_MESSAGE) bytes, as [`send`](super::send)
+/// splits them), onto `out`: `post(start, count, request)` makes MPI's
+/// call for bytes `start..start + count` and returns its code; `due` is
+/// the peer a receive's completion must name, `None` for a send.
+fn post_pieces(
+    op: &'static str,
+    call: &'static str,
+    len: usize,
+    due: Option<i32>,
+    out: &mut Vec<Transfer>,
+    mut post: impl FnMut(usize, c_int, &mut ffi::MPI_Request) -> c_int,
+) -> Result<()> {
+    for piece in pieces(len) {
+        // SAFETY: a null handle is a valid out-value for MPI to replace.
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // A piece of at most MAX_MESSAGE bytes fits a c_int.
+        check(
+            op,
+            call,
+            post(piece.start, piece.len() as c_int, &mut request),
+        )?;
+        out.push(Transfer {
+            request,
+            due: due.map(|peer| (piece.len(), peer)),
+        });
+    }
+    Ok(())
+}
+
+/// Posts `MPI_Ibcast`s of `len` bytes at `ptr` from `root` (split as
+/// [`isend`] splits them), onto `out`. An empty range posts nothing.
 ///
 /// # Safety
 ///
@@ -30,26 +59,21 @@ pub(super) unsafe fn ibcast(
     if len == 0 {
         return Ok(());
     }
-    for piece in pieces(len) {
-        // SAFETY: a null handle is a valid out-value for MPI to replace.
-        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    post_pieces(op, "MPI_Ibcast", len, None, out, |start, count, request| {
         // SAFETY: the caller keeps `ptr..ptr + len` valid and otherwise
-        // untouched until the transfer completes; the piece lies inside it
-        // and fits a c_int; `comm` is live; `request` is a valid out-pointer.
-        let rc = unsafe {
+        // untouched until the transfer completes; the piece lies inside it;
+        // `comm` is live; `request` is a valid out-pointer.
+        unsafe {
             ffi::MPI_Ibcast(
-                ptr.add(piece.start).cast::<c_void>(),
-                piece.len() as c_int,
+                ptr.add(start).cast::<c_void>(),
+                count,
                 byte_type(),
                 root,
                 comm.handle,
-                &mut request,
+                request,
             )
-        };
-        check(op, "MPI_Ibcast", rc)?;
-        out.push(Transfer { request, due: None });
-    }
-    Ok(())
+        }
+    })
 }
 
 /// A non-blocking MPI operation under way (`MPI_Isend` or `MPI_Irecv`),
@@ -64,8 +88,8 @@ pub(crate) struct Transfer {
     pub(crate) due: Option<(usize, i32)>,
 }
 
-/// Posts `MPI_Isend`s of `len` bytes at `ptr` to `dest` with `tag` (one per
-/// [`MAX_MESSAGE`] bytes, as [`send`] splits them), onto `out`.
+/// Posts `MPI_Isend`s of `len` bytes at `ptr` to `dest` with `tag`, onto
+/// `out`.
 ///
 /// # Safety
 ///
@@ -80,31 +104,26 @@ pub(super) unsafe fn isend(
     tag: i32,
     out: &mut Vec<Transfer>,
 ) -> Result<()> {
-    for piece in pieces(len) {
-        // SAFETY: a null handle is a valid out-value for MPI to replace.
-        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    post_pieces(op, "MPI_Isend", len, None, out, |start, count, request| {
         // SAFETY: the caller keeps `ptr..ptr + len` readable until the
-        // transfer completes; the piece lies inside it and fits a c_int;
-        // `comm` is live; `request` is a valid out-pointer.
-        let rc = unsafe {
+        // transfer completes; the piece lies inside it; `comm` is live;
+        // `request` is a valid out-pointer.
+        unsafe {
             ffi::MPI_Isend(
-                ptr.add(piece.start).cast::<c_void>(),
-                piece.len() as c_int,
+                ptr.add(start).cast::<c_void>(),
+                count,
                 byte_type(),
                 dest,
                 tag,
                 comm.handle,
-                &mut request,
+                request,
             )
-        };
-        check(op, "MPI_Isend", rc)?;
-        out.push(Transfer { request, due: None });
-    }
-    Ok(())
+        }
+    })
 }
 
 /// Posts `MPI_Irecv`s of exactly `len` bytes into `ptr` from `source` with
-/// `tag` (split as [`recv`] splits them), onto `out`.
+/// `tag` (split as [`recv`](super::recv) splits them), onto `out`.
 ///
 /// # Safety
 ///
@@ -119,30 +138,29 @@ pub(super) unsafe fn irecv(
     tag: i32,
     out: &mut Vec<Transfer>,
 ) -> Result<()> {
-    for piece in pieces(len) {
-        // SAFETY: as in `isend`.
-        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
-        // SAFETY: the caller keeps `ptr..ptr + len` writable and otherwise
-        // untouched until the transfer completes; the piece lies inside it
-        // and fits a c_int; `comm` is live; `request` is a valid out-pointer.
-        let rc = unsafe {
-            ffi::MPI_Irecv(
-                ptr.add(piece.start).cast::<c_void>(),
-                piece.len() as c_int,
-                byte_type(),
-                source,
-                tag,
-                comm.handle,
-                &mut request,
-            )
-        };
-        check(op, "MPI_Irecv", rc)?;
-        out.push(Transfer {
-            request,
-            due: Some((piece.len(), source)),
-        });
-    }
-    Ok(())
+    post_pieces(
+        op,
+        "MPI_Irecv",
+        len,
+        Some(source),
+        out,
+        |start, count, request| {
+            // SAFETY: the caller keeps `ptr..ptr + len` writable and otherwise
+            // untouched until the transfer completes; the piece lies inside it;
+            // `comm` is live; `request` is a valid out-pointer.
+            unsafe {
+                ffi::MPI_Irecv(
+                    ptr.add(start).cast::<c_void>(),
+                    count,
+                    byte_type(),
+                    source,
+                    tag,
+                    comm.handle,
+                    request,
+                )
+            }
+        },
+    )
 }
 
 // SAFETY: an `MPI_Request` is a plain handle that MPI lets any thread
