@@ -294,6 +294,34 @@ fn replays_take_other_push_constants_and_buffers() {
     }
 }
 
+/// The capture's `enqueue_copy_from` takes the destination first, as a
+/// buffer's does: the data goes from `src` into `dst`, never back, and a
+/// length that differs is refused naming the call.
+#[test]
+fn a_captured_copy_from_goes_into_its_first_argument() {
+    let ctx = context_with(options(true));
+    let log = ctx.validation_log();
+    let src = ctx.enqueue_create_buffer::<u32>(N).unwrap();
+    let dst = ctx.enqueue_create_buffer::<u32>(N).unwrap();
+    let data: Vec<u32> = (0..N as u32).collect();
+    src.enqueue_copy_from(&data).unwrap();
+    dst.enqueue_fill(7).unwrap();
+    let mut g = ctx.capture_graph();
+    g.enqueue_copy_from(&dst, &src).unwrap();
+    let short = ctx.enqueue_create_buffer::<u32>(N - 1).unwrap();
+    let refused = g.enqueue_copy_from(&short, &src).unwrap_err();
+    assert!(
+        refused.to_string().contains("enqueue_copy_from"),
+        "{refused}"
+    );
+    let graph = g.finish().unwrap();
+    ctx.enqueue_graph(&graph).unwrap();
+    assert_eq!(dst.to_vec().unwrap(), data);
+    assert_eq!(src.to_vec().unwrap(), data);
+    drop((graph, src, dst, short, ctx));
+    assert_clean(&log, "a captured enqueue_copy_from");
+}
+
 #[test]
 fn a_graph_waits_for_another_stream_on_every_replay() {
     let ctx = context_with(options(true));
