@@ -2,8 +2,8 @@
 //! options, from an application's raw Vulkan objects), new streams on its
 //! device, the device-wide waits between streams, flushing and
 //! synchronizing, and what the device and its memory report. Recording a
-//! command is `record.rs` (every operation goes through it); the stream
-//! behind its lock is `stream_handle.rs`; transfers are `transfer.rs`,
+//! command is `enqueue.rs` (every operation goes through it); the stream
+//! behind its lock is `stream/mod.rs`; transfers are `transfer.rs`,
 //! fills `fill.rs`, options `options.rs`.
 
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use ash::vk;
 use crate::error::{Error, Result};
 use crate::garbage::GarbageList;
 use crate::options::ContextOptions;
-use crate::stream_handle::StreamHandle;
+use crate::stream::StreamHandle;
 use crate::trace::Tracer;
 use crate::vk::{Adapter, Device, DeviceInfo, Enabled, Instance, MemoryInfo};
 

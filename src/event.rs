@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::recorder::Command;
-use crate::stream_handle::Point;
+use crate::stream::Point;
 use crate::vk::command::TimestampPool;
 use crate::vk::{Waiters, WakerSlot};
 
@@ -111,7 +111,7 @@ impl DeviceContext {
             None
         };
         let (value, queue) =
-            crate::record::enqueue(&self.stream, "DeviceContext::enqueue_record_event", &[])
+            crate::enqueue::onto(&self.stream, "DeviceContext::enqueue_record_event", &[])
                 .command(|stream| {
                     let point = (stream.pending_value(), stream.queue_index());
                     let Some(pool) = &timestamp else {

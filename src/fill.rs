@@ -14,10 +14,10 @@ use bytemuck::{Pod, Zeroable};
 use smallvec::SmallVec;
 
 use crate::error::Result;
-use crate::record::BufferAccess;
+use crate::enqueue::BufferAccess;
 use crate::recorder::Command;
 use crate::resource::BufferMemory;
-use crate::stream_handle::StreamHandle;
+use crate::stream::StreamHandle;
 use crate::vk::pipeline::{ComputePipeline, Groups, PipelineBinding};
 use crate::vk::Device;
 
@@ -327,7 +327,7 @@ pub(crate) fn fill(
     let buffer = dst.handle();
     let Some(fill) = FillSteps::new(&handle.device, buffer, offset, len, element)? else {
         let tile = tile_len(len, element.len() as u64);
-        return crate::record::enqueue(handle, op, &[write(offset, len)]).command(|stream| {
+        return crate::enqueue::onto(handle, op, &[write(offset, len)]).command(|stream| {
             let slice = stream.stage_upload(tile)?;
             // No device work uses the slice yet.
             slice.mapped.fill(element);
@@ -341,7 +341,7 @@ pub(crate) fn fill(
     let _ops = dst.lock_ops(fill.steps.len() > 1);
     for step in &fill.steps {
         let access = [write(step.offset, step.len)];
-        crate::record::enqueue(handle, op, &access)
+        crate::enqueue::onto(handle, op, &access)
             .holding(Some(dst))
             .command(|_| Ok((step.command(&handle.device, buffer), ())))?;
     }

@@ -22,7 +22,7 @@ use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::kernel::{Grid, Kernel, KernelArg};
-use crate::record::{hazards, BufferAccess};
+use crate::enqueue::{hazards, BufferAccess};
 use crate::recorder::Command;
 use crate::view::View;
 use crate::vk::pipeline::{ComputePipeline, Groups, PipelineBinding};
@@ -248,7 +248,7 @@ impl DeviceContext {
         let all: Vec<BufferAccess<'_>> = guard.iter().chain(&dispatch).copied().collect();
         let keep = d.kernel.clone();
         let describe = || format!("kernel {} indirect", kernel.label());
-        crate::record::enqueue(&self.stream, op, &all)
+        crate::enqueue::onto(&self.stream, op, &all)
             .described(&describe)
             .sequence(|stream, _| {
                 stream.keep_alive(keep);

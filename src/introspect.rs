@@ -11,7 +11,7 @@ use ash::vk;
 use crate::buffer::OwnedRawBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
-use crate::stream::LiveObjects;
+use crate::stream::batches::LiveObjects;
 use crate::vk::{ValidationLog, ValidationMessage};
 
 /// Diagnostics, the device's limits and the raw Vulkan handles.

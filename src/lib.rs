@@ -109,6 +109,7 @@ mod introspect;
 mod batch_pool;
 mod capabilities;
 mod display;
+mod enqueue;
 mod error;
 mod fill;
 mod garbage;
@@ -118,8 +119,6 @@ pub mod guide;
 mod hazard;
 mod interop;
 mod options;
-mod printf;
-mod record;
 mod recorder;
 mod reflect;
 mod resource;
@@ -129,7 +128,6 @@ mod spirv_check;
 mod spirv_source;
 mod staging;
 mod stream;
-mod stream_handle;
 mod trace;
 mod transfer;
 mod view;
@@ -228,13 +226,13 @@ pub use graph::{DispatchId, Graph, GraphCapture, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue, Spirv};
 pub use options::ContextOptions;
-pub use printf::{PrintfLine, PrintfOutput};
+pub use stream::printf::{PrintfLine, PrintfOutput};
 /// The text of `vkcompute.glsl` (`#include <vkcompute.glsl>`: printf and
 /// `VK_ASSERT`), which vkcompute's own GLSL compilation finds by itself;
 /// write it beside your shaders for another compiler. See the
 /// [printf guide](crate::guide::printf).
 pub const GLSL_INCLUDE: &str = vkcompute_spirv::printf::INCLUDE;
-pub use stream::LiveObjects;
+pub use stream::batches::LiveObjects;
 pub use view::{CopyDestination, CopySource, RawBufferRef};
 pub use vk::DeviceInfo;
 

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::printf::PrintfOutput;
+use crate::stream::printf::PrintfOutput;
 use crate::vk::{DeviceOptions, DeviceSelector};
 
 /// The record buffer a dispatch of a printing kernel gets by default.
@@ -29,7 +29,7 @@ pub(crate) struct Settings {
     /// What the device is opened with (asked; the device grants what it has).
     pub(crate) device_options: DeviceOptions,
     /// Where kernels' printf lines go.
-    pub(crate) printf: crate::printf::Output,
+    pub(crate) printf: crate::stream::printf::Output,
 }
 
 /// How to open a [`DeviceContext`](crate::DeviceContext). Each setting left alone takes its
@@ -197,7 +197,7 @@ impl ContextOptions {
                     true,
                 ),
             },
-            printf: crate::printf::Output {
+            printf: crate::stream::printf::Output {
                 sink: self.printf.clone().unwrap_or_default(),
                 buffer_bytes: self
                     .printf_buffer_bytes

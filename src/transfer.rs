@@ -11,12 +11,12 @@ use ash::vk;
 
 use crate::error::{Error, Result};
 use crate::garbage::Garbage;
-use crate::record::BufferAccess;
+use crate::enqueue::BufferAccess;
 use crate::recorder::Command;
 use crate::resource::BufferMemory;
 use crate::staging::StagingBlock;
-use crate::stream::Stream;
-use crate::stream_handle::StreamHandle;
+use crate::stream::batches::Stream;
+use crate::stream::StreamHandle;
 use crate::vk::memory::RawDestination;
 
 /// Staged uploads and downloads are split into pieces of at most this many
@@ -78,11 +78,11 @@ pub(crate) fn upload_held(
     }
     let len = bytes.len() as u64;
     if !handle.force_staging {
-        let started = crate::record::trace_start(handle);
+        let started = crate::enqueue::trace_start(handle);
         // No device work touches the range while the use lock is held.
         let copied = dst.access_now(op, offset, len, true, |mapped| mapped.write(bytes))?;
         if copied.is_some() {
-            crate::record::trace_direct(handle, op, started, direct_access(dst, offset, len, true));
+            crate::enqueue::trace_direct(handle, op, started, direct_access(dst, offset, len, true));
             return Ok(());
         }
         log::trace!("{op}: the buffer's memory is not host visible; staging {len} bytes");
@@ -102,7 +102,7 @@ pub(crate) fn upload_held(
                 len: chunk.len() as u64,
                 write: true,
             };
-            crate::record::enqueue(handle, op, &[access])
+            crate::enqueue::onto(handle, op, &[access])
                 .holding(Some(dst))
                 .command(|stream| {
                     let slice = stream.stage_upload(chunk.len() as u64)?;
@@ -150,12 +150,12 @@ pub(crate) fn download(
         // At once where no pending work conflicts, under the shared lock.
         let _ops = src.lock_ops(false);
         let len = out.len() as u64;
-        let started = crate::record::trace_start(handle);
+        let started = crate::enqueue::trace_start(handle);
         if src
             .access_now(op, offset, len, false, |mapped| mapped.read(out))?
             .is_some()
         {
-            crate::record::trace_direct(
+            crate::enqueue::trace_direct(
                 handle,
                 op,
                 started,
@@ -186,11 +186,11 @@ pub(crate) fn download_held(
     }
     if !handle.force_staging {
         let len = out.len() as u64;
-        let started = crate::record::trace_start(handle);
+        let started = crate::enqueue::trace_start(handle);
         // No device work writes the range while the use lock is held.
         let read = src.access_when_ready(op, offset, len, false, |mapped| mapped.read(out))?;
         if read.is_some() {
-            crate::record::trace_direct(
+            crate::enqueue::trace_direct(
                 handle,
                 op,
                 started,
@@ -278,7 +278,7 @@ fn stage_readback(
         copied_by.set(Some(value));
         Ok((Command::copy(src.handle(), block.raw.buffer, region), value))
     };
-    let recorded = crate::record::enqueue(handle, op, &[access])
+    let recorded = crate::enqueue::onto(handle, op, &[access])
         .holding(held.then_some(&**src))
         .command(record);
     match recorded {
@@ -385,7 +385,7 @@ pub(crate) fn copy_held(
         dst_offset,
         size: len,
     };
-    crate::record::enqueue(handle, op, &accesses)
+    crate::enqueue::onto(handle, op, &accesses)
         .holding(held)
         .command(|_| Ok((Command::copy(src.handle(), dst.handle(), region), ())))
 }

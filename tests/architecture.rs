@@ -26,19 +26,17 @@ const LAYERS: &[(&str, &[&str])] = &[
         "submission",
         &[
             "trace",
-            "printf",
             "garbage",
             "batch_pool",
             "staging",
             "recorder",
             "stream",
-            "stream_handle",
             "spirv_check",
             "shader_build",
         ],
     ),
     ("resources", &["resource"]),
-    ("operations", &["record", "transfer", "fill", "interop"]),
+    ("operations", &["enqueue", "transfer", "fill", "interop"]),
     (
         "public",
         &[

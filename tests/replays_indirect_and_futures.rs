@@ -1667,7 +1667,7 @@ fn faults_in_staged_mapping_futures_and_their_write_back() {
 /// indirect dispatch's guard allocation failed), then [4,3,4] (the guard
 /// ran, its dispatch did not). Cause: src/graph/params.rs `enqueue_with`
 /// records the pieces straight into the open batch inside
-/// `record_sequence`; `record_op` (src/graph/record.rs) can fail in the
+/// `record_sequence`; `record_op` (src/graph/recording.rs) can fail in the
 /// descriptor allocation of `record_dispatch_into` after earlier pieces
 /// were recorded, and nothing rolls them back (the batch is submitted
 /// with them). The same holds for `enqueue_function_indirect`

@@ -6,7 +6,7 @@ use bytemuck::Pod;
 
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
-use crate::record::BufferAccess;
+use crate::enqueue::BufferAccess;
 use crate::recorder::Command;
 use crate::vk::memory::DedicatedKind;
 
@@ -87,6 +87,6 @@ impl<T: Pod> DeviceBuffer<T> {
             range,
             release,
         };
-        crate::record::enqueue(&ctx, op, &access).command(|_| Ok((command, ())))
+        crate::enqueue::onto(&ctx, op, &access).command(|_| Ok((command, ())))
     }
 }

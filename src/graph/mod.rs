@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::fill::{self, FillPlan};
 use crate::indirect::{check_arguments, IndirectSteps, SLOT_LEN};
 use crate::kernel::{Grid, Kernel, KernelArg};
-use crate::record::BufferAccess;
+use crate::enqueue::BufferAccess;
 use crate::recorder::Command;
 use crate::view::{CopyDestination, CopySource, Source, View};
 use crate::vk::command::CommandPool;
@@ -31,12 +31,12 @@ use crate::vk::Device;
 
 mod params;
 mod printf;
-mod record;
+mod recording;
 
 pub use params::GraphParams;
 use params::{OpIndex, Split};
 use printf::Printing;
-use record::{record, use_accesses, Indirect, Op, Pools, Recording, Substitutions, Tile};
+use recording::{record, use_accesses, Indirect, Op, Pools, Recording, Substitutions, Tile};
 
 struct GraphInner {
     device: Arc<Device>,
@@ -205,10 +205,10 @@ impl DeviceContext {
             None => format!("graph of {} commands", recording.count),
         };
         // The batch keeps the commands, not the recording's buffers (see
-        // `record::Commands`).
+        // `recording::Commands`).
         let keep = recording.commands.clone();
         if inner.printing.is_empty() {
-            return crate::record::enqueue(&self.stream, op, &accesses)
+            return crate::enqueue::onto(&self.stream, op, &accesses)
                 .described(&describe)
                 .command(|stream| {
                     let secondary = keep.cmd;
@@ -218,7 +218,7 @@ impl DeviceContext {
         }
         let outs = printf::outputs(&inner.device, &inner.printing)?;
         let output = &self.stream.printf;
-        crate::record::enqueue(&self.stream, op, &accesses)
+        crate::enqueue::onto(&self.stream, op, &accesses)
             .described(&describe)
             .sequence(|stream, hazards| {
                 stream.order(hazards);

@@ -17,17 +17,17 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use smallvec::SmallVec;
 
-use super::record::{
+use super::recording::{
     add_use, record, record_op, use_accesses, Commands, Op, Pools, Sink, Substitutions, Uses,
 };
 use super::{DispatchId, Graph, GraphInner};
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
-use crate::record::{hazards, BufferAccess};
+use crate::enqueue::{hazards, BufferAccess};
 use crate::recorder::Command;
-use crate::stream::Stream;
-use crate::stream_handle::StreamHandle;
+use crate::stream::batches::Stream;
+use crate::stream::StreamHandle;
 use crate::view::View;
 use crate::vk::Device;
 
@@ -239,7 +239,7 @@ pub(super) fn enqueue_with(
     }
     let describe = || format!("{} with parameters", graph.label());
     let outs = super::printf::outputs(&inner.device, &inner.printing)?;
-    crate::record::enqueue(&ctx.stream, op, &accesses)
+    crate::enqueue::onto(&ctx.stream, op, &accesses)
         .described(&describe)
         .sequence(|stream, hazards| {
             // After the work before it, as a whole; each piece after the
@@ -275,7 +275,7 @@ fn record_pieces(
         match piece {
             Piece::Segment(commands) => {
                 // The batch keeps the commands (see
-                // `record::Commands`).
+                // `recording::Commands`).
                 sink.stream.keep_alive(commands.clone());
                 sink.stream.record(&[], Command::Execute(commands.cmd))
             }

@@ -16,10 +16,10 @@ use super::{ArgKind, Grid, Kernel, KernelArg, KernelPipeline};
 use crate::capabilities::Feature;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
-use crate::printf::{self, Output, RecordBuffer};
-use crate::record::BufferAccess;
+use crate::stream::printf::{self, Output, RecordBuffer};
+use crate::enqueue::BufferAccess;
 use crate::recorder::Command;
-use crate::stream::Stream;
+use crate::stream::batches::Stream;
 use crate::view::View;
 use crate::vk::pipeline::Groups;
 use crate::vk::Device;
@@ -200,7 +200,7 @@ impl DeviceContext {
         let k = &d.kernel;
         let keep = k.clone();
         let describe = || format!("kernel {} grid {:?}", kernel.label, d.grid);
-        crate::record::enqueue(&self.stream, op, &d.accesses)
+        crate::enqueue::onto(&self.stream, op, &d.accesses)
             .described(&describe)
             .command(|stream| {
                 stream.keep_alive(keep);

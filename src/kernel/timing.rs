@@ -44,7 +44,7 @@ impl DeviceContext {
         iters: usize,
     ) -> Result<[u64; 2]> {
         self.synchronize()?;
-        crate::record::enqueue(&self.stream, "execution_time", &[]).command(|stream| {
+        crate::enqueue::onto(&self.stream, "execution_time", &[]).command(|stream| {
             stream.keep_alive(queries.clone());
             let command = Command::Timestamps {
                 pool: queries,
@@ -56,7 +56,7 @@ impl DeviceContext {
         for _ in 0..iters {
             f(self)?;
         }
-        crate::record::enqueue(&self.stream, "execution_time", &[]).command(|stream| {
+        crate::enqueue::onto(&self.stream, "execution_time", &[]).command(|stream| {
             stream.keep_alive(queries.clone());
             // Its BOTTOM_OF_PIPE timestamp waits for all earlier commands.
             let command = Command::Timestamps {

@@ -14,7 +14,7 @@ use ash::vk;
 
 use crate::error::{Error, Result};
 use crate::garbage::Garbage;
-use crate::stream_handle::{Point, StreamHandle, StreamRef};
+use crate::stream::{Point, StreamHandle, StreamRef};
 use crate::vk::memory::{MappedRange, RawBuffer};
 use crate::vk::{name_object, Device, MemoryUsage, Timeline};
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use vkcompute_spirv::printf::{Printf, HEADER_WORDS};
 
 use crate::error::{Error, KernelAssertion, Result};
-use crate::stream::{Completion, Stream};
+use crate::stream::batches::{Completion, Stream};
 use crate::trace::escape;
 use crate::vk::memory::RawBuffer;
 use crate::vk::{Device, MemoryUsage};

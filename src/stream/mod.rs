@@ -1,7 +1,11 @@
 //! The submission layer's top: one stream behind its lock with its
 //! timeline, the device's garbage and the trace, shared by a
 //! `DeviceContext`, its clones and the buffers it owns. It decides when to
-//! flush, wait and reclaim; nothing below it calls back up.
+//! flush, wait and reclaim; nothing below it calls back up. The state
+//! behind the lock, the batches and their submission, is [`batches`].
+
+pub(crate) mod batches;
+pub(crate) mod printf;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -10,7 +14,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::garbage::{Garbage, GarbageList, FLUSH_GARBAGE_BYTES};
-use crate::stream::{Stream, MAX_BATCH_COMMANDS, MAX_IN_FLIGHT};
+use crate::stream::batches::{Stream, MAX_BATCH_COMMANDS, MAX_IN_FLIGHT};
 use crate::trace::{StreamTrace, Tracer};
 use crate::vk::{Device, Timeline, Waiters};
 
@@ -30,7 +34,7 @@ pub(crate) struct StreamHandle {
     /// The user's label for the stream (`DeviceContext::with_label`).
     pub(crate) label: Mutex<Option<Arc<str>>>,
     /// Where kernels' printf lines go.
-    pub(crate) printf: Arc<crate::printf::Output>,
+    pub(crate) printf: Arc<crate::stream::printf::Output>,
 }
 
 /// A stream seen from elsewhere (a buffer's use state): its timeline, and
@@ -113,7 +117,7 @@ impl StreamHandle {
         force_staging: bool,
         garbage: Arc<GarbageList>,
         tracer: Option<Arc<Tracer>>,
-        printf: Arc<crate::printf::Output>,
+        printf: Arc<crate::stream::printf::Output>,
     ) -> Result<Arc<Self>> {
         let trace = match &tracer {
             Some(t) => Some(StreamTrace::new(

@@ -1,6 +1,6 @@
-//! The generic recorder every operation is built from: one command on a
-//! stream, with its device checks, cross-stream waits, hazards and use
-//! notes, all under the operation locks of the buffers it touches.
+//! The one way onto a stream ([`onto`]): every operation's commands, with
+//! their device checks, cross-stream waits, hazards and use notes, all
+//! under the operation locks of the buffers they touch.
 
 use std::sync::Arc;
 
@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::hazard::Access;
 use crate::recorder::Command;
 use crate::resource::{lock_all, BufferMemory};
-use crate::stream::Stream;
-use crate::stream_handle::{Point, StreamHandle};
+use crate::stream::batches::Stream;
+use crate::stream::{Point, StreamHandle};
 use crate::trace::StreamTrace;
 
 /// One byte range of a buffer that a command reads or writes.
@@ -45,7 +45,7 @@ pub(crate) fn hazards(accesses: &[BufferAccess<'_>]) -> SmallVec<[Access; 8]> {
 /// records one command, [`sequence`](Enqueue::sequence) several in order;
 /// [`holding`](Enqueue::holding) and [`described`](Enqueue::described)
 /// say what the operation already holds and how the trace names it.
-pub(crate) fn enqueue<'a>(
+pub(crate) fn onto<'a>(
     handle: &'a StreamHandle,
     op: &'static str,
     accesses: &'a [BufferAccess<'a>],
