@@ -5,9 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::context::DeviceContext;
 use crate::error::{Error, Result};
-use crate::kernel::{Kernel, SpecValue};
+use crate::kernel::{Kernel, KernelBuilder};
 use vkcompute_spirv::glsl;
 
 /// The Vulkan environment GLSL is compiled for, which sets the SPIR-V
@@ -59,6 +58,7 @@ type IncludeCallback<'a> = Box<IncludeFn<'a>>;
 ///     .include_callback(|name, _from| {
 ///         (name == "scale.glsl").then(|| "float scale(float x) { return x * FACTOR; }".into())
 ///     })
+///     .compile()
 ///     .specialize(0, 32u32)
 ///     .build(&ctx)?;
 /// let data = ctx.enqueue_create_buffer::<f32>(64)?;
@@ -74,15 +74,9 @@ pub struct GlslBuilder<'a> {
     defines: Vec<(String, Option<String>)>,
     include_dirs: Vec<PathBuf>,
     include_callback: Option<IncludeCallback<'a>>,
-    specialization: Vec<(u32, SpecValue)>,
     target: GlslTarget,
     optimization: GlslOptimization,
     warnings_as_errors: bool,
-    subgroup_size: Option<u32>,
-    pointers: bool,
-    /// The label set with [`GlslBuilder::label`], else the file name where
-    /// one was given.
-    label: Option<String>,
 }
 
 impl Kernel {
@@ -101,13 +95,9 @@ impl Kernel {
             defines: Vec::new(),
             include_dirs: Vec::new(),
             include_callback: None,
-            specialization: Vec::new(),
             target: GlslTarget::default(),
             optimization: GlslOptimization::default(),
             warnings_as_errors: false,
-            subgroup_size: None,
-            pointers: false,
-            label: None,
         }
     }
 }
@@ -115,18 +105,10 @@ impl Kernel {
 impl<'a> GlslBuilder<'a> {
     /// The source's file name in messages, and the directory a
     /// `#include "..."` is looked up in first where it is a path (default
-    /// `kernel.comp`). It is also the kernel's label, unless
-    /// [`label`](Self::label) sets one.
+    /// `kernel.comp`). It is also the kernel's label, unless the
+    /// [`KernelBuilder::label`] after [`compile`](Self::compile) sets one.
     pub fn file_name(mut self, name: impl Into<String>) -> Self {
         self.file_name = name.into();
-        self
-    }
-
-    /// What errors, `Debug` and traces call the kernel (default: the file
-    /// name where [`file_name`](Self::file_name) gave one, else the entry
-    /// point's name).
-    pub fn label(mut self, label: impl Into<String>) -> Self {
-        self.label = Some(label.into());
         self
     }
 
@@ -167,14 +149,6 @@ impl<'a> GlslBuilder<'a> {
         self
     }
 
-    /// Sets specialization constant `id` to `value`, as
-    /// [`KernelBuilder::specialize`](crate::KernelBuilder::specialize).
-    pub fn specialize(mut self, id: u32, value: impl Into<SpecValue>) -> Self {
-        self.specialization.retain(|(i, _)| *i != id);
-        self.specialization.push((id, value.into()));
-        self
-    }
-
     /// The Vulkan environment to compile for (default Vulkan 1.2).
     pub fn target(mut self, target: GlslTarget) -> Self {
         self.target = target;
@@ -193,28 +167,33 @@ impl<'a> GlslBuilder<'a> {
         self
     }
 
-    /// Requires a subgroup size, as
-    /// [`KernelBuilder::subgroup_size`](crate::KernelBuilder::subgroup_size).
-    pub fn subgroup_size(mut self, size: u32) -> Self {
-        self.subgroup_size = Some(size);
-        self
-    }
-
-    /// Accepts pointer addressing, as
-    /// [`KernelBuilder::allow_pointer_addressing`](crate::KernelBuilder::allow_pointer_addressing).
-    pub fn allow_pointer_addressing(mut self) -> Self {
-        self.pointers = true;
-        self
-    }
-
-    /// Compiles the source to SPIR-V words, without loading them.
+    /// Compiles the source now and hands the module to a [`KernelBuilder`],
+    /// which sets what loading takes (specialization constants, a label, a
+    /// subgroup size, pointer addressing) and loads it with
+    /// [`build`](KernelBuilder::build). A compile error
+    /// ([`Error::ShaderCompilation`]) is returned by that `build`, or by
+    /// [`KernelBuilder::into_words`] where only the SPIR-V is wanted.
+    ///
+    /// The kernel's label is the [`file_name`](Self::file_name) where one
+    /// was given, else the entry point's name; its entry point is
+    /// [`entry`](Self::entry)'s.
     ///
     /// The compiler runs on a thread of its own with a large stack, and a
     /// statement of more than 50,000 operators is refused before it
     /// parses; a source that divides signed integers is not optimized
     /// (SPIRV-Tools' optimizer traps on one of its folds): see the crate's
     /// own-kernels guide.
-    pub fn compile(&self) -> Result<Vec<u32>> {
+    pub fn compile(self) -> KernelBuilder<'static> {
+        let words = self.words();
+        let builder = KernelBuilder::compiled(words).entry(&self.entry);
+        if self.file_name == "kernel.comp" {
+            builder
+        } else {
+            builder.label(self.file_name)
+        }
+    }
+
+    fn words(&self) -> Result<Vec<u32>> {
         let failed = |message: String| Error::ShaderCompilation { message };
         let optimization = match self.optimization {
             GlslOptimization::None => glsl::Optimization::None,
@@ -246,27 +225,6 @@ impl<'a> GlslBuilder<'a> {
             include: &include,
         };
         glsl::compile(&job).map(|c| c.words).map_err(failed)
-    }
-
-    /// Compiles the source and loads the kernel on `ctx`'s device.
-    pub fn build(self, ctx: &DeviceContext) -> Result<Kernel> {
-        let words = self.compile()?;
-        let label = match &self.label {
-            Some(label) => label.clone(),
-            None if self.file_name != "kernel.comp" => self.file_name.clone(),
-            None => self.entry.clone(),
-        };
-        let mut builder = Kernel::builder(&words).entry(&self.entry).label(label);
-        for (id, value) in &self.specialization {
-            builder = builder.specialize(*id, *value);
-        }
-        if let Some(size) = self.subgroup_size {
-            builder = builder.subgroup_size(size);
-        }
-        if self.pointers {
-            builder = builder.allow_pointer_addressing();
-        }
-        builder.build(ctx)
     }
 }
 

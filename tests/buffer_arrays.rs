@@ -655,6 +655,7 @@ fn an_array_length_set_by_a_specialization_constant_binds_that_many() {
         let parts: Vec<KernelArg<'_>> = ins.iter().map(|b| b.arg()).collect();
         for n in [2usize, 5] {
             let kernel = Kernel::glsl(SPECIALIZED)
+                .compile()
                 .specialize(0, n as u32)
                 .build(ctx)
                 .unwrap();

@@ -80,7 +80,7 @@ fn check_variants(
             if wide {
                 builder = builder.define_flag("WIDE");
             }
-            let kernel = load(builder).build(ctx).unwrap();
+            let kernel = load(builder).compile().build(ctx).unwrap();
             let (x, y, out) = (
                 ctx.enqueue_create_buffer::<u32>(a.len()).unwrap(),
                 ctx.enqueue_create_buffer::<u32>(b.len()).unwrap(),
@@ -144,6 +144,7 @@ fn compile_errors_keep_file_and_line_and_missing_includes_are_named() {
             "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {\n    nope = 1;\n}\n";
         match vkcompute::Kernel::glsl(broken)
             .file_name("shaders/broken.comp")
+            .compile()
             .build(ctx)
         {
             Err(Error::ShaderCompilation { message }) => {
@@ -157,6 +158,7 @@ fn compile_errors_keep_file_and_line_and_missing_includes_are_named() {
             "#version 450\n#include \"bad.glsl\"\nlayout(local_size_x = 1) in;\nvoid main() {}\n";
         match Kernel::glsl(source)
             .include_callback(|name, _| (name == "bad.glsl").then(|| header.to_string()))
+            .compile()
             .build(ctx)
         {
             Err(Error::ShaderCompilation { message }) => {
@@ -171,6 +173,7 @@ fn compile_errors_keep_file_and_line_and_missing_includes_are_named() {
             .define("MODE", "0")
             .define("BIAS", "0u")
             .include_dir(dir.0.clone())
+            .compile()
             .build(ctx)
         {
             Err(Error::ShaderCompilation { message }) => {
@@ -186,6 +189,7 @@ fn compile_errors_keep_file_and_line_and_missing_includes_are_named() {
                 "types.glsl" => Some(TYPES.to_string()),
                 _ => None,
             })
+            .compile()
             .build(ctx)
         {
             Err(Error::ShaderCompilation { .. }) => {}
@@ -235,6 +239,7 @@ fn eight_and_sixteen_bit_push_constants_in_run_time_glsl() {
         for factor in [1.0f32, 0.25] {
             let kernel = Kernel::glsl(SMALL_PUSH)
                 .define("FACTOR", format!("{factor:?}"))
+                .compile()
                 .build(ctx)
                 .unwrap();
             assert_eq!(kernel.push_constant_size(), 6);
@@ -294,12 +299,16 @@ fn atomics_and_initialized_shared_memory_with_specialized_workgroup_sizes() {
         let n = 3000u32;
         let x: Vec<u32> = (0..n).map(|i| i.wrapping_mul(2654435761) >> 20).collect();
         for (bins, size) in [(16u32, 32u32), (64, 64), (100, 128)] {
-            let builder = Kernel::glsl(HISTOGRAM)
+            let words = Kernel::glsl(HISTOGRAM)
                 .define("BINS", format!("{bins}u"))
-                .specialize(0, size);
-            let words = builder.compile().unwrap();
+                .compile()
+                .into_words()
+                .unwrap();
             assert!(common::has_initialized_workgroup_variable(&words));
-            let kernel = builder.build(ctx).unwrap();
+            let kernel = Kernel::builder(&words)
+                .specialize(0, size)
+                .build(ctx)
+                .unwrap();
             assert_eq!(kernel.local_size(), [size, 1, 1]);
             let mut hist = vec![0u32; bins as usize];
             for &v in &x {
@@ -343,12 +352,12 @@ fn target_environments_and_optimization_levels() {
                 GlslOptimization::Performance,
             ] {
                 let builder = Kernel::glsl(source).target(target).optimization(level);
-                let words = builder.compile().unwrap();
+                let words = builder.compile().into_words().unwrap();
                 assert_eq!(words[1], version, "{target:?}");
                 if target == GlslTarget::Vulkan1_3 && !vulkan13 {
                     continue;
                 }
-                let kernel = builder.build(ctx).unwrap();
+                let kernel = Kernel::builder(&words).build(ctx).unwrap();
                 let data = ctx.enqueue_create_buffer::<u32>(128).unwrap();
                 data.enqueue_copy_from(&(0..128).collect::<Vec<u32>>())
                     .unwrap();

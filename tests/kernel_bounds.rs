@@ -153,6 +153,7 @@ fn arrays_sized_by_specialization_constants_are_bounded_at_their_specialized_len
         let out = ctx.enqueue_create_buffer::<u32>(2).unwrap();
         for n in [16u32, 5, 40] {
             let kernel = Kernel::glsl(SPECIALIZED_SHARED)
+                .compile()
                 .specialize(0, n)
                 .build(ctx)
                 .unwrap();
@@ -216,12 +217,13 @@ fn workgroup_memory_past_the_device_limit_is_refused_by_name_size_and_limit() {
             shared uint s[N];\n\
             void main() { s[0] = 2u; barrier(); o[0] = s[0]; }\n";
         let small = Kernel::glsl(source)
+            .compile()
             .specialize(3, 16u32)
             .build(ctx)
             .unwrap();
         ctx.enqueue_function(&small, 1, &[out.arg()], &()).unwrap();
         assert_eq!(out.to_vec().unwrap(), [2]);
-        let refused = Kernel::glsl(source).specialize(3, 1u32 << 20).build(ctx);
+        let refused = Kernel::glsl(source).compile().specialize(3, 1u32 << 20).build(ctx);
         assert_refused(
             refused,
             &["`s`", "4194304 bytes", "maxComputeSharedMemorySize"],
@@ -242,9 +244,10 @@ void main() { o[0] = p.a[N - 1u]; o[1] = p.a[0]; }
 #[test]
 fn the_push_constant_size_is_the_specialized_one_and_is_checked_against_the_limit() {
     run_with(common::options(Path::Direct), "push constants", |ctx| {
-        let four = Kernel::glsl(SPECIALIZED_PUSH).build(ctx).unwrap();
+        let four = Kernel::glsl(SPECIALIZED_PUSH).compile().build(ctx).unwrap();
         assert_eq!(four.push_constant_size(), 16);
         let eight = Kernel::glsl(SPECIALIZED_PUSH)
+            .compile()
             .specialize(0, 8u32)
             .build(ctx)
             .unwrap();
@@ -260,6 +263,7 @@ fn the_push_constant_size_is_the_specialized_one_and_is_checked_against_the_limi
             .is_err());
         let limit = ctx.limits().max_push_constants_size;
         let refused = Kernel::glsl(SPECIALIZED_PUSH)
+            .compile()
             .specialize(0, limit / 4 + 1)
             .build(ctx);
         assert_refused(refused, &["maxPushConstantsSize", &limit.to_string()]);
@@ -382,7 +386,7 @@ fn narrow_indices_reach_every_element_of_a_long_array() {
                 uint16_t h = uint16_t(p.k * 175u);\n\
                 o[4] = big[h];\n\
             }\n";
-        let kernel = Kernel::glsl(source).build(ctx);
+        let kernel = Kernel::glsl(source).compile().build(ctx);
         let enabled = ctx.info().enabled.expect("a device vkcompute created");
         if !(enabled.shader_int8 && enabled.shader_int16) {
             assert!(
@@ -421,6 +425,7 @@ fn specialization_expressions_that_spirv_leaves_undefined_are_refused() {
             let build = |a: i32, z: i32| {
                 Kernel::glsl(source)
                     .optimization(vkcompute::GlslOptimization::None)
+                    .compile()
                     .specialize(0, a)
                     .specialize(1, z)
                     .build(ctx)
@@ -459,7 +464,7 @@ fn nested(depth: usize) -> String {
 #[test]
 fn types_that_nest_exponentially_are_refused_at_once() {
     run_with(common::options(Path::Direct), "nested types", |ctx| {
-        let shallow = Kernel::glsl(&nested(6)).build(ctx).unwrap();
+        let shallow = Kernel::glsl(&nested(6)).compile().build(ctx).unwrap();
         let out = ctx.enqueue_create_buffer::<u32>(1).unwrap();
         ctx.enqueue_function(&shallow, 1, &[out.arg()], &())
             .unwrap();
@@ -469,6 +474,7 @@ fn types_that_nest_exponentially_are_refused_at_once() {
         let words = Kernel::glsl(&nested(24))
             .optimization(vkcompute::GlslOptimization::None)
             .compile()
+            .into_words()
             .unwrap();
         let started = std::time::Instant::now();
         assert_refused(Kernel::new(ctx, &words, "main"), &["nests more than"]);
@@ -490,6 +496,7 @@ void main() { o[0] = p.a[N * 2u]; o[1] = p.a[o[5]]; }
 fn a_push_constant_array_sized_by_an_expression_reaches_the_driver_with_its_size() {
     run_with(common::options(Path::Direct), "push expression", |ctx| {
         let kernel = Kernel::glsl(PUSH_EXPRESSION)
+            .compile()
             .specialize(0, 4u32)
             .build(ctx)
             .unwrap();

@@ -268,6 +268,7 @@ mod glsl {
                 [(false, 4u32, 1.0f32, 4u32), (true, 9, 2.5, 8)]
             {
                 let kernel = Kernel::glsl(source)
+                    .compile()
                     .specialize(0, use_gain)
                     .specialize(2, n)
                     .build(ctx)
@@ -292,6 +293,7 @@ mod glsl {
                 layout(std430, binding = 0) buffer D { double data[]; };
                 void main() { data[0] *= SCALE; }"#;
             let kernel = Kernel::glsl(double)
+                .compile()
                 .specialize(5, 2.5f64)
                 .build(ctx)
                 .unwrap();
@@ -300,7 +302,7 @@ mod glsl {
             ctx.enqueue_function(&kernel, 1, &[data.arg()], &())
                 .unwrap();
             assert_eq!(data.to_vec().unwrap(), [10.0]);
-            match Kernel::glsl(double).specialize(5, 2.5f32).build(ctx) {
+            match Kernel::glsl(double).compile().specialize(5, 2.5f32).build(ctx) {
                 Err(e @ Error::Specialization { id: 5, .. }) => {
                     assert!(e.to_string().contains("64-bit float"), "{e}")
                 }
@@ -422,10 +424,11 @@ mod glsl {
             let plain = "#version 450\nlayout(local_size_x = 1) in;\n\
                 layout(std430, binding = 0) buffer D { uint d[]; };\n\
                 void main() { uint x = 6u; uint unused = x * 9u; d[0] = d[1] / 3u; }\n";
-            let optimized = Kernel::glsl(plain).compile().unwrap();
+            let optimized = Kernel::glsl(plain).compile().into_words().unwrap();
             let unoptimized = Kernel::glsl(plain)
                 .optimization(GlslOptimization::None)
                 .compile()
+                .into_words()
                 .unwrap();
             assert!(optimized.len() < unoptimized.len());
         });
@@ -451,8 +454,8 @@ mod glsl {
                     .stack_size(1 << 20)
                     .spawn_scoped(scope, || {
                         (
-                            Kernel::glsl(&long).compile().map(|w| w.len()),
-                            Kernel::glsl(&too_long).compile().map(|w| w.len()),
+                            Kernel::glsl(&long).compile().into_words().map(|w| w.len()),
+                            Kernel::glsl(&too_long).compile().into_words().map(|w| w.len()),
                         )
                     })
                     .unwrap()
@@ -488,9 +491,9 @@ mod glsl {
             }
             source.push_str("void main() { d[0] = f99(d[0]); }\n");
             let deep = Kernel::glsl(&source).optimization(GlslOptimization::None);
-            refused(deep.build(ctx), "calls nest 101 deep", "100 nested calls");
+            refused(deep.compile().build(ctx), "calls nest 101 deep", "100 nested calls");
             // Optimized, the calls are inlined and the kernel runs.
-            let kernel = Kernel::glsl(&source).build(ctx).unwrap();
+            let kernel = Kernel::glsl(&source).compile().build(ctx).unwrap();
             let d = ctx.enqueue_create_buffer::<u32>(1).unwrap();
             d.enqueue_fill(5).unwrap();
             ctx.enqueue_function(&kernel, 1, &[d.arg()], &()).unwrap();
@@ -521,6 +524,7 @@ mod glsl {
                 void main() { d[0] = 9u; }"#;
             let kernel = Kernel::glsl(source)
                 .optimization(GlslOptimization::None)
+                .compile()
                 .build(ctx)
                 .unwrap();
             assert_eq!(kernel.push_constant_size(), 8);
@@ -545,6 +549,7 @@ mod glsl {
             // would report VUID-RuntimeSpirv-Workgroup-06530 otherwise).
             let kernel = Kernel::glsl(source)
                 .optimization(GlslOptimization::None)
+                .compile()
                 .build(ctx)
                 .unwrap();
             let d = ctx.enqueue_create_buffer::<u32>(1).unwrap();
@@ -555,6 +560,7 @@ mod glsl {
             refused(
                 Kernel::glsl(&used)
                     .optimization(GlslOptimization::None)
+                    .compile()
                     .build(ctx),
                 "maxComputeSharedMemorySize",
                 "a 4 MiB workgroup array in use",

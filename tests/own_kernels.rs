@@ -111,7 +111,7 @@ fn a_source_without_version_is_a_clear_error_and_prints_nothing() {
             }
             other => panic!("{other:?}"),
         }
-        let built = Kernel::glsl(source).file_name("mine.comp").compile();
+        let built = Kernel::glsl(source).file_name("mine.comp").compile().into_words();
         assert!(
             matches!(&built, Err(Error::ShaderCompilation { message }) if message.starts_with("mine.comp")),
             "{built:?}"
@@ -137,13 +137,14 @@ fn kernels_are_named_by_their_labels_in_errors_and_debug() {
         assert_eq!(plain.label(), "main");
         let named = Kernel::glsl(WIDE)
             .file_name("store_one.comp")
+            .compile()
             .build(ctx)
             .unwrap();
         assert_eq!(named.label(), "store_one.comp");
-        let labelled = Kernel::glsl(WIDE).label("writer").build(ctx).unwrap();
+        let labelled = Kernel::glsl(WIDE).compile().label("writer").build(ctx).unwrap();
         assert_eq!(labelled.label(), "writer");
         // One module under two labels is one pipeline.
-        let words = Kernel::glsl(WIDE).compile().unwrap();
+        let words = Kernel::glsl(WIDE).compile().into_words().unwrap();
         let first = Kernel::builder(&words).label("first").build(ctx).unwrap();
         let second = Kernel::builder(&words).label("second").build(ctx).unwrap();
         assert!(first.shares_pipeline_with(&second));
@@ -167,6 +168,7 @@ fn kernels_are_named_by_their_labels_in_errors_and_debug() {
             void main() { s[0] = 1u; barrier(); d[0] = s[0]; }\n";
         let e = Kernel::glsl(too_big)
             .file_name("huge_shared.comp")
+            .compile()
             .build(ctx)
             .unwrap_err();
         assert!(e.to_string().contains("`huge_shared.comp`"), "{e}");
@@ -185,7 +187,7 @@ fn kernels_are_named_by_their_labels_in_errors_and_debug() {
 #[test]
 fn spirv_bytes_load_unvalidated_from_any_alignment() {
     run_with(common::options(Path::Direct), "bytes", |ctx| {
-        let words = Kernel::glsl(WIDE).compile().unwrap();
+        let words = Kernel::glsl(WIDE).compile().into_words().unwrap();
         let mut bytes = vec![0u8; 3];
         bytes.extend(words.iter().flat_map(|w| w.to_le_bytes()));
         // SAFETY: shaderc's output for Vulkan 1.2, valid on this device.

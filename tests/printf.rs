@@ -68,7 +68,7 @@ fn kernel(ctx: &DeviceContext, local: u32, body: &str) -> vkcompute::Result<Kern
          layout(push_constant) uniform P {{ uint n; }} p;\n\
          void main() {{ uint i = gl_GlobalInvocationID.x; {body} }}\n"
     );
-    Kernel::glsl(&source).label("k").build(ctx)
+    Kernel::glsl(&source).compile().label("k").build(ctx)
 }
 
 fn run(ctx: &DeviceContext, k: &Kernel, groups: u32, n: u32) -> vkcompute::Result<()> {
@@ -173,7 +173,7 @@ fn printf_in_functions_and_loops_and_unreached_printf() {
             if (d[0] == 12345u) debugPrintfEXT("never");
             d[i] = s;
         }"#;
-    let k = Kernel::glsl(source).build(&ctx).unwrap();
+    let k = Kernel::glsl(source).compile().build(&ctx).unwrap();
     let d = ctx.enqueue_create_buffer::<u32>(2).unwrap();
     d.enqueue_fill(0).unwrap();
     ctx.enqueue_function(&k, 1, &[d.arg()], &()).unwrap();
@@ -226,6 +226,7 @@ fn a_failed_assertion_is_an_error_of_the_next_wait_once() {
         }"#;
     let kernel = Kernel::glsl(source)
         .file_name("bounds.comp")
+        .compile()
         .build(&ctx)
         .unwrap();
     let d = ctx.enqueue_create_buffer::<u32>(8).unwrap();
@@ -305,7 +306,7 @@ fn formats_arguments_do_not_suit_are_refused_at_load() {
                 layout(local_size_x = 1) in;\n\
                 layout(std430, binding = 4095) buffer D { uint d[]; };\n\
                 void main() { d[0] = 1u; debugPrintfEXT(\"x\"); }\n";
-    match Kernel::glsl(last).build(&ctx) {
+    match Kernel::glsl(last).compile().build(&ctx) {
         Err(e @ Error::UnsupportedKernel { .. }) => {
             assert!(
                 e.to_string().contains("number the kernel's bindings lower"),
@@ -420,6 +421,7 @@ fn every_spirv_version_and_optimization_prints() {
             let kernel = Kernel::glsl(source)
                 .target(target)
                 .optimization(level)
+                .compile()
                 .build(&ctx)
                 .unwrap();
             d.enqueue_fill(0).unwrap();

@@ -312,7 +312,31 @@ pub struct KernelBuilder<'a> {
     label: Option<String>,
 }
 
+impl KernelBuilder<'static> {
+    /// The builder of a module compiled from GLSL, or why it is none.
+    #[cfg(feature = "glsl")]
+    pub(crate) fn compiled(words: Result<Vec<u32>>) -> Self {
+        KernelBuilder {
+            words: words.map(Cow::Owned),
+            entry: "main".to_string(),
+            specialization: Vec::new(),
+            pointers: false,
+            subgroup_size: None,
+            unchecked_indices: false,
+            label: None,
+        }
+    }
+}
+
 impl KernelBuilder<'_> {
+    /// The module's words, without loading it: those of the SPIR-V given
+    /// to [`Kernel::builder`], or those a
+    /// [`GlslBuilder::compile`](crate::GlslBuilder::compile) produced (or
+    /// its compile error).
+    pub fn into_words(self) -> Result<Vec<u32>> {
+        self.words.map(Cow::into_owned)
+    }
+
     /// What errors, `Debug` and traces call the kernel (default: its entry
     /// point's name). Loading the same module with another label shares
     /// the pipeline.
@@ -497,6 +521,7 @@ impl Kernel {
         Kernel::glsl(source)
             .entry(entry)
             .warnings_as_errors(true)
+            .compile()
             .build(ctx)
     }
 
