@@ -316,8 +316,15 @@ impl KernelBuilder<'static> {
     /// The builder of a module compiled from GLSL, or why it is none.
     #[cfg(feature = "glsl")]
     pub(crate) fn compiled(words: Result<Vec<u32>>) -> Self {
+        KernelBuilder::of(words.map(Cow::Owned))
+    }
+}
+
+impl<'a> KernelBuilder<'a> {
+    /// The builder of `words` with every option at its default.
+    fn of(words: Result<Cow<'a, [u32]>>) -> Self {
         KernelBuilder {
-            words: words.map(Cow::Owned),
+            words,
             entry: "main".to_string(),
             specialization: Vec::new(),
             pointers: false,
@@ -326,9 +333,7 @@ impl KernelBuilder<'static> {
             label: None,
         }
     }
-}
 
-impl KernelBuilder<'_> {
     /// The module's words, without loading it: those of the SPIR-V given
     /// to [`Kernel::builder`], or those a
     /// [`GlslBuilder::compile`](crate::GlslBuilder::compile) produced (or
@@ -537,15 +542,7 @@ impl Kernel {
     /// # Ok(()) }
     /// ```
     pub fn builder<S: Spirv + ?Sized>(spirv: &S) -> KernelBuilder<'_> {
-        KernelBuilder {
-            words: spirv.words(),
-            entry: "main".to_string(),
-            specialization: Vec::new(),
-            pointers: false,
-            subgroup_size: None,
-            unchecked_indices: false,
-            label: None,
-        }
+        KernelBuilder::of(spirv.words())
     }
 }
 
