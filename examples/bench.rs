@@ -622,7 +622,7 @@ impl Bench<'_> {
         let bytes = 64 << 20;
         let ctx = self.ctx;
         let other = DeviceContext::with_options(
-            ContextOptions::new().force_staging(ctx.is_staging_forced()),
+            ContextOptions::new().force_staging(ctx.diagnostics().is_staging_forced()),
         )?;
         if other.info().uuid != ctx.info().uuid {
             return Err("the second context opened another physical device".into());
@@ -760,7 +760,7 @@ impl Bench<'_> {
         x.enqueue_copy_from(&x_host)?;
         y.enqueue_copy_from(&y_host)?;
         let push = SaxpyParams { a: A, n: N };
-        let max_x = ctx.limits().max_compute_work_group_count[0];
+        let max_x = ctx.info().limits.max_workgroup_count[0];
         let grid = grid_2d(N.div_ceil(256), max_x);
         let reps = self.reps(20);
         let warmups = self.warmups(reps);
@@ -1292,7 +1292,7 @@ fn first_dispatch_child(dir: std::path::PathBuf) -> BenchResult<()> {
     const A: f32 = 2.0;
     let n = FIRST_DISPATCH_N;
     let ctx = DeviceContext::with_options(ContextOptions::new().pipeline_cache_dir(Some(dir)))?;
-    let warm = ctx.pipeline_cache_loaded();
+    let warm = ctx.diagnostics().pipeline_cache_loaded();
     let kernel = Kernel::new(&ctx, vkcompute::shaders::SAXPY, "main")?;
     let x_host: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.5 + 1.0).collect();
     let y_host: Vec<f32> = (0..n).map(|i| (i % 777) as f32 * 0.25 + 2.0).collect();
@@ -1300,10 +1300,7 @@ fn first_dispatch_child(dir: std::path::PathBuf) -> BenchResult<()> {
     let y = ctx.enqueue_create_buffer::<f32>(n as usize)?;
     x.enqueue_copy_from(&x_host)?;
     y.enqueue_copy_from(&y_host)?;
-    let grid = grid_2d(
-        n.div_ceil(256),
-        ctx.limits().max_compute_work_group_count[0],
-    );
+    let grid = grid_2d(n.div_ceil(256), ctx.info().limits.max_workgroup_count[0]);
     ctx.enqueue_function(&kernel, grid, &[x.arg(), y.arg()], &SaxpyParams { a: A, n })?;
     let got = y.to_vec()?;
     let wrong = (0..n as usize)
@@ -1363,8 +1360,8 @@ impl RawDispatch {
         repeat: u32,
         push_descriptors: bool,
     ) -> BenchResult<Self> {
-        let device = ctx.raw_device().clone();
-        let family = ctx.queue_family_index();
+        let device = ctx.raw().device().clone();
+        let family = ctx.raw().queue_family_index();
         // SAFETY: the context created queue 0 of its queue family; this
         // program submits to it only while the runtime is idle.
         let queue = unsafe { device.get_device_queue(family, 0) };
@@ -1392,7 +1389,7 @@ impl RawDispatch {
                 .collect(),
             set: vk::DescriptorSet::null(),
             push_descriptor: push_descriptors.then(|| {
-                ash::khr::push_descriptor::Device::new(ctx.raw_instance(), ctx.raw_device())
+                ash::khr::push_descriptor::Device::new(ctx.raw().instance(), ctx.raw().device())
             }),
         };
         let d = raw.device.clone();

@@ -32,7 +32,10 @@ fn main() -> Result<()> {
     // Lines go to standard output (the default), with the invocation's
     // global id beside the kernel's label.
     let ctx = DeviceContext::with_options(ContextOptions::new().printf_invocation_ids(true))?;
-    let kernel = Kernel::glsl(SOURCE).file_name("scale.comp").compile().build(&ctx)?;
+    let kernel = Kernel::glsl(SOURCE)
+        .file_name("scale.comp")
+        .compile()
+        .build(&ctx)?;
     let data = ctx.enqueue_create_buffer::<f32>(8)?;
     data.enqueue_copy_from(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0][..])?;
 

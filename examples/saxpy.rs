@@ -42,7 +42,7 @@ fn main() -> Result<()> {
     y.enqueue_copy_from(&y_host)?;
 
     let a = 2.0f32;
-    let max_x = ctx.limits().max_compute_work_group_count[0].min(65_535);
+    let max_x = ctx.info().limits.max_workgroup_count[0].min(65_535);
     let grid = grid_for(n, saxpy.local_size()[0], max_x);
     ctx.enqueue_function(&saxpy, grid, &[x.arg(), y.arg()], &Params { a, n })?;
     let result = y.to_vec()?;

@@ -16,8 +16,8 @@ use crate::vk::MemoryUsage;
 
 /// A buffer and its memory handed over by [`DeviceBuffer::take_raw`]: the
 /// caller owns them and frees them with [`free`](Self::free) (or
-/// [`DeviceContext::free_raw`]). It keeps its device alive, so it may
-/// outlive every context. Dropped without being freed, the buffer is freed
+/// [`RawHandles::free_buffer`](crate::RawHandles::free_buffer)). It keeps
+/// its device alive, so it may outlive every context. Dropped without being freed, the buffer is freed
 /// when its device is destroyed (after the device is idle).
 #[must_use = "the memory stays allocated until the device goes unless freed with `free`"]
 pub struct OwnedRawBuffer {

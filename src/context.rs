@@ -337,7 +337,7 @@ pub(crate) mod tests {
     #[test]
     fn an_error_kept_from_drop_belongs_to_its_buffer() {
         let ctx = validated_context();
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let buf = ctx.enqueue_create_buffer::<u32>(4).unwrap();
         let other = ctx.enqueue_create_buffer::<u32>(4).unwrap();
         buf.view.memory.keep_error(Error::Overlap {
@@ -375,7 +375,7 @@ pub(crate) mod tests {
     #[test]
     fn execution_time_never_destroys_its_queries_under_running_work() {
         let ctx = validated_context();
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let big = ctx.enqueue_create_buffer::<u32>(32 << 20).unwrap();
         // A stream failure kept from a drop made `synchronize` return before
         // waiting, and `execution_time` destroyed its pool under the work.

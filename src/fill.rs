@@ -13,8 +13,8 @@ use ash::vk;
 use bytemuck::{Pod, Zeroable};
 use smallvec::SmallVec;
 
-use crate::error::Result;
 use crate::enqueue::BufferAccess;
+use crate::error::Result;
 use crate::recorder::Command;
 use crate::resource::BufferMemory;
 use crate::stream::StreamHandle;
@@ -379,7 +379,7 @@ mod tests {
             .internal_pipeline("outer", || unreachable!("found without building"))
             .unwrap();
         assert!(Arc::ptr_eq(&outer, &again));
-        assert!(ctx.validation_messages().is_empty());
+        assert!(ctx.diagnostics().validation_messages().is_empty());
     }
 
     /// Applies the kernel's arithmetic to a byte array, as the GPU would.

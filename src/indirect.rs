@@ -20,9 +20,9 @@ use smallvec::SmallVec;
 
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
+use crate::enqueue::{hazards, BufferAccess};
 use crate::error::{Error, Result};
 use crate::kernel::{Grid, Kernel, KernelArg};
-use crate::enqueue::{hazards, BufferAccess};
 use crate::recorder::Command;
 use crate::view::View;
 use crate::vk::pipeline::{ComputePipeline, Groups, PipelineBinding};

@@ -1,8 +1,8 @@
-//! What a context shows of itself, after the operations in the reading
-//! order of its documentation: the pipeline cache, validation messages,
-//! live objects and memory held, the device's limits, and the raw Vulkan
-//! handles (with the unsafe `free_raw`), for tests, tools and applications
-//! that share the device.
+//! What a context shows of itself, grouped away from its operations:
+//! [`DeviceContext::diagnostics`] (the pipeline cache, validation
+//! messages, live objects and memory held) and [`DeviceContext::raw`]
+//! (the raw Vulkan handles and limits, with the unsafe `free_buffer`), for
+//! tests, tools and applications that share the device; and `trim`.
 
 use std::path::Path;
 
@@ -14,50 +14,9 @@ use crate::error::{Error, Result};
 use crate::stream::batches::LiveObjects;
 use crate::vk::{ValidationLog, ValidationMessage};
 
-/// Diagnostics, the device's limits and the raw Vulkan handles.
+/// Trimming pooled memory, and the ways to a context's diagnostics and raw
+/// handles.
 impl DeviceContext {
-    /// The file the device's pipeline cache is saved to when the device
-    /// closes, or `None` where it keeps none (see
-    /// [`ContextOptions::pipeline_cache_dir`](crate::ContextOptions::pipeline_cache_dir)).
-    pub fn pipeline_cache_file(&self) -> Option<&Path> {
-        self.stream.device.pipeline_cache_file()
-    }
-
-    /// Whether the device's pipeline cache started from a file written by
-    /// an earlier device (a warm start).
-    pub fn pipeline_cache_loaded(&self) -> bool {
-        self.stream.device.pipeline_cache_loaded
-    }
-
-    /// Whether host transfers always go through staging buffers on this
-    /// context ([`ContextOptions::force_staging`](crate::ContextOptions::force_staging)).
-    pub fn is_staging_forced(&self) -> bool {
-        self.stream.force_staging
-    }
-
-    /// Whether validation layers are enabled on this context.
-    pub fn is_validation_enabled(&self) -> bool {
-        self.stream.device.instance.validation
-    }
-
-    /// The messages the validation layers (and loader and driver) have
-    /// reported on this context's device so far.
-    pub fn validation_messages(&self) -> Vec<ValidationMessage> {
-        self.stream.device.instance.messages.snapshot()
-    }
-
-    /// Like [`validation_messages`](Self::validation_messages), clearing them.
-    pub fn take_validation_messages(&self) -> Vec<ValidationMessage> {
-        self.stream.device.instance.messages.take()
-    }
-
-    /// A handle to the device's messages that stays readable after the
-    /// context is dropped, so that messages reported while the device is
-    /// destroyed (objects leaked, say) are seen too.
-    pub fn validation_log(&self) -> ValidationLog {
-        ValidationLog(self.stream.device.instance.messages.clone())
-    }
-
     /// Waits for the enqueued work, then frees the memory and objects kept
     /// pooled for reuse: the context's staging buffers, command buffers and
     /// descriptor pools, and the device's cache of retired buffers; and,
@@ -71,16 +30,79 @@ impl DeviceContext {
         self.stream.device.destroy_retired_semaphores()
     }
 
+    /// What the context shows of itself, for tests and tools: the
+    /// pipeline cache, validation messages, live objects and memory held.
+    pub fn diagnostics(&self) -> Diagnostics<'_> {
+        Diagnostics { ctx: self }
+    }
+
+    /// The raw Vulkan handles and limits, for applications that share the
+    /// device with other Vulkan code.
+    pub fn raw(&self) -> RawHandles<'_> {
+        RawHandles { ctx: self }
+    }
+}
+
+/// A context's diagnostics: see [`DeviceContext::diagnostics`].
+#[derive(Clone, Copy)]
+pub struct Diagnostics<'a> {
+    ctx: &'a DeviceContext,
+}
+
+impl<'a> Diagnostics<'a> {
+    /// The file the device's pipeline cache is saved to when the device
+    /// closes, or `None` where it keeps none (see
+    /// [`ContextOptions::pipeline_cache_dir`](crate::ContextOptions::pipeline_cache_dir)).
+    pub fn pipeline_cache_file(self) -> Option<&'a Path> {
+        self.ctx.stream.device.pipeline_cache_file()
+    }
+
+    /// Whether the device's pipeline cache started from a file written by
+    /// an earlier device (a warm start).
+    pub fn pipeline_cache_loaded(self) -> bool {
+        self.ctx.stream.device.pipeline_cache_loaded
+    }
+
+    /// Whether host transfers always go through staging buffers on this
+    /// context ([`ContextOptions::force_staging`](crate::ContextOptions::force_staging)).
+    pub fn is_staging_forced(self) -> bool {
+        self.ctx.stream.force_staging
+    }
+
+    /// Whether validation layers are enabled on this context.
+    pub fn is_validation_enabled(self) -> bool {
+        self.ctx.stream.device.instance.validation
+    }
+
+    /// The messages the validation layers (and loader and driver) have
+    /// reported on this context's device so far.
+    pub fn validation_messages(self) -> Vec<ValidationMessage> {
+        self.ctx.stream.device.instance.messages.snapshot()
+    }
+
+    /// Like [`validation_messages`](Self::validation_messages), clearing them.
+    pub fn take_validation_messages(self) -> Vec<ValidationMessage> {
+        self.ctx.stream.device.instance.messages.take()
+    }
+
+    /// A handle to the device's messages that stays readable after the
+    /// context is dropped, so that messages reported while the device is
+    /// destroyed (objects leaked, say) are seen too.
+    pub fn validation_log(self) -> ValidationLog {
+        ValidationLog(self.ctx.stream.device.instance.messages.clone())
+    }
+
     /// Counts of the Vulkan objects the context holds.
-    pub fn live_objects(&self) -> LiveObjects {
-        self.stream.lock().live_objects()
+    pub fn live_objects(self) -> LiveObjects {
+        self.ctx.stream.lock().live_objects()
     }
 
     /// How many streams of this context's device are alive (this one
     /// included): a stream goes when its last handle (a context, a buffer
     /// it owns, a graph waiting for it) is dropped, for finding leaks.
-    pub fn live_streams(&self) -> usize {
-        self.stream
+    pub fn live_streams(self) -> usize {
+        self.ctx
+            .stream
             .device
             .streams
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -90,43 +112,52 @@ impl DeviceContext {
     /// to be destroyed: once the device is idle, which `trim` waits for,
     /// and which making a stream waits for where 64 of them wait (on a
     /// device vkcompute created), so that their number stays bounded.
-    pub fn retired_timelines(&self) -> usize {
-        self.stream.device.retired_semaphore_count()
+    pub fn retired_timelines(self) -> usize {
+        self.ctx.stream.device.retired_semaphore_count()
     }
 
     /// Bytes the device allocator has handed out in all.
-    pub fn allocated_bytes(&self) -> u64 {
-        self.stream
+    pub fn allocated_bytes(self) -> u64 {
+        self.ctx
+            .stream
             .device
             .allocator()
             .generate_report()
             .total_allocated_bytes
     }
+}
 
+/// A context's raw Vulkan handles: see [`DeviceContext::raw`].
+#[derive(Clone, Copy)]
+pub struct RawHandles<'a> {
+    ctx: &'a DeviceContext,
+}
+
+impl<'a> RawHandles<'a> {
     /// The `ash` device, for work outside vkcompute. Using it is `unsafe`
     /// in the usual `ash` way; objects made with it are the caller's to destroy.
-    pub fn raw_device(&self) -> &ash::Device {
-        &self.stream.device.raw
+    pub fn device(self) -> &'a ash::Device {
+        &self.ctx.stream.device.raw
     }
 
     /// The `ash` instance the device was created from.
-    pub fn raw_instance(&self) -> &ash::Instance {
-        &self.stream.device.instance.raw
+    pub fn instance(self) -> &'a ash::Instance {
+        &self.ctx.stream.device.instance.raw
     }
 
     /// The physical device.
-    pub fn raw_physical_device(&self) -> vk::PhysicalDevice {
-        self.stream.device.adapter.raw
+    pub fn physical_device(self) -> vk::PhysicalDevice {
+        self.ctx.stream.device.adapter.raw
     }
 
     /// The queue family the context submits to.
-    pub fn queue_family_index(&self) -> u32 {
-        self.stream.device.queue_family
+    pub fn queue_family_index(self) -> u32 {
+        self.ctx.stream.device.queue_family
     }
 
     /// The device's limits (`maxStorageBufferRange` and the like).
-    pub fn limits(&self) -> &vk::PhysicalDeviceLimits {
-        self.stream.device.limits()
+    pub fn limits(self) -> &'a vk::PhysicalDeviceLimits {
+        self.ctx.stream.device.limits()
     }
 
     /// Frees a buffer taken with [`DeviceBuffer::take_raw`](crate::DeviceBuffer::take_raw)
@@ -142,10 +173,10 @@ impl DeviceContext {
         unsafe_code,
         reason = "a public raw entry point: the caller answers for the buffer's last use"
     )]
-    pub unsafe fn free_raw(&self, raw: OwnedRawBuffer) -> Result<()> {
-        if !raw.is_of(self) {
+    pub unsafe fn free_buffer(self, raw: OwnedRawBuffer) -> Result<()> {
+        if !raw.is_of(self.ctx) {
             return Err(Error::DifferentDevice {
-                op: "DeviceContext::free_raw",
+                op: "RawHandles::free_buffer",
                 detail: "the buffer belongs to another device; it is freed when that device is \
                          destroyed, or free it with `OwnedRawBuffer::free`"
                     .into(),

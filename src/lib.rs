@@ -77,6 +77,10 @@
 //!   every clone and view shows the new label; kernels and graphs are
 //!   labelled when made (`label` on a kernel builder or a graph capture)
 //!   and keep it.
+//! - **Diagnostics and raw handles** are grouped away from the model:
+//!   `ctx.diagnostics()` (validation messages, live objects, memory
+//!   held, the pipeline cache) and `ctx.raw()` (the `ash` handles, the
+//!   queue family, the raw limits).
 //! - **No aliases**: every public item has one path, and no old name is
 //!   kept beside a new one.
 
@@ -89,7 +93,8 @@
 // The modules that add `DeviceContext` methods, in the reading order of
 // its documentation (rustdoc lists a type's `impl` blocks in module order):
 // contexts and streams, buffers, host buffers, kernels, indirect dispatch,
-// events, graphs, sharing, then diagnostics and raw handles.
+// events, graphs, sharing, then `trim` and the accessors of diagnostics
+// and raw handles.
 mod context;
 
 mod buffer;
@@ -235,6 +240,7 @@ pub use stream::printf::{PrintfLine, PrintfOutput};
 /// write it beside your shaders for another compiler. See the
 /// [printf guide](crate::guide::printf).
 pub const GLSL_INCLUDE: &str = vkcompute_spirv::printf::INCLUDE;
+pub use introspect::{Diagnostics, RawHandles};
 pub use stream::batches::LiveObjects;
 pub use view::{CopyDestination, CopySource, RawBufferRef};
 pub use vk::DeviceInfo;

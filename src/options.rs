@@ -65,7 +65,7 @@ impl ContextOptions {
 
     /// Enables `VK_LAYER_KHRONOS_validation` with synchronization validation
     /// (`VKCOMPUTE_VALIDATION=1`). Messages are collected:
-    /// [`DeviceContext::validation_messages`](crate::DeviceContext::validation_messages). `VKCOMPUTE_VALIDATION=abort`
+    /// [`Diagnostics::validation_messages`](crate::Diagnostics::validation_messages). `VKCOMPUTE_VALIDATION=abort`
     /// also aborts the process on the first message, which makes any
     /// message fatal to a program or doctest (the variable is ignored where
     /// this option is set). Default: off.

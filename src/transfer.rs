@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use ash::vk;
 
+use crate::enqueue::BufferAccess;
 use crate::error::{Error, Result};
 use crate::garbage::Garbage;
-use crate::enqueue::BufferAccess;
 use crate::recorder::Command;
 use crate::resource::BufferMemory;
 use crate::staging::StagingBlock;
@@ -82,7 +82,12 @@ pub(crate) fn upload_held(
         // No device work touches the range while the use lock is held.
         let copied = dst.access_now(op, offset, len, true, |mapped| mapped.write(bytes))?;
         if copied.is_some() {
-            crate::enqueue::trace_direct(handle, op, started, direct_access(dst, offset, len, true));
+            crate::enqueue::trace_direct(
+                handle,
+                op,
+                started,
+                direct_access(dst, offset, len, true),
+            );
             return Ok(());
         }
         log::trace!("{op}: the buffer's memory is not host visible; staging {len} bytes");

@@ -343,7 +343,7 @@ fn rows() -> Vec<Row> {
             "enqueue_function",
             "a binding beyond maxStorageBufferRange",
             |e| {
-                let range = e.ctx.limits().max_storage_buffer_range as usize;
+                let range = e.ctx.info().limits.max_storage_buffer_range as usize;
                 let big = e.ctx.enqueue_create_buffer::<f32>(range / 4 + 1)?;
                 e.ctx.enqueue_function(
                     &e.saxpy,
@@ -528,7 +528,7 @@ fn every_wrong_argument_is_a_clear_error_that_changes_nothing() {
     for path in common::PATHS {
         common::run_with(common::options(path), "the bad-input matrix", |ctx| {
             let other = common::context_with(common::options(Path::Direct));
-            let other_log = other.validation_log();
+            let other_log = other.diagnostics().validation_log();
             let env = Env {
                 ctx: ctx.clone(),
                 other,

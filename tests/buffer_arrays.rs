@@ -155,7 +155,7 @@ fn an_array_binding_reads_every_element_and_clamps_its_index() {
             );
         }
         // Views at aligned offsets, and one buffer in two read-only elements.
-        let align = ctx.limits().min_storage_buffer_offset_alignment as usize;
+        let align = ctx.info().limits.min_storage_buffer_offset_alignment as usize;
         let big = upload(ctx, &(0..n + align).map(|i| i as f32).collect::<Vec<_>>());
         let view = big.create_sub_buffer::<f32>(align / 4, n).unwrap();
         let parts = [ins[0].arg(), view.arg(), view.arg(), ins[3].arg()];
@@ -204,8 +204,9 @@ fn vulkan12_features(ctx: &DeviceContext) -> vk::PhysicalDeviceVulkan12Features<
     // SAFETY: a valid chain (Vulkan 1.2 structs, which every vkcompute
     // device has) on the context's own physical device.
     unsafe {
-        ctx.raw_instance()
-            .get_physical_device_features2(ctx.raw_physical_device(), &mut features)
+        ctx.raw()
+            .instance()
+            .get_physical_device_features2(ctx.raw().physical_device(), &mut features)
     };
     v12.p_next = std::ptr::null_mut();
     v12
@@ -405,8 +406,9 @@ fn max_push_descriptors(ctx: &DeviceContext) -> u32 {
     // SAFETY: a valid chain on the context's own physical device (a driver
     // without the extension leaves the struct as it is).
     unsafe {
-        ctx.raw_instance()
-            .get_physical_device_properties2(ctx.raw_physical_device(), &mut properties)
+        ctx.raw()
+            .instance()
+            .get_physical_device_properties2(ctx.raw().physical_device(), &mut properties)
     };
     push.max_push_descriptors
 }
@@ -415,7 +417,7 @@ fn max_push_descriptors(ctx: &DeviceContext) -> u32 {
 fn an_array_up_to_the_stage_limit_binds_even_past_max_push_descriptors() {
     on_each_context(|ctx, what| {
         // Every storage buffer a stage may bind: the array and the output.
-        let per_stage = ctx.limits().max_per_stage_descriptor_storage_buffers;
+        let per_stage = ctx.raw().limits().max_per_stage_descriptor_storage_buffers;
         let count = per_stage.min(1024) as usize - 1;
         let kernel = Kernel::from_glsl(ctx, &wide_sum(count), "main").unwrap();
         let max_push = max_push_descriptors(ctx) as usize;
@@ -537,7 +539,7 @@ fn bad_array_arguments_are_refused_and_the_context_goes_on() {
             0,
             "element 1:",
         );
-        let align = ctx.limits().min_storage_buffer_offset_alignment;
+        let align = ctx.info().limits.min_storage_buffer_offset_alignment;
         if align > 4 {
             let odd = ins[1].create_sub_buffer::<f32>(1, n - 1).unwrap();
             let misaligned = [parts[0], odd.arg(), parts[2], parts[3]];

@@ -74,7 +74,7 @@ fn name_memory_and_limits_are_reported() {
         assert!(!ctx.name().is_empty());
         let info = ctx.memory_info();
         assert!(info.total > 0 && info.free <= info.total, "{info:?}");
-        assert!(ctx.limits().max_storage_buffer_range > 0);
+        assert!(ctx.info().limits.max_storage_buffer_range > 0);
         let big = ctx.enqueue_create_buffer::<u8>(64 << 20).unwrap();
         big.enqueue_fill(1).unwrap();
         ctx.synchronize().unwrap();
@@ -149,14 +149,14 @@ fn options_select_the_memory_path() {
         common::options(common::Path::Staging),
         "staging option",
         |ctx| {
-            assert!(ctx.is_staging_forced());
+            assert!(ctx.diagnostics().is_staging_forced());
         },
     );
     common::run_with(
         common::options(common::Path::Direct),
         "direct option",
         |ctx| {
-            assert!(!ctx.is_staging_forced());
+            assert!(!ctx.diagnostics().is_staging_forced());
         },
     );
 }

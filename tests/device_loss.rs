@@ -25,7 +25,7 @@ fn lost<T: std::fmt::Debug>(result: vkcompute::Result<T>, what: &str) {
 fn every_call_after_the_device_is_lost_says_so_and_drops_are_clean() {
     for path in [Path::Direct, Path::Staging] {
         let ctx = context_with(options(path));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let store = Kernel::new(&ctx, shaders::STORE, "main").unwrap();
         let a = ctx.enqueue_create_buffer::<u32>(1024).unwrap();
         let b = ctx.enqueue_create_buffer::<u32>(1024).unwrap();

@@ -120,7 +120,10 @@ fn elapsed_device_time_between_two_events() {
 fn events_of_another_device_are_refused_and_leave_both_usable() {
     let a = context_with(options(Path::Direct));
     let b = context_with(options(Path::Direct));
-    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let (log_a, log_b) = (
+        a.diagnostics().validation_log(),
+        b.diagnostics().validation_log(),
+    );
     let x = a.enqueue_create_buffer::<u32>(16).unwrap();
     x.enqueue_fill(9).unwrap();
     let ea = a.enqueue_record_event().unwrap();
@@ -145,7 +148,7 @@ fn events_of_another_device_are_refused_and_leave_both_usable() {
 #[test]
 fn an_event_outlives_its_context() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let data = ctx.enqueue_create_buffer::<u32>(N).unwrap();
     data.enqueue_fill(5).unwrap();
     let event = ctx.enqueue_record_event().unwrap();
@@ -163,7 +166,7 @@ fn an_event_outlives_its_context() {
 #[test]
 fn two_threads_wait_for_each_others_events() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let rounds = 40u32;
     let (to_b, from_a) = std::sync::mpsc::channel::<(Event, u32)>();
     let (to_a, from_b) = std::sync::mpsc::channel::<Event>();
@@ -288,7 +291,7 @@ fn an_event_is_a_future_woken_by_the_device_not_by_polling() {
 #[test]
 fn futures_on_other_threads_and_dropped_futures() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let data = ctx.enqueue_create_buffer::<u32>(N).unwrap();
     data.enqueue_fill(1).unwrap();
     // A future dropped before it resolved leaves nothing waiting wrongly.

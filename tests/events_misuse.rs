@@ -46,7 +46,7 @@ fn counting_waker() -> Waker {
 #[test]
 fn repolling_a_pending_event_keeps_one_waker_not_one_per_poll() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let data = ctx.enqueue_create_buffer::<u32>(N * 4).unwrap();
     for _ in 0..16 {
         data.enqueue_fill(1).unwrap();
@@ -86,7 +86,7 @@ fn repolling_a_pending_event_keeps_one_waker_not_one_per_poll() {
 #[test]
 fn a_future_pending_when_its_context_is_dropped_resolves() {
     let ctx = context_with(options(Path::Staging));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let data = ctx.enqueue_create_buffer::<u32>(N * 4).unwrap();
     data.enqueue_fill(1).unwrap();
     let read = data.to_vec_async();
@@ -210,7 +210,7 @@ fn a_panicking_waker_does_not_stop_other_futures_being_woken() {
 #[test]
 fn clones_of_events_awaited_on_eight_threads() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let data = ctx.enqueue_create_buffer::<u32>(1 << 18).unwrap();
     let start = Instant::now();
     for round in 0..30u32 {
@@ -253,7 +253,7 @@ fn clones_of_events_awaited_on_eight_threads() {
 #[test]
 fn waiting_for_an_event_of_a_dropped_stream() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let other = ctx.new_stream().unwrap();
     let big = other.enqueue_create_buffer::<u32>(N * 4).unwrap();
     big.enqueue_fill(3).unwrap();
@@ -283,7 +283,7 @@ fn allocation_failures_during_async_reads_and_events() {
     use vkcompute::testing::{fail_allocation, fail_allocations_from, fault_injected};
     for sticky in [false, true] {
         let ctx = context_with(options(Path::Staging));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let data = ctx.enqueue_create_buffer::<u32>(1000).unwrap();
         data.enqueue_fill(0).unwrap();
         ctx.synchronize().unwrap();
@@ -372,7 +372,7 @@ fn memory_info_counts_exportable_and_large_buffers() {
 #[test]
 fn no_lost_wakeups_under_many_short_awaits() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let lost = AtomicUsize::new(0);
     std::thread::scope(|s| {
         for t in 0..4u32 {
@@ -429,7 +429,7 @@ fn no_lost_wakeups_under_many_short_awaits() {
 #[test]
 fn awaiting_an_event_while_its_stream_is_dropped_on_another_thread() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let (tx, rx) = std::sync::mpsc::sync_channel::<(vkcompute::Event, bool)>(0);
     std::thread::scope(|s| {
         let ctx = &ctx;
@@ -490,7 +490,7 @@ impl std::task::Wake for SlowWaker {
 #[test]
 fn dropping_a_context_leaves_no_waiter_thread() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let data = ctx.enqueue_create_buffer::<u32>(N * 4).unwrap();
     for _ in 0..32 {
         data.enqueue_fill(1).unwrap();

@@ -181,7 +181,7 @@ fn exit_child() {
     let ctx = CTX.get_or_init(|| {
         let ctx = DeviceContext::with_options(ContextOptions::new().pipeline_cache_dir(None));
         let ctx = ctx.unwrap();
-        assert_eq!(ctx.is_validation_enabled(), layer);
+        assert_eq!(ctx.diagnostics().is_validation_enabled(), layer);
         ctx
     });
     if what == "mapping" {

@@ -361,7 +361,7 @@ fn sequence(ctx: &DeviceContext, config: Config, n: u64) -> Outcome {
 fn live(ctx: &DeviceContext) -> LiveObjects {
     LiveObjects {
         commands_recorded: 0,
-        ..ctx.live_objects()
+        ..ctx.diagnostics().live_objects()
     }
 }
 
@@ -390,7 +390,7 @@ fn every_n(config: Config) -> u64 {
         runs += 1;
         let options = common::options(config.path).push_descriptors(config.push_descriptors);
         let ctx = context_with(options);
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let mut rng = Rng::new(n);
         let bystanders = Bystanders::new(&ctx, &mut rng);
         let mut streams = vec![ctx.clone()];
@@ -401,7 +401,7 @@ fn every_n(config: Config) -> u64 {
             s.trim().unwrap();
         }
         let objects: Vec<LiveObjects> = streams.iter().map(live).collect();
-        let bytes = ctx.allocated_bytes();
+        let bytes = ctx.diagnostics().allocated_bytes();
 
         if config.sticky {
             testing::fail_allocations_from(&ctx, n);
@@ -436,7 +436,7 @@ fn every_n(config: Config) -> u64 {
             "N = {n}: live objects after trim ({config:?})"
         );
         assert_eq!(
-            ctx.allocated_bytes(),
+            ctx.diagnostics().allocated_bytes(),
             bytes,
             "N = {n}: allocated bytes after trim"
         );
@@ -555,7 +555,7 @@ fn allocation_failures_while_two_threads_use_two_streams() {
 #[test]
 fn a_failed_dispatch_leaves_no_stale_pipeline_bound() {
     let ctx = context_with(common::options(Path::Direct).push_descriptors(false));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
     let store = Kernel::new(&ctx, shaders::STORE, "main").unwrap();
     let n = 64u32;

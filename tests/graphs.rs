@@ -176,7 +176,7 @@ fn buffers(ctx: &DeviceContext, count: usize, seed: u64) -> Vec<DeviceBuffer<u32
 fn replays_match_the_same_operations_enqueued_one_by_one() {
     for push_descriptors in [true, false] {
         let ctx = context_with(options(push_descriptors));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
         for seed in 0..12u64 {
             let mut rng = Rng::new(seed + 100);
@@ -210,7 +210,7 @@ fn replays_match_the_same_operations_enqueued_one_by_one() {
 #[test]
 fn every_buffer_of_a_graph_matches_after_interleaved_work() {
     let ctx = context_with(options(true));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
     let mut rng = Rng::new(7);
     let steps = random_steps(&mut rng, 4, 30);
@@ -237,7 +237,7 @@ fn every_buffer_of_a_graph_matches_after_interleaved_work() {
 fn replays_take_other_push_constants_and_buffers() {
     for push_descriptors in [true, false] {
         let ctx = context_with(options(push_descriptors));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let saxpy = Kernel::new(&ctx, shaders::SAXPY, "main").unwrap();
         let n = 1024usize;
         let x = ctx.enqueue_create_buffer::<f32>(n).unwrap();
@@ -300,7 +300,7 @@ fn replays_take_other_push_constants_and_buffers() {
 #[test]
 fn a_captured_copy_from_goes_into_its_first_argument() {
     let ctx = context_with(options(true));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let src = ctx.enqueue_create_buffer::<u32>(N).unwrap();
     let dst = ctx.enqueue_create_buffer::<u32>(N).unwrap();
     let data: Vec<u32> = (0..N as u32).collect();
@@ -325,7 +325,7 @@ fn a_captured_copy_from_goes_into_its_first_argument() {
 #[test]
 fn a_graph_waits_for_another_stream_on_every_replay() {
     let ctx = context_with(options(true));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let other = ctx.new_stream().unwrap();
     let src = other.enqueue_create_buffer::<u32>(N).unwrap();
     let dst = ctx.enqueue_create_buffer::<u32>(N).unwrap();
@@ -345,7 +345,7 @@ fn a_graph_waits_for_another_stream_on_every_replay() {
 #[test]
 fn what_cannot_be_replayed_is_refused_at_capture() {
     let ctx = context_with(options(true));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let buf = ctx.enqueue_create_buffer::<u32>(N).unwrap();
     let mut g = ctx.capture_graph();
     let e = g.enqueue_copy_to(&vec![1u32; N][..], &buf).err().unwrap();
@@ -384,7 +384,7 @@ fn what_cannot_be_replayed_is_refused_at_capture() {
 #[test]
 fn a_graph_and_its_buffers_dropped_while_its_replay_runs() {
     let ctx = context_with(options(false));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
     for round in 0..20u64 {
         let bufs = buffers(&ctx, 3, round);
@@ -414,7 +414,7 @@ fn a_graph_and_its_buffers_dropped_while_its_replay_runs() {
         }
     }
     ctx.synchronize().unwrap();
-    assert_eq!(ctx.live_objects().pending_frees, 0);
+    assert_eq!(ctx.diagnostics().live_objects().pending_frees, 0);
     drop((add, ctx));
     assert_clean(&log, "graphs dropped during their replays");
 }
@@ -422,7 +422,7 @@ fn a_graph_and_its_buffers_dropped_while_its_replay_runs() {
 #[test]
 fn substitutes_that_would_break_a_capture_check_are_refused() {
     let ctx = context_with(options(true));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
     let bufs = buffers(&ctx, 3, 9);
     let whole = ctx.enqueue_create_buffer::<u32>(2 * N).unwrap();
@@ -522,7 +522,7 @@ fn substitutes_that_would_break_a_capture_check_are_refused() {
 #[test]
 fn a_dispatch_id_of_one_graph_is_refused_by_another() {
     let ctx = context_with(options(true));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
     let (a, b) = (
         ctx.enqueue_create_buffer::<u32>(64).unwrap(),
@@ -573,7 +573,7 @@ fn a_dispatch_id_of_one_graph_is_refused_by_another() {
 #[test]
 fn one_graph_replayed_from_two_threads_on_two_streams_beside_a_mapping() {
     let ctx = context_with(options(true));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let second = ctx.new_stream().unwrap();
     let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
     let buf = ctx.enqueue_create_buffer::<u32>(64).unwrap();
@@ -632,7 +632,7 @@ fn a_fill_replayed_on_a_substitute_at_another_offset_is_planned_for_that_offset(
     // every replay fills exactly the substitute's bytes.
     for push in [true, false] {
         let ctx = context_with(options(push));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let len = 1000usize;
         let whole = ctx.enqueue_create_buffer::<u8>(len + 16).unwrap();
         let a = ctx.enqueue_create_buffer::<u8>(len).unwrap();
@@ -724,7 +724,7 @@ fn enqueue_mapped(
 fn replays_with_random_parameters_match_the_operations_enqueued_one_by_one() {
     for push_descriptors in [true, false] {
         let ctx = context_with(options(push_descriptors));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let add = Kernel::new(&ctx, shaders::VECTOR_ADD, "main").unwrap();
         let (mut replays, mut refused) = (0, 0);
         for seed in 0..10u64 {

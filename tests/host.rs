@@ -137,26 +137,26 @@ fn an_unchanged_mapping_writes_nothing_back() {
         buf.enqueue_fill(4).unwrap();
         let m = buf.map_to_host().unwrap();
         assert_eq!(m[3], 4);
-        let before = ctx.live_objects().commands_recorded;
+        let before = ctx.diagnostics().live_objects().commands_recorded;
         drop(m);
         assert_eq!(
-            ctx.live_objects().commands_recorded,
+            ctx.diagnostics().live_objects().commands_recorded,
             before,
             "no write-back recorded"
         );
         let mut m = buf.map_to_host().unwrap();
         m[0] = 5;
-        let before = ctx.live_objects().commands_recorded;
+        let before = ctx.diagnostics().live_objects().commands_recorded;
         m.finish().unwrap();
-        if !ctx.is_staging_forced() {
+        if !ctx.diagnostics().is_staging_forced() {
             assert_eq!(
-                ctx.live_objects().commands_recorded,
+                ctx.diagnostics().live_objects().commands_recorded,
                 before,
                 "a direct mapping needs no copy"
             );
         } else {
             assert!(
-                ctx.live_objects().commands_recorded > before,
+                ctx.diagnostics().live_objects().commands_recorded > before,
                 "a staged write-back is a copy"
             );
         }
@@ -305,7 +305,7 @@ fn raw_pointer_copies_of_several_pieces_arrive_whole() {
         ctx.synchronize().unwrap();
         assert!(dst == src, "the pieces arrived out of place");
         ctx.trim().unwrap();
-        assert_eq!(ctx.live_objects().staging_buffers, 0);
+        assert_eq!(ctx.diagnostics().live_objects().staging_buffers, 0);
     });
 }
 

@@ -83,7 +83,7 @@ fn counts_beyond_the_device_limit_are_clamped_and_zero_runs_nothing() {
         void main() { atomicAdd(invocations, 1u); }\n";
     on_each_context(|ctx, what| {
         let counter = Kernel::from_glsl(ctx, COUNTER, "main").unwrap();
-        let max = ctx.limits().max_compute_work_group_count;
+        let max = ctx.info().limits.max_workgroup_count;
         let hits = ctx.enqueue_create_buffer::<u32>(1).unwrap();
         let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
         for (given, runs) in [
@@ -145,7 +145,7 @@ fn bad_indirect_arguments_are_clear_errors_and_the_context_stays_usable() {
         data.enqueue_fill(0).unwrap();
         let counts = ctx.enqueue_create_buffer::<u32>(4).unwrap();
         counts.enqueue_copy_from(&[1u32, 1, 1, 1][..]).unwrap();
-        let recorded = ctx.live_objects().commands_recorded;
+        let recorded = ctx.diagnostics().live_objects().commands_recorded;
         for offset in [2, 4, usize::MAX] {
             let e = ctx
                 .enqueue_function_indirect(&add_one, &counts, offset, &[data.arg()], &64u32)
@@ -166,7 +166,11 @@ fn bad_indirect_arguments_are_clear_errors_and_the_context_stays_usable() {
             .enqueue_function_indirect(&add_one, &counts, 1, &[data.arg()], &1u8)
             .unwrap_err();
         assert!(matches!(e, Error::PushConstantSize { .. }), "{what}: {e}");
-        assert_eq!(ctx.live_objects().commands_recorded, recorded, "{what}");
+        assert_eq!(
+            ctx.diagnostics().live_objects().commands_recorded,
+            recorded,
+            "{what}"
+        );
         // A mapped buffer the kernel writes is refused as for any dispatch.
         {
             let _map = data.map_to_host().unwrap();

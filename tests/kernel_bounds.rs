@@ -193,7 +193,7 @@ fn shared_of(elements: u32) -> String {
 #[test]
 fn workgroup_memory_past_the_device_limit_is_refused_by_name_size_and_limit() {
     run_with(common::options(Path::Direct), "workgroup limit", |ctx| {
-        let limit = ctx.limits().max_compute_shared_memory_size;
+        let limit = ctx.info().limits.max_shared_memory_bytes;
         let over = limit / 4 + 1;
         let refused = Kernel::from_glsl(ctx, &shared_of(over), "main");
         assert_refused(
@@ -223,7 +223,10 @@ fn workgroup_memory_past_the_device_limit_is_refused_by_name_size_and_limit() {
             .unwrap();
         ctx.enqueue_function(&small, 1, &[out.arg()], &()).unwrap();
         assert_eq!(out.to_vec().unwrap(), [2]);
-        let refused = Kernel::glsl(source).compile().specialize(3, 1u32 << 20).build(ctx);
+        let refused = Kernel::glsl(source)
+            .compile()
+            .specialize(3, 1u32 << 20)
+            .build(ctx);
         assert_refused(
             refused,
             &["`s`", "4194304 bytes", "maxComputeSharedMemorySize"],
@@ -261,7 +264,7 @@ fn the_push_constant_size_is_the_specialized_one_and_is_checked_against_the_limi
         assert!(ctx
             .enqueue_function(&eight, 1, &[out.arg()], &[1u32, 2, 3, 4])
             .is_err());
-        let limit = ctx.limits().max_push_constants_size;
+        let limit = ctx.info().limits.max_push_constants_bytes;
         let refused = Kernel::glsl(SPECIALIZED_PUSH)
             .compile()
             .specialize(0, limit / 4 + 1)
@@ -345,7 +348,7 @@ const TWO_ENTRY_POINTS: [u32; 213] = [
 #[test]
 fn each_entry_point_reaches_the_driver_with_its_own_workgroup_memory_only() {
     run_with(common::options(Path::Direct), "two entry points", |ctx| {
-        let limit = ctx.limits().max_compute_shared_memory_size;
+        let limit = ctx.info().limits.max_shared_memory_bytes;
         let out = ctx.enqueue_create_buffer::<u32>(1).unwrap();
         for entry in ["a", "b"] {
             let kernel = Kernel::builder(&TWO_ENTRY_POINTS).entry(entry).build(ctx);

@@ -302,7 +302,11 @@ mod glsl {
             ctx.enqueue_function(&kernel, 1, &[data.arg()], &())
                 .unwrap();
             assert_eq!(data.to_vec().unwrap(), [10.0]);
-            match Kernel::glsl(double).compile().specialize(5, 2.5f32).build(ctx) {
+            match Kernel::glsl(double)
+                .compile()
+                .specialize(5, 2.5f32)
+                .build(ctx)
+            {
                 Err(e @ Error::Specialization { id: 5, .. }) => {
                     assert!(e.to_string().contains("64-bit float"), "{e}")
                 }
@@ -455,7 +459,10 @@ mod glsl {
                     .spawn_scoped(scope, || {
                         (
                             Kernel::glsl(&long).compile().into_words().map(|w| w.len()),
-                            Kernel::glsl(&too_long).compile().into_words().map(|w| w.len()),
+                            Kernel::glsl(&too_long)
+                                .compile()
+                                .into_words()
+                                .map(|w| w.len()),
                         )
                     })
                     .unwrap()
@@ -491,7 +498,11 @@ mod glsl {
             }
             source.push_str("void main() { d[0] = f99(d[0]); }\n");
             let deep = Kernel::glsl(&source).optimization(GlslOptimization::None);
-            refused(deep.compile().build(ctx), "calls nest 101 deep", "100 nested calls");
+            refused(
+                deep.compile().build(ctx),
+                "calls nest 101 deep",
+                "100 nested calls",
+            );
             // Optimized, the calls are inlined and the kernel runs.
             let kernel = Kernel::glsl(&source).compile().build(ctx).unwrap();
             let d = ctx.enqueue_create_buffer::<u32>(1).unwrap();

@@ -30,7 +30,7 @@ fn on_each_descriptor_path(test: impl Fn(&DeviceContext, bool)) {
 /// Elements of `u32` in one aligned segment: a multiple of
 /// `minStorageBufferOffsetAlignment` and of the 64-wide workgroup.
 fn segment(ctx: &DeviceContext) -> usize {
-    let align = ctx.limits().min_storage_buffer_offset_alignment as usize;
+    let align = ctx.info().limits.min_storage_buffer_offset_alignment as usize;
     (align / 4).max(1).next_multiple_of(64)
 }
 
@@ -69,10 +69,10 @@ struct Range {
 /// Whether the physical device offers `robustBufferAccess2`, asked of the
 /// driver directly rather than of vkcompute.
 fn device_offers_robust_buffer_access2(ctx: &DeviceContext) -> bool {
-    let instance = ctx.raw_instance();
+    let instance = ctx.raw().instance();
     // SAFETY: the physical device belongs to the context's live instance.
     let extensions =
-        unsafe { instance.enumerate_device_extension_properties(ctx.raw_physical_device()) }
+        unsafe { instance.enumerate_device_extension_properties(ctx.raw().physical_device()) }
             .expect("device extensions");
     let has_extension = extensions
         .iter()
@@ -83,7 +83,7 @@ fn device_offers_robust_buffer_access2(ctx: &DeviceContext) -> bool {
     let mut robustness2 = vk::PhysicalDeviceRobustness2FeaturesEXT::default();
     let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut robustness2);
     // SAFETY: the device offers the extension whose struct is chained.
-    unsafe { instance.get_physical_device_features2(ctx.raw_physical_device(), &mut features) };
+    unsafe { instance.get_physical_device_features2(ctx.raw().physical_device(), &mut features) };
     robustness2.robust_buffer_access2 == vk::TRUE
 }
 
@@ -236,7 +236,7 @@ fn the_safe_api_refuses_kernels_that_address_memory_through_pointers() {
                 pad: 0,
             };
             let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
-            let recorded = ctx.live_objects().commands_recorded;
+            let recorded = ctx.diagnostics().live_objects().commands_recorded;
             let refused = if source == WRITE_THROUGH_ADDRESS {
                 ctx.enqueue_function(&pointer_kernel, 1, &[], &push)
             } else {
@@ -271,7 +271,7 @@ fn the_safe_api_refuses_kernels_that_address_memory_through_pointers() {
             for e in refusals {
                 assert!(matches!(e, Some(Error::PointerAddressing { .. })), "{e:?}");
             }
-            assert_eq!(ctx.live_objects().commands_recorded, recorded);
+            assert_eq!(ctx.diagnostics().live_objects().commands_recorded, recorded);
         }
         ctx.synchronize().unwrap();
         assert_eq!(*target, 0x1234_5678, "the host value was overwritten");
@@ -354,17 +354,17 @@ fn a_pointer_kernel_runs_through_the_unsafe_entry_and_keeps_listed_buffers_alive
         // A listed buffer dropped right after the enqueue is freed only
         // once the dispatch completes.
         ctx.synchronize().unwrap();
-        assert_eq!(ctx.live_objects().pending_frees, 0);
+        assert_eq!(ctx.diagnostics().live_objects().pending_frees, 0);
         let doomed = ctx.enqueue_create_buffer::<u32>(n).unwrap();
         write_through_address(ctx, &kernel, &doomed, n);
         drop(doomed);
         assert_eq!(
-            ctx.live_objects().pending_frees,
+            ctx.diagnostics().live_objects().pending_frees,
             1,
             "the listed buffer must wait for the dispatch before it is freed"
         );
         ctx.synchronize().unwrap();
-        assert_eq!(ctx.live_objects().pending_frees, 0);
+        assert_eq!(ctx.diagnostics().live_objects().pending_frees, 0);
         still_works(ctx);
     });
 }
@@ -384,14 +384,14 @@ fn kernels_without_buffers_dispatch_on_both_descriptor_paths() {
     on_each_descriptor_path(|ctx, push| {
         let kernel = Kernel::from_glsl(ctx, NO_BUFFERS, "main").unwrap();
         assert!(kernel.bindings().is_empty());
-        let pools = ctx.live_objects().descriptor_pools;
+        let pools = ctx.diagnostics().live_objects().descriptor_pools;
         for _ in 0..3 {
             ctx.enqueue_function(&kernel, 4, &[], &()).unwrap();
         }
         ctx.synchronize().unwrap();
         // The pooled path allocates no (empty) descriptor set for it.
         assert_eq!(
-            ctx.live_objects().descriptor_pools,
+            ctx.diagnostics().live_objects().descriptor_pools,
             pools,
             "push descriptors {push}: a kernel without buffers took a descriptor pool"
         );
@@ -516,7 +516,7 @@ fn written_arguments_that_overlap_are_refused_and_read_only_aliases_run() {
         let initial: Vec<u32> = (0..3 * seg as u32).collect();
         buffer.enqueue_copy_from(&initial).unwrap();
         let groups = (seg / 64) as u32;
-        let recorded = ctx.live_objects().commands_recorded;
+        let recorded = ctx.diagnostics().live_objects().commands_recorded;
 
         // The same buffer read and written.
         assert_aliased(
@@ -563,7 +563,7 @@ fn written_arguments_that_overlap_are_refused_and_read_only_aliases_run() {
             2,
         );
         assert_eq!(
-            ctx.live_objects().commands_recorded,
+            ctx.diagnostics().live_objects().commands_recorded,
             recorded,
             "a refused dispatch records nothing"
         );
@@ -659,10 +659,10 @@ void main() {
 /// directly (`VK_EXT_shader_atomic_float` and `_float2`): each feature by
 /// its Vulkan name, false without its extension.
 fn device_float_atomics(ctx: &DeviceContext) -> Vec<(&'static str, bool)> {
-    let instance = ctx.raw_instance();
+    let instance = ctx.raw().instance();
     // SAFETY: the physical device belongs to the context's live instance.
     let extensions =
-        unsafe { instance.enumerate_device_extension_properties(ctx.raw_physical_device()) }
+        unsafe { instance.enumerate_device_extension_properties(ctx.raw().physical_device()) }
             .expect("device extensions");
     let has = |name: &std::ffi::CStr| {
         extensions
@@ -680,7 +680,7 @@ fn device_float_atomics(ctx: &DeviceContext) -> Vec<(&'static str, bool)> {
     }
     // SAFETY: a valid chain (of the device's own extensions) on the
     // context's physical device.
-    unsafe { instance.get_physical_device_features2(ctx.raw_physical_device(), &mut features) };
+    unsafe { instance.get_physical_device_features2(ctx.raw().physical_device(), &mut features) };
     let on = |b: vk::Bool32| b == vk::TRUE;
     let f64_offered = ctx.info().enabled.is_some_and(|f| f.shader_float64);
     vec![

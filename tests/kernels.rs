@@ -185,7 +185,7 @@ fn a_kernel_binds_sub_buffers_at_aligned_offsets() {
         "sub-buffer arguments",
         |ctx| {
             let store = Kernel::new(ctx, shaders::STORE, "main").unwrap();
-            let align = ctx.limits().min_storage_buffer_offset_alignment as usize / 4;
+            let align = ctx.info().limits.min_storage_buffer_offset_alignment as usize / 4;
             let whole = ctx.enqueue_create_buffer::<u32>(align * 2 + 4).unwrap();
             whole.enqueue_fill(9).unwrap();
             let view = whole.create_sub_buffer::<u32>(align, 4).unwrap();
@@ -338,7 +338,7 @@ fn wrong_dispatch_arguments_are_errors_before_the_driver() {
                 ) && e.to_string().contains("dimension y")
             },
         );
-        let max = ctx.limits().max_compute_work_group_count[0];
+        let max = ctx.info().limits.max_workgroup_count[0];
         rejects(
             ctx,
             || ctx.enqueue_function(&saxpy, max + 1, &[x.arg(), y.arg()], &ok),
@@ -377,7 +377,7 @@ fn wrong_dispatch_arguments_are_errors_before_the_driver() {
                     && e.to_string().contains("minStorageBufferOffsetAlignment")
             },
         );
-        let range = ctx.limits().max_storage_buffer_range as usize;
+        let range = ctx.info().limits.max_storage_buffer_range as usize;
         let huge = ctx.enqueue_create_buffer::<f32>(range / 4 + 4).unwrap();
         rejects(
             ctx,
@@ -396,7 +396,7 @@ fn wrong_dispatch_arguments_are_errors_before_the_driver() {
 fn buffers_and_kernels_of_another_device_are_rejected() {
     run_with(common::options(Path::Direct), "another device", |ctx| {
         let other = common::context_with(common::options(Path::Direct));
-        let other_log = other.validation_log();
+        let other_log = other.diagnostics().validation_log();
         let saxpy = Kernel::new(ctx, shaders::SAXPY, "main").unwrap();
         let foreign_kernel = Kernel::new(&other, shaders::SAXPY, "main").unwrap();
         let x = ctx.enqueue_create_buffer::<f32>(64).unwrap();

@@ -46,8 +46,8 @@ fn buffers_have_labels_shared_by_their_views() {
 #[test]
 fn validation_messages_name_labelled_buffers() {
     let ctx = common::context_with(common::options(common::Path::Direct));
-    assert!(ctx.is_validation_enabled());
-    let log = ctx.validation_log();
+    assert!(ctx.diagnostics().is_validation_enabled());
+    let log = ctx.diagnostics().validation_log();
     let x = ctx
         .enqueue_create_buffer::<u32>(64)
         .unwrap()
@@ -77,9 +77,9 @@ fn validation_messages_name_labelled_buffers() {
 /// the validation layer reports on the buffer
 /// (VUID-vkCmdFillBuffer-size-00027).
 fn overlong_fill(ctx: &vkcompute::DeviceContext, buffer: vk::Buffer) {
-    let device = ctx.raw_device();
+    let device = ctx.raw().device();
     let pool_info =
-        vk::CommandPoolCreateInfo::default().queue_family_index(ctx.queue_family_index());
+        vk::CommandPoolCreateInfo::default().queue_family_index(ctx.raw().queue_family_index());
     // SAFETY: a command pool of the context's device and family, destroyed
     // here; its command buffer is recorded (deliberately wrongly, for the
     // validation layer) and never submitted.
@@ -109,7 +109,7 @@ fn streams_and_graphs_have_labels_in_debug_and_the_trace() {
                 .validation(true)
                 .trace(&path),
         );
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         assert!(ctx.label().starts_with("stream of "), "{}", ctx.label());
         let uploads = ctx.new_stream().unwrap().with_label("uploads");
         assert_eq!(uploads.label(), "uploads");
@@ -147,7 +147,7 @@ fn streams_and_graphs_have_labels_in_debug_and_the_trace() {
 #[test]
 fn errors_name_labelled_buffers() {
     let ctx = common::context_with(common::options(common::Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let weights = ctx
         .enqueue_create_buffer::<f32>(256)
         .unwrap()

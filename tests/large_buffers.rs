@@ -29,8 +29,9 @@ fn device_limits(ctx: &DeviceContext) -> Vec<(&'static str, u64)> {
     let limits = &ctx.info().limits;
     // SAFETY: the handles are the context's own, alive while it is.
     let memory = unsafe {
-        ctx.raw_instance()
-            .get_physical_device_memory_properties(ctx.raw_physical_device())
+        ctx.raw()
+            .instance()
+            .get_physical_device_memory_properties(ctx.raw().physical_device())
     };
     let heap = memory.memory_heaps[..memory.memory_heap_count as usize]
         .iter()
@@ -300,7 +301,11 @@ fn round_trip(ctx: &DeviceContext, path: Path, size: u64) {
     }
     drop((b, d));
     other.synchronize().unwrap();
-    assert!(other.validation_messages().is_empty(), "{}", what("layer"));
+    assert!(
+        other.diagnostics().validation_messages().is_empty(),
+        "{}",
+        what("layer")
+    );
 }
 
 /// A buffer of `size` bytes where the device allows it (every operation,

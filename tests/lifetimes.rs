@@ -38,13 +38,13 @@ fn dropping_a_source_right_after_enqueueing_its_copy_keeps_the_result() {
             // `src` is dropped here with its copy still recorded, not submitted.
         }
         assert!(
-            ctx.live_objects().pending_frees >= 1,
+            ctx.diagnostics().live_objects().pending_frees >= 1,
             "{:?}",
-            ctx.live_objects()
+            ctx.diagnostics().live_objects()
         );
         assert_eq!(dst.to_vec().unwrap(), (0..n as u32).collect::<Vec<_>>());
         ctx.synchronize().unwrap();
-        assert_eq!(ctx.live_objects().pending_frees, 0);
+        assert_eq!(ctx.diagnostics().live_objects().pending_frees, 0);
     });
 }
 
@@ -59,7 +59,7 @@ fn dropped_buffers_are_reclaimed_as_the_stream_moves_without_synchronize() {
         keep.to_vec().unwrap();
         drop(warm);
         ctx.trim().unwrap();
-        let baseline = ctx.allocated_bytes();
+        let baseline = ctx.diagnostics().allocated_bytes();
         for i in 0..200u32 {
             let tmp = ctx.enqueue_create_buffer::<u32>(256).unwrap();
             tmp.enqueue_fill(i).unwrap();
@@ -68,11 +68,11 @@ fn dropped_buffers_are_reclaimed_as_the_stream_moves_without_synchronize() {
         // A blocking read waits for the stream, which reclaims on the way.
         assert_eq!(keep.to_vec().unwrap(), vec![199; 256]);
         ctx.flush().unwrap();
-        let live = ctx.live_objects();
+        let live = ctx.diagnostics().live_objects();
         assert_eq!(live.pending_frees, 0, "{live:?}");
         // Retired buffers wait in the device's cache for reuse until trimmed.
         ctx.trim().unwrap();
-        assert_eq!(ctx.allocated_bytes(), baseline);
+        assert_eq!(ctx.diagnostics().allocated_bytes(), baseline);
     });
 }
 
@@ -92,7 +92,7 @@ fn buffers_outlive_the_context_handle_that_made_them() {
 #[test]
 fn a_context_dropped_with_work_in_flight_finishes_it() {
     let ctx = common::context_with(common::options(common::Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let big = ctx.enqueue_create_buffer::<u32>(4 << 20).unwrap();
     for i in 0..10 {
         big.enqueue_fill(i).unwrap();
@@ -110,11 +110,11 @@ fn a_graph_replayed_on_its_buffers_own_stream_frees_everything_once_dropped() {
     // or stream, batch, buffer and device keep each other alive.
     on_each_path(|ctx, _| {
         ctx.trim().unwrap();
-        let baseline = ctx.allocated_bytes();
-        assert_eq!(ctx.live_streams(), 1);
+        let baseline = ctx.diagnostics().allocated_bytes();
+        assert_eq!(ctx.diagnostics().live_streams(), 1);
         for with_params in [false, true] {
             let stream = ctx.new_stream().unwrap();
-            assert_eq!(ctx.live_streams(), 2);
+            assert_eq!(ctx.diagnostics().live_streams(), 2);
             let buf = stream.enqueue_create_buffer::<u8>(64 << 20).unwrap();
             let other = stream.enqueue_create_buffer::<u8>(64 << 20).unwrap();
             let mut g = stream.capture_graph();
@@ -130,12 +130,12 @@ fn a_graph_replayed_on_its_buffers_own_stream_frees_everything_once_dropped() {
             ctx.synchronize().unwrap();
             ctx.trim().unwrap();
             assert_eq!(
-                ctx.live_streams(),
+                ctx.diagnostics().live_streams(),
                 1,
                 "params {with_params}: the stream is gone"
             );
             assert_eq!(
-                ctx.allocated_bytes(),
+                ctx.diagnostics().allocated_bytes(),
                 baseline,
                 "params {with_params}: the buffers are freed"
             );

@@ -567,7 +567,7 @@ fn mutated_kernels_load_or_fail_cleanly() {
         common::options(Path::Direct),
         "loading mutated kernels",
         |ctx| {
-            let log = ctx.validation_log();
+            let log = ctx.diagnostics().validation_log();
             assert_context_works(ctx);
             for i in 0..cases {
                 let case = make_case(base.wrapping_add(i));
@@ -843,7 +843,7 @@ fn a_module_the_driver_refuses_is_a_clear_error() {
         common::options(Path::Direct),
         "a module the driver refuses",
         |ctx| {
-            let log = ctx.validation_log();
+            let log = ctx.diagnostics().validation_log();
             match Kernel::new(ctx, &words, "main") {
                 Err(Error::UnsupportedKernel { reason, .. }) => {
                     assert!(reason.contains("the driver refused it"), "{reason}")

@@ -353,7 +353,7 @@ fn apply(world: &mut World, op: &Op) -> Result<(), TestCaseError> {
                 On::C => &world.c,
             };
             let kernel = &world.store_ac[usize::from(live.on == On::C)];
-            let align = ctx.limits().min_storage_buffer_offset_alignment as usize;
+            let align = ctx.info().limits.min_storage_buffer_offset_alignment as usize;
             let words = live.model.len() / 4;
             if words == 0 {
                 return Ok(());
@@ -393,7 +393,10 @@ fn run_sequence(path: Path, push_descriptors: bool, ops: &[Op]) -> Result<(), Te
     let options = common::options(path).push_descriptors(push_descriptors);
     let a = common::context_with(options.clone());
     let c = common::context_with(options);
-    let (log_a, log_c) = (a.validation_log(), c.validation_log());
+    let (log_a, log_c) = (
+        a.diagnostics().validation_log(),
+        c.diagnostics().validation_log(),
+    );
     let b = a
         .new_stream()
         .map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -111,7 +111,10 @@ fn a_source_without_version_is_a_clear_error_and_prints_nothing() {
             }
             other => panic!("{other:?}"),
         }
-        let built = Kernel::glsl(source).file_name("mine.comp").compile().into_words();
+        let built = Kernel::glsl(source)
+            .file_name("mine.comp")
+            .compile()
+            .into_words();
         assert!(
             matches!(&built, Err(Error::ShaderCompilation { message }) if message.starts_with("mine.comp")),
             "{built:?}"
@@ -141,7 +144,11 @@ fn kernels_are_named_by_their_labels_in_errors_and_debug() {
             .build(ctx)
             .unwrap();
         assert_eq!(named.label(), "store_one.comp");
-        let labelled = Kernel::glsl(WIDE).compile().label("writer").build(ctx).unwrap();
+        let labelled = Kernel::glsl(WIDE)
+            .compile()
+            .label("writer")
+            .build(ctx)
+            .unwrap();
         assert_eq!(labelled.label(), "writer");
         // One module under two labels is one pipeline.
         let words = Kernel::glsl(WIDE).compile().into_words().unwrap();
@@ -332,7 +339,7 @@ fn uniform_buffers_bind_as_arguments_with_their_size_and_alignment_checked() {
             other => panic!("{other:?}"),
         }
         // At an offset the device does not allow for uniform buffers.
-        let align = ctx.limits().min_uniform_buffer_offset_alignment as usize;
+        let align = ctx.raw().limits().min_uniform_buffer_offset_alignment as usize;
         let words = ctx
             .enqueue_create_buffer::<u32>(align / 4 * 2 + 16)
             .unwrap();
@@ -367,7 +374,7 @@ fn a_graph_replays_a_uniform_buffer_and_checks_substitutes_at_the_uniform_alignm
         let kernel = Kernel::from_glsl(ctx, UNIFORM, "main").unwrap();
         let data = ctx.enqueue_create_buffer::<f32>(8).unwrap();
         data.enqueue_fill(1.0).unwrap();
-        let limits = ctx.limits();
+        let limits = ctx.raw().limits();
         let (uniform, storage) = (
             limits.min_uniform_buffer_offset_alignment as usize,
             limits.min_storage_buffer_offset_alignment as usize,

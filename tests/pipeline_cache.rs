@@ -48,9 +48,12 @@ fn run_kernel(ctx: &DeviceContext, size: u32) {
 /// loaded and the file it is saved to.
 fn session(options: ContextOptions, sizes: &[u32]) -> (bool, Option<PathBuf>) {
     let ctx = context_with(options);
-    let log = ctx.validation_log();
-    let loaded = ctx.pipeline_cache_loaded();
-    let file = ctx.pipeline_cache_file().map(Path::to_path_buf);
+    let log = ctx.diagnostics().validation_log();
+    let loaded = ctx.diagnostics().pipeline_cache_loaded();
+    let file = ctx
+        .diagnostics()
+        .pipeline_cache_file()
+        .map(Path::to_path_buf);
     for &size in sizes {
         run_kernel(&ctx, size);
     }
@@ -233,10 +236,17 @@ fn a_device_closing_after_another_wrote_merges_its_pipelines_in() {
     // the file, the second finds it changed and merges before writing.
     let first = context_with(options(&dir.0));
     let second = context_with(options(&dir.0));
-    let logs = [first.validation_log(), second.validation_log()];
+    let logs = [
+        first.diagnostics().validation_log(),
+        second.diagnostics().validation_log(),
+    ];
     run_kernel(&first, 32);
     run_kernel(&second, 64);
-    let file = first.pipeline_cache_file().unwrap().to_path_buf();
+    let file = first
+        .diagnostics()
+        .pipeline_cache_file()
+        .unwrap()
+        .to_path_buf();
     drop(first);
     let after_first = payload(&file);
     drop(second);

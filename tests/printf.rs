@@ -287,7 +287,7 @@ fn a_second_stream_and_indirect_dispatch_print_and_assert() {
 #[test]
 fn formats_arguments_do_not_suit_are_refused_at_load() {
     let ctx = context_with(common::options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     for (body, why) in [
         (r#"debugPrintfEXT("%d %d", 1);"#, "fewer"),
         (r#"debugPrintfEXT("%d", 1.5);"#, "does not suit"),

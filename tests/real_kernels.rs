@@ -409,7 +409,7 @@ fn subgroup_operations_run_and_device_info_reports_subgroups_and_limits() {
         assert!(sub
             .supported_operations
             .contains(vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::ARITHMETIC));
-        let limits = ctx.limits();
+        let limits = ctx.raw().limits();
         let reported = info.limits;
         assert_eq!(
             reported.max_workgroup_size,

@@ -40,14 +40,14 @@ fn a_hundred_thousand_create_use_drop_cycles_return_to_the_baseline() {
             cycle(i);
         }
         ctx.trim().unwrap();
-        let baseline_bytes = ctx.allocated_bytes();
-        let baseline = ctx.live_objects();
+        let baseline_bytes = ctx.diagnostics().allocated_bytes();
+        let baseline = ctx.diagnostics().live_objects();
         let n = cycles();
         let mut most_pending = 0;
         for i in 0..n {
             cycle(i);
             if i % 1000 == 0 {
-                most_pending = most_pending.max(ctx.live_objects().pending_frees);
+                most_pending = most_pending.max(ctx.diagnostics().live_objects().pending_frees);
             }
         }
         // Never synchronized above: the stream reclaims as it goes.
@@ -57,9 +57,9 @@ fn a_hundred_thousand_create_use_drop_cycles_return_to_the_baseline() {
         );
         assert_eq!(keep.to_vec().unwrap(), vec![(n - 1) as u16 | 1; 64]);
         ctx.trim().unwrap();
-        let after = ctx.live_objects();
+        let after = ctx.diagnostics().live_objects();
         assert_eq!(
-            ctx.allocated_bytes(),
+            ctx.diagnostics().allocated_bytes(),
             baseline_bytes,
             "allocator usage returns to its baseline"
         );

@@ -157,7 +157,7 @@ fn indirect_counts_next_to_what_the_dispatch_writes() {
     on_each_context(|ctx, what| {
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
         let st = Kernel::new(ctx, shaders::STORE, "main").unwrap();
-        let align = ctx.limits().min_storage_buffer_offset_alignment.max(4) as usize / 4;
+        let align = ctx.info().limits.min_storage_buffer_offset_alignment.max(4) as usize / 4;
         let mem = ctx.enqueue_create_buffer::<u32>(align * 4 + 64).unwrap();
         mem.enqueue_fill(0).unwrap();
         // The data the kernel writes: the first `align` elements.
@@ -185,7 +185,7 @@ fn a_graph_replayed_with_parameters_from_two_threads() {
     for streams in [false, true] {
         for push in [true, false] {
             let ctx = context_with(options(Path::Direct).push_descriptors(push));
-            let log = ctx.validation_log();
+            let log = ctx.diagnostics().validation_log();
             let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
             let n = 256;
             let x = ctx.enqueue_create_buffer::<u32>(n).unwrap();
@@ -343,7 +343,7 @@ fn substitutes_that_alias_what_the_segments_use() {
         assert_eq!(c.to_vec().unwrap(), vec![1; n], "{what}: c 2");
         assert_eq!(b.to_vec().unwrap(), vec![2; n], "{what}: b 2");
         // A substitute that is a view of a captured buffer at an aligned offset.
-        let align = ctx.limits().min_storage_buffer_offset_alignment.max(4) as usize / 4;
+        let align = ctx.info().limits.min_storage_buffer_offset_alignment.max(4) as usize / 4;
         let big = ctx.enqueue_create_buffer::<u32>(n + align).unwrap();
         big.enqueue_fill(7).unwrap();
         let view = big.create_sub_buffer::<u32>(align, n).unwrap();
@@ -489,7 +489,7 @@ impl Wake for DropsContext {
 fn the_last_context_dropped_by_a_waker_on_the_waiter_thread() {
     for path in [Path::Direct, Path::Staging] {
         let ctx = context_with(options(path));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let buf = ctx.enqueue_create_buffer::<u32>(1 << 20).unwrap();
         let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
         for _ in 0..10 {
@@ -533,7 +533,7 @@ fn the_last_context_dropped_by_a_waker_on_the_waiter_thread() {
 fn dropping_a_context_while_futures_wait_on_other_threads() {
     for path in [Path::Direct, Path::Staging] {
         let ctx = context_with(options(path));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
         let buf = ctx.enqueue_create_buffer::<u32>(1 << 18).unwrap();
         buf.enqueue_fill(0).unwrap();
@@ -574,7 +574,7 @@ fn dropping_a_context_while_futures_wait_on_other_threads() {
 #[test]
 fn many_commands_from_two_threads_while_the_device_is_behind() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let st = Kernel::new(&ctx, shaders::STORE, "main").unwrap();
     let bufs: Vec<DeviceBuffer<u32>> = (0..2)
         .map(|_| ctx.enqueue_create_buffer::<u32>(64).unwrap())
@@ -626,7 +626,7 @@ fn faults_inside_traced_indirect_and_live_replays() {
             .trace(dir.0.join("t.json"))
             .trace_commands(true);
         let ctx = context_with(opts);
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
         let data = ctx.enqueue_create_buffer::<u32>(64).unwrap();
         data.enqueue_fill(0).unwrap();
@@ -696,7 +696,7 @@ fn a_traced_stream_with_long_batches() {
     let dir = TempDir::new("review2-trace-long");
     let opts: ContextOptions = options(Path::Direct).trace(dir.0.join("t.json"));
     let ctx = context_with(opts);
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let st = Kernel::new(&ctx, shaders::STORE, "main").unwrap();
     let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
     let b = ctx.enqueue_create_buffer::<u32>(64).unwrap();
@@ -791,7 +791,7 @@ fn debug_live_indirect_between_segments() {
 fn live_sets_churning_from_two_threads() {
     for push in [true, false] {
         let ctx = context_with(options(Path::Direct).push_descriptors(push));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let st = Kernel::new(&ctx, shaders::STORE, "main").unwrap();
         let k = 6usize;
         let x = ctx.enqueue_create_buffer::<u32>(k).unwrap();
@@ -898,7 +898,7 @@ fn live_fills_at_odd_offsets() {
 fn a_graph_outliving_its_context_replayed_on_another_stream() {
     for path in [Path::Direct, Path::Staging] {
         let ctx = context_with(options(path));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let other = ctx.new_stream().unwrap();
         let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
         let x = ctx.enqueue_create_buffer::<u32>(256).unwrap();
@@ -958,7 +958,7 @@ fn random_graphs_with_indirect_dispatches_and_parameters() {
                 .push_descriptors(push_descriptors)
                 .trace(dir.0.join("t.json"));
             let ctx = context_with(opts);
-            let log = ctx.validation_log();
+            let log = ctx.diagnostics().validation_log();
             let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
             let len = 128usize;
             let nb = 6usize; // 4 captured + 2 spares
@@ -1164,23 +1164,31 @@ fn mappings_in_the_way_of_live_replays_and_indirect_counts() {
         // A segment's buffer mapped.
         {
             let m = block_on(a.map_to_host_async()).unwrap();
-            let recorded = ctx.live_objects().commands_recorded;
+            let recorded = ctx.diagnostics().live_objects().commands_recorded;
             let e = ctx
                 .enqueue_graph_with(&graph, &GraphParams::new().push(id, &1u32))
                 .unwrap_err();
             assert!(matches!(e, Error::BufferMapped { .. }), "{what}: {e}");
-            assert_eq!(ctx.live_objects().commands_recorded, recorded, "{what}");
+            assert_eq!(
+                ctx.diagnostics().live_objects().commands_recorded,
+                recorded,
+                "{what}"
+            );
             drop(m);
         }
         // The substitute mapped.
         {
             let m = s.map_to_host().unwrap();
-            let recorded = ctx.live_objects().commands_recorded;
+            let recorded = ctx.diagnostics().live_objects().commands_recorded;
             let e = ctx
                 .enqueue_graph_with(&graph, &GraphParams::new().buffer(&b, &s).unwrap())
                 .unwrap_err();
             assert!(matches!(e, Error::BufferMapped { .. }), "{what}: {e}");
-            assert_eq!(ctx.live_objects().commands_recorded, recorded, "{what}");
+            assert_eq!(
+                ctx.diagnostics().live_objects().commands_recorded,
+                recorded,
+                "{what}"
+            );
             drop(m);
         }
         // The counts mapped and written: the indirect dispatch reads them.
@@ -1209,7 +1217,7 @@ fn mappings_in_the_way_of_live_replays_and_indirect_counts() {
 fn mapping_futures_on_views_from_two_threads() {
     on_each_context(|ctx, what| {
         let add_one = Kernel::new(ctx, shaders::ADD_ONE, "main").unwrap();
-        let align = ctx.limits().min_storage_buffer_offset_alignment.max(4) as usize / 4;
+        let align = ctx.info().limits.min_storage_buffer_offset_alignment.max(4) as usize / 4;
         let half = 64 * align.max(1);
         let mem = ctx.enqueue_create_buffer::<u32>(2 * half).unwrap();
         mem.enqueue_fill(0).unwrap();
@@ -1273,7 +1281,7 @@ fn a_storm_of_operations_on_two_streams() {
     for push in [true, false] {
         for path in [Path::Direct, Path::Staging] {
             let ctx = context_with(options(path).push_descriptors(push));
-            let log = ctx.validation_log();
+            let log = ctx.diagnostics().validation_log();
             let other = ctx.new_stream().unwrap();
             let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
             let n = 256usize;
@@ -1472,7 +1480,10 @@ fn an_indirect_kernel_without_bindings_and_an_empty_graph() {
 fn another_devices_buffers_in_indirect_dispatches_and_replays() {
     let a = context_with(options(Path::Direct));
     let b = context_with(options(Path::Staging));
-    let (la, lb) = (a.validation_log(), b.validation_log());
+    let (la, lb) = (
+        a.diagnostics().validation_log(),
+        b.diagnostics().validation_log(),
+    );
     let ka = Kernel::new(&a, shaders::ADD_ONE, "main").unwrap();
     let xa = a.enqueue_create_buffer::<u32>(64).unwrap();
     xa.enqueue_fill(0).unwrap();
@@ -1541,7 +1552,7 @@ fn traced_streams_dropped_with_work_in_flight() {
             .trace(dir.0.join("t.json"))
             .trace_commands(commands);
         let ctx = context_with(opts);
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
         let n = 1 << 16;
         let x = ctx.enqueue_create_buffer::<u32>(n).unwrap();
@@ -1600,7 +1611,7 @@ fn traced_streams_dropped_with_work_in_flight() {
 fn faults_in_staged_mapping_futures_and_their_write_back() {
     for path in [Path::Staging, Path::Direct] {
         let ctx = context_with(options(path));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let n = 3_000_000; // several transfer pieces
         let buf = ctx.enqueue_create_buffer::<u32>(n).unwrap();
         buf.enqueue_fill(1).unwrap();
@@ -1679,7 +1690,7 @@ fn faults_in_staged_mapping_futures_and_their_write_back() {
 fn a_live_replay_that_fails_part_way_is_all_or_nothing() {
     for push in [false, true] {
         let ctx = context_with(options(Path::Direct).push_descriptors(push));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
         let x = ctx.enqueue_create_buffer::<u32>(64).unwrap();
         let y = ctx.enqueue_create_buffer::<u32>(64).unwrap();
@@ -1749,7 +1760,7 @@ fn a_live_replay_that_fails_part_way_is_all_or_nothing() {
 #[test]
 fn the_command_after_a_failed_live_replay_is_ordered_after_its_pieces() {
     let ctx = context_with(options(Path::Direct).push_descriptors(false));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
     let n = 1 << 16;
     let x = ctx.enqueue_create_buffer::<u32>(n).unwrap();
@@ -1868,7 +1879,7 @@ fn a_trace_written_from_four_threads_is_valid() {
     let path = dir.0.join("t.json");
     {
         let ctx = context_with(options(Path::Direct).trace(&path));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let other = ctx.new_stream().unwrap();
         let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
         let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();

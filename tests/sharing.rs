@@ -64,7 +64,10 @@ fn device_info_has_the_ids_of_the_physical_device() {
 fn writes_on_each_context_are_seen_on_the_other() {
     for path in PATHS {
         let (a, b) = two_contexts(path);
-        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let (log_a, log_b) = (
+            a.diagnostics().validation_log(),
+            b.diagnostics().validation_log(),
+        );
         let n = 3000;
         let data = pattern(n, 1);
         let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
@@ -127,7 +130,10 @@ fn writes_on_each_context_are_seen_on_the_other() {
 fn each_exportable_handle_type_shares_between_contexts() {
     for path in PATHS {
         let (a, b) = two_contexts(path);
-        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let (log_a, log_b) = (
+            a.diagnostics().validation_log(),
+            b.diagnostics().validation_log(),
+        );
         let types = a.exportable_handle_types();
         assert!(!types.is_empty(), "the device exports no memory");
         for t in [MemoryHandleType::OpaqueFd, MemoryHandleType::DmaBuf] {
@@ -170,10 +176,10 @@ fn each_exportable_handle_type_shares_between_contexts() {
             let other = b.enqueue_create_buffer::<u32>(n).unwrap();
             other.enqueue_fill(11).unwrap();
             b.synchronize().unwrap();
-            let before = b.live_objects().commands_recorded;
+            let before = b.diagnostics().live_objects().commands_recorded;
             other.enqueue_copy_to(&x).unwrap();
             assert_eq!(
-                b.live_objects().commands_recorded,
+                b.diagnostics().live_objects().commands_recorded,
                 before + 1,
                 "{t:?} {path:?}: one device copy, no host round trip"
             );
@@ -200,7 +206,10 @@ fn each_exportable_handle_type_shares_between_contexts() {
 #[test]
 fn refusals_are_clear_errors_and_leave_the_contexts_usable() {
     let (a, b) = two_contexts(Path::Direct);
-    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let (log_a, log_b) = (
+        a.diagnostics().validation_log(),
+        b.diagnostics().validation_log(),
+    );
     let x = a.enqueue_create_exportable_buffer::<u32>(64).unwrap();
     x.enqueue_fill(5).unwrap();
     a.synchronize().unwrap();
@@ -457,7 +466,10 @@ fn host_memory_is_imported_without_copies() {
 #[test]
 fn semaphores_order_work_across_devices_or_fail_clearly() {
     let (a, b) = two_contexts(Path::Direct);
-    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let (log_a, log_b) = (
+        a.diagnostics().validation_log(),
+        b.diagnostics().validation_log(),
+    );
     let n = 8 << 20;
     let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
     x.enqueue_fill(1).unwrap();
@@ -513,7 +525,10 @@ fn semaphores_order_work_across_devices_or_fail_clearly() {
 fn copies_between_contexts_use_shared_memory_where_an_end_is_exportable() {
     for path in PATHS {
         let (a, b) = two_contexts(path);
-        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let (log_a, log_b) = (
+            a.diagnostics().validation_log(),
+            b.diagnostics().validation_log(),
+        );
         let n = 1 << 16;
         let src = a.enqueue_create_buffer::<u32>(n).unwrap();
         src.enqueue_copy_from(&pattern(n, 4)).unwrap();
@@ -521,10 +536,10 @@ fn copies_between_contexts_use_shared_memory_where_an_end_is_exportable() {
         let shared_dst = b.enqueue_create_exportable_buffer::<u32>(n).unwrap();
         shared_dst.enqueue_fill(0).unwrap();
         a.synchronize().unwrap();
-        let before = a.live_objects().commands_recorded;
+        let before = a.diagnostics().live_objects().commands_recorded;
         shared_dst.enqueue_copy_from(&src).unwrap();
         // One device copy on A, into B's memory: no host round trip.
-        assert_eq!(a.live_objects().commands_recorded, before + 1);
+        assert_eq!(a.diagnostics().live_objects().commands_recorded, before + 1);
         assert_eq!(shared_dst.to_vec().unwrap(), pattern(n, 4));
         // From an exportable buffer of B into a plain one of A (copy_to).
         shared_dst.enqueue_fill(6).unwrap();
@@ -533,11 +548,11 @@ fn copies_between_contexts_use_shared_memory_where_an_end_is_exportable() {
         assert_eq!(back.to_vec().unwrap(), vec![6; n]);
         // Neither end exportable: through the host, as before.
         let plain = b.enqueue_create_buffer::<u32>(n).unwrap();
-        let before = a.live_objects().commands_recorded;
+        let before = a.diagnostics().live_objects().commands_recorded;
         plain.enqueue_copy_from(&src).unwrap();
         if path == Path::Direct {
             // Read straight from A's host-visible memory: no command on A.
-            assert_eq!(a.live_objects().commands_recorded, before);
+            assert_eq!(a.diagnostics().live_objects().commands_recorded, before);
         }
         assert_eq!(plain.to_vec().unwrap(), pattern(n, 4));
         // A mapped end refuses the copy and stays intact.
@@ -569,7 +584,7 @@ const PATH_VAR: &str = "VKCOMPUTE_SHARE_PATH";
 fn a_child_process_reads_and_writes_the_shared_buffer() {
     for path in PATHS {
         let ctx = context_with(options(path));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         for t in [MemoryHandleType::OpaqueFd, MemoryHandleType::DmaBuf] {
             if !ctx.exportable_handle_types().contains(&t) {
                 println!("skipped: {t:?} on {path:?} (the device cannot export it)");
@@ -641,7 +656,7 @@ fn child_process_side() {
     let info = ExternalMemoryInfo::from_bytes(&info).unwrap();
     let n = (info.size / 4) as usize;
     let ctx = context_with(options(path));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     // SAFETY: the parent exported the descriptor with `export_fd` and sent
     // it with that export's own description; it keeps the memory alive.
     let buf = unsafe { ctx.import_buffer_fd::<u32>(ExportedMemoryFd { fd, info }, n) }.unwrap();
@@ -721,7 +736,10 @@ fn sync_fd_export_is_a_clear_error_where_the_device_cannot() {
 fn release_and_acquire_hand_shared_memory_between_contexts() {
     for path in PATHS {
         let (a, b) = two_contexts(path);
-        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let (log_a, log_b) = (
+            a.diagnostics().validation_log(),
+            b.diagnostics().validation_log(),
+        );
         let n = 5000;
         let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
         x.enqueue_copy_from(&pattern(n, 21)).unwrap();
@@ -773,7 +791,7 @@ fn empty_ranges_of_shared_memory_hand_over_nothing() {
     // not shared is still refused.
     for path in PATHS {
         let a = context_with(options(path));
-        let log = a.validation_log();
+        let log = a.diagnostics().validation_log();
         let n = 64;
         let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
         x.enqueue_fill(3).unwrap();
@@ -803,7 +821,10 @@ fn empty_ranges_of_shared_memory_hand_over_nothing() {
 #[test]
 fn win32_handles_are_clear_errors_without_the_win32_extensions() {
     let (a, b) = two_contexts(Path::Direct);
-    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let (log_a, log_b) = (
+        a.diagnostics().validation_log(),
+        b.diagnostics().validation_log(),
+    );
     let x = a.enqueue_create_exportable_buffer::<u32>(64).unwrap();
     x.enqueue_fill(2).unwrap();
     // lavapipe (and every driver outside Windows) has neither
@@ -867,7 +888,10 @@ fn win32_handles_are_clear_errors_without_the_win32_extensions() {
 #[test]
 fn copies_between_contexts_reuse_one_alias_freed_with_either_side() {
     let (a, b) = two_contexts(Path::Direct);
-    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let (log_a, log_b) = (
+        a.diagnostics().validation_log(),
+        b.diagnostics().validation_log(),
+    );
     let n = 1 << 14;
     let src = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
     let dst = b.enqueue_create_buffer::<u32>(n).unwrap();
@@ -908,7 +932,7 @@ fn copies_between_contexts_reuse_one_alias_freed_with_either_side() {
     drop(b);
     assert_clean(&log_b, "the importing context");
     let c = context_with(options(Path::Direct));
-    let log_c = c.validation_log();
+    let log_c = c.diagnostics().validation_log();
     let other = c.enqueue_create_buffer::<u32>(n).unwrap();
     other.enqueue_copy_from(&src).unwrap();
     assert_eq!(other.to_vec().unwrap(), vec![7; n]);
@@ -928,7 +952,10 @@ fn copies_between_contexts_reuse_one_alias_freed_with_either_side() {
 #[test]
 fn two_threads_copying_through_one_alias_at_once() {
     let (a, b) = two_contexts(Path::Direct);
-    let (log_a, log_b) = (a.validation_log(), b.validation_log());
+    let (log_a, log_b) = (
+        a.diagnostics().validation_log(),
+        b.diagnostics().validation_log(),
+    );
     let n = 1 << 14;
     let src = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
     src.enqueue_copy_from(&pattern(n, 5)).unwrap();
@@ -966,7 +993,10 @@ fn operations_on_an_exportable_buffer_wait_for_a_copy_to_another_context() {
     // operation's whole result.
     for path in PATHS {
         let (a, b) = two_contexts(path);
-        let (log_a, log_b) = (a.validation_log(), b.validation_log());
+        let (log_a, log_b) = (
+            a.diagnostics().validation_log(),
+            b.diagnostics().validation_log(),
+        );
         let n = 4096;
         let rounds = 150u32;
         let shared = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
@@ -1034,7 +1064,11 @@ fn operations_on_an_exportable_buffer_wait_for_a_copy_to_another_context() {
 fn two_threads_importing_one_export_at_once() {
     let (a, b) = two_contexts(Path::Direct);
     let c = context_with(options(Path::Direct));
-    let logs = [a.validation_log(), b.validation_log(), c.validation_log()];
+    let logs = [
+        a.diagnostics().validation_log(),
+        b.diagnostics().validation_log(),
+        c.diagnostics().validation_log(),
+    ];
     let n = 256;
     let x = a.enqueue_create_exportable_buffer::<u32>(n).unwrap();
     x.enqueue_copy_from(&pattern(n, 3)).unwrap();

@@ -15,7 +15,7 @@ use vkcompute::{sharing::MemoryHandleType, Error};
 #[test]
 fn share_with_a_stream_of_the_same_device() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let x = ctx.enqueue_create_exportable_buffer::<u32>(64).unwrap();
     x.enqueue_fill(5).unwrap();
     let stream = ctx.new_stream().unwrap();
@@ -51,7 +51,10 @@ fn share_with_a_stream_of_the_same_device() {
 fn share_with_of_a_view_gives_the_views_range() {
     let a = context_with(options(Path::Staging));
     let b = context_with(options(Path::Staging));
-    let (la, lb) = (a.validation_log(), b.validation_log());
+    let (la, lb) = (
+        a.diagnostics().validation_log(),
+        b.diagnostics().validation_log(),
+    );
     let x = a.enqueue_create_exportable_buffer::<u32>(100).unwrap();
     let data: Vec<u32> = (0..100).collect();
     x.enqueue_copy_from(&data).unwrap();
@@ -81,7 +84,7 @@ fn share_with_of_a_view_gives_the_views_range() {
 #[test]
 fn exportable_buffer_as_refuses_bad_handle_type_lists() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let exportable = ctx.exportable_handle_types();
     println!(
         "exportable {exportable:?}, importable {:?}",
@@ -165,7 +168,10 @@ fn share_with_uses_a_type_the_importer_can_import() {
 fn odd_byte_ranges_share_and_copy_between_contexts() {
     let a = context_with(options(Path::Direct));
     let b = context_with(options(Path::Staging));
-    let (la, lb) = (a.validation_log(), b.validation_log());
+    let (la, lb) = (
+        a.diagnostics().validation_log(),
+        b.diagnostics().validation_log(),
+    );
     for n in [1usize, 3, 5, 4099] {
         let x = a.enqueue_create_exportable_buffer::<u8>(n).unwrap();
         let data: Vec<u8> = (0..n).map(|i| (i * 7 + 1) as u8).collect();

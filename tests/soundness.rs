@@ -138,7 +138,7 @@ fn multi_piece_transfers_are_never_seen_half_done() {
 #[test]
 fn raw_buffers_outlive_their_context() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let buf = ctx.enqueue_create_buffer::<u32>(64).unwrap();
     buf.enqueue_fill(9).unwrap();
     let owned = buf.take_raw().unwrap();
@@ -151,7 +151,7 @@ fn raw_buffers_outlive_their_context() {
     common::assert_clean(&log, "dropping the context under raw buffers");
     let other = context_with(options(Path::Direct));
     // SAFETY: the buffer is idle (take_raw waited) and not used again.
-    let refused = unsafe { other.free_raw(owned) };
+    let refused = unsafe { other.raw().free_buffer(owned) };
     assert!(
         matches!(refused, Err(Error::DifferentDevice { .. })),
         "{refused:?}"
@@ -166,7 +166,7 @@ fn raw_buffers_outlive_their_context() {
 #[test]
 fn raw_buffers_free_themselves() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let owned = ctx
         .enqueue_create_buffer::<u8>(100)
         .unwrap()
@@ -186,7 +186,7 @@ fn memory_used_on_another_stream_is_freed_by_that_stream() {
     run_with(options(Path::Direct), "cross-stream frees", |ctx| {
         let second = ctx.new_stream().unwrap();
         let dst = second.enqueue_create_buffer::<u32>(1 << 20).unwrap();
-        let baseline = ctx.live_objects().pending_frees;
+        let baseline = ctx.diagnostics().live_objects().pending_frees;
         for _ in 0..4 {
             let src = ctx.enqueue_create_buffer::<u32>(1 << 20).unwrap();
             // Written before on its own (idle afterwards) stream...
@@ -198,7 +198,7 @@ fn memory_used_on_another_stream_is_freed_by_that_stream() {
         }
         second.synchronize().unwrap();
         assert_eq!(
-            ctx.live_objects().pending_frees,
+            ctx.diagnostics().live_objects().pending_frees,
             baseline,
             "memory waits for the idle owner stream"
         );

@@ -50,7 +50,7 @@ fn enqueue_wait_for_orders_one_stream_after_another() {
         y.enqueue_copy_from(&x).unwrap();
         assert_eq!(y.to_vec().unwrap(), vec![9; 1 << 16]);
         let other_device = common::context_with(common::options(Path::Direct));
-        let log = other_device.validation_log();
+        let log = other_device.diagnostics().validation_log();
         assert!(matches!(
             b.enqueue_wait_for(&other_device),
             Err(Error::DifferentDevice { .. })
@@ -64,7 +64,7 @@ fn enqueue_wait_for_orders_one_stream_after_another() {
 fn copies_between_devices_go_through_the_host() {
     run_with(common::options(Path::Direct), "cross-device", |a| {
         let b = common::context_with(common::options(Path::Staging));
-        let log = b.validation_log();
+        let log = b.diagnostics().validation_log();
         for n in [0usize, 1, 4097, 1 << 20] {
             let data: Vec<u32> = (0..n as u32).map(|i| i ^ 0x5555).collect();
             let on_a = a.enqueue_create_buffer::<u32>(n).unwrap();
@@ -96,7 +96,7 @@ fn contexts_are_independent_devices_on_lavapipe() {
     let a = DeviceContext::with_options(options()).unwrap();
     let b = DeviceContext::with_options(options()).unwrap();
     assert_eq!(a.name(), b.name());
-    assert_ne!(a.raw_device().handle(), b.raw_device().handle());
+    assert_ne!(a.raw().device().handle(), b.raw().device().handle());
 }
 
 /// However many threads share a stream, no more batches are in flight than
@@ -105,7 +105,7 @@ fn contexts_are_independent_devices_on_lavapipe() {
 #[test]
 fn threads_sharing_a_stream_keep_batches_in_flight_bounded() {
     let ctx = context_with(options(Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let threads = 40;
     let buffers: Vec<_> = (0..threads)
         .map(|_| ctx.enqueue_create_buffer::<u32>(4 << 20).unwrap())
@@ -117,7 +117,7 @@ fn threads_sharing_a_stream_keep_batches_in_flight_bounded() {
         let (ctx, done, max) = (ctx.clone(), done.clone(), max.clone());
         thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
-                let n = ctx.live_objects().batches_in_flight;
+                let n = ctx.diagnostics().live_objects().batches_in_flight;
                 max.fetch_max(n, Ordering::Relaxed);
                 thread::yield_now();
             }
@@ -162,16 +162,16 @@ fn dropped_streams_timelines_stay_bounded_without_trim() {
             buf.enqueue_copy_from(&mine).unwrap();
             drop((mine, stream));
             ctx.synchronize().unwrap();
-            most = most.max(ctx.retired_timelines());
+            most = most.max(ctx.diagnostics().retired_timelines());
             assert!(
-                ctx.retired_timelines() <= 64,
+                ctx.diagnostics().retired_timelines() <= 64,
                 "{path:?}: {} timelines of dropped streams kept after {i} streams",
-                ctx.retired_timelines()
+                ctx.diagnostics().retired_timelines()
             );
         }
         assert_eq!(buf.to_vec().unwrap(), vec![399; 256]);
         assert!(most > 0, "{path:?}: no stream's timeline was ever retired");
         ctx.trim().unwrap();
-        assert_eq!(ctx.retired_timelines(), 0);
+        assert_eq!(ctx.diagnostics().retired_timelines(), 0);
     });
 }

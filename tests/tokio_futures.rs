@@ -22,7 +22,7 @@ const N: usize = 1 << 22;
 fn events_reads_and_mappings_awaited_under_tokio() {
     for path in [Path::Direct, Path::Staging] {
         let ctx = context_with(options(path));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_time()
@@ -77,7 +77,7 @@ fn events_reads_and_mappings_awaited_under_tokio() {
         });
         drop(runtime);
         ctx.synchronize().unwrap();
-        let live = ctx.live_objects();
+        let live = ctx.diagnostics().live_objects();
         assert_eq!(live.batches_in_flight, 0, "{path:?}: {live:?}");
         drop(ctx);
         assert_clean(&log, "futures under tokio");

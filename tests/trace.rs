@@ -21,7 +21,7 @@ fn a_trace_holds_every_command_in_order_and_the_device_batches() {
     let path = dir.join("trace.json");
     {
         let ctx = context_with(ContextOptions::new().validation(true).trace(&path));
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let saxpy = Kernel::new(&ctx, shaders::SAXPY, "main").unwrap();
         let n = 4096u32;
         let x = ctx
@@ -192,7 +192,7 @@ fn transfers_on_both_paths_appear_in_the_trace() {
                 .force_staging(staging)
                 .trace(&path);
             let ctx = context_with(options);
-            let log = ctx.validation_log();
+            let log = ctx.diagnostics().validation_log();
             let buf = ctx
                 .enqueue_create_buffer::<u32>(1024)
                 .unwrap()
@@ -251,7 +251,7 @@ fn a_trace_without_command_timing_has_batch_slices_only() {
             .trace(&path)
             .trace_commands(false);
         let ctx = context_with(options);
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let buf = ctx.enqueue_create_buffer::<u32>(4096).unwrap();
         buf.enqueue_fill(1).unwrap();
         buf.enqueue_fill(2).unwrap();

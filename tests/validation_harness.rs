@@ -14,17 +14,17 @@ use vkcompute::validation::Severity;
 #[test]
 fn a_deliberate_misuse_is_reported_by_the_validation_layer() {
     let ctx = common::context_with(common::options(common::Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     // A buffer of size zero violates VUID-VkBufferCreateInfo-size-00912.
     let info = vk::BufferCreateInfo::default()
         .size(0)
         .usage(vk::BufferUsageFlags::STORAGE_BUFFER);
     // SAFETY: deliberately invalid, to provoke the validation layer; the
     // result (if any) is destroyed at once.
-    let made = unsafe { ctx.raw_device().create_buffer(&info, None) };
+    let made = unsafe { ctx.raw().device().create_buffer(&info, None) };
     if let Ok(buffer) = made {
         // SAFETY: the buffer was created above and never used.
-        unsafe { ctx.raw_device().destroy_buffer(buffer, None) };
+        unsafe { ctx.raw().device().destroy_buffer(buffer, None) };
     }
     let messages = log.take();
     assert!(
@@ -46,9 +46,9 @@ fn the_harness_fails_a_test_that_provokes_a_message() {
                     .size(0)
                     .usage(vk::BufferUsageFlags::STORAGE_BUFFER);
                 // SAFETY: deliberately invalid, as above.
-                if let Ok(buffer) = unsafe { ctx.raw_device().create_buffer(&info, None) } {
+                if let Ok(buffer) = unsafe { ctx.raw().device().create_buffer(&info, None) } {
                     // SAFETY: created above, never used.
-                    unsafe { ctx.raw_device().destroy_buffer(buffer, None) };
+                    unsafe { ctx.raw().device().destroy_buffer(buffer, None) };
                 }
             },
         )
@@ -67,18 +67,19 @@ fn synchronization_validation_catches_an_unsynchronized_hazard() {
     // by hand: a WRITE_AFTER_WRITE hazard that only synchronization
     // validation reports. Proves it is on.
     let ctx = common::context_with(common::options(common::Path::Direct));
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let src = ctx.enqueue_create_buffer::<u32>(64).unwrap();
     let dst = ctx.enqueue_create_buffer::<u32>(64).unwrap();
     src.enqueue_fill(1).unwrap();
     ctx.synchronize().unwrap();
-    let device = ctx.raw_device();
+    let device = ctx.raw().device();
     // SAFETY: a self-contained recording and submission on the context's
     // queue family, waited for before anything is destroyed.
     unsafe {
         let pool = device
             .create_command_pool(
-                &vk::CommandPoolCreateInfo::default().queue_family_index(ctx.queue_family_index()),
+                &vk::CommandPoolCreateInfo::default()
+                    .queue_family_index(ctx.raw().queue_family_index()),
                 None,
             )
             .unwrap();
@@ -101,7 +102,7 @@ fn synchronization_validation_catches_an_unsynchronized_hazard() {
         device.cmd_copy_buffer(cmd, src.raw().buffer, dst.raw().buffer, &[region]);
         device.cmd_copy_buffer(cmd, src.raw().buffer, dst.raw().buffer, &[region]);
         device.end_command_buffer(cmd).unwrap();
-        let queue = device.get_device_queue(ctx.queue_family_index(), 0);
+        let queue = device.get_device_queue(ctx.raw().queue_family_index(), 0);
         let cmds = [cmd];
         device
             .queue_submit(

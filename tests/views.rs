@@ -224,7 +224,7 @@ fn views_print_and_bind_to_kernels() {
             .unwrap();
         let view = whole.create_sub_buffer::<u32>(5, 3).unwrap();
         assert_eq!(view.to_string(), "DeviceBuffer([5, 6, 7])");
-        let align = ctx.limits().min_storage_buffer_offset_alignment as usize / 4;
+        let align = ctx.info().limits.min_storage_buffer_offset_alignment as usize / 4;
         let store = Kernel::new(ctx, vkcompute::shaders::STORE, "main").unwrap();
         let bound = whole.create_sub_buffer::<u32>(align * 2, 4).unwrap();
         ctx.enqueue_function(&store, 1, &[bound.arg()], &[1u32, 1000u32])
@@ -278,14 +278,17 @@ fn reassigning_a_busy_buffer_to_another_stream_then_dropping_it_is_safe() {
         src.enqueue_fill(77).unwrap();
         dst.enqueue_copy_from(&src).unwrap();
         src.reassign_ownership_to(&other).unwrap();
-        assert!(std::ptr::eq(src.context().raw_device(), other.raw_device()));
+        assert!(std::ptr::eq(
+            src.context().raw().device(),
+            other.raw().device()
+        ));
         src.enqueue_fill(5).unwrap(); // now on `other`'s stream, after the copy
         drop(src);
         assert_eq!(dst.to_vec().unwrap(), vec![77; 1 << 16]);
         other.synchronize().unwrap();
-        assert_eq!(other.live_objects().pending_frees, 0);
+        assert_eq!(other.diagnostics().live_objects().pending_frees, 0);
         let foreign = common::context_with(common::options(Path::Direct));
-        let log = foreign.validation_log();
+        let log = foreign.diagnostics().validation_log();
         match dst.reassign_ownership_to(&foreign) {
             Err(e @ Error::DifferentDevice { .. }) => {
                 assert!(e.to_string().contains("copy it instead"), "{e}")
@@ -316,7 +319,7 @@ fn take_raw_hands_over_an_idle_buffer_and_refuses_shared_ones() {
         assert_eq!(owned.buffer(), handle);
         assert_eq!(owned.size(), 1024);
         // SAFETY: the buffer is idle (take_raw waited) and not used again.
-        unsafe { ctx.free_raw(owned) }.unwrap();
+        unsafe { ctx.raw().free_buffer(owned) }.unwrap();
         let empty = ctx.enqueue_create_buffer::<u32>(0).unwrap();
         assert!(empty.take_raw().is_err());
     });

@@ -53,10 +53,7 @@ impl Bench<'_> {
         y.enqueue_fill(2.0f32)?;
         let (checked, unchecked) = both(ctx, vkcompute::shaders::SAXPY)?;
         let push = super::SaxpyParams { a: 0.5, n: N };
-        let grid = grid_2d(
-            N.div_ceil(256),
-            ctx.limits().max_compute_work_group_count[0],
-        );
+        let grid = grid_2d(N.div_ceil(256), ctx.info().limits.max_workgroup_count[0]);
         let run = |kernel: &Kernel| -> BenchResult<()> {
             ctx.enqueue_function(kernel, grid, &[x.arg(), y.arg()], &push)?;
             ctx.synchronize()?;

@@ -38,8 +38,9 @@ use super::{
 fn runtime_pushes_descriptors(ctx: &DeviceContext) -> BenchResult<bool> {
     // SAFETY: the physical device is the context's, of its live instance.
     let extensions = unsafe {
-        ctx.raw_instance()
-            .enumerate_device_extension_properties(ctx.raw_physical_device())
+        ctx.raw()
+            .instance()
+            .enumerate_device_extension_properties(ctx.raw().physical_device())
     }
     .map_err(vk_err("vkEnumerateDeviceExtensionProperties"))?;
     let supported = extensions

@@ -40,7 +40,7 @@ impl Bench<'_> {
         // Lines go to the log (not the table on stdout).
         let ctx = DeviceContext::with_options(
             ContextOptions::new()
-                .force_staging(self.ctx.is_staging_forced())
+                .force_staging(self.ctx.diagnostics().is_staging_forced())
                 .printf(PrintfOutput::Log),
         )?;
         let ctx = &ctx;
@@ -52,10 +52,7 @@ impl Bench<'_> {
         let plain = load(ctx, PLAIN)?;
         let unreached = load(ctx, UNREACHED)?;
         let reached = load(ctx, REACHED)?;
-        let grid = grid_2d(
-            N.div_ceil(256),
-            ctx.limits().max_compute_work_group_count[0],
-        );
+        let grid = grid_2d(N.div_ceil(256), ctx.info().limits.max_workgroup_count[0]);
         let push = super::SaxpyParams { a: 0.5, n: N };
         let run = |kernel: &Kernel| -> BenchResult<()> {
             ctx.enqueue_function(kernel, grid, &[x.arg(), y.arg()], &push)?;

@@ -5,8 +5,8 @@
 use bytemuck::Pod;
 
 use crate::buffer::DeviceBuffer;
-use crate::error::{Error, Result};
 use crate::enqueue::BufferAccess;
+use crate::error::{Error, Result};
 use crate::recorder::Command;
 use crate::vk::memory::DedicatedKind;
 

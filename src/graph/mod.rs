@@ -19,11 +19,11 @@ use bytemuck::Pod;
 
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
+use crate::enqueue::BufferAccess;
 use crate::error::{Error, Result};
 use crate::fill::{self, FillPlan};
 use crate::indirect::{check_arguments, IndirectSteps, SLOT_LEN};
 use crate::kernel::{Grid, Kernel, KernelArg};
-use crate::enqueue::BufferAccess;
 use crate::recorder::Command;
 use crate::view::{CopyDestination, CopySource, Source, View};
 use crate::vk::command::CommandPool;

@@ -23,8 +23,8 @@ use super::recording::{
 use super::{DispatchId, Graph, GraphInner};
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
-use crate::error::{Error, Result};
 use crate::enqueue::{hazards, BufferAccess};
+use crate::error::{Error, Result};
 use crate::recorder::Command;
 use crate::stream::batches::Stream;
 use crate::stream::StreamHandle;

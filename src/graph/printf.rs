@@ -16,9 +16,9 @@ use vkcompute_spirv::printf::{Printf, HEADER_WORDS};
 use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::Result;
-use crate::stream::printf::{self, capacity_words, Output, RecordBuffer};
 use crate::recorder::Command;
 use crate::stream::batches::Stream;
+use crate::stream::printf::{self, capacity_words, Output, RecordBuffer};
 use crate::view::View;
 use crate::vk::Device;
 

@@ -9,11 +9,11 @@ use ash::vk;
 use smallvec::SmallVec;
 
 use crate::batch_pool::DescriptorPools;
+use crate::enqueue::{hazards, BufferAccess};
 use crate::error::{Error, Result};
 use crate::fill::{self, FillSteps};
 use crate::indirect::{guard_read, IndirectSteps};
 use crate::kernel::{write_extent, KernelPipeline};
-use crate::enqueue::{hazards, BufferAccess};
 use crate::recorder::{Command, Recorder};
 use crate::stream::StreamHandle;
 use crate::view::View;

@@ -15,11 +15,11 @@ use super::args::{
 use super::{ArgKind, Grid, Kernel, KernelArg, KernelPipeline};
 use crate::capabilities::Feature;
 use crate::context::DeviceContext;
-use crate::error::{Error, Result};
-use crate::stream::printf::{self, Output, RecordBuffer};
 use crate::enqueue::BufferAccess;
+use crate::error::{Error, Result};
 use crate::recorder::Command;
 use crate::stream::batches::Stream;
+use crate::stream::printf::{self, Output, RecordBuffer};
 use crate::view::View;
 use crate::vk::pipeline::Groups;
 use crate::vk::Device;

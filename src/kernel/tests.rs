@@ -47,7 +47,7 @@ fn saxpy_works(ctx: &DeviceContext, kernel: &Kernel) {
 #[test]
 fn a_load_in_progress_holds_up_no_other_load_and_both_get_one_kernel() {
     let ctx = validated_context();
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let id = ctx.stream.device.id;
     let (started_tx, started_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel::<()>();

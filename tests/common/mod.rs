@@ -35,7 +35,7 @@ pub fn options(path: Path) -> ContextOptions {
 pub fn context_with(options: ContextOptions) -> DeviceContext {
     match DeviceContext::with_options(options) {
         Ok(ctx) => {
-            assert!(ctx.is_validation_enabled());
+            assert!(ctx.diagnostics().is_validation_enabled());
             ctx
         }
         Err(e) => panic!("no usable Vulkan device with validation (run `make test`, which installs lavapipe and the layers): {e}"),
@@ -59,7 +59,7 @@ pub fn assert_clean(log: &ValidationLog, what: &str) {
 /// the context and fails on any validation message.
 pub fn run_with(options: ContextOptions, what: &str, test: impl FnOnce(&DeviceContext)) {
     let ctx = context_with(options);
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     test(&ctx);
     ctx.synchronize().expect("synchronize after the test");
     drop(ctx);

@@ -253,7 +253,7 @@ fn rank_main(all: bool) -> ExitCode {
                 .pipeline_cache_dir(None),
         )
         .expect("a validated lavapipe context (run `make setup`)");
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let c = Communicator::with_same_node(&world, &ctx, policy).expect("a communicator");
         rank = c.rank();
         let path = c.path_to(1 - rank).unwrap();

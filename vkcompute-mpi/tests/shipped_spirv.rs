@@ -57,7 +57,7 @@ fn shipped_spirv_is_the_compiled_glsl_and_valid() {
             .pipeline_cache_dir(None),
     )
     .expect("a validated context (lavapipe and the validation layers: run `make test`)");
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let mut stale = Vec::new();
     for (name, bytes) in &shipped {
         let source = std::fs::read_to_string(shader_dir().join(format!("{name}.comp"))).unwrap();

@@ -308,7 +308,7 @@ fn rank_main(case: &str) -> ExitCode {
     let (universe, provided) = mpi::initialize_with_threading(asked).expect("MPI initialises once");
     let world = universe.world();
     let ctx = context();
-    let log = ctx.validation_log();
+    let log = ctx.diagnostics().validation_log();
     let comm = Communicator::new(&world, &ctx).expect("a communicator");
     let rank = comm.rank();
     let result = (|| -> Result<String, String> {
@@ -331,7 +331,7 @@ fn rank_main(case: &str) -> ExitCode {
                 (salt, ctx, comm)
             });
             let others = made.map(|(salt, ctx, comm)| {
-                let log = ctx.validation_log();
+                let log = ctx.diagnostics().validation_log();
                 std::thread::spawn(move || {
                     let r = exercise_on_its_path(&comm, salt, 20);
                     drop(comm);

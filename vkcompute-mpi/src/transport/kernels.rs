@@ -250,14 +250,14 @@ fn enqueue_reduce_within<T: Reducible>(
 
 /// The most workgroups of one dispatch on `ctx`'s device.
 fn max_groups(ctx: &DeviceContext) -> usize {
-    (ctx.limits().max_compute_work_group_count[0] as usize).clamp(1, MAX_WORKGROUPS)
+    (ctx.info().limits.max_workgroup_count[0] as usize).clamp(1, MAX_WORKGROUPS)
 }
 
 /// The alignment, in bytes, at which this crate places the pieces a kernel
 /// binds: at least 256 and at least the device's
 /// `minStorageBufferOffsetAlignment`.
 pub(crate) fn align_bytes(ctx: &DeviceContext) -> usize {
-    (ctx.limits().min_storage_buffer_offset_alignment as usize)
+    (ctx.info().limits.min_storage_buffer_offset_alignment as usize)
         .max(256)
         .next_power_of_two()
 }
@@ -266,7 +266,7 @@ pub(crate) fn align_bytes(ctx: &DeviceContext) -> usize {
 /// alignment within `maxStorageBufferRange` (and the `u32` count).
 fn dispatch_elements<T>(ctx: &DeviceContext) -> usize {
     let align = align_bytes(ctx);
-    let range = (ctx.limits().max_storage_buffer_range as usize).min(1 << 30);
+    let range = (ctx.info().limits.max_storage_buffer_range as usize).min(1 << 30);
     let bytes = (range / align).max(1) * align;
     (bytes / std::mem::size_of::<T>()).max(1)
 }
@@ -327,7 +327,7 @@ mod tests {
             assert_eq!(acc.to_vec().unwrap(), want, "per_dispatch {per_dispatch}");
         }
         ctx.synchronize().unwrap();
-        let messages = ctx.validation_log().messages();
+        let messages = ctx.diagnostics().validation_log().messages();
         assert!(messages.is_empty(), "validation messages: {messages:?}");
     }
 }

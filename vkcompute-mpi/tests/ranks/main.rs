@@ -149,7 +149,7 @@ fn rank_main() -> ExitCode {
                 .pipeline_cache_dir(None),
         )
         .expect("a validated lavapipe context (run `make setup`)");
-        let log = ctx.validation_log();
+        let log = ctx.diagnostics().validation_log();
         let comm = Communicator::with_same_node(&world, &ctx, SameNodePolicy::Always)
             .expect("a communicator");
         rank = comm.rank();
