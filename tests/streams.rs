@@ -1,5 +1,7 @@
 //! Several contexts: streams of one device ordered by semaphores, and
-//! copies between devices through the host.
+//! copies between devices through the host; many commands from two
+//! threads while the device is behind (batches that grow), and a storm of
+//! operations on two streams.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -8,12 +10,14 @@
 
 mod common;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use common::{assert_clean, context_with, options, run_with, Path};
-use vkcompute::{ContextOptions, DeviceContext, Error};
+use vkcompute::{shaders, ContextOptions, DeviceBuffer, DeviceContext, Error, GraphParams, Kernel};
 
 #[test]
 fn work_on_two_streams_is_ordered_by_the_buffers_it_touches() {
@@ -174,4 +178,198 @@ fn dropped_streams_timelines_stay_bounded_without_trim() {
         ctx.trim().unwrap();
         assert_eq!(ctx.diagnostics().retired_timelines(), 0);
     });
+}
+
+#[test]
+fn many_commands_from_two_threads_while_the_device_is_behind() {
+    let ctx = context_with(options(Path::Direct));
+    let log = ctx.diagnostics().validation_log();
+    let st = Kernel::new(&ctx, shaders::STORE, "main").unwrap();
+    let bufs: Vec<DeviceBuffer<u32>> = (0..2)
+        .map(|_| ctx.enqueue_create_buffer::<u32>(64).unwrap())
+        .collect();
+    let per = 9000u32;
+    std::thread::scope(|s| {
+        for (t, b) in bufs.iter().enumerate() {
+            let ctx = ctx.clone();
+            let st = &st;
+            s.spawn(move || {
+                for i in 0..per {
+                    ctx.enqueue_function(st, 1, &[b.arg()], &[i % 64, i + t as u32])
+                        .unwrap();
+                    if i == per / 2 {
+                        let v = b.to_vec().unwrap();
+                        assert_eq!(v[(i % 64) as usize], i + t as u32);
+                    }
+                }
+            });
+        }
+    });
+    for (t, b) in bufs.iter().enumerate() {
+        let v = b.to_vec().unwrap();
+        for (j, got) in v.iter().enumerate() {
+            let last = (0..per).rev().find(|i| (i % 64) as usize == j).unwrap();
+            assert_eq!(*got, last + t as u32, "t {t} j {j}");
+        }
+    }
+    drop(bufs);
+    ctx.synchronize().unwrap();
+    drop(ctx);
+    assert_clean(&log, "two threads");
+}
+
+/// Four threads on two streams sharing buffers, each doing random
+/// operations: indirect dispatches, parameterized replays of one graph,
+/// mapping futures, readback futures, cross-stream waits and events,
+/// copies between the shared buffers. Looks for hangs (a watchdog),
+/// panics and synchronization-validation messages.
+#[test]
+fn a_storm_of_operations_on_two_streams() {
+    for push in [true, false] {
+        for path in [Path::Direct, Path::Staging] {
+            let ctx = context_with(options(path).push_descriptors(push));
+            let log = ctx.diagnostics().validation_log();
+            let other = ctx.new_stream().unwrap();
+            let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+            let n = 256usize;
+            let shared: Vec<DeviceBuffer<u32>> = (0..4)
+                .map(|_| {
+                    let b = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+                    b.enqueue_fill(0).unwrap();
+                    b
+                })
+                .collect();
+            let counts = ctx.enqueue_create_buffer::<u32>(6).unwrap();
+            counts
+                .enqueue_copy_from(&[2u32, 1, 1, 4, 1, 1][..])
+                .unwrap();
+            let c2 = counts.create_sub_buffer::<u32>(3, 3).unwrap();
+            let mut g = ctx.capture_graph();
+            let id = g
+                .enqueue_function_indirect(&add_one, &counts, 0, &[shared[0].arg()], &(n as u32))
+                .unwrap();
+            g.enqueue_copy_to(&shared[0], &shared[1]).unwrap();
+            g.enqueue_wait_for(&other).unwrap();
+            let graph = g.finish().unwrap();
+            let done = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let done = &done;
+                s.spawn(move || {
+                    let start = Instant::now();
+                    while !done.load(Ordering::SeqCst) {
+                        assert!(
+                            start.elapsed() < Duration::from_secs(120),
+                            "the storm hangs"
+                        );
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                });
+                let mut workers = Vec::new();
+                for t in 0..4u64 {
+                    let stream = if t % 2 == 0 {
+                        ctx.clone()
+                    } else {
+                        other.clone()
+                    };
+                    let peer = if t % 2 == 0 {
+                        other.clone()
+                    } else {
+                        ctx.clone()
+                    };
+                    let (shared, counts, c2, graph, add_one) =
+                        (&shared, &counts, &c2, &graph, &add_one);
+                    workers.push(s.spawn(move || {
+                        let mut rng = common::Rng::new(t + 1234);
+                        let mut futures = Vec::new();
+                        for _ in 0..150 {
+                            let b = &shared[rng.below(4) as usize];
+                            let r = match rng.below(9) {
+                                0 => stream.enqueue_function_indirect(
+                                    add_one,
+                                    if rng.below(2) == 0 { counts } else { c2 },
+                                    0,
+                                    &[b.arg()],
+                                    &(n as u32),
+                                ),
+                                1 => {
+                                    let k = 1 + rng.below(n as u64) as u32;
+                                    let with = &shared[2 + rng.below(2) as usize];
+                                    let p = GraphParams::new().push(id, &k);
+                                    let p = if rng.below(2) == 0 {
+                                        p.buffer(&shared[0], with).unwrap()
+                                    } else {
+                                        p
+                                    };
+                                    let p = if rng.below(3) == 0 {
+                                        p.buffer(counts, counts).unwrap()
+                                    } else {
+                                        p
+                                    };
+                                    stream.enqueue_graph_with(graph, &p)
+                                }
+                                2 => stream.enqueue_graph(graph),
+                                3 => {
+                                    futures.push(b.to_vec_async());
+                                    Ok(())
+                                }
+                                4 => match block_on(b.map_to_host_async()) {
+                                    Ok(mut m) => {
+                                        m[1] = m[1].wrapping_add(1);
+                                        Ok(())
+                                    }
+                                    Err(e) => Err(e),
+                                },
+                                5 => stream.enqueue_wait_for(&peer),
+                                6 => peer
+                                    .enqueue_record_event()
+                                    .and_then(|e| stream.enqueue_wait_event(&e)),
+                                7 => {
+                                    let d = &shared[rng.below(4) as usize];
+                                    if std::ptr::eq(b, d) {
+                                        Ok(())
+                                    } else {
+                                        d.enqueue_copy_from(b)
+                                    }
+                                }
+                                _ => stream.enqueue_function(add_one, 4, &[b.arg()], &(n as u32)),
+                            };
+                            match r {
+                                Ok(()) | Err(Error::BufferMapped { .. }) => {}
+                                Err(Error::GraphParameter { .. }) => {}
+                                Err(e) => panic!("t {t}: {e}"),
+                            }
+                            if futures.len() > 4 {
+                                for f in futures.drain(..) {
+                                    match block_on(f) {
+                                        Ok(v) => assert_eq!(v.len(), n),
+                                        Err(Error::BufferMapped { .. }) => {}
+                                        Err(e) => panic!("t {t}: {e}"),
+                                    }
+                                }
+                            }
+                        }
+                        drop(futures); // some never awaited
+                        stream.synchronize().unwrap();
+                    }));
+                }
+                for w in workers {
+                    let r = w.join();
+                    if let Err(panic) = r {
+                        done.store(true, Ordering::SeqCst);
+                        std::panic::resume_unwind(panic);
+                    }
+                }
+                done.store(true, Ordering::SeqCst);
+            });
+            drop((graph, shared, counts, c2, other));
+            ctx.synchronize().unwrap();
+            drop(ctx);
+            assert_clean(&log, &format!("storm push {push} {path:?}"));
+        }
+    }
+}
+
+/// [`common::block_on`], without the count of polls.
+fn block_on<F: Future>(f: F) -> F::Output {
+    common::block_on(f).0
 }

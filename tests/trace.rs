@@ -1,7 +1,9 @@
 //! The trace file (`ContextOptions::trace`): valid trace-event JSON with a
 //! track per stream, one slice per recorded command in enqueue order (the
 //! dispatch naming its kernel and grid), barrier instants between dependent
-//! commands, cross-stream waits, and a device slice per submitted batch.
+//! commands, cross-stream waits, and a device slice per submitted batch;
+//! still valid with faults injected inside traced commands, long batches,
+//! streams dropped with work in flight, and four threads writing.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -10,9 +12,11 @@
 
 mod common;
 
-use common::{assert_clean, context_with, Saxpy};
+use std::future::Future;
+
+use common::{assert_clean, context_with, options, Path, Saxpy, TempDir};
 use serde_json::Value;
-use vkcompute::{shaders, ContextOptions, Kernel};
+use vkcompute::{shaders, ContextOptions, DeviceBuffer, GraphParams, Kernel};
 
 #[test]
 fn a_trace_holds_every_command_in_order_and_the_device_batches() {
@@ -316,4 +320,302 @@ fn a_trace_without_validation_names_objects_and_runs() {
         .as_str()
         .is_some_and(|n| n.contains("named graph"))));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Allocation failures injected at every point of an indirect dispatch and
+/// of a parameterized replay on a traced context with pooled descriptors:
+/// each is an error, the context stays usable, validation stays clean
+/// (timestamps of a failed command's slot are not written twice).
+#[cfg(feature = "fault-injection")]
+#[test]
+fn faults_inside_traced_indirect_and_live_replays() {
+    for push in [false, true] {
+        let dir = TempDir::new(&format!("review2-trace-{push}"));
+        let opts = options(Path::Direct)
+            .push_descriptors(push)
+            .trace(dir.0.join("t.json"))
+            .trace_commands(true);
+        let ctx = context_with(opts);
+        let log = ctx.diagnostics().validation_log();
+        let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+        let data = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+        data.enqueue_fill(0).unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        counts.enqueue_copy_from(&[1u32, 1, 1][..]).unwrap();
+        let mut g = ctx.capture_graph();
+        let id = g
+            .enqueue_function_indirect(&add_one, &counts, 0, &[data.arg()], &64u32)
+            .unwrap();
+        g.enqueue_function(&add_one, 1, &[data.arg()], &64u32)
+            .unwrap();
+        let graph = g.finish().unwrap();
+        let mut want = 0u32;
+        let mut failures = 0;
+        for nth in 1..12u64 {
+            for which in 0..2 {
+                ctx.synchronize().unwrap();
+                vkcompute::testing::fail_allocation(&ctx, nth);
+                let r = if which == 0 {
+                    ctx.enqueue_function_indirect(&add_one, &counts, 0, &[data.arg()], &64u32)
+                } else {
+                    ctx.enqueue_graph_with(&graph, &GraphParams::new().push(id, &64u32))
+                };
+                let fired = vkcompute::testing::fault_injected(&ctx);
+                vkcompute::testing::fail_allocation(&ctx, 0);
+                match r {
+                    Ok(()) => want += if which == 0 { 1 } else { 2 },
+                    Err(e) => {
+                        assert!(fired, "an error without a fault: {e}");
+                        failures += 1;
+                    }
+                }
+                // Usable after: a plain dispatch and a readback.
+                ctx.enqueue_function(&add_one, 1, &[data.arg()], &64u32)
+                    .unwrap();
+                want += 1;
+                let got = data.to_vec();
+                match got {
+                    Ok(v) => {
+                        // A failed live replay may have run part of itself:
+                        // report rather than assume.
+                        if v[0] != want {
+                            eprintln!(
+                                "push {push} nth {nth} which {which}: got {} want {want}",
+                                v[0]
+                            );
+                            want = v[0];
+                        }
+                    }
+                    Err(e) => panic!("push {push} nth {nth} which {which}: readback {e}"),
+                }
+            }
+        }
+        eprintln!("push {push}: {failures} injected failures");
+        drop(graph);
+        ctx.synchronize().unwrap();
+        drop(ctx);
+        assert_clean(&log, &format!("push descriptors {push}"));
+    }
+}
+
+/// A traced stream with more commands in one batch than the timing slots
+/// (batches must not grow), indirect dispatches and parameterized replays
+/// among them.
+#[test]
+fn a_traced_stream_with_long_batches() {
+    let dir = TempDir::new("review2-trace-long");
+    let opts: ContextOptions = options(Path::Direct).trace(dir.0.join("t.json"));
+    let ctx = context_with(opts);
+    let log = ctx.diagnostics().validation_log();
+    let st = Kernel::new(&ctx, shaders::STORE, "main").unwrap();
+    let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+    let b = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+    b.enqueue_fill(0).unwrap();
+    let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+    counts.enqueue_copy_from(&[1u32, 1, 1][..]).unwrap();
+    let mut g = ctx.capture_graph();
+    let id = g.enqueue_function(&add_one, 1, &[b.arg()], &64u32).unwrap();
+    let graph = g.finish().unwrap();
+    let other = ctx.new_stream().unwrap();
+    for i in 0..9000u32 {
+        match i % 5 {
+            0 => ctx
+                .enqueue_function_indirect(&add_one, &counts, 0, &[b.arg()], &64u32)
+                .unwrap(),
+            1 => ctx
+                .enqueue_graph_with(&graph, &GraphParams::new().push(id, &64u32))
+                .unwrap(),
+            2 => ctx.enqueue_graph(&graph).unwrap(),
+            _ => ctx
+                .enqueue_function(&st, 1, &[counts.arg()], &[1u32, 1u32])
+                .unwrap(),
+        }
+        if i == 4500 {
+            other.enqueue_wait_for(&ctx).unwrap();
+        }
+    }
+    let v = b.to_vec().unwrap();
+    assert_eq!(v[0], 9000 / 5 * 3, "adds");
+    drop((graph, b, counts, other));
+    ctx.synchronize().unwrap();
+    drop(ctx);
+    assert_clean(&log, "long traced batches");
+    let text = std::fs::read_to_string(dir.0.join("t.json")).unwrap();
+    assert!(
+        text.trim_end().ends_with(']') || text.trim_end().ends_with('}'),
+        "trace file ends badly"
+    );
+}
+
+/// Traced streams made and dropped with work in flight (their timestamp
+/// pools must outlive their batches), with indirect dispatches and live
+/// replays on them, and a graph captured on one replayed on the others.
+#[test]
+fn traced_streams_dropped_with_work_in_flight() {
+    for commands in [true, false] {
+        let dir = TempDir::new(&format!("review2-streams-{commands}"));
+        let opts = options(Path::Direct)
+            .trace(dir.0.join("t.json"))
+            .trace_commands(commands);
+        let ctx = context_with(opts);
+        let log = ctx.diagnostics().validation_log();
+        let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+        let n = 1 << 16;
+        let x = ctx.enqueue_create_buffer::<u32>(n).unwrap();
+        x.enqueue_fill(0).unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        counts
+            .enqueue_copy_from(&[(n / 64) as u32, 1, 1][..])
+            .unwrap();
+        let mut g = ctx.capture_graph();
+        let id = g
+            .enqueue_function_indirect(&add_one, &counts, 0, &[x.arg()], &(n as u32))
+            .unwrap();
+        let graph = g.finish().unwrap();
+        for _ in 0..12 {
+            let s = ctx.new_stream().unwrap();
+            s.enqueue_function_indirect(&add_one, &counts, 0, &[x.arg()], &(n as u32))
+                .unwrap();
+            s.enqueue_graph_with(&graph, &GraphParams::new().push(id, &(n as u32)))
+                .unwrap();
+            s.enqueue_graph(&graph).unwrap();
+            let ev = s.enqueue_record_event().unwrap();
+            s.flush().unwrap();
+            drop(s);
+            ctx.enqueue_wait_event(&ev).unwrap();
+        }
+        assert_eq!(x.to_vec().unwrap()[n - 1], 36);
+        drop((graph, x, counts));
+        ctx.synchronize().unwrap();
+        drop(ctx);
+        assert_clean(&log, &format!("commands {commands}"));
+        let text = std::fs::read_to_string(dir.0.join("t.json")).unwrap();
+        assert!(
+            text.contains("indirect"),
+            "the trace names the indirect dispatches"
+        );
+    }
+}
+
+/// A traced context used from four threads on two streams (indirect
+/// dispatches, live replays, events, readback futures), one stream made
+/// and dropped meanwhile: the trace is valid JSON, every device slice of
+/// a command lies inside its batch's slice, no slice has a negative or
+/// absurd duration.
+#[test]
+fn a_trace_written_from_four_threads_is_valid() {
+    let dir = TempDir::new("review2-trace-threads");
+    let path = dir.0.join("t.json");
+    {
+        let ctx = context_with(options(Path::Direct).trace(&path));
+        let log = ctx.diagnostics().validation_log();
+        let other = ctx.new_stream().unwrap();
+        let add_one = Kernel::new(&ctx, shaders::ADD_ONE, "main").unwrap();
+        let counts = ctx.enqueue_create_buffer::<u32>(3).unwrap();
+        counts.enqueue_copy_from(&[2u32, 1, 1][..]).unwrap();
+        let bufs: Vec<DeviceBuffer<u32>> = (0..4)
+            .map(|i| {
+                let b = ctx
+                    .enqueue_create_buffer::<u32>(256)
+                    .unwrap()
+                    .with_label(format!("buf \"{i}\"\n\\"));
+                b.enqueue_fill(0).unwrap();
+                b
+            })
+            .collect();
+        let mut g = ctx.capture_graph();
+        g.label("graph \"quoted\"");
+        let id = g
+            .enqueue_function_indirect(&add_one, &counts, 0, &[bufs[0].arg()], &256u32)
+            .unwrap();
+        let graph = g.finish().unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4usize {
+                let stream = if t % 2 == 0 {
+                    ctx.clone()
+                } else {
+                    other.clone()
+                };
+                let (bufs, counts, graph, add_one) = (&bufs, &counts, &graph, &add_one);
+                s.spawn(move || {
+                    for i in 0..300u32 {
+                        let b = &bufs[t];
+                        match i % 4 {
+                            0 => stream
+                                .enqueue_function_indirect(add_one, counts, 0, &[b.arg()], &256u32)
+                                .unwrap(),
+                            1 => stream
+                                .enqueue_graph_with(
+                                    graph,
+                                    &GraphParams::new().buffer(&bufs[0], b).unwrap().push(id, &i),
+                                )
+                                .unwrap(),
+                            2 => {
+                                let _ = block_on(b.to_vec_async()).unwrap();
+                            }
+                            _ => {
+                                let e = stream.enqueue_record_event().unwrap();
+                                if t == 3 && i % 40 == 3 {
+                                    let tmp = stream.new_stream().unwrap();
+                                    tmp.enqueue_wait_event(&e).unwrap();
+                                    tmp.enqueue_function(add_one, 4, &[b.arg()], &256u32)
+                                        .unwrap();
+                                    drop(tmp);
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        drop((graph, bufs, counts, other));
+        ctx.synchronize().unwrap();
+        drop(ctx);
+        assert_clean(&log, "traced threads");
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let events: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => panic!("FINDING: the trace is not valid JSON: {e}"),
+    };
+    let events = events.as_array().expect("an array of events");
+    let mut batches = std::collections::HashMap::<u64, Vec<(f64, f64)>>::new();
+    let mut commands = Vec::new();
+    for ev in events {
+        if ev["ph"] != "X" {
+            continue;
+        }
+        let tid = ev["tid"].as_u64().unwrap();
+        let (ts, dur) = (ev["ts"].as_f64().unwrap(), ev["dur"].as_f64().unwrap());
+        assert!((0.0..600e6).contains(&dur), "absurd duration {dur} in {ev}");
+        if ev["name"] == "batch" {
+            batches.entry(tid).or_default().push((ts, ts + dur));
+        } else if ev["args"]["index"].is_u64() {
+            commands.push((tid, ts, ts + dur, ev.clone()));
+        }
+    }
+    assert!(!commands.is_empty(), "timed commands in the trace");
+    let mut outside = 0;
+    for (tid, start, end, ev) in &commands {
+        let inside = batches
+            .get(tid)
+            .is_some_and(|bs| bs.iter().any(|(s, e)| *start >= s - 1.0 && *end <= e + 1.0));
+        if !inside {
+            outside += 1;
+            if outside < 5 {
+                eprintln!("command slice outside every batch of its track: {ev}");
+            }
+        }
+    }
+    assert_eq!(
+        outside,
+        0,
+        "FINDING: {outside} of {} command slices lie outside their batches",
+        commands.len()
+    );
+}
+
+/// [`common::block_on`], without the count of polls.
+fn block_on<F: Future>(f: F) -> F::Output {
+    common::block_on(f).0
 }

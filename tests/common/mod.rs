@@ -193,3 +193,18 @@ pub struct Saxpy {
     pub a: f32,
     pub n: u32,
 }
+
+/// Writes `values` into `counts` at `at..` with the `STORE` kernel, one
+/// dispatch per element: counts written on the device.
+pub fn store(
+    ctx: &DeviceContext,
+    kernel: &vkcompute::Kernel,
+    counts: &vkcompute::DeviceBuffer<u32>,
+    at: usize,
+    values: [u32; 3],
+) {
+    for (i, v) in values.into_iter().enumerate() {
+        ctx.enqueue_function(kernel, 1, &[counts.arg()], &[(at + i) as u32, v])
+            .unwrap();
+    }
+}
