@@ -1,14 +1,17 @@
 //! Build script: makes the SPIRV-Tools and glslang that shaderc-sys links
 //! complete where a distribution ships them split (feature `validate`).
 //!
-//! Debian 12 and Ubuntu build `libshaderc` without glslang: linked as it
-//! is, every program that uses it fails with undefined `glslang::` symbols.
-//! Their `libshaderc-dev`, `glslang-dev` and `spirv-tools` packages hold the
-//! static libraries that complete it. Where neither `SHADERC_LIB_DIR` nor
-//! `VULKAN_SDK` chooses a shaderc, shaderc-sys (with its
-//! `prefer-static-linking`, which this crate turns on) links the
-//! distribution's `libshaderc_combined.a`, and this script adds glslang's
-//! and SPIRV-Tools' static libraries from the same folder. Rust's default
+//! Debian 12's and Ubuntu 24.04's `libshaderc_combined.a` hold shaderc's
+//! own objects only, without glslang and SPIRV-Tools: linked as it is,
+//! every program that uses it fails with undefined `glslang::` and
+//! `spvtools::` symbols. Their `libshaderc-dev`, `glslang-dev` and
+//! `spirv-tools` packages hold the static libraries that complete it.
+//! Where neither `SHADERC_LIB_DIR` nor `VULKAN_SDK` chooses a shaderc,
+//! shaderc-sys (with its `prefer-static-linking`, which this crate turns
+//! on) links the distribution's `libshaderc_combined.a`; where that
+//! archive defines no glslang symbol (read from its symbol index), this
+//! script adds glslang's and SPIRV-Tools' static libraries from the same
+//! folder. Rust's default
 //! linker on x86-64 Linux (rust-lld, since Rust 1.90) resolves them in any
 //! order; elsewhere, set `SHADERC_LIB_DIR` (see the message below).
 //! Where those packages are missing, the build stops with one message
@@ -59,10 +62,19 @@ fn main() {
         arch
     };
     let dir = PathBuf::from(format!("/usr/lib/{arch}-linux-gnu"));
+    let combined = dir.join("libshaderc_combined.a");
     let shared = dir.join("libshaderc.so");
-    if !shared.exists() || !lacks_glslang(&shared) {
+    // What shaderc-sys links: the combined archive where there is one (a
+    // complete one defines glslang), else the shared library.
+    let incomplete = if combined.exists() {
+        archive_defines(&combined, b"_ZN7glslang") == Some(false)
+    } else {
+        shared.exists() && lacks_glslang(&shared)
+    };
+    if !incomplete {
         return;
     }
+    let linked = if combined.exists() { &combined } else { &shared };
     let missing: Vec<&str> = [
         "shaderc_combined",
         "glslang",
@@ -99,7 +111,7 @@ fn main() {
     eprintln!(
         "error: vkcompute's SPIR-V validator and GLSL compiler link shaderc, and with neither \
          SHADERC_LIB_DIR nor VULKAN_SDK set, shaderc-sys links {}, which this distribution built \
-         without glslang: {install}merge the distribution's static libraries into one archive \
+         without glslang and SPIRV-Tools: {install}merge the distribution's static libraries into one archive \
          and point SHADERC_LIB_DIR at its folder (or set VULKAN_SDK to an installed Vulkan \
          SDK):\n\n    \
          mkdir -p \"$HOME/.local/lib/shaderc-merged\"\n    \
@@ -110,9 +122,33 @@ fn main() {
          then build again (keep SHADERC_LIB_DIR set for every build, e.g. in \
          .cargo/config.toml's [env]). If shaderc is built from source instead (shaderc's \
          `build-from-source` feature), set VKCOMPUTE_SHADERC_CHECK=0 to skip this check.",
-        shared.display()
+        linked.display()
     );
     std::process::exit(1);
+}
+
+/// Whether the static archive at `path` defines a symbol whose name
+/// starts with `prefix`, read from the symbol index `ar` writes (its `/`
+/// or `/SYM64/` member lists the defined symbols only); `None` where the
+/// file is no archive with an index.
+fn archive_defines(path: &Path, prefix: &[u8]) -> Option<bool> {
+    let bytes = std::fs::read(path).ok()?;
+    let rest = bytes.strip_prefix(b"!<arch>\n")?;
+    let header = rest.get(..60)?;
+    let name = std::str::from_utf8(&header[..16]).ok()?.trim_end();
+    let size: usize = std::str::from_utf8(&header[48..58]).ok()?.trim().parse().ok()?;
+    let width = match name {
+        "/" => 4,
+        "/SYM64/" => 8,
+        _ => return None,
+    };
+    let table = rest.get(60..60usize.checked_add(size)?)?;
+    let count = table
+        .get(..width)?
+        .iter()
+        .fold(0usize, |n, b| n.wrapping_shl(8) | usize::from(*b));
+    let names = table.get(count.checked_add(1)?.checked_mul(width)?..)?;
+    Some(names.split(|b| *b == 0).any(|n| n.starts_with(prefix)))
 }
 
 /// Whether the shared library refers to glslang symbols it does not define

@@ -47,7 +47,7 @@ impl<'a> KernelBuilder<'a> {
 
     /// The module's words, without loading it: those of the SPIR-V given
     /// to [`Kernel::builder`], or those a
-    /// [`GlslBuilder::compile`](crate::GlslBuilder::compile) produced (or
+    /// `GlslBuilder::compile` (feature `glsl`) produced (or
     /// its compile error).
     pub fn into_words(self) -> Result<Vec<u32>> {
         self.words.map(Cow::into_owned)
