@@ -16,12 +16,16 @@
 //!    [`Module::interface`]: bindings with their sets, push constants,
 //!    workgroup size and memory, specialization constants, call depth,
 //!    private memory; [`uses::module_use`]: capabilities and pointer use;
-//! 3. `validate::validate` (feature `validate`): SPIRV-Tools;
-//! 4. [`rules::freeze`]: the specialization written into the module;
-//! 5. [`bounds::prepare`]: one entry point kept, runtime-sized arrays of
-//!    buffers sized, specialization expressions folded, indices clamped;
-//!    then the interface read again from the result, which is what the
-//!    driver gets and what every check looks at.
+//! 3. [`rules::freeze`]: the specialization written into the module, then
+//!    [`rules::check_constant_indices`] on the result;
+//! 4. [`bounds::prepare`]: one entry point kept, runtime-sized arrays of
+//!    buffers sized, specialization expressions folded, indices clamped,
+//!    printf calls rewritten; then the interface read again from the
+//!    result, which is what the driver gets and what every check looks
+//!    at;
+//! 5. `validate::validate` (feature `validate`): SPIRV-Tools, once, on
+//!    the prepared module (the original and the frozen one only where it
+//!    fails, to say whose error it is).
 //!
 //! This crate is vkcompute's own; its API follows vkcompute's needs and
 //! versions with it.
