@@ -74,7 +74,11 @@ fn main() {
     if !incomplete {
         return;
     }
-    let linked = if combined.exists() { &combined } else { &shared };
+    let linked = if combined.exists() {
+        &combined
+    } else {
+        &shared
+    };
     let missing: Vec<&str> = [
         "shaderc_combined",
         "glslang",
@@ -136,7 +140,11 @@ fn archive_defines(path: &Path, prefix: &[u8]) -> Option<bool> {
     let rest = bytes.strip_prefix(b"!<arch>\n")?;
     let header = rest.get(..60)?;
     let name = std::str::from_utf8(&header[..16]).ok()?.trim_end();
-    let size: usize = std::str::from_utf8(&header[48..58]).ok()?.trim().parse().ok()?;
+    let size: usize = std::str::from_utf8(&header[48..58])
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     let width = match name {
         "/" => 4,
         "/SYM64/" => 8,
