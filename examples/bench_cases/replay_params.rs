@@ -5,21 +5,23 @@
 //! 1,000). The dispatches are `enqueue_cost`'s (`ADD_ONE` on one
 //! 64-element buffer, each depending on the one before); the last
 //! operation copies the buffer into one of two outputs, alternately.
-//! Each repetition times 10 calls (per call; a wait after them, untimed),
-//! as `enqueue_cost` times 10,000: the first command after a wait also
-//! opens the stream's next batch.
 //! Issue 22's target, in one run: the longer graph costs at most 2x the
 //! shorter one (`replay_with_cost_ratio`). The first replay of each graph,
 //! which records the graph around the changed operations, is a warm-up.
 //!
-//! The device runs the same work before each untimed wait at both
-//! lengths: the shorter graph's repetitions are followed by a filler
-//! graph's plain replays (on a buffer of its own) up to the longer
-//! graph's dispatches. On lavapipe the device is the host's own cores,
-//! and the first command after a long device run costs 28-48 us whatever
-//! it is (BENCHMARKS.md, "`replay_with_cost` alone"); with 100 dispatches
-//! before the short graph's wait against 100,000 before the long one's,
-//! the ratio measured that effect rather than the replay.
+//! Each repetition times 10 calls (per call). Between repetitions,
+//! untimed: the device runs the same work at both lengths (the shorter
+//! graph's calls are followed by a filler graph's plain replays, on a
+//! buffer of its own, up to the longer graph's dispatches), a wait, and
+//! one more call, which opens the stream's next batch. On lavapipe the
+//! device is the host's own cores, and the first command after a long
+//! device run costs 28-48 us whatever it is (BENCHMARKS.md,
+//! "`replay_with_cost` alone"): timed, that constant made the ratio
+//! measure the device's run before the wait (100 dispatches at one
+//! length, 100,000 at the other), or, with equal runs, hid the replay's
+//! own cost under it.
+
+use std::cell::Cell;
 
 use vkcompute::{DeviceBuffer, Graph, GraphParams, Kernel};
 
@@ -53,33 +55,35 @@ impl Bench<'_> {
             let graph = g.finish()?;
             let filler = self.filler(&kernel, longest - dispatches)?;
             let reps = self.reps(10);
-            let mut replay = 0;
+            let replays = Cell::new(0usize);
+            // The same push constants, through the parameter path, and
+            // the other output.
+            let call = || -> BenchResult<()> {
+                let out = &outs[1 + replays.get() % 2];
+                replays.set(replays.get() + 1);
+                let params = GraphParams::new()
+                    .push(first, &LAUNCH_LEN)
+                    .buffer(&outs[0], out)?;
+                Ok(ctx.enqueue_graph_with(&graph, &params)?)
+            };
+            call()?;
             let t = self
                 .time_host(
                     "replay_with_cost",
                     reps,
-                    || {
-                        for _ in 0..CALLS {
-                            // The same push constants, through the parameter path.
-                            let out = &outs[1 + replay % 2];
-                            replay += 1;
-                            let params = GraphParams::new()
-                                .push(first, &LAUNCH_LEN)
-                                .buffer(&outs[0], out)?;
-                            ctx.enqueue_graph_with(&graph, &params)?;
-                        }
-                        Ok(())
-                    },
+                    || (0..CALLS).try_for_each(|_| call()),
                     || {
                         if let Some((filler, _)) = &filler {
                             for _ in 0..CALLS {
                                 ctx.enqueue_graph(filler)?;
                             }
                         }
-                        Ok(ctx.synchronize()?)
+                        ctx.synchronize()?;
+                        call()
                     },
                 )?
                 .per(CALLS as u32);
+            let replay = replays.get();
             let added = (replay as u32).wrapping_mul(dispatches);
             let want: Vec<u32> = start.iter().map(|&v| v.wrapping_add(added)).collect();
             check_words("replay_with_cost", &buf.to_vec()?, &want)?;
