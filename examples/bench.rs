@@ -622,7 +622,7 @@ impl Bench<'_> {
         let bytes = 64 << 20;
         let ctx = self.ctx;
         let other = DeviceContext::with_options(
-            ContextOptions::new().force_staging(ctx.diagnostics().is_staging_forced()),
+            ContextOptions::new().force_staging(ctx.is_staging_forced()),
         )?;
         if other.info().uuid != ctx.info().uuid {
             return Err("the second context opened another physical device".into());

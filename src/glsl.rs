@@ -40,7 +40,8 @@ pub enum GlslOptimization {
 type IncludeFn<'a> = dyn Fn(&str, &str) -> Option<String> + Sync + 'a;
 type IncludeCallback<'a> = Box<IncludeFn<'a>>;
 
-/// Compiles GLSL compute-shader source at run time and loads it: see
+/// A GLSL compute-shader source and the compiler's options, compiled at
+/// run time into a [`KernelBuilder`] by [`compile`](Self::compile): see
 /// [`Kernel::glsl`].
 ///
 /// ```
@@ -67,7 +68,7 @@ type IncludeCallback<'a> = Box<IncludeFn<'a>>;
 /// assert_eq!(data.to_vec()?, vec![6.0; 64]);
 /// # Ok(()) }
 /// ```
-pub struct GlslBuilder<'a> {
+pub struct GlslSource<'a> {
     source: &'a str,
     file_name: String,
     entry: String,
@@ -87,8 +88,8 @@ impl Kernel {
     /// [`Error::ShaderCompilation`] with the file names and line numbers
     /// of the compiler's messages (of an included file where the error is
     /// there).
-    pub fn glsl(source: &str) -> GlslBuilder<'_> {
-        GlslBuilder {
+    pub fn glsl(source: &str) -> GlslSource<'_> {
+        GlslSource {
             source,
             file_name: "kernel.comp".into(),
             entry: "main".into(),
@@ -102,7 +103,7 @@ impl Kernel {
     }
 }
 
-impl<'a> GlslBuilder<'a> {
+impl<'a> GlslSource<'a> {
     /// The source's file name in messages, and the directory a
     /// `#include "..."` is looked up in first where it is a path (default
     /// `kernel.comp`). It is also the kernel's label, unless the
@@ -112,7 +113,9 @@ impl<'a> GlslBuilder<'a> {
         self
     }
 
-    /// The entry point's name in the module (default `main`).
+    /// The name the source's `main` takes in the module (default `main`),
+    /// and so the entry point the [`KernelBuilder`] from
+    /// [`compile`](Self::compile) loads: set it here, before compiling.
     pub fn entry(mut self, name: &str) -> Self {
         self.entry = name.to_string();
         self
@@ -183,6 +186,7 @@ impl<'a> GlslBuilder<'a> {
     /// parses; a source that divides signed integers is not optimized
     /// (SPIRV-Tools' optimizer traps on one of its folds): see the crate's
     /// own-kernels guide.
+    #[must_use = "a compile error is returned by the builder's build or into_words"]
     pub fn compile(self) -> KernelBuilder<'static> {
         let words = self.words();
         let builder = KernelBuilder::compiled(words).entry(&self.entry);

@@ -2,7 +2,8 @@
 //! [`DeviceContext::diagnostics`] (the pipeline cache, validation
 //! messages, live objects and memory held) and [`DeviceContext::raw`]
 //! (the raw Vulkan handles and limits, with the unsafe `free_buffer`), for
-//! tests, tools and applications that share the device; and `trim`.
+//! tests, tools and applications that share the device; `trim` and
+//! `is_staging_forced`.
 
 use std::path::Path;
 
@@ -30,6 +31,12 @@ impl DeviceContext {
         self.stream.device.destroy_retired_semaphores()
     }
 
+    /// Whether host transfers always go through staging buffers on this
+    /// context ([`ContextOptions::force_staging`](crate::ContextOptions::force_staging)).
+    pub fn is_staging_forced(&self) -> bool {
+        self.stream.force_staging
+    }
+
     /// What the context shows of itself, for tests and tools: the
     /// pipeline cache, validation messages, live objects and memory held.
     pub fn diagnostics(&self) -> Diagnostics<'_> {
@@ -44,7 +51,7 @@ impl DeviceContext {
 }
 
 /// A context's diagnostics: see [`DeviceContext::diagnostics`].
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct Diagnostics<'a> {
     ctx: &'a DeviceContext,
 }
@@ -61,12 +68,6 @@ impl<'a> Diagnostics<'a> {
     /// an earlier device (a warm start).
     pub fn pipeline_cache_loaded(self) -> bool {
         self.ctx.stream.device.pipeline_cache_loaded
-    }
-
-    /// Whether host transfers always go through staging buffers on this
-    /// context ([`ContextOptions::force_staging`](crate::ContextOptions::force_staging)).
-    pub fn is_staging_forced(self) -> bool {
-        self.ctx.stream.force_staging
     }
 
     /// Whether validation layers are enabled on this context.
@@ -116,7 +117,10 @@ impl<'a> Diagnostics<'a> {
         self.ctx.stream.device.retired_semaphore_count()
     }
 
-    /// Bytes the device allocator has handed out in all.
+    /// Bytes the device allocator has handed out to buffers in all (the
+    /// sum of its allocations; [`DeviceContext::memory_info`]'s
+    /// `allocated` counts the memory blocks it holds them in, which may be
+    /// larger).
     pub fn allocated_bytes(self) -> u64 {
         self.ctx
             .stream
@@ -127,8 +131,11 @@ impl<'a> Diagnostics<'a> {
     }
 }
 
-/// A context's raw Vulkan handles: see [`DeviceContext::raw`].
-#[derive(Clone, Copy)]
+/// A context's raw Vulkan handles: see [`DeviceContext::raw`]. The queues
+/// of [`queue_family_index`](Self::queue_family_index) are vkcompute's: it
+/// submits to them from its own threads, and Vulkan requires access to a
+/// queue to be externally synchronized, so do not submit to them yourself.
+#[derive(Clone, Copy, Debug)]
 pub struct RawHandles<'a> {
     ctx: &'a DeviceContext,
 }

@@ -59,19 +59,17 @@
 //!   is enqueued with `kernel.enqueue(&ctx, ..)`, the stream's
 //!   `enqueue_function` with the kernel as receiver.
 //! - **Builders and options** take and return `self` by value. A builder
-//!   ends in `build(..)` (`KernelBuilder`); `GlslBuilder` holds the
-//!   compiler's options only and ends in `compile()`, which hands the
-//!   module to a `KernelBuilder`; options are
-//!   handed to the call that uses them (`ContextOptions` to
+//!   ends in `build(..)` (`KernelBuilder`); options are handed to the call
+//!   that uses them (`ContextOptions` to
 //!   `DeviceContext::with_options`, `GraphParams` to `enqueue_graph_with`).
 //!   A `GraphCapture` is no builder but a recording: its `enqueue_*` take
 //!   `&mut self` and `finish()` ends it.
 //! - **Kernels**: one loader per source, SPIR-V (words or `.spv` bytes)
-//!   or GLSL: `Kernel::new` and `Kernel::from_glsl`, with a builder each
-//!   for options (`Kernel::builder`; `Kernel::glsl(..).compile()` for
-//!   GLSL, whose loading options are then the same `KernelBuilder`'s). What skips a check
-//!   is the `unsafe` twin of the checked form (`new_unvalidated`,
-//!   `build_unvalidated`).
+//!   or GLSL: `Kernel::new` and `Kernel::from_glsl`, and one builder for
+//!   the loading options, `KernelBuilder`: `Kernel::builder(spirv)`, or
+//!   for GLSL `Kernel::glsl(source)` (a `GlslSource`: the compiler's
+//!   options) then `.compile()`. What skips a check is the `unsafe` twin
+//!   of the checked form (`new_unvalidated`, `build_unvalidated`).
 //! - **Labels**: `label()` returns a `String` on every type. `with_label`
 //!   (on contexts, device and host buffers) labels the object itself, so
 //!   every clone and view shows the new label; kernels and graphs are
@@ -229,7 +227,7 @@ pub mod reflection {
 }
 #[cfg(feature = "glsl")]
 #[cfg_attr(docsrs, doc(cfg(feature = "glsl")))]
-pub use glsl::{GlslBuilder, GlslOptimization, GlslTarget};
+pub use glsl::{GlslOptimization, GlslSource, GlslTarget};
 pub use graph::{DispatchId, Graph, GraphCapture, GraphParams};
 pub use host::{HostBuffer, HostSlice, HostSliceMut, MappedBuffer};
 pub use kernel::{Grid, Kernel, KernelArg, KernelBuilder, SpecValue, Spirv};

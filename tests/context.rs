@@ -149,14 +149,14 @@ fn options_select_the_memory_path() {
         common::options(common::Path::Staging),
         "staging option",
         |ctx| {
-            assert!(ctx.diagnostics().is_staging_forced());
+            assert!(ctx.is_staging_forced());
         },
     );
     common::run_with(
         common::options(common::Path::Direct),
         "direct option",
         |ctx| {
-            assert!(!ctx.diagnostics().is_staging_forced());
+            assert!(!ctx.is_staging_forced());
         },
     );
 }

@@ -66,7 +66,7 @@ fn combine(mode: u32, a: u32, b: u32, bias: u32) -> u32 {
 /// Runs every variant of [`VARIANTS`] that `load` makes and checks it.
 fn check_variants(
     ctx: &DeviceContext,
-    load: impl Fn(vkcompute::GlslBuilder<'static>) -> vkcompute::GlslBuilder<'static>,
+    load: impl Fn(vkcompute::GlslSource<'static>) -> vkcompute::GlslSource<'static>,
 ) {
     let n = 700usize;
     for wide in [false, true] {

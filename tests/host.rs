@@ -148,7 +148,7 @@ fn an_unchanged_mapping_writes_nothing_back() {
         m[0] = 5;
         let before = ctx.diagnostics().live_objects().commands_recorded;
         m.finish().unwrap();
-        if !ctx.diagnostics().is_staging_forced() {
+        if !ctx.is_staging_forced() {
             assert_eq!(
                 ctx.diagnostics().live_objects().commands_recorded,
                 before,

@@ -34,6 +34,14 @@ const COMPLETING: [&str; 10] = [
     "SPIRV-Tools",
 ];
 
+/// Symbols shaderc calls that a complete `libshaderc_combined.a` defines
+/// (out-of-line functions of glslang and SPIRV-Tools' optimizer; weak
+/// inline members of glslang's headers would not tell).
+const COMPLETE_DEFINES: [&[u8]; 2] = [
+    b"_ZN7glslang17InitializeProcessEv",
+    b"_ZN8spvtools9OptimizerC1E14spv_target_env",
+];
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     for var in [
@@ -64,12 +72,22 @@ fn main() {
     let dir = PathBuf::from(format!("/usr/lib/{arch}-linux-gnu"));
     let combined = dir.join("libshaderc_combined.a");
     let shared = dir.join("libshaderc.so");
+    println!("cargo:rerun-if-changed={}", combined.display());
     // What shaderc-sys links: the combined archive where there is one (a
-    // complete one defines glslang), else the shared library.
-    let incomplete = if combined.exists() {
-        archive_defines(&combined, b"_ZN7glslang") == Some(false)
-    } else {
-        shared.exists() && lacks_glslang(&shared)
+    // complete one defines what shaderc calls of glslang and SPIRV-Tools),
+    // else the shared library.
+    let incomplete = match archive_defines(&combined, &COMPLETE_DEFINES) {
+        Some(complete) => !complete,
+        None if combined.exists() => {
+            println!(
+                "cargo:warning=vkcompute-spirv: could not read the symbol index of {}; \
+                 judging from {} whether it holds glslang",
+                combined.display(),
+                shared.display()
+            );
+            shared.exists() && lacks_glslang(&shared)
+        }
+        None => shared.exists() && lacks_glslang(&shared),
     };
     if !incomplete {
         return;
@@ -131,11 +149,11 @@ fn main() {
     std::process::exit(1);
 }
 
-/// Whether the static archive at `path` defines a symbol whose name
-/// starts with `prefix`, read from the symbol index `ar` writes (its `/`
-/// or `/SYM64/` member lists the defined symbols only); `None` where the
-/// file is no archive with an index.
-fn archive_defines(path: &Path, prefix: &[u8]) -> Option<bool> {
+/// Whether the static archive at `path` defines every symbol of `names`,
+/// read from the symbol index GNU `ar` writes (its `/` or `/SYM64/`
+/// member lists the defined symbols only); `None` where the file is no
+/// archive with such an index (a thin archive, a BSD index, none).
+fn archive_defines(path: &Path, names: &[&[u8]]) -> Option<bool> {
     let bytes = std::fs::read(path).ok()?;
     let rest = bytes.strip_prefix(b"!<arch>\n")?;
     let header = rest.get(..60)?;
@@ -155,8 +173,9 @@ fn archive_defines(path: &Path, prefix: &[u8]) -> Option<bool> {
         .get(..width)?
         .iter()
         .fold(0usize, |n, b| n.wrapping_shl(8) | usize::from(*b));
-    let names = table.get(count.checked_add(1)?.checked_mul(width)?..)?;
-    Some(names.split(|b| *b == 0).any(|n| n.starts_with(prefix)))
+    let strings = table.get(count.checked_add(1)?.checked_mul(width)?..)?;
+    let defined: Vec<&[u8]> = strings.split(|b| *b == 0).collect();
+    Some(names.iter().all(|name| defined.contains(name)))
 }
 
 /// Whether the shared library refers to glslang symbols it does not define

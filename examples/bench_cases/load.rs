@@ -27,7 +27,7 @@ impl Bench<'_> {
     pub(super) fn load(&self) -> BenchResult<()> {
         let ctx = DeviceContext::with_options(
             ContextOptions::new()
-                .force_staging(self.ctx.diagnostics().is_staging_forced())
+                .force_staging(self.ctx.is_staging_forced())
                 .pipeline_cache_dir(None),
         )?;
         let max_x = ctx.info().limits.max_workgroup_size[0].min(1024);

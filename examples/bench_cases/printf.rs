@@ -40,7 +40,7 @@ impl Bench<'_> {
         // Lines go to the log (not the table on stdout).
         let ctx = DeviceContext::with_options(
             ContextOptions::new()
-                .force_staging(self.ctx.diagnostics().is_staging_forced())
+                .force_staging(self.ctx.is_staging_forced())
                 .printf(PrintfOutput::Log),
         )?;
         let ctx = &ctx;

@@ -12,6 +12,8 @@ use super::cache::Load;
 use super::{Kernel, SpecValue};
 
 /// Loads a [`Kernel`] with specialization constants: see [`Kernel::builder`].
+#[derive(Clone)]
+#[must_use = "a builder loads nothing until build"]
 pub struct KernelBuilder<'a> {
     /// The module, or why its bytes are no module (reported by `build`).
     words: Result<Cow<'a, [u32]>>,
@@ -47,7 +49,7 @@ impl<'a> KernelBuilder<'a> {
 
     /// The module's words, without loading it: those of the SPIR-V given
     /// to [`Kernel::builder`], or those a
-    /// `GlslBuilder::compile` (feature `glsl`) produced (or
+    /// `GlslSource::compile` (feature `glsl`) produced (or
     /// its compile error).
     pub fn into_words(self) -> Result<Vec<u32>> {
         self.words.map(Cow::into_owned)
@@ -61,7 +63,9 @@ impl<'a> KernelBuilder<'a> {
         self
     }
 
-    /// The entry point's name (default `main`).
+    /// The entry point's name (default `main`). A module compiled from
+    /// GLSL has the name `GlslSource::entry`
+    /// gave the compiler (feature `glsl`), which `compile` sets here.
     pub fn entry(mut self, name: &str) -> Self {
         self.entry = name.to_string();
         self

@@ -391,8 +391,8 @@ impl Kernel {
     }
 
     /// What errors, `Debug` and traces call the kernel: the label it was
-    /// loaded with ([`KernelBuilder::label`], `GlslBuilder::label` or
-    /// `GlslBuilder::file_name` of feature `glsl`) or else its entry
+    /// loaded with ([`KernelBuilder::label`], or for GLSL the
+    /// `GlslSource::file_name` of feature `glsl`) or else its entry
     /// point's name. A kernel is labelled when loaded: the same module
     /// loaded under another label is another `Kernel` over the same
     /// pipeline ([`shares_pipeline_with`](Self::shares_pipeline_with)).

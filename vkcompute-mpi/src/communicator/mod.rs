@@ -399,7 +399,7 @@ impl Communicator {
 /// small probe buffer's mapping is the memory itself); logged (`info`) as
 /// rank `rank`'s.
 fn maps_directly(ctx: &DeviceContext, rank: i32) -> bool {
-    let direct = !ctx.diagnostics().is_staging_forced()
+    let direct = !ctx.is_staging_forced()
         && ctx
             .enqueue_create_buffer::<u32>(64)
             .and_then(|probe| probe.map_to_host().map(|m| m.is_direct()))

@@ -236,7 +236,7 @@ fn all_outboxes_free(t: &Ranks, round: usize) -> Check {
 pub(crate) fn isend_refusals_and_failures_keep_the_pair_in_step(t: &Ranks) -> Check {
     let c = t.new_communicator()?;
     let last = t.size - 1;
-    let direct = !t.ctx.diagnostics().is_staging_forced();
+    let direct = !t.ctx.is_staging_forced();
     let mismatch = |what: &str, r: vkcompute_mpi::Result<()>| match r {
         Err(Error::Mismatch { .. }) => Ok(()),
         other => Err(format!("{what}: {other:?}")),

@@ -402,7 +402,7 @@ pub(crate) fn send_recv_mismatch_fails_on_both_ranks(t: &Ranks) -> Check {
 pub(crate) fn send_from_mapped_buffer(t: &Ranks) -> Check {
     let last = t.size - 1;
     let msg = data::<f32>(3, 9);
-    let direct = !t.ctx.diagnostics().is_staging_forced();
+    let direct = !t.ctx.is_staging_forced();
     if t.rank == 0 {
         let buf = upload(t.ctx, &msg)?;
         let mapped = dev("map", buf.map_to_host())?;

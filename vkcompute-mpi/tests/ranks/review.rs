@@ -41,7 +41,7 @@ pub(crate) fn review_checks() -> Vec<Named> {
 /// destination on the odd ranks (copied into in pieces from pinned host
 /// memory). Runs once per rank count (on the first memory path).
 pub(crate) fn pieces_across_memory_paths_at_the_threshold(t: &Ranks) -> Check {
-    if t.ctx.diagnostics().is_staging_forced() || !t.same_node {
+    if t.ctx.is_staging_forced() || !t.same_node {
         return Ok(());
     }
     let (p, r, last) = (t.size as usize, t.rank as usize, t.size - 1);
