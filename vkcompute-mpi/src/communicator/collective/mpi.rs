@@ -43,20 +43,22 @@ impl Communicator {
     ) -> Result<()> {
         let n = buf.elements();
         let pieces = plan::split(0..n, piece);
+        // Every `Reducible` type has one; a failure here fails the header.
         let reduction = Reduction::new(T::TYPE, reduce).ok_or_else(|| Error::InvalidLength {
             op,
             detail: format!("MPI has no reduction of {}", T::TYPE),
-        })?;
-        self.mpi_allreduces.fetch_add(1, Ordering::Relaxed);
+        });
         let window = pieces.len().min(SLOTS);
         let piece_bytes = piece * size_of::<T>();
         if let Some(dev) = in_place {
             // A mapped buffer fails here, before the ranks agree.
-            let prepared = dev
-                .map_to_host()
-                .map_err(Error::device(op))
-                .and_then(|m| Ok((m, self.pool.piece_slots(op, piece_bytes, window)?)));
-            let (mut mapping, copies) = self.agree(op, header, prepared)?;
+            let prepared = reduction.and_then(|reduction| {
+                let mapping = dev.map_to_host().map_err(Error::device(op))?;
+                let copies = self.pool.piece_slots(op, piece_bytes, window)?;
+                Ok((reduction, mapping, copies))
+            });
+            let (reduction, mut mapping, copies) = self.agree(op, header, prepared)?;
+            self.mpi_allreduces.fetch_add(1, Ordering::Relaxed);
             let done = {
                 let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut mapping);
                 let mut parts = bytes.chunks_mut(piece_bytes);
@@ -93,22 +95,21 @@ impl Communicator {
             done?;
             return mapping.finish().map_err(Error::device(op));
         }
-        let prepared = self
-            .pool
-            .piece_slots(op, piece_bytes, 2 * window)
-            .and_then(|slots| {
-                let staged: Result<Vec<Staged>> = (pieces.iter().zip(&slots[..window]))
-                    .map(|(range, slot)| exec::stage_in(op, buf.place(), range, slot).map(Some))
-                    .collect();
-                match staged {
-                    Ok(staged) => Ok((slots, staged)),
-                    Err(e) => {
-                        self.pool.keep_piece_slots(slots);
-                        Err(e)
-                    }
+        let prepared = reduction.and_then(|reduction| {
+            let slots = self.pool.piece_slots(op, piece_bytes, 2 * window)?;
+            let staged: Result<Vec<Staged>> = (pieces.iter().zip(&slots[..window]))
+                .map(|(range, slot)| exec::stage_in(op, buf.place(), range, slot).map(Some))
+                .collect();
+            match staged {
+                Ok(staged) => Ok((reduction, slots, staged)),
+                Err(e) => {
+                    self.pool.keep_piece_slots(slots);
+                    Err(e)
                 }
-            });
-        let (slots, staged) = self.agree(op, header, prepared)?;
+            }
+        });
+        let (reduction, slots, staged) = self.agree(op, header, prepared)?;
+        self.mpi_allreduces.fetch_add(1, Ordering::Relaxed);
         let done =
             self.team()
                 .allreduce_by_mpi(op, (buf.place(), reduction), (n, piece), &slots, staged);
