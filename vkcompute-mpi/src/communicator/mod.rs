@@ -72,6 +72,9 @@ pub struct Communicator {
     /// How many allreduces took the direct reduce-scatter
     /// (`Communicator::direct_reduce_scatters`).
     pub(crate) direct_reduce_scatters: AtomicU64,
+    /// How many allreduces ran MPI's own allreduce in pieces
+    /// (`Communicator::mpi_allreduces`).
+    pub(crate) mpi_allreduces: AtomicU64,
 }
 
 impl Communicator {
@@ -152,6 +155,7 @@ impl Communicator {
             pool: StagingPool::new(ctx),
             maps_directly,
             direct_reduce_scatters: AtomicU64::new(0),
+            mpi_allreduces: AtomicU64::new(0),
         })
     }
 
@@ -275,6 +279,14 @@ impl Communicator {
     #[cfg(feature = "test-counters")]
     pub fn direct_reduce_scatters(&self) -> u64 {
         self.direct_reduce_scatters.load(Ordering::Relaxed)
+    }
+
+    /// How many allreduces of this communicator ran MPI's own allreduce in
+    /// pieces ([`AllreduceAlgorithm::Mpi`](crate::AllreduceAlgorithm::Mpi)),
+    /// for the tests that check where it is taken.
+    #[cfg(feature = "test-counters")]
+    pub fn mpi_allreduces(&self) -> u64 {
+        self.mpi_allreduces.load(Ordering::Relaxed)
     }
 
     /// This rank's number in the communicator.

@@ -15,6 +15,8 @@
 //! step's pieces at once, `raw::broadcast` a broadcast's), so ranks on
 //! different paths work together: the piece length depends only on what
 //! the ranks agreed (the element type and the chunks).
+mod mpi;
+
 use std::mem::size_of;
 use std::ops::Range;
 
@@ -31,6 +33,8 @@ use crate::raw::{self, Landing, Source, Wire};
 use crate::transport::kernels::{self, ReduceKernels};
 use crate::transport::pool::StagingPool;
 use crate::wire::COLLECTIVE_TAG;
+
+pub(crate) use mpi::{stage_in, Staged};
 
 /// The pinned host buffers of a pipelined ring: for each parity of the
 /// step, one per piece of the longest chunk, for outgoing pieces copied

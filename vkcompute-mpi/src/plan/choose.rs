@@ -29,11 +29,13 @@ pub(crate) enum Route {
     SameNode,
     /// Over MPI, in the device buffer's mapping, the kernels reducing into
     /// the buffer between the mappings (allreduce and broadcast of a
-    /// device buffer that maps directly).
+    /// device buffer that maps directly; an allreduce of chunks longer
+    /// than one piece: MPI's allreduce in the mapping, in pieces).
     Mapped,
     /// Over MPI through pinned host buffers of one piece each, each
     /// piece's copies and kernel overlapping the others' transfers (the
-    /// executor's pieces: chunks longer than one piece, the ring).
+    /// executor's pieces: chunks longer than one piece, the ring; an
+    /// allreduce: MPI's allreduce in pieces).
     Pieces,
     /// Over MPI through pinned host buffers of the whole buffer (small
     /// chunks, halving, doubling; and the header exchange alone where no
@@ -165,6 +167,15 @@ pub(crate) fn plan(ask: &Ask) -> Plan {
         return routed(Route::SameNode, AllreduceAlgorithm::AllToAll);
     }
     let allreduce = ask.collective == Collective::Allreduce;
+    let in_pieces = schedule == Algorithm::Ring && piece < chunks.longest();
+    if allreduce && in_pieces {
+        let route = if ask.mapped {
+            Route::Mapped
+        } else {
+            Route::Pieces
+        };
+        return routed(route, AllreduceAlgorithm::Mpi);
+    }
     if allreduce && ask.doubles() {
         let doubling = whole(AllreduceAlgorithm::Doubling);
         let route = if ask.mapped {
@@ -188,7 +199,7 @@ pub(crate) fn plan(ask: &Ask) -> Plan {
         };
         return routed(Route::Mapped, named);
     }
-    if schedule == Algorithm::Ring && piece < chunks.longest() {
+    if in_pieces {
         return routed(Route::Pieces, named);
     }
     routed(Route::Whole, named)
@@ -229,16 +240,23 @@ mod tests {
             (ask(A, 2, 64 << 10), (Route::Whole, Ring)),
             (ask(A, 4, 1 << 20), (Route::Whole, Halving)),
             (ask(A, 4, 4 << 20), (Route::Whole, Halving)),
-            (ask(A, 4, 64 << 20), (Route::Pieces, Ring)),
             (ask(A, 3, 1 << 20), (Route::Whole, Ring)),
-            (mapped(ask(A, 4, 64 << 20)), (Route::Mapped, Direct)),
             (mapped(ask(A, 3, 1 << 20)), (Route::Mapped, Direct)),
-            (mapped(ask(A, 2, 64 << 20)), (Route::Mapped, Ring)),
-            (mapped(ask(A, 9, 64 << 20)), (Route::Mapped, Ring)),
             (mapped(ask(A, 4, 1 << 20)), (Route::Mapped, Halving)),
-            // A landing of 2 chunks of 192 MiB: over the cap.
-            (mapped(ask(A, 3, 576 << 20)), (Route::Mapped, Ring)),
-            (mapped(ask(A, 3, 384 << 20)), (Route::Mapped, Direct)),
+            // Chunks of one piece (4 MiB): the ring, or the direct
+            // reduce-scatter where mapped.
+            (ask(A, 2, 8 << 20), (Route::Whole, Ring)),
+            (mapped(ask(A, 2, 8 << 20)), (Route::Mapped, Ring)),
+            (mapped(ask(A, 3, 12 << 20)), (Route::Mapped, Direct)),
+            (mapped(ask(A, 9, 36 << 20)), (Route::Mapped, Ring)),
+            // Chunks of more than one piece: MPI's allreduce in pieces,
+            // on either route.
+            (ask(A, 2, (8 << 20) + 256), (Route::Pieces, Mpi)),
+            (ask(A, 4, 64 << 20), (Route::Pieces, Mpi)),
+            (mapped(ask(A, 4, 64 << 20)), (Route::Mapped, Mpi)),
+            (mapped(ask(A, 2, 64 << 20)), (Route::Mapped, Mpi)),
+            (mapped(ask(A, 9, 64 << 20)), (Route::Mapped, Mpi)),
+            (mapped(ask(A, 3, 576 << 20)), (Route::Mapped, Mpi)),
         ];
         for (a, want) in cases {
             assert_eq!(route_and_algorithm(a), want, "{a:?}");

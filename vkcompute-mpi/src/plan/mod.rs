@@ -120,6 +120,12 @@ pub enum AllreduceAlgorithm {
     /// owner's (the same-node path, where the ranks read each other's
     /// exported memory).
     AllToAll,
+    /// MPI's own allreduce (`MPI_Iallreduce`, the reduction on the host)
+    /// over the buffer in pieces: in the buffer's mapping where it maps in
+    /// place, else through pinned host memory, each piece's copies to and
+    /// from the device overlapping the others' reductions (where the ring
+    /// would run with chunks of more than one piece).
+    Mpi,
 }
 
 impl AllreduceAlgorithm {
@@ -130,8 +136,8 @@ impl AllreduceAlgorithm {
     #[allow(non_upper_case_globals, reason = "the old variant's name")]
     pub const SameNode: AllreduceAlgorithm = AllreduceAlgorithm::AllToAll;
 
-    /// A short name: `local`, `doubling`, `halving`, `ring`, `direct` or
-    /// `all_to_all`.
+    /// A short name: `local`, `doubling`, `halving`, `ring`, `direct`,
+    /// `all_to_all` or `mpi`.
     pub fn name(self) -> &'static str {
         match self {
             AllreduceAlgorithm::Local => "local",
@@ -140,6 +146,7 @@ impl AllreduceAlgorithm {
             AllreduceAlgorithm::Ring => "ring",
             AllreduceAlgorithm::Direct => "direct",
             AllreduceAlgorithm::AllToAll => "all_to_all",
+            AllreduceAlgorithm::Mpi => "mpi",
         }
     }
 }

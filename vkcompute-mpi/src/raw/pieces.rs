@@ -45,33 +45,36 @@ impl Wire {
 }
 
 /// The memory an incoming piece lands in: the first `len` bytes of a
-/// pinned host buffer borrowed for the host, or a scratch buffer (where
-/// the host buffer could not be borrowed: the piece is taken off the wire
-/// and dropped).
+/// pinned host buffer borrowed for the host, other memory borrowed for
+/// the call (a part of a device buffer's mapping), or a scratch buffer
+/// (where the host buffer could not be borrowed: the piece is taken off
+/// the wire and dropped).
 pub(crate) enum Landing<'m> {
     Slot(HostSliceMut<'m, u8>, usize),
+    Memory(&'m mut [u8]),
     Spare(Vec<u8>),
 }
 
 impl Landing<'_> {
-    fn bytes(&mut self) -> &mut [u8] {
+    pub(super) fn bytes(&mut self) -> &mut [u8] {
         match self {
             Landing::Slot(slice, len) => &mut slice[..*len],
+            Landing::Memory(memory) => memory,
             Landing::Spare(spare) => spare,
         }
     }
 }
 
 /// The memory an outgoing piece is sent from: the first `len` bytes of a
-/// pinned host buffer borrowed for reading, or other bytes (zeros, where
-/// this rank's data is wrong and the peers must still complete).
+/// pinned host buffer borrowed for reading, or other bytes (a copy; zeros,
+/// where this rank's data is wrong and the peers must still complete).
 pub(crate) enum Source<'m> {
     Slot(HostSlice<'m, u8>, usize),
     Spare(Vec<u8>),
 }
 
 impl Source<'_> {
-    fn bytes(&self) -> &[u8] {
+    pub(super) fn bytes(&self) -> &[u8] {
         match self {
             Source::Slot(slice, len) => &slice[..*len],
             Source::Spare(spare) => spare,
@@ -82,7 +85,7 @@ impl Source<'_> {
 /// Ends the process where it is dropped by a panic's unwinding: held
 /// while MPI transfers into or out of memory that the unwinding would
 /// free are under way.
-struct AbortOnUnwind;
+pub(super) struct AbortOnUnwind;
 
 impl Drop for AbortOnUnwind {
     fn drop(&mut self) {
@@ -189,7 +192,7 @@ pub(crate) fn exchange_pieces<'m>(
             }
             // The piece is in: its memory goes back to its owner.
             let landed = held_in[p].take();
-            let in_slot = matches!(landed, Some(Landing::Slot(..)));
+            let in_slot = !matches!(landed, Some(Landing::Spare(_)));
             drop(landed);
             arrived(p, in_slot);
         }

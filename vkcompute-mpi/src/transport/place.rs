@@ -144,6 +144,18 @@ impl<T: Pod> Place<'_, T> {
         }
     }
 
+    /// Records an event on these elements' stream, after the work
+    /// enqueued on it so far, and submits that work.
+    pub(crate) fn record_event(&self) -> vkcompute::Result<vkcompute::Event> {
+        let ctx = match self {
+            Place::Device(b) => b.context(),
+            Place::Host(b) => b.context(),
+        };
+        let event = ctx.enqueue_record_event()?;
+        ctx.flush()?;
+        Ok(event)
+    }
+
     /// Enqueues a copy of elements `start..start + len` into `dst` on
     /// their buffer's stream, and submits it.
     pub(crate) fn copy_range_to<D: Parts<T>>(

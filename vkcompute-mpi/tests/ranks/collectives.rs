@@ -128,14 +128,21 @@ fn allreduce_view(t: &Ranks, op: ReduceOp, offset: usize, len: usize) -> Check {
 /// odd ones (always staged), for lengths that take recursive doubling on 4
 /// ranks (at most 64 KiB), ones that take recursive halving there (20,000
 /// and 100,003; the ring on 2 and 3 ranks), and 6,000,011 (24 MB:
-/// chunks of more than one piece on 2, 3 and 4 ranks, so the staged ring
-/// pipelines them, in place in a device buffer or through a working copy
-/// for a host buffer, and rank 2 passes a view at an odd offset, which
-/// the kernels cannot bind in place): the messages must pair up whichever
-/// path each rank takes.
+/// chunks of more than one piece on 2, 3 and 4 ranks, so every rank runs
+/// MPI's allreduce in pieces, in the mapping of a device buffer that maps
+/// in place, through pinned host memory for a host buffer and for rank
+/// 2's view at an odd offset, which the kernels cannot bind in place):
+/// the messages must pair up whichever path each rank takes.
 pub(crate) fn allreduce_across_paths(t: &Ranks) -> Check {
     let direct_before = t.comm.direct_reduce_scatters();
+    let mpi_before = t.comm.mpi_allreduces();
     allreduce_across_paths_run(t)?;
+    // The two of 6,000,011 elements, but on the same-node path.
+    let by_mpi = t.comm.mpi_allreduces() - mpi_before;
+    let on_node = t.comm.collective_path() == vkcompute_mpi::Path::SameNode;
+    ensure(by_mpi == if on_node { 0 } else { 2 }, || {
+        format!("{by_mpi} allreduces across paths took MPI's allreduce")
+    })?;
     // Rank 2's view cannot be bound in place and the odd ranks pass host
     // buffers, so not every rank offers the direct reduce-scatter.
     let direct = t.comm.direct_reduce_scatters() - direct_before;
@@ -177,15 +184,16 @@ fn allreduce_across_paths_run(t: &Ranks) -> Check {
 /// kernel pass (`Communicator::direct_reduce_scatters` counts them):
 /// lengths 1, 7 and 1003 of each element type with sum and maximum,
 /// 100,003 of f32 and i64 (at 4 ranks halving keeps those of at most
-/// 4 MiB) and 6,000,011 f32 (24 MB: the ring at 4 ranks too, chunks of
-/// several pieces) with sum, checked against the CPU; elsewhere (other
-/// paths, 2 ranks) none, checked on short lengths.
+/// 4 MiB) and 3,000,007 f32 (12 MB: the ring at 4 ranks too, chunks of
+/// one piece; longer chunks take MPI's allreduce) with sum, checked
+/// against the CPU; elsewhere (other paths, 2 ranks) none, checked on
+/// short lengths.
 pub(crate) fn allreduce_direct_reduce_scatter(t: &Ranks) -> Check {
     let size = t.size as usize;
     let path = t.comm.collective_path();
     let direct = path == vkcompute_mpi::Path::Mapped && (3..=8).contains(&size);
     let lengths: &[usize] = if direct {
-        &[1, 7, 1003, 100_003, 6_000_011]
+        &[1, 7, 1003, 100_003, 3_000_007]
     } else {
         &[1, 1003]
     };
@@ -472,6 +480,7 @@ pub(crate) fn allreduces(large: bool) -> Vec<Named> {
     ];
     if large {
         checks.push(("large_64_mib", large_64_mib));
+        checks.push(("allreduce_by_mpi_in_pieces", allreduce_by_mpi_in_pieces));
     }
     checks
 }

@@ -37,6 +37,7 @@ type Check = Result<(), String>;
 /// A named check that every rank runs.
 type Named = (&'static str, fn(&Ranks) -> Check);
 
+mod by_mpi;
 mod collectives;
 mod isends;
 mod on_node;
@@ -46,6 +47,7 @@ mod requests;
 mod review;
 mod same_node;
 
+use by_mpi::*;
 use collectives::*;
 use isends::*;
 use on_node::*;

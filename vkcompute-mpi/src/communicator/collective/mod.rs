@@ -56,6 +56,7 @@ use crate::wire::COLLECTIVE_TAG;
 use crate::wire::{self, Failure, Header, Kind};
 
 mod mapped;
+mod mpi;
 mod on_node;
 mod pipelined;
 mod ring;
@@ -204,12 +205,12 @@ impl Communicator {
         let trivial = plan.algorithm == AllreduceAlgorithm::Local;
         match (plan.route, in_place) {
             (Route::SameNode, _) => return self.allreduce_same_node(op, buf, reduce, header),
+            _ if plan.algorithm == AllreduceAlgorithm::Mpi => {
+                let pieces = (plan.piece, in_place);
+                return self.allreduce_mpi(op, (buf, reduce), header, pieces);
+            }
             (Route::Mapped, Some(dev)) => {
                 return self.allreduce_mapped(op, dev, reduce, (header, plan));
-            }
-            (Route::Pieces, _) => {
-                let pieces = (plan.chunks, plan.piece);
-                return self.allreduce_pipelined(op, (buf, reduce), header, pieces);
             }
             _ if plan.algorithm == AllreduceAlgorithm::Doubling => {
                 let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);

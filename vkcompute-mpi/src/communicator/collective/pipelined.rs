@@ -1,6 +1,7 @@
 //! The staged collectives in pieces (`pipeline`): where a collective's
 //! chunks (one rank's share of its buffer) are longer than one piece, the
-//! ring's steps, the gather of `reduce` and the broadcast travel in
+//! ring's steps (of reduce, reduce_scatter and allgather; an allreduce
+//! runs MPI's own, `mpi.rs`), the gather of `reduce` and the broadcast travel in
 //! pieces through pinned host buffers of one piece each, and each piece's
 //! device work (its copy to the device, its reduction, its copy out for
 //! the next step) is enqueued as soon as it has arrived, so that the
@@ -114,49 +115,13 @@ impl Communicator {
         Ok(())
     }
 
-    /// The staged ring allreduce of chunks longer than one piece: in `buf`
-    /// itself where it is a device buffer the kernels bind in place, else
-    /// in a device working copy of it, which is copied back at the end.
-    /// Failures after the ranks agreed: as in `allreduce_mapped` (`buf` is
-    /// then undefined).
-    pub(crate) fn allreduce_pipelined<T: Reducible, B: Buffer<T> + ?Sized>(
-        &self,
-        op: &'static str,
-        (buf, reduce): (&B, ReduceOp),
-        header: Header,
-        (chunks, piece): (Chunks, usize),
-    ) -> Result<()> {
-        let n = buf.elements();
-        let in_place = match buf.place() {
-            Place::Device(dev) if self.binds_in_place(dev) => Some(dev.clone()),
-            _ => None,
-        };
-        let copied = in_place.is_none();
-        let prepared = self.prepare_pipelined(op, reduce, (&chunks, piece), || match in_place {
-            Some(dev) => Ok(dev),
-            None => {
-                let acc = self.work_buffer::<T>(op, n)?;
-                (buf.place().copy_range_to(0, n, &acc)).map_err(Error::device(op))?;
-                Ok(acc)
-            }
-        });
-        let p = self.agree(op, header, prepared)?;
-        let all = 0..2 * (self.size() as usize - 1);
-        let done = self.ring_in_work(op, &p, (&chunks, piece), all);
-        p.slots.keep(&self.pool);
-        done?;
-        if copied {
-            (buf.place().copy_from(&p.work)).map_err(Error::device(op))?;
-        }
-        Ok(())
-    }
-
     /// `reduce` of chunks longer than one piece: the ring's reduce-scatter
     /// in a device working copy of `buf`, then every rank's reduced chunk
     /// to `root` in pieces, each copied into the root's `buf` as it lands.
     /// A device error after the ranks agreed does not stop this rank's
     /// part of the messages and is returned at the end (the root's `buf`
-    /// is then undefined).
+    /// is then undefined). (An allreduce of chunks longer than one piece
+    /// runs MPI's allreduce instead: `mpi.rs`.)
     pub(crate) fn reduce_pipelined<T: Reducible, B: Buffer<T> + ?Sized>(
         &self,
         op: &'static str,
