@@ -1,7 +1,7 @@
 //! MPI's own allreduce over a buffer in pieces ([`allreduce_pieces`]):
-//! one `MPI_Iallreduce` in place a piece, each posted as soon as its
-//! memory is ready, a window of them under way at once, each piece handed
-//! back as soon as MPI is done with it. The memory is borrowed for the
+//! one `MPI_Iallreduce` a piece (from an operand into its landing), each
+//! posted as soon as its memory is ready, a window of them under way at
+//! once, each piece handed back as soon as MPI is done with it. The memory is borrowed for the
 //! call, which returns only once MPI is done with all of it (within the
 //! communicator's timeout; a collective cannot be cancelled, so past it
 //! the job is aborted: [`wait`](super::wait)).
