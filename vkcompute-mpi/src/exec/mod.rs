@@ -1,5 +1,9 @@
-//! The executor: collectives in pieces (`communicator/collective/pipelined.rs`
-//! builds the collectives on it): each step's chunk travels as several MPI messages,
+//! The executor of the collectives over MPI, below the façade, which
+//! checks, agrees and plans: the chunks that travel whole (`whole.rs`, on
+//! a working buffer's mapping or its pinned mirror), MPI's allreduce in
+//! pieces (`mpi.rs`), and, here, collectives in pieces
+//! (`communicator/collective/pipelined.rs` builds them on it): each
+//! step's chunk travels as several MPI messages,
 //! through pinned host buffers of one piece each (separate allocations,
 //! so that MPI holds one while the device copies another), and the device
 //! work of a piece is enqueued as soon as it has arrived. The
@@ -10,12 +14,14 @@
 //! point-to-point messages (the ring's steps, `reduce`'s gather to the
 //! root) or `MPI_Ibcast`s (a broadcast's pieces).
 //!
-//! The messages are the same as those of the mapped and unpipelined paths
-//! (`Communicator::allreduce_mapped` and `raw::sendrecv_pieces` post a
+//! The messages are the same as those of the collectives whose chunks
+//! travel whole (`whole.rs`, `Whole`: `raw::sendrecv_pieces` posts a
 //! step's pieces at once, `raw::broadcast` a broadcast's), so ranks on
-//! different paths work together: the piece length depends only on what
-//! the ranks agreed (the element type and the chunks).
+//! different routes work together: the piece length depends only on what
+//! the ranks agreed (the element type and the chunks). MPI's own
+//! allreduce in pieces: `mpi.rs`.
 mod mpi;
+mod whole;
 
 use std::mem::size_of;
 use std::ops::Range;
@@ -35,6 +41,7 @@ use crate::transport::pool::StagingPool;
 use crate::wire::COLLECTIVE_TAG;
 
 pub(crate) use mpi::{stage_in, Staged};
+pub(crate) use whole::{Pinned, View, Whole};
 
 /// The pinned host buffers of a pipelined ring: for each parity of the
 /// step, one per piece of the longest chunk, for outgoing pieces copied

@@ -138,7 +138,7 @@ fn exchange_all(
 /// for an empty slice), all posted at once and waited for together
 /// within the communicator's timeout: the exchange of a reduce-scatter
 /// in which every rank sends every other its chunk at once
-/// (`Communicator::allreduce_mapped`).
+/// (`exec::Whole::direct_reduce_scatter`).
 pub(crate) fn exchange_with_peers(
     op: &'static str,
     comm: &Comm,

@@ -19,7 +19,7 @@ const VERSION: u32 = 5;
 
 /// `Header::flags`: this rank can take the allreduce whose reduce-scatter
 /// sends every chunk to its owner at once
-/// (`Communicator::allreduce_mapped`).
+/// (`exec::Whole::direct_reduce_scatter`).
 const DIRECT_REDUCE_SCATTER: u32 = 1;
 
 /// `Header::shared` of a message whose data travels over MPI.
@@ -228,7 +228,7 @@ impl Header {
     }
 
     /// Whether this rank offered the allreduce whose reduce-scatter sends
-    /// every chunk to its owner at once (`Communicator::allreduce_mapped`);
+    /// every chunk to its owner at once (`exec::Whole::direct_reduce_scatter`);
     /// it is taken only where every rank offered it.
     pub(crate) fn offers_direct(&self) -> bool {
         self.flags & DIRECT_REDUCE_SCATTER != 0

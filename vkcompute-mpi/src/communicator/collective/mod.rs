@@ -25,6 +25,11 @@
 //! (and of the device's `minStorageBufferOffsetAlignment`), so that a
 //! kernel can bind any of them.
 //!
+//! This module checks the arguments, agrees with the other ranks and
+//! plans (`plan::plan`); the executor (`exec`) runs the plan: chunks that
+//! travel whole (`whole.rs` prepares them), in pieces (`pipelined.rs`),
+//! or MPI's allreduce in pieces (`mpi.rs`).
+//!
 //! Where every pair of ranks takes the same-node path
 //! (`Communicator::collective_path`), the collectives of buffers that are
 //! not empty exchange through exported device memory instead, no data
@@ -47,21 +52,20 @@ use vkcompute::DeviceBuffer;
 use crate::communicator::Communicator;
 use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
-use crate::plan::schedule::Algorithm;
+use crate::exec::Pinned;
+use crate::plan::schedule;
 use crate::plan::{self, AllreduceAlgorithm, Ask, Chunks, Collective, Route};
 use crate::raw;
 use crate::transport::kernels;
 use crate::transport::place::{Buffer, Place};
-use crate::wire::COLLECTIVE_TAG;
 use crate::wire::{self, Failure, Header, Kind};
 
-mod mapped;
 mod mpi;
 mod on_node;
 mod pipelined;
-mod ring;
+mod whole;
 
-use ring::{copy_out, Staged};
+use whole::Extras;
 
 impl Communicator {
     /// Waits until every rank has called `barrier`. Device work is not
@@ -144,7 +148,7 @@ impl Communicator {
             return self.broadcast_pipelined(op, (buf, root), header, piece);
         }
         let prepared = self.check_rank(op, root).and_then(|()| {
-            let staged = Staged::<T>::new(self, op, n)?;
+            let staged = Pinned::<T>::new(&self.pool, op, n)?;
             if self.rank() == root {
                 (buf.place().copy_range_to(0, n, &staged.typed)).map_err(Error::device(op))?;
             }
@@ -152,7 +156,7 @@ impl Communicator {
         });
         let staged = self.agree(op, header, prepared)?;
         if n == 0 || self.size() == 1 {
-            staged.keep(self);
+            staged.keep(&self.pool);
             return Ok(());
         }
         {
@@ -163,7 +167,7 @@ impl Communicator {
         if self.rank() != root {
             (buf.place().copy_from(&staged.typed)).map_err(Error::device(op))?;
         }
-        staged.keep(self);
+        staged.keep(&self.pool);
         Ok(())
     }
 
@@ -202,50 +206,18 @@ impl Communicator {
         let header = Header::new(Kind::Allreduce, T::TYPE, n).reduce(reduce);
         let in_place = self.mapped_in_place(buf);
         let plan = plan::plan(&self.ask::<T>(Collective::Allreduce, n, in_place.is_some()));
-        let trivial = plan.algorithm == AllreduceAlgorithm::Local;
-        match (plan.route, in_place) {
-            (Route::SameNode, _) => return self.allreduce_same_node(op, buf, reduce, header),
+        match plan.route {
+            Route::SameNode => self.allreduce_same_node(op, buf, reduce, header),
+            _ if plan.algorithm == AllreduceAlgorithm::Local => self.agree(op, header, Ok(())),
             _ if plan.algorithm == AllreduceAlgorithm::Mpi => {
                 let pieces = (plan.piece, in_place);
-                return self.allreduce_mpi(op, (buf, reduce), header, pieces);
+                self.allreduce_mpi(op, (buf, reduce), header, pieces)
             }
-            (Route::Mapped, Some(dev)) => {
-                return self.allreduce_mapped(op, dev, reduce, (header, plan));
-            }
-            _ if plan.algorithm == AllreduceAlgorithm::Doubling => {
-                let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
-                let whole = (plan.chunks, Algorithm::Ring);
-                let prepared = self.prepare_ring(op, reduce, n, whole, fill);
-                let ring = self.agree(op, header, prepared)?;
-                self.doubling_staged(op, &ring)?;
-                (buf.place().copy_from(&ring.acc)).map_err(Error::device(op))?;
-                ring.keep(self);
-                return Ok(());
-            }
-            _ => {}
+            // The mapped route works in `buf` itself; the others through
+            // a mirror.
+            Route::Mapped => self.allreduce_whole(op, (buf, reduce, in_place), (header, plan)),
+            _ => self.allreduce_whole(op, (buf, reduce, None), (header, plan)),
         }
-        let prepared = if trivial {
-            Ok(None)
-        } else {
-            let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
-            self.prepare_ring(op, reduce, n, (plan.chunks, plan.schedule), fill)
-                .and_then(|ring| Ok(Some((ring, Staged::<T>::new(self, op, n)?))))
-        };
-        let Some((ring, result)) = self.agree(op, header, prepared)? else {
-            return Ok(());
-        };
-        self.ring_reduce_scatter(op, &ring)?;
-        let rank = self.rank() as usize;
-        let mine = ring.chunks.ranges[rank].clone();
-        copy_out(op, &ring.chunk(op, rank)?, &result.part(op, mine)?)?;
-        {
-            let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
-            self.ring_allgather(op, &mut all, (&ring.chunks, ring.algorithm))?;
-        }
-        (buf.place().copy_from(&result.typed)).map_err(Error::device(op))?;
-        result.keep(self);
-        ring.keep(self);
-        Ok(())
     }
 
     /// The algorithm [`allreduce`](Self::allreduce) takes for `buf`, where
@@ -272,7 +244,7 @@ impl Communicator {
         root: i32,
     ) -> Result<()> {
         let op = "Communicator::reduce";
-        let (n, rank) = (buf.elements(), self.rank());
+        let (n, rank, size) = (buf.elements(), self.rank(), self.size() as usize);
         let header = Header::new(Kind::Reduce, T::TYPE, n)
             .reduce(reduce)
             .root(root);
@@ -291,50 +263,32 @@ impl Communicator {
                 return Ok(None);
             }
             let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
-            let ring = self.prepare_ring(op, reduce, n, (plan.chunks, plan.schedule), fill)?;
-            let result = if rank == root {
-                Some(Staged::<T>::new(self, op, n)?)
-            } else {
-                None
+            let steps = schedule::reduce_scatter(plan.schedule, rank as usize, size);
+            let inbox = plan.chunks.longest_step(&steps);
+            let none = Extras {
+                landing: None,
+                doubling: false,
             };
-            Ok(Some((ring, result)))
+            let prepared = self.prepare_whole(op, reduce, (None, n, fill), inbox, none)?;
+            Ok(Some((prepared, steps)))
         });
-        let Some((ring, result)) = self.agree(op, header, prepared)? else {
+        let Some((prepared, steps)) = self.agree(op, header, prepared)? else {
             return Ok(());
         };
-        self.ring_reduce_scatter(op, &ring)?;
-        let mine = ring.chunks.ranges[rank as usize].clone();
-        let own_chunk = ring.chunk(op, rank as usize)?;
-        match result {
-            None => {
-                let outbox = ring.outbox.part(op, 0..mine.len())?;
-                copy_out(op, &own_chunk, &outbox)?;
-                let out = outbox.as_slice().map_err(Error::device(op))?;
-                raw::send(
-                    op,
-                    self.raw(),
-                    bytemuck::cast_slice(&out),
-                    root,
-                    COLLECTIVE_TAG,
-                )?;
+        let ran = {
+            let mut run = prepared.run(self, op, None);
+            run.reduce_scatter(&plan.chunks, &steps)?;
+            run.gather_to_root(&plan.chunks, root)?;
+            run.finish()
+        };
+        let result = ran.and_then(|()| match &prepared.mirror {
+            Some(mirror) if rank == root => {
+                (buf.place().copy_from(&mirror.typed)).map_err(Error::device(op))
             }
-            Some(result) => {
-                copy_out(op, &own_chunk, &result.part(op, mine)?)?;
-                {
-                    let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
-                    for (peer, range) in ring.chunks.ranges.iter().enumerate() {
-                        if peer as i32 != rank {
-                            let into = bytemuck::cast_slice_mut(&mut all[range.clone()]);
-                            raw::recv(op, self.raw(), into, peer as i32, COLLECTIVE_TAG)?;
-                        }
-                    }
-                }
-                (buf.place().copy_from(&result.typed)).map_err(Error::device(op))?;
-                result.keep(self);
-            }
-        }
-        ring.keep(self);
-        Ok(())
+            _ => Ok(()),
+        });
+        prepared.keep(self);
+        result
     }
 
     /// Gathers every rank's `send` (of the same length on every rank) into
@@ -359,7 +313,7 @@ impl Communicator {
             return self.allgather_pipelined(op, (send, recv), header, pieces, checked);
         }
         let prepared = checked.and_then(|()| {
-            let result = Staged::<T>::new(self, op, m * size)?;
+            let result = Pinned::<T>::new(&self.pool, op, m * size)?;
             let mine = result.part(op, rank * m..(rank + 1) * m)?;
             (send.place().copy_range_to(0, m, &mine)).map_err(Error::device(op))?;
             Ok(result)
@@ -367,10 +321,11 @@ impl Communicator {
         let result = self.agree(op, header, prepared)?;
         if m > 0 && size > 1 {
             let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
-            self.ring_allgather(op, &mut all, (&plan.chunks, plan.schedule))?;
+            let chunks = (&plan.chunks, plan.schedule);
+            self.team().allgather_in(op, &mut all, chunks)?;
         }
         (recv.place().copy_from(&result.typed)).map_err(Error::device(op))?;
-        result.keep(self);
+        result.keep(&self.pool);
         Ok(())
     }
 
@@ -397,34 +352,44 @@ impl Communicator {
             let args = (send, recv, reduce);
             return self.reduce_scatter_pipelined(op, args, header, (plan.chunks, plan.piece));
         }
+        let chunks = Chunks::blocks(m, size, stride);
+        let steps = schedule::reduce_scatter(plan.schedule, rank, size);
         let prepared = checked.and_then(|()| {
             if m == 0 {
                 return Ok(None);
             }
-            let ring = self.prepare_ring::<T>(
-                op,
-                reduce,
-                stride * size,
-                (Chunks::blocks(m, size, stride), plan.schedule),
-                |acc| {
-                    for k in 0..size {
-                        let part = acc.create_sub_buffer::<T>(k * stride, m)?;
-                        send.place().copy_range_to(k * m, m, &part)?;
-                    }
-                    Ok(())
-                },
-            )?;
-            Ok(Some(ring))
+            let fill = |acc: &DeviceBuffer<T>| {
+                for k in 0..size {
+                    let part = acc.create_sub_buffer::<T>(k * stride, m)?;
+                    send.place().copy_range_to(k * m, m, &part)?;
+                }
+                Ok(())
+            };
+            let inbox = chunks.longest_step(&steps);
+            let none = Extras {
+                landing: None,
+                doubling: false,
+            };
+            let input = (None, stride * size, fill);
+            Ok(Some(self.prepare_whole(op, reduce, input, inbox, none)?))
         });
-        let Some(ring) = self.agree(op, header, prepared)? else {
+        let Some(prepared) = self.agree(op, header, prepared)? else {
             return Ok(());
         };
-        if size > 1 {
-            self.ring_reduce_scatter(op, &ring)?;
-        }
-        (recv.place().copy_from(&ring.chunk(op, rank)?)).map_err(Error::device(op))?;
-        ring.keep(self);
-        Ok(())
+        let ran = {
+            let mut run = prepared.run(self, op, None);
+            if size > 1 {
+                run.reduce_scatter(&chunks, &steps)?;
+            }
+            run.finish()
+        };
+        let result = ran.and_then(|()| {
+            let mine = (prepared.work().create_sub_buffer::<T>(rank * stride, m))
+                .map_err(Error::device(op))?;
+            (recv.place().copy_from(&mine)).map_err(Error::device(op))
+        });
+        prepared.keep(self);
+        result
     }
 }
 

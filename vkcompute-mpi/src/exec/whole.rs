@@ -1,0 +1,438 @@
+//! The executor of the collectives whose chunks travel whole (one
+//! message each, of at most one piece: [`Whole`]), on both ways a working
+//! buffer meets MPI ([`View`]): in its own mapping, where it maps
+//! directly and the kernels bind it in place, or through a pinned mirror.
+//! The algorithms are written once over the view: the reduce-scatter's
+//! steps (ring or halving, `plan::schedule`), the direct reduce-scatter,
+//! recursive doubling, the allgather, and the gather to a root. Every
+//! step sends the same MPI messages on either view (the pieces of
+//! `Chunks::piece_bytes`, as the pipelined executor's), so ranks on
+//! different views pair.
+//!
+//! Failures after the ranks agreed (a mapping that another thread holds,
+//! a device error) do not stop this rank's part of the messages: zeros go
+//! out in place of its data from then on, and the first error is
+//! returned at the end ([`Whole::finish`]); this rank's result is then
+//! undefined, the others' right. An MPI error or a timeout ends the
+//! collective at once.
+
+use std::mem::size_of;
+use std::ops::Range;
+
+use bytemuck::Pod;
+use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer, MappedBuffer};
+
+use super::Team;
+use crate::element::Reducible;
+use crate::error::{Error, Result};
+use crate::plan::schedule::{self, Algorithm, Step};
+use crate::plan::{self, Chunks};
+use crate::raw;
+use crate::transport::kernels::{self, ReduceKernels};
+use crate::transport::place;
+use crate::transport::pool::StagingPool;
+use crate::wire::COLLECTIVE_TAG;
+
+/// A pinned host buffer of `len` elements of `T` from the communicator's
+/// staging buffers (given back with [`keep`](Self::keep)).
+pub(crate) struct Pinned<T> {
+    raw: HostBuffer<u8>,
+    pub(crate) typed: HostBuffer<T>,
+}
+
+impl<T: Pod> Pinned<T> {
+    pub(crate) fn new(pool: &StagingPool, op: &'static str, len: usize) -> Result<Self> {
+        let raw = pool.staging(op, len * size_of::<T>())?;
+        let typed = raw
+            .create_sub_buffer::<T>(0, len)
+            .map_err(Error::device(op))?;
+        Ok(Pinned { raw, typed })
+    }
+
+    /// Elements `range` (a view).
+    pub(crate) fn part(&self, op: &'static str, range: Range<usize>) -> Result<HostBuffer<T>> {
+        self.typed
+            .create_sub_buffer::<T>(range.start, range.len())
+            .map_err(Error::device(op))
+    }
+
+    /// Gives the buffer back for reuse.
+    pub(crate) fn keep(self, pool: &StagingPool) {
+        drop(self.typed);
+        pool.keep_staging(self.raw);
+    }
+}
+
+/// How the host sees a working buffer, for MPI to read and write.
+pub(crate) enum View<'a, T: Pod> {
+    /// The working buffer's own mapping (it maps directly): mapped for
+    /// each step, once the kernels before it are done. The mapping held is
+    /// the first, taken before the ranks agreed (so that a buffer mapped
+    /// elsewhere fails this rank's header).
+    Mapping(Option<MappedBuffer<'a, T>>),
+    /// A pinned host buffer as long as the working buffer: what a step
+    /// sends is copied into it on the device first, and what MPI writes
+    /// into it for the working buffer is copied back.
+    Mirror(&'a HostBuffer<T>),
+}
+
+/// One whole-chunk collective under way on this rank: the working buffer
+/// on the device, its view, the reduction kernels, the pinned buffer
+/// that incoming chunks land in, and the first failure after the ranks
+/// agreed.
+pub(crate) struct Whole<'a, T: Pod> {
+    team: Team<'a>,
+    op: &'static str,
+    work: &'a DeviceBuffer<T>,
+    view: View<'a, T>,
+    kernel: &'a ReduceKernels,
+    inbox: &'a HostBuffer<T>,
+    failed: Option<Error>,
+    /// Zeros that stand in for the view once this rank failed.
+    spare: Vec<T>,
+}
+
+impl<'a, T: Reducible> Whole<'a, T> {
+    pub(crate) fn new(
+        (team, op): (Team<'a>, &'static str),
+        (work, view): (&'a DeviceBuffer<T>, View<'a, T>),
+        kernel: &'a ReduceKernels,
+        inbox: &'a HostBuffer<T>,
+    ) -> Self {
+        Whole {
+            team,
+            op,
+            work,
+            view,
+            kernel,
+            inbox,
+            failed: None,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Keeps the first error.
+    fn note(&mut self, result: Result<()>) {
+        super::note(&mut self.failed, result);
+    }
+
+    /// Enqueues the copy of the working buffer's elements `fresh` into a
+    /// mirror (nothing for a mapping), for [`with_view`](Self::with_view)
+    /// to see; enqueued before a wait for earlier work (an inbox that a
+    /// kernel still reads), so that one wait covers both.
+    fn refresh(&mut self, fresh: Range<usize>) {
+        if let (View::Mirror(mirror), None) = (&self.view, &self.failed) {
+            let copied = copy_between(self.team.ctx, (*mirror, self.work), &fresh);
+            self.note(copied.map_err(Error::device(self.op)));
+        }
+    }
+
+    /// Calls `f` with the whole working buffer as the host sees it (a
+    /// mirror holding what [`refresh`](Self::refresh) copied), its
+    /// elements `written` (which `f` writes for the working buffer) copied
+    /// back from a mirror after. Zeros stand in for the view where this
+    /// rank failed, so that its messages still go out.
+    fn with_view<R>(
+        &mut self,
+        written: Range<usize>,
+        f: impl FnOnce(&mut [T]) -> Result<R>,
+    ) -> Result<R> {
+        let op = self.op;
+        if self.failed.is_none() {
+            match &mut self.view {
+                View::Mapping(first) => {
+                    let mapped = match first.take() {
+                        Some(mapping) => Ok(mapping),
+                        None => self.work.map_to_host().map_err(Error::device(op)),
+                    };
+                    match mapped {
+                        Ok(mut mapping) => {
+                            let result = f(&mut mapping);
+                            let unmapped = mapping.finish().map_err(Error::device(op));
+                            self.note(unmapped);
+                            return result;
+                        }
+                        Err(e) => self.failed = Some(e),
+                    }
+                }
+                View::Mirror(mirror) => {
+                    let mirror = *mirror;
+                    match mirror.as_mut_slice().map_err(Error::device(op)) {
+                        Ok(mut all) => {
+                            let result = f(&mut all);
+                            drop(all);
+                            let back = copy_between(self.team.ctx, (self.work, mirror), &written);
+                            self.note(back.map_err(Error::device(op)));
+                            return result;
+                        }
+                        Err(e) => self.failed = Some(e),
+                    }
+                }
+            }
+        }
+        let n = self.work.len();
+        if self.spare.len() != n {
+            self.spare = vec![T::zeroed(); n];
+        }
+        f(&mut self.spare)
+    }
+
+    /// Calls `f` with the first `len` elements of `host` (a scratch
+    /// buffer where it cannot be had: this rank then failed).
+    fn with_host<R>(
+        &mut self,
+        host: &HostBuffer<T>,
+        len: usize,
+        f: impl FnOnce(&mut Self, &mut [T]) -> Result<R>,
+    ) -> Result<R> {
+        match host.as_mut_slice() {
+            Ok(mut slice) => f(self, &mut slice[..len]),
+            Err(e) => {
+                self.note(Err(Error::device(self.op)(e)));
+                f(self, &mut vec![T::zeroed(); len])
+            }
+        }
+    }
+
+    /// Enqueues the reduction of `count` operands of `incoming`, `stride`
+    /// elements apart, into `range` of the working buffer; nothing where
+    /// this rank failed or `range` is empty. It is submitted with the
+    /// next copy ([`refresh`](Self::refresh)), or by the next wait for it
+    /// (a mapping, an inbox): one submission a step, not two.
+    fn reduce_into(
+        &mut self,
+        range: Range<usize>,
+        incoming: &HostBuffer<T>,
+        (count, stride): (usize, usize),
+    ) {
+        if self.failed.is_some() || range.is_empty() {
+            return;
+        }
+        let (op, ctx) = (self.op, self.team.ctx);
+        let reduced = (self.work.create_sub_buffer::<T>(range.start, range.len()))
+            .map_err(Error::device(op))
+            .and_then(|acc| {
+                let operands = kernels::Operand::Host(incoming);
+                let shape = (count, stride);
+                kernels::enqueue_reduce_many(op, ctx, self.kernel, &acc, operands, shape)
+            });
+        self.note(reduced);
+    }
+
+    /// The reduce-scatter in `steps` (`schedule::reduce_scatter`) over
+    /// `chunks`: each step's chunks go out of the view, the peer's come
+    /// into the inbox, and a kernel reduces them into the working buffer.
+    /// Afterwards chunk `rank` of the working buffer holds the reduction
+    /// of every rank's.
+    pub(crate) fn reduce_scatter(&mut self, chunks: &Chunks, steps: &[Step]) -> Result<()> {
+        let piece = chunks.piece_bytes::<T>(steps);
+        let (team, op, inbox) = (self.team, self.op, self.inbox);
+        for step in steps {
+            let (send, recv) = (chunks.span(&step.send), chunks.span(&step.recv));
+            self.refresh(send.clone());
+            self.with_host(inbox, recv.len(), |this, into| {
+                this.with_view(0..0, |all| {
+                    team.sendrecv_step(op, step, (&all[send.clone()], into), piece)
+                })
+            })?;
+            self.reduce_into(recv, inbox, (1, 0));
+        }
+        Ok(())
+    }
+
+    /// The reduce-scatter with every chunk sent to its owner at once: this
+    /// rank sends chunk `k` to rank `k` and receives its own chunk of
+    /// every other rank into the inbox (`stride` elements apart, the rank
+    /// after it first), and one kernel pass reduces them all into its
+    /// chunk (operands in that order). The ring's bytes in one exchange
+    /// instead of `size - 1`, and one read of each operand on the device
+    /// instead of a kernel pass per step.
+    pub(crate) fn direct_reduce_scatter(&mut self, chunks: &Chunks, stride: usize) -> Result<()> {
+        let (team, op, inbox) = (self.team, self.op, self.inbox);
+        let (rank, size) = (team.rank, team.size);
+        let mine = chunks.ranges[rank].clone();
+        let piece = plan::piece_len::<T>(chunks.longest()) * size_of::<T>();
+        self.refresh(0..self.work.len());
+        self.with_host(inbox, (size - 1) * stride, |this, into| {
+            this.with_view(0..0, |all| {
+                // To the ranks before this one, nearest first; from the
+                // ranks after it, nearest first (so no rank is every
+                // rank's first).
+                let outs = (1..size)
+                    .map(|d| {
+                        let to = (rank + size - d) % size;
+                        let chunk = bytemuck::cast_slice(&all[chunks.ranges[to].clone()]);
+                        (chunk, to as i32)
+                    })
+                    .collect();
+                let ins = (into.chunks_mut(stride).enumerate())
+                    .map(|(d, slot)| {
+                        let from = (rank + 1 + d) % size;
+                        let slot = bytemuck::cast_slice_mut(&mut slot[..mine.len()]);
+                        (slot, from as i32)
+                    })
+                    .collect();
+                raw::exchange_with_peers(op, team.raw, outs, ins, COLLECTIVE_TAG, piece)
+            })
+        })?;
+        self.reduce_into(mine, inbox, (size - 1, stride));
+        Ok(())
+    }
+
+    /// Recursive doubling over the whole working buffer: at distance `d` =
+    /// 1, 2, 4, ... each rank swaps its partial result with rank
+    /// `rank ^ d` and reduces, the lower rank's operand first on both
+    /// sides, so that both get the same bits: the lower rank receives into
+    /// the inbox and reduces it in; the upper one keeps its own in `keep`
+    /// (as long as the working buffer), receives the lower one's into the
+    /// view, and reduces its own in.
+    pub(crate) fn doubling(&mut self, keep: &HostBuffer<T>) -> Result<()> {
+        let (team, op, inbox) = (self.team, self.op, self.inbox);
+        let (rank, size, n) = (team.rank, team.size, self.work.len());
+        let mut d = 1;
+        while d < size {
+            let partner = (rank ^ d) as i32;
+            let swap = |out: &[T], into: &mut [T]| {
+                let (out, into) = (bytemuck::cast_slice(out), bytemuck::cast_slice_mut(into));
+                raw::sendrecv(op, team.raw, out, partner, into, partner, COLLECTIVE_TAG)
+            };
+            self.refresh(0..n);
+            if rank & d == 0 {
+                self.with_host(inbox, n, |this, into| {
+                    this.with_view(0..0, |all| swap(all, into))
+                })?;
+                self.reduce_into(0..n, inbox, (1, 0));
+            } else {
+                self.with_host(keep, n, |this, mine| {
+                    this.with_view(0..n, |all| {
+                        mine.copy_from_slice(all);
+                        swap(mine, all)
+                    })
+                })?;
+                self.reduce_into(0..n, keep, (1, 0));
+            }
+            d <<= 1;
+        }
+        Ok(())
+    }
+
+    /// The allgather (`schedule::allgather`) in the view: chunk `rank` of
+    /// the working buffer is this rank's; afterwards every chunk of the
+    /// view is its owner's (in a mirror: not copied back to the device).
+    pub(crate) fn allgather(&mut self, chunks: &Chunks, algorithm: Algorithm) -> Result<()> {
+        let (team, op) = (self.team, self.op);
+        self.refresh(chunks.ranges[team.rank].clone());
+        self.with_view(0..0, |all| team.allgather_in(op, all, (chunks, algorithm)))
+    }
+
+    /// After the reduce-scatter: every rank's chunk to `root`, into the
+    /// view there (in a mirror: not copied back to the device).
+    pub(crate) fn gather_to_root(&mut self, chunks: &Chunks, root: i32) -> Result<()> {
+        let (team, op) = (self.team, self.op);
+        let mine = chunks.ranges[team.rank].clone();
+        self.refresh(mine.clone());
+        self.with_view(0..0, |all| {
+            if team.rank as i32 != root {
+                let out = bytemuck::cast_slice(&all[mine]);
+                return raw::send(op, team.raw, out, root, COLLECTIVE_TAG);
+            }
+            for (peer, range) in chunks.ranges.iter().enumerate() {
+                if peer as i32 != root {
+                    let into = bytemuck::cast_slice_mut(&mut all[range.clone()]);
+                    raw::recv(op, team.raw, into, peer as i32, COLLECTIVE_TAG)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The first failure of this rank after the ranks agreed, if any.
+    pub(crate) fn finish(self) -> Result<()> {
+        self.failed.map_or(Ok(()), Err)
+    }
+}
+
+/// Enqueues the copy of elements `range` of `src` into the same elements
+/// of `dst` and submits it; nothing where `range` is empty.
+fn copy_between<D: place::Parts<T>, S: place::Parts<T>, T: Pod>(
+    ctx: &DeviceContext,
+    (dst, src): (&D, &S),
+    range: &Range<usize>,
+) -> vkcompute::Result<()> {
+    if range.is_empty() {
+        return Ok(());
+    }
+    place::copy_parts((dst, range.start), (src, range.start), range.len())?;
+    ctx.flush()
+}
+
+/// `a` for reading and `b` for writing, two disjoint ranges of `all`.
+fn disjoint<T>(all: &mut [T], a: Range<usize>, b: Range<usize>) -> (&[T], &mut [T]) {
+    if a.start <= b.start {
+        let (low, high) = all.split_at_mut(b.start);
+        (&low[a], &mut high[..b.len()])
+    } else {
+        let (low, high) = all.split_at_mut(a.start);
+        let a_len = a.len();
+        (&high[..a_len], &mut low[b])
+    }
+}
+
+impl Team<'_> {
+    /// One step of a schedule: `out` to `step.to` while `into` comes from
+    /// `step.from`, in messages of `piece` bytes (`raw::sendrecv_pieces`).
+    pub(crate) fn sendrecv_step<T: Pod>(
+        &self,
+        op: &'static str,
+        step: &Step,
+        (out, into): (&[T], &mut [T]),
+        piece: usize,
+    ) -> Result<()> {
+        let (out, into) = (bytemuck::cast_slice(out), bytemuck::cast_slice_mut(into));
+        raw::sendrecv_pieces(
+            op,
+            self.raw,
+            out,
+            step.to,
+            into,
+            step.from,
+            COLLECTIVE_TAG,
+            piece,
+        )
+    }
+
+    /// The allgather over host memory (`schedule::allgather`): chunk `rank`
+    /// of `all` is this rank's; afterwards every chunk is its owner's.
+    pub(crate) fn allgather_in<T: Pod>(
+        &self,
+        op: &'static str,
+        all: &mut [T],
+        (chunks, algorithm): (&Chunks, Algorithm),
+    ) -> Result<()> {
+        let steps = schedule::allgather(algorithm, self.rank, self.size);
+        let piece = chunks.piece_bytes::<T>(&steps);
+        for step in &steps {
+            let (send, recv) = (chunks.span(&step.send), chunks.span(&step.recv));
+            let (out, into) = disjoint(all, send, recv);
+            self.sendrecv_step(op, step, (out, into), piece)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disjoint_ranges_read_and_write_the_right_elements() {
+        let mut all = [0, 1, 2, 3, 4, 5];
+        let (out, into) = disjoint(&mut all, 4..6, 0..2);
+        assert_eq!(out, &[4, 5]);
+        into.copy_from_slice(&[9, 9]);
+        let (out, into) = disjoint(&mut all, 0..2, 3..4);
+        assert_eq!(out, &[9, 9]);
+        into[0] = 7;
+        assert_eq!(all, [9, 9, 2, 7, 4, 5]);
+    }
+}
