@@ -106,12 +106,11 @@ impl Ask {
     /// Whether this rank offers the direct reduce-scatter of an allreduce
     /// whose steps take `schedule`: the ring on 3 to [`DIRECT_MAX_RANKS`]
     /// ranks, with a landing of `ranks - 1` chunks of at most
-    /// [`DIRECT_MAX_LANDING_BYTES`], on the mapped route.
+    /// [`DIRECT_MAX_LANDING_BYTES`], on either route.
     fn offers_direct(&self, schedule: Algorithm) -> bool {
         let landing =
             self.bytes((self.ranks.saturating_sub(1)).saturating_mul(self.stride(self.len)));
-        self.mapped
-            && schedule == Algorithm::Ring
+        schedule == Algorithm::Ring
             && (3..=DIRECT_MAX_RANKS).contains(&self.ranks)
             && landing <= DIRECT_MAX_LANDING_BYTES
     }
@@ -185,18 +184,19 @@ pub(crate) fn plan(ask: &Ask) -> Plan {
         };
         return Plan { route, ..doubling };
     }
+    // The direct reduce-scatter, where this rank offers it, on either
+    // route (taken where every rank's header offers it).
+    let named = if allreduce && ask.offers_direct(schedule) {
+        AllreduceAlgorithm::Direct
+    } else {
+        named
+    };
     if ask.mapped
         && matches!(
             ask.collective,
             Collective::Allreduce | Collective::Broadcast
         )
     {
-        let direct = allreduce && ask.offers_direct(schedule);
-        let named = if direct {
-            AllreduceAlgorithm::Direct
-        } else {
-            named
-        };
         return routed(Route::Mapped, named);
     }
     if in_pieces {
@@ -240,15 +240,19 @@ mod tests {
             (ask(A, 2, 64 << 10), (Route::Whole, Ring)),
             (ask(A, 4, 1 << 20), (Route::Whole, Halving)),
             (ask(A, 4, 4 << 20), (Route::Whole, Halving)),
-            (ask(A, 3, 1 << 20), (Route::Whole, Ring)),
+            (ask(A, 3, 1 << 20), (Route::Whole, Direct)),
             (mapped(ask(A, 3, 1 << 20)), (Route::Mapped, Direct)),
             (mapped(ask(A, 4, 1 << 20)), (Route::Mapped, Halving)),
-            // Chunks of one piece (4 MiB): the ring, or the direct
-            // reduce-scatter where mapped.
+            // Chunks of one piece (4 MiB): the ring on 2 or more than 8
+            // ranks, else the direct reduce-scatter, on either route.
             (ask(A, 2, 8 << 20), (Route::Whole, Ring)),
             (mapped(ask(A, 2, 8 << 20)), (Route::Mapped, Ring)),
             (mapped(ask(A, 3, 12 << 20)), (Route::Mapped, Direct)),
+            (ask(A, 3, 12 << 20), (Route::Whole, Direct)),
+            (ask(A, 4, 16 << 20), (Route::Whole, Direct)),
+            (ask(A, 8, 32 << 20), (Route::Whole, Direct)),
             (mapped(ask(A, 9, 36 << 20)), (Route::Mapped, Ring)),
+            (ask(A, 9, 36 << 20), (Route::Whole, Ring)),
             // Chunks of more than one piece: MPI's allreduce in pieces,
             // on either route.
             (ask(A, 2, (8 << 20) + 256), (Route::Pieces, Mpi)),

@@ -112,8 +112,8 @@ pub enum AllreduceAlgorithm {
     Ring,
     /// The reduce-scatter sends every chunk to its owner at once, which
     /// reduces them in one kernel pass; the allgather is the ring's (3 to
-    /// 8 ranks that all map their buffers in place, where the ring would
-    /// run).
+    /// 8 ranks, where the ring would run with chunks of one piece, on the
+    /// mapped and the staged path alike).
     Direct,
     /// Every rank reads every rank's chunks: it reduces its own chunk of
     /// every rank's memory, then copies every reduced chunk out of its

@@ -144,15 +144,31 @@ pub(crate) fn allreduce_across_paths(t: &Ranks) -> Check {
         format!("{by_mpi} allreduces across paths took MPI's allreduce")
     })?;
     // Rank 2's view cannot be bound in place and the odd ranks pass host
-    // buffers, so not every rank offers the direct reduce-scatter.
+    // buffers: they offer the direct reduce-scatter through a mirror, so
+    // every allreduce that a host buffer announces as direct takes it.
     let direct = t.comm.direct_reduce_scatters() - direct_before;
-    ensure(t.size < 3 || direct == 0, || {
-        format!("{direct} allreduces across paths took the direct reduce-scatter")
-    })
+    let mut want = 0;
+    for len in LENGTHS_ACROSS_PATHS {
+        let host = host_buffer(t.ctx, &data::<f32>(t.rank, len))?;
+        if t.comm.allreduce_algorithm(&host) == vkcompute_mpi::AllreduceAlgorithm::Direct {
+            want += 2;
+        }
+    }
+    ensure(
+        direct == want && (t.size != 3 || on_node || want > 0),
+        || {
+            format!(
+                "{direct} allreduces across paths took the direct reduce-scatter, expected {want}"
+            )
+        },
+    )
 }
 
+/// The lengths of `allreduce_across_paths`.
+const LENGTHS_ACROSS_PATHS: [usize; 6] = [1, 7, 1003, 20_000, 100_003, 6_000_011];
+
 fn allreduce_across_paths_run(t: &Ranks) -> Check {
-    for len in [1usize, 7, 1003, 20_000, 100_003, 6_000_011] {
+    for len in LENGTHS_ACROSS_PATHS {
         for op in [ReduceOp::Sum, ReduceOp::Min] {
             let what = format!("allreduce {op:?} of {len} f32 across paths");
             let mine = data::<f32>(t.rank, len);
@@ -178,20 +194,19 @@ fn allreduce_across_paths_run(t: &Ranks) -> Check {
     Ok(())
 }
 
-/// Where every rank maps its device buffer in place (the path
-/// `Path::Mapped`), allreduces that would take the ring on 3 to 8 ranks
-/// send every chunk to its owner at once and reduce the chunks in one
+/// Over MPI (the paths `Path::Mapped` and `Path::Staged`), allreduces
+/// that would take the ring on 3 to 8 ranks send every chunk to its owner at once and reduce the chunks in one
 /// kernel pass (`Communicator::direct_reduce_scatters` counts them):
 /// lengths 1, 7 and 1003 of each element type with sum and maximum,
 /// 100,003 of f32 and i64 (at 4 ranks halving keeps those of at most
 /// 4 MiB) and 3,000,007 f32 (12 MB: the ring at 4 ranks too, chunks of
 /// one piece; longer chunks take MPI's allreduce) with sum, checked
-/// against the CPU; elsewhere (other paths, 2 ranks) none, checked on
-/// short lengths.
+/// against the CPU; elsewhere (the same-node path, 2 ranks) none, checked
+/// on short lengths.
 pub(crate) fn allreduce_direct_reduce_scatter(t: &Ranks) -> Check {
     let size = t.size as usize;
     let path = t.comm.collective_path();
-    let direct = path == vkcompute_mpi::Path::Mapped && (3..=8).contains(&size);
+    let direct = path != vkcompute_mpi::Path::SameNode && (3..=8).contains(&size);
     let lengths: &[usize] = if direct {
         &[1, 7, 1003, 100_003, 3_000_007]
     } else {
@@ -255,10 +270,11 @@ fn allreduce_f32_as_announced(t: &Ranks, op: ReduceOp, len: usize) -> Check {
     ensure(on_node == (said == A::AllToAll) || t.size == 1, || {
         format!("{what} on path {:?}", t.comm.collective_path())
     })?;
+    // A host buffer goes through a mirror: the same algorithm.
     let host = host_buffer(t.ctx, &data::<f32>(t.rank, len))?;
     let host_said = t.comm.allreduce_algorithm(&host);
-    ensure(host_said != A::Direct, || {
-        format!("a host buffer of {len} f32: {host_said:?}")
+    ensure(host_said == said, || {
+        format!("a host buffer of {len} f32: {host_said:?}, a device buffer: {said:?}")
     })?;
     let empty = dev("create", t.ctx.enqueue_create_buffer::<f32>(0))?;
     let empty_said = t.comm.allreduce_algorithm(&empty);

@@ -220,10 +220,9 @@ impl Communicator {
         }
     }
 
-    /// The algorithm [`allreduce`](Self::allreduce) takes for `buf`, where
-    /// every rank passes a buffer on the same path as this rank's (a
-    /// device buffer that maps in place, or not). Where ranks differ, or a
-    /// rank cannot allocate the landing of the direct reduce-scatter, an
+    /// The algorithm [`allreduce`](Self::allreduce) takes for `buf` (every
+    /// rank decides alike, whichever path its buffer takes). Where a rank
+    /// cannot allocate the landing of the direct reduce-scatter, an
     /// allreduce that this says is [`AllreduceAlgorithm::Direct`] takes
     /// the ring.
     pub fn allreduce_algorithm<T: Reducible, B: Buffer<T> + ?Sized>(
