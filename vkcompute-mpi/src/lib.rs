@@ -79,13 +79,12 @@
 //! every rank: on 4, 8, ... ranks recursive doubling for an allreduce of
 //! at most 64 KiB, recursive halving and doubling (log2 of the ranks
 //! steps) for buffers of at most 4 MiB, and the ring otherwise. Where
-//! the ring would run on 3 to 8 ranks and every rank maps its device
-//! buffer in place, an allreduce's reduce-scatter sends every chunk to
-//! its owner at once instead, and the owner reduces them in one kernel
-//! pass (the ring's bytes; on lavapipe, 4 ranks, 64 MiB, 0.67-0.94x of
-//! the ring's time). Each rank then receives into `size - 1` chunks of
-//! pinned host memory (kept for reuse), so the ring stays above 256 MiB
-//! of them (3 ranks, 384 MiB buffers).
+//! the ring would run on 3 to 8 ranks with chunks of at most one piece,
+//! an allreduce's reduce-scatter sends every chunk to its owner at once
+//! instead, and the owner reduces them in one kernel pass (the ring's
+//! bytes; on lavapipe's staged path 0.73-0.88x of the ring's time on 3
+//! ranks, 64 KiB to 4 MiB). Each rank then receives into `size - 1`
+//! chunks of pinned host memory (kept for reuse).
 //!
 //! Non-blocking messages: [`Communicator::isend`] and
 //! [`Communicator::irecv`] return a [`Request`] (`wait`, `test`) over the

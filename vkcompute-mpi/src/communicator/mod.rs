@@ -273,9 +273,9 @@ impl Communicator {
     }
 
     /// How many allreduces of this communicator sent every chunk to its
-    /// owner at once (the direct reduce-scatter, taken where every rank
-    /// maps its buffer directly, on 3 to 8 ranks, and the ring would
-    /// otherwise run), for the tests that check where it is taken.
+    /// owner at once (the direct reduce-scatter, taken on 3 to 8 ranks
+    /// over MPI where the ring would otherwise run with chunks of one
+    /// piece), for the tests that check where it is taken.
     #[cfg(feature = "test-counters")]
     pub fn direct_reduce_scatters(&self) -> u64 {
         self.direct_reduce_scatters.load(Ordering::Relaxed)

@@ -14,8 +14,8 @@
 //! recursive halving and doubling (`log2(size)` steps each). An allreduce
 //! of at most `DOUBLING_MAX_BYTES` (64 KiB) on 4, 8, ... ranks takes
 //! recursive doubling instead (log2(n) exchanges of the whole buffer).
-//! Where every rank maps its device buffer in place and the ring would
-//! run on 3 to `DIRECT_MAX_RANKS` (8) ranks, the allreduce's
+//! Where the ring would run on 3 to `DIRECT_MAX_RANKS` (8) ranks with
+//! chunks of one piece (on the mapped and the staged path), the allreduce's
 //! reduce-scatter sends every chunk to its owner at once instead, and
 //! the owner reduces the `n - 1` chunks it receives in one kernel pass:
 //! the ring's bytes, without its `n - 1` dependent steps, and one read
