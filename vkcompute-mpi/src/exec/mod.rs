@@ -1,7 +1,8 @@
-//! The executor of the collectives over MPI, below the façade, which
-//! checks, agrees and plans: the chunks that travel whole (`whole.rs`, on
-//! a working buffer's mapping or its pinned mirror), MPI's allreduce in
-//! pieces (`mpi.rs`), and, here, collectives in pieces
+//! The executor of the collectives, below the façade, which checks,
+//! agrees and plans: the chunks that travel whole (`whole.rs`, on a
+//! working buffer's mapping or its pinned mirror), MPI's allreduce in
+//! pieces (`mpi.rs`), the same-node path's steps (`on_node.rs`), and,
+//! here, collectives in pieces
 //! (`communicator/collective/pipelined.rs` builds them on it): each
 //! step's chunk travels as several MPI messages,
 //! through pinned host buffers of one piece each (separate allocations,
@@ -21,6 +22,7 @@
 //! the ranks agreed (the element type and the chunks). MPI's own
 //! allreduce in pieces: `mpi.rs`.
 mod mpi;
+mod on_node;
 mod whole;
 
 use std::mem::size_of;
@@ -41,6 +43,7 @@ use crate::transport::pool::StagingPool;
 use crate::wire::COLLECTIVE_TAG;
 
 pub(crate) use mpi::{stage_in, Staged};
+pub(crate) use on_node::Memories;
 pub(crate) use whole::{Pinned, View, Whole};
 
 /// The pinned host buffers of a pipelined ring: for each parity of the

@@ -26,7 +26,9 @@
 //! alignment, so the kernels bind them where they lie, in every rank's
 //! memory alike.
 //!
-//! Phases, each bounded by the communicator's timeout: the header exchange
+//! This module fills this rank's memory and agrees; the executor
+//! (`exec/on_node.rs`) runs the steps. Phases, each bounded by the
+//! communicator's timeout: the header exchange
 //! (each rank's input is in its memory by then; the headers carry the
 //! generations), where a rank that filled a new generation then sends its
 //! descriptor to every peer, and a one-byte status exchange says that all
@@ -46,45 +48,21 @@
 //! received over the path. So is an import that fails where no other rank
 //! depends on this one (broadcast, allgather, reduce_scatter).
 
-use std::ops::Range;
-
 use vkcompute::DeviceBuffer;
 
 use super::check_blocks;
 use crate::communicator::Communicator;
 use crate::element::{Element, ReduceOp, Reducible};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::exec::Memories;
 use crate::plan::Chunks;
-use crate::raw;
-use crate::transport::kernels;
 use crate::transport::place::{Buffer, Place};
-use crate::transport::same_node;
 use crate::wire::{Header, SharedMemory};
 
 /// What a rank put into its collective memory for a collective: the
 /// memory, and `(generation, new)` for its header
 /// (`SameNode::fill_collective`).
 type Filled = (DeviceBuffer<u8>, SharedMemory);
-
-/// Every rank's collective memory as a collective on the path sees it once
-/// the ranks agreed, by rank: this rank's own where it filled it, the
-/// others' imports where their headers announce one.
-struct Memories(Vec<Option<DeviceBuffer<u8>>>);
-
-impl Memories {
-    /// Rank `q`'s memory; an error where its header announced none.
-    fn of(&self, op: &'static str, q: usize) -> Result<&DeviceBuffer<u8>> {
-        self.0
-            .get(q)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| Error::Protocol {
-                op,
-                peer: q as i32,
-                detail: "a collective's header on the same-node path without its shared memory"
-                    .into(),
-            })
-    }
-}
 
 impl Communicator {
     /// This rank's collective memory holding the first `n` elements of
@@ -142,7 +120,11 @@ impl Communicator {
         // Where no header announces a new generation nobody sends one, and
         // every rank knows it.
         let new = (headers.iter()).any(|h| h.shared_memory().is_some_and(|s| s.new));
-        let sent = if new { self.all_ok(op, sent) } else { sent };
+        let sent = if new {
+            self.team().all_ok(op, sent)
+        } else {
+            sent
+        };
         // Every rank has sent what it could; the new generations come off
         // the sockets even where a rank failed (every one of them, before
         // any error is returned), so that the sockets stay in step with
@@ -158,80 +140,6 @@ impl Communicator {
         sent?;
         let memory = imports.into_iter().collect::<Result<Vec<_>>>();
         Ok((prepared, memory.map(Memories)))
-    }
-
-    /// The last phase of every collective on the path: a barrier, after
-    /// which no rank reads another's memory any more; then this rank's own
-    /// outcome, `done`.
-    fn leave_on_node(&self, op: &'static str, done: Result<()>) -> Result<()> {
-        raw::barrier(op, self.raw())?;
-        done
-    }
-
-    /// Copies, for each `(q, from, to)` of `parts`, elements `from` of rank
-    /// `q`'s memory into `place` from element `to` on (between an acquire
-    /// and a release of that memory), and waits for the device, even where
-    /// a copy failed: nothing reads the memory once this returns.
-    fn copy_out_of<T: Element>(
-        &self,
-        op: &'static str,
-        memory: &Result<Memories>,
-        place: Place<'_, T>,
-        parts: impl IntoIterator<Item = (usize, Range<usize>, usize)>,
-    ) -> Result<()> {
-        let memory = memory.as_ref().map_err(Clone::clone)?;
-        let copied = parts.into_iter().try_for_each(|(q, from, to)| {
-            same_node::shared_part::<T>(op, memory.of(op, q)?, &from, |part| {
-                (place.copy_into_range(to, part.len(), part)).map_err(Error::device(op))
-            })
-        });
-        let waited = self.context().synchronize().map_err(Error::device(op));
-        copied.and(waited)
-    }
-
-    /// Reduces elements `range` of every rank's memory into this rank's
-    /// own, its own operand first and the others' in rank order, and waits
-    /// for the device (even where an enqueue failed: nothing reads the
-    /// memory once this returns).
-    fn reduce_own_chunk<T: Reducible>(
-        &self,
-        op: &'static str,
-        kernel: &kernels::ReduceKernels,
-        memory: &Memories,
-        range: &Range<usize>,
-    ) -> Result<()> {
-        let rank = self.rank() as usize;
-        let reduced = memory.of(op, rank).and_then(|own| {
-            same_node::shared_part::<T>(op, own, range, |acc| {
-                for q in (0..memory.0.len()).filter(|&q| q != rank) {
-                    same_node::shared_part::<T>(op, memory.of(op, q)?, range, |incoming| {
-                        let incoming = kernels::Operand::Device(incoming);
-                        kernels::enqueue_reduce_with(op, self.context(), kernel, acc, incoming)
-                    })?;
-                }
-                Ok(())
-            })
-        });
-        let waited = self.context().synchronize().map_err(Error::device(op));
-        reduced.and(waited)
-    }
-
-    /// Every rank's word on its part (`local`): this rank's error first,
-    /// then [`Error::RemoteFailure`] naming the first rank that failed (an
-    /// exchange of one byte per rank, within the timeout).
-    fn all_ok(&self, op: &'static str, local: Result<()>) -> Result<()> {
-        let mut all = vec![0u8; self.size() as usize];
-        raw::allgather(op, self.raw(), &[u8::from(local.is_ok())], &mut all)?;
-        local?;
-        match all.iter().position(|&ok| ok == 0) {
-            Some(failed) => Err(Error::RemoteFailure {
-                op,
-                rank: self.rank(),
-                failed: failed as i32,
-                reason: "a local error on that rank; its own call returned it",
-            }),
-            None => Ok(()),
-        }
     }
 
     /// `broadcast` on the path (module documentation).
@@ -255,9 +163,10 @@ impl Communicator {
         let copied = if rank == root {
             Ok(())
         } else {
-            self.copy_out_of(op, &memory, buf.place(), [(root as usize, 0..n, 0)])
+            self.team()
+                .copy_out_of(op, &memory, buf.place(), [(root as usize, 0..n, 0)])
         };
-        self.leave_on_node(op, copied)
+        self.team().leave_on_node(op, copied)
     }
 
     /// The reduction of `allreduce` and `reduce` on the path (module
@@ -279,8 +188,8 @@ impl Communicator {
         let (kernel, memory) = self.agree_on_node(op, header, prepared)?;
         let mine = &chunks.ranges[self.rank() as usize];
         let reduced = (memory.as_ref().map_err(Clone::clone))
-            .and_then(|memory| self.reduce_own_chunk::<T>(op, &kernel, memory, mine));
-        self.all_ok(op, reduced)?;
+            .and_then(|memory| self.team().reduce_own_chunk::<T>(op, &kernel, memory, mine));
+        self.team().all_ok(op, reduced)?;
         Ok(memory)
     }
 
@@ -299,8 +208,8 @@ impl Communicator {
         let chunks = Chunks::contiguous(n, self.size() as usize, self.stride::<T>(n));
         let memory = self.reduce_on_node(op, (buf, reduce), (header, Ok(())), &chunks)?;
         let every = (chunks.ranges.iter().enumerate()).map(|(q, r)| (q, r.clone(), r.start));
-        let gathered = self.copy_out_of(op, &memory, buf.place(), every);
-        self.leave_on_node(op, gathered)
+        let gathered = self.team().copy_out_of(op, &memory, buf.place(), every);
+        self.team().leave_on_node(op, gathered)
     }
 
     /// `reduce` on the path (module documentation): the allreduce's
@@ -317,11 +226,11 @@ impl Communicator {
         let memory = self.reduce_on_node(op, (buf, reduce), (header, check), &chunks)?;
         let gathered = if self.rank() == root {
             let every = (chunks.ranges.iter().enumerate()).map(|(q, r)| (q, r.clone(), r.start));
-            self.copy_out_of(op, &memory, buf.place(), every)
+            self.team().copy_out_of(op, &memory, buf.place(), every)
         } else {
             Ok(())
         };
-        self.leave_on_node(op, gathered)
+        self.team().leave_on_node(op, gathered)
     }
 
     /// `allgather` on the path (module documentation).
@@ -336,8 +245,8 @@ impl Communicator {
             .and_then(|()| Ok(((), Some(self.fill_from(op, send.place(), m)?))));
         let ((), memory) = self.agree_on_node(op, header, prepared)?;
         let blocks = (0..size).map(|q| (q, 0..m, q * m));
-        let copied = self.copy_out_of(op, &memory, recv.place(), blocks);
-        self.leave_on_node(op, copied)
+        let copied = self.team().copy_out_of(op, &memory, recv.place(), blocks);
+        self.team().leave_on_node(op, copied)
     }
 
     /// `reduce_scatter` on the path (module documentation): no other rank
@@ -370,8 +279,11 @@ impl Communicator {
         let (kernel, memory) = self.agree_on_node(op, header, prepared)?;
         let mine = rank * stride..rank * stride + m;
         let done = (memory.as_ref().map_err(Clone::clone))
-            .and_then(|all| self.reduce_own_chunk::<T>(op, &kernel, all, &mine))
-            .and_then(|()| self.copy_out_of(op, &memory, recv.place(), [(rank, mine, 0)]));
-        self.leave_on_node(op, done)
+            .and_then(|all| self.team().reduce_own_chunk::<T>(op, &kernel, all, &mine))
+            .and_then(|()| {
+                self.team()
+                    .copy_out_of(op, &memory, recv.place(), [(rank, mine, 0)])
+            });
+        self.team().leave_on_node(op, done)
     }
 }
