@@ -9,20 +9,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work="$root/target/downstream"
 cd "$root"
 
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 rm -rf "$work"
 mkdir -p "$work"
-# --no-verify: building the package is what the downstream build below does.
-# --allow-dirty: so that uncommitted work can be checked too.
-# With the kernel model it depends on (vkcompute-spirv), packaged together:
-# unpacked beside it, the downstream crates' `[patch.crates-io]` finds it.
-env -u SHADERC_LIB_DIR -u VULKAN_SDK cargo package -q --no-verify --allow-dirty \
-  -p vkcompute-spirv -p vkcompute --target-dir "$work/package-target"
-tar -xzf "$work/package-target/package/vkcompute-$version.crate" -C "$work"
-mv "$work/vkcompute-$version" "$work/vkcompute"
-spirv_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' vkcompute-spirv/Cargo.toml | head -n 1)
-tar -xzf "$work/package-target/package/vkcompute-spirv-$spirv_version.crate" -C "$work"
-mv "$work/vkcompute-spirv-$spirv_version" "$work/vkcompute-spirv"
+# shellcheck source=scripts/packaged.sh
+source "$root/scripts/packaged.sh"
+# With the kernel model it depends on (vkcompute-spirv), packaged together.
+packaged "$work" vkcompute-spirv vkcompute
 cp -r "$root/tests/downstream" "$work/downstream"
 # The versions this repository is tested with (no registry look-ups needed).
 cp "$root/Cargo.lock" "$work/downstream/Cargo.lock"
@@ -44,9 +36,7 @@ env -u SHADERC_LIB_DIR -u VULKAN_SDK "$work/target/debug/vkcompute-downstream"
 # (vkcompute-spirv's build.rs completes Debian's split shaderc). Clean
 # release build, timed.
 cd "$root"
-build_version=$(sed -n 's/^version = "\(.*\)"$/\1/p' vkcompute-build/Cargo.toml | head -n 1)
-cargo package -q --no-verify --allow-dirty -p vkcompute-spirv -p vkcompute-build \
-  --target-dir "$work/package-target"
+packaged "$work" vkcompute-spirv vkcompute-build
 # What the three packages hold (`cargo package --list`, which reads the
 # manifests only): the shipped SPIR-V in, the repository's development
 # files out, vkcompute-build's README in.
@@ -75,8 +65,6 @@ fi
 # `glsl`): no broken links (`make lint` documents all features).
 RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps -p vkcompute -p vkcompute-spirv
 echo "packaging: vkcompute ($(echo "$vk_files" | wc -l) files, $(echo "$shipped" | wc -l) shipped SPIR-V modules), vkcompute-spirv ($(echo "$spirv_files" | wc -l)) and vkcompute-build ($(echo "$build_files" | wc -l), README in) hold no development files"
-tar -xzf "$work/package-target/package/vkcompute-build-$build_version.crate" -C "$work"
-mv "$work/vkcompute-build-$build_version" "$work/vkcompute-build"
 cp -r "$root/tests/downstream-build" "$work/downstream-build"
 cp "$root/Cargo.lock" "$work/downstream-build/Cargo.lock"
 cd "$work/downstream-build"

@@ -26,15 +26,9 @@ work="$chroot_dir/work"
 rm -rf "$work"
 mkdir -p "$work"
 cd "$root"
-env -u SHADERC_LIB_DIR -u VULKAN_SDK cargo package -q --no-verify --allow-dirty \
-  -p vkcompute-spirv -p vkcompute -p vkcompute-build --target-dir "$work/package-target"
-for crate in vkcompute vkcompute-spirv vkcompute-build; do
-  manifest=$crate/Cargo.toml
-  [ "$crate" = vkcompute ] && manifest=Cargo.toml
-  version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$manifest" | head -n 1)
-  tar -xzf "$work/package-target/package/$crate-$version.crate" -C "$work"
-  mv "$work/$crate-$version" "$work/$crate"
-done
+# shellcheck source=scripts/packaged.sh
+source "$root/scripts/packaged.sh"
+packaged "$work" vkcompute-spirv vkcompute vkcompute-build
 rm -rf "$work/package-target"
 cp -r tests/downstream-build "$work/downstream-build"
 cp Cargo.lock "$work/downstream-build/Cargo.lock"
