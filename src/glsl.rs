@@ -9,6 +9,10 @@ use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelBuilder};
 use vkcompute_spirv::glsl;
 
+/// The file name a source compiles under unless `file_name` names one
+/// (compiler messages name it; a kernel compiled under it gets no label).
+const DEFAULT_FILE_NAME: &str = "kernel.comp";
+
 /// The Vulkan environment GLSL is compiled for, which sets the SPIR-V
 /// version (Vulkan 1.1: SPIR-V 1.3, 1.2: 1.5, 1.3: 1.6).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,7 +95,7 @@ impl Kernel {
     pub fn glsl(source: &str) -> GlslSource<'_> {
         GlslSource {
             source,
-            file_name: "kernel.comp".into(),
+            file_name: DEFAULT_FILE_NAME.into(),
             entry: "main".into(),
             defines: Vec::new(),
             include_dirs: Vec::new(),
@@ -190,7 +194,7 @@ impl<'a> GlslSource<'a> {
     pub fn compile(self) -> KernelBuilder<'static> {
         let words = self.words();
         let builder = KernelBuilder::compiled(words).entry(&self.entry);
-        if self.file_name == "kernel.comp" {
+        if self.file_name == DEFAULT_FILE_NAME {
             builder
         } else {
             builder.label(self.file_name)
