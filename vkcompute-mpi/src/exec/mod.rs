@@ -44,7 +44,7 @@ use crate::wire::COLLECTIVE_TAG;
 
 pub(crate) use mpi::{stage_in, Staged};
 pub(crate) use on_node::Memories;
-pub(crate) use whole::{Pinned, View, Whole};
+pub(crate) use whole::{with_pinned, Pinned, View, Whole};
 
 /// The pinned host buffers of a pipelined ring: for each parity of the
 /// step, one per piece of the longest chunk, for outgoing pieces copied

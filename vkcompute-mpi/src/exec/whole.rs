@@ -16,11 +16,12 @@
 //! undefined, the others' right. An MPI error or a timeout ends the
 //! collective at once.
 
+use std::iter;
 use std::mem::size_of;
 use std::ops::Range;
 
 use bytemuck::Pod;
-use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer, MappedBuffer};
+use vkcompute::{DeviceBuffer, HostBuffer, MappedBuffer};
 
 use super::Team;
 use crate::element::Reducible;
@@ -70,10 +71,15 @@ pub(crate) enum View<'a, T: Pod> {
     /// the first, taken before the ranks agreed (so that a buffer mapped
     /// elsewhere fails this rank's header).
     Mapping(Option<MappedBuffer<'a, T>>),
-    /// A pinned host buffer as long as the working buffer: what a step
-    /// sends is copied into it on the device first, and what MPI writes
-    /// into it for the working buffer is copied back.
+    /// A pinned host buffer as long as the working buffer, at the same
+    /// offsets: what a step sends is copied into it on the device first,
+    /// and what MPI writes into it for the working buffer is copied back.
     Mirror(&'a HostBuffer<T>),
+    /// A pinned host buffer as long as the longest range a step sends,
+    /// which each range is copied to the start of: for the reduce-scatter's
+    /// steps and the sends of a gather only (the allgather, the direct
+    /// reduce-scatter and doubling see the whole buffer and take a mirror).
+    Outbox(&'a HostBuffer<T>),
 }
 
 /// One whole-chunk collective under way on this rank: the working buffer
@@ -116,65 +122,141 @@ impl<'a, T: Reducible> Whole<'a, T> {
         super::note(&mut self.failed, result);
     }
 
-    /// Enqueues the copy of the working buffer's elements `fresh` into a
-    /// mirror (nothing for a mapping), for [`with_view`](Self::with_view)
-    /// to see; enqueued before a wait for earlier work (an inbox that a
-    /// kernel still reads), so that one wait covers both.
-    fn refresh(&mut self, fresh: Range<usize>) {
-        if let (View::Mirror(mirror), None) = (&self.view, &self.failed) {
-            let copied = copy_between(self.team.ctx, (*mirror, self.work), &fresh);
-            self.note(copied.map_err(Error::device(self.op)));
+    /// Enqueues the copies of the working buffer's elements `fresh` into
+    /// a mirror or an outbox (nothing for a mapping) and submits them, for
+    /// the next view to see; enqueued before a wait for earlier work (an
+    /// inbox that a kernel still reads), so that one wait covers both.
+    fn refresh(&mut self, fresh: impl IntoIterator<Item = Range<usize>>) {
+        let (ctx, work) = (self.team.ctx, self.work);
+        let copied = match (&self.view, &self.failed) {
+            (View::Mirror(mirror), None) => fresh
+                .into_iter()
+                .filter(|r| !r.is_empty())
+                .try_for_each(|r| place::copy_parts((*mirror, r.start), (work, r.start), r.len())),
+            (View::Outbox(outbox), None) => fresh
+                .into_iter()
+                .filter(|r| !r.is_empty())
+                .try_fold(0, |at, r| {
+                    place::copy_parts((*outbox, at), (work, r.start), r.len())?;
+                    Ok(at + r.len())
+                })
+                .map(drop),
+            _ => return,
+        };
+        let submitted = copied.and_then(|()| ctx.flush());
+        self.note(submitted.map_err(Error::device(self.op)));
+    }
+
+    /// The host's elements `range` of a mirror or an outbox (whose first
+    /// elements hold `range` once refreshed).
+    fn host_range(&self, range: &Range<usize>) -> Result<Range<usize>> {
+        match &self.view {
+            View::Outbox(outbox) if range.len() <= outbox.len() => Ok(0..range.len()),
+            View::Outbox(_) => Err(Error::Protocol {
+                op: self.op,
+                peer: -1,
+                detail: format!("{} elements for an outbox that holds fewer", range.len()),
+            }),
+            _ => Ok(range.clone()),
         }
     }
 
-    /// Calls `f` with the whole working buffer as the host sees it (a
-    /// mirror holding what [`refresh`](Self::refresh) copied), its
-    /// elements `written` (which `f` writes for the working buffer) copied
-    /// back from a mirror after. Zeros stand in for the view where this
-    /// rank failed, so that its messages still go out.
+    /// Ends a mapping of the working buffer (its failure is this rank's).
+    fn unmap(&mut self, mapping: MappedBuffer<'_, T>) {
+        let unmapped = mapping.finish().map_err(Error::device(self.op));
+        self.note(unmapped);
+    }
+
+    /// Zeros for `len` elements, where this rank failed: its messages
+    /// still go out.
+    fn zeros(&mut self, len: usize) -> &mut [T] {
+        self.spare.clear();
+        self.spare.resize(len, T::zeroed());
+        &mut self.spare
+    }
+
+    /// Calls `f` with the working buffer's elements `range` as the host
+    /// sees them, for reading: in its mapping, or in the mirror or outbox
+    /// that [`refresh`](Self::refresh) copied them to; zeros where this
+    /// rank failed.
     fn with_view<R>(
         &mut self,
-        written: Range<usize>,
+        range: Range<usize>,
+        f: impl FnOnce(&[T]) -> Result<R>,
+    ) -> Result<R> {
+        let op = self.op;
+        if self.failed.is_none() {
+            match &mut self.view {
+                View::Mapping(first) => {
+                    if let Some(mapping) = mapped(self.work, first.take(), &mut self.failed, op) {
+                        let result = f(&mapping[range]);
+                        self.unmap(mapping);
+                        return result;
+                    }
+                }
+                View::Mirror(host) | View::Outbox(host) => {
+                    let host = *host;
+                    let at = self.host_range(&range)?;
+                    match host.as_slice().map_err(Error::device(op)) {
+                        Ok(all) => return f(&all[at]),
+                        Err(e) => self.failed = Some(e),
+                    }
+                }
+            }
+        }
+        f(self.zeros(range.len()))
+    }
+
+    /// [`with_view`](Self::with_view) for reading and writing: a mapping
+    /// or a mirror (never an outbox), whose elements `range` (which `f`
+    /// writes for the working buffer) are copied back to the device after,
+    /// where `back`.
+    fn with_view_mut<R>(
+        &mut self,
+        (range, back): (Range<usize>, bool),
         f: impl FnOnce(&mut [T]) -> Result<R>,
     ) -> Result<R> {
         let op = self.op;
         if self.failed.is_none() {
             match &mut self.view {
                 View::Mapping(first) => {
-                    let mapped = match first.take() {
-                        Some(mapping) => Ok(mapping),
-                        None => self.work.map_to_host().map_err(Error::device(op)),
-                    };
-                    match mapped {
-                        Ok(mut mapping) => {
-                            let result = f(&mut mapping);
-                            let unmapped = mapping.finish().map_err(Error::device(op));
-                            self.note(unmapped);
-                            return result;
-                        }
-                        Err(e) => self.failed = Some(e),
+                    if let Some(mut mapping) = mapped(self.work, first.take(), &mut self.failed, op)
+                    {
+                        let result = f(&mut mapping[range]);
+                        self.unmap(mapping);
+                        return result;
                     }
                 }
                 View::Mirror(mirror) => {
                     let mirror = *mirror;
                     match mirror.as_mut_slice().map_err(Error::device(op)) {
                         Ok(mut all) => {
-                            let result = f(&mut all);
+                            let result = f(&mut all[range.clone()]);
                             drop(all);
-                            let back = copy_between(self.team.ctx, (self.work, mirror), &written);
-                            self.note(back.map_err(Error::device(op)));
+                            if back && !range.is_empty() {
+                                let work = self.work;
+                                let copied = place::copy_parts(
+                                    (work, range.start),
+                                    (mirror, range.start),
+                                    range.len(),
+                                );
+                                self.note(copied.map_err(Error::device(op)));
+                            }
                             return result;
                         }
                         Err(e) => self.failed = Some(e),
                     }
                 }
+                View::Outbox(_) => {
+                    return Err(Error::Protocol {
+                        op,
+                        peer: -1,
+                        detail: "an outbox view cannot be written for the working buffer".into(),
+                    })
+                }
             }
         }
-        let n = self.work.len();
-        if self.spare.len() != n {
-            self.spare = vec![T::zeroed(); n];
-        }
-        f(&mut self.spare)
+        f(self.zeros(range.len()))
     }
 
     /// Calls `f` with the first `len` elements of `host` (a scratch
@@ -229,11 +311,9 @@ impl<'a, T: Reducible> Whole<'a, T> {
         let (team, op, inbox) = (self.team, self.op, self.inbox);
         for step in steps {
             let (send, recv) = (chunks.span(&step.send), chunks.span(&step.recv));
-            self.refresh(send.clone());
+            self.refresh(iter::once(send.clone()));
             self.with_host(inbox, recv.len(), |this, into| {
-                this.with_view(0..0, |all| {
-                    team.sendrecv_step(op, step, (&all[send.clone()], into), piece)
-                })
+                this.with_view(send, |out| team.sendrecv_step(op, step, (out, into), piece))
             })?;
             self.reduce_into(recv, inbox, (1, 0));
         }
@@ -252,9 +332,11 @@ impl<'a, T: Reducible> Whole<'a, T> {
         let (rank, size) = (team.rank, team.size);
         let mine = chunks.ranges[rank].clone();
         let piece = plan::piece_len::<T>(chunks.longest()) * size_of::<T>();
-        self.refresh(0..self.work.len());
+        let n = self.work.len();
+        // This rank's own chunk stays where it is.
+        self.refresh([0..mine.start, mine.end..n]);
         self.with_host(inbox, (size - 1) * stride, |this, into| {
-            this.with_view(0..0, |all| {
+            this.with_view(0..n, |all| {
                 // To the ranks before this one, nearest first; from the
                 // ranks after it, nearest first (so no rank is every
                 // rank's first).
@@ -296,15 +378,15 @@ impl<'a, T: Reducible> Whole<'a, T> {
                 let (out, into) = (bytemuck::cast_slice(out), bytemuck::cast_slice_mut(into));
                 raw::sendrecv(op, team.raw, out, partner, into, partner, COLLECTIVE_TAG)
             };
-            self.refresh(0..n);
+            self.refresh(iter::once(0..n));
             if rank & d == 0 {
                 self.with_host(inbox, n, |this, into| {
-                    this.with_view(0..0, |all| swap(all, into))
+                    this.with_view(0..n, |all| swap(all, into))
                 })?;
                 self.reduce_into(0..n, inbox, (1, 0));
             } else {
                 self.with_host(keep, n, |this, mine| {
-                    this.with_view(0..n, |all| {
+                    this.with_view_mut((0..n, true), |all| {
                         mine.copy_from_slice(all);
                         swap(mine, all)
                     })
@@ -320,22 +402,32 @@ impl<'a, T: Reducible> Whole<'a, T> {
     /// the working buffer is this rank's; afterwards every chunk of the
     /// view is its owner's (in a mirror: not copied back to the device).
     pub(crate) fn allgather(&mut self, chunks: &Chunks, algorithm: Algorithm) -> Result<()> {
-        let (team, op) = (self.team, self.op);
-        self.refresh(chunks.ranges[team.rank].clone());
-        self.with_view(0..0, |all| team.allgather_in(op, all, (chunks, algorithm)))
+        let (team, op, n) = (self.team, self.op, self.work.len());
+        self.refresh(iter::once(chunks.ranges[team.rank].clone()));
+        self.with_view_mut((0..n, false), |all| {
+            team.allgather_in(op, all, (chunks, algorithm))
+        })
     }
 
     /// After the reduce-scatter: every rank's chunk to `root`, into the
-    /// view there (in a mirror: not copied back to the device).
+    /// view there (a mirror: not copied back to the device; the others
+    /// may send from an outbox).
     pub(crate) fn gather_to_root(&mut self, chunks: &Chunks, root: i32) -> Result<()> {
-        let (team, op) = (self.team, self.op);
+        let (team, op, n) = (self.team, self.op, self.work.len());
         let mine = chunks.ranges[team.rank].clone();
-        self.refresh(mine.clone());
-        self.with_view(0..0, |all| {
-            if team.rank as i32 != root {
-                let out = bytemuck::cast_slice(&all[mine]);
-                return raw::send(op, team.raw, out, root, COLLECTIVE_TAG);
-            }
+        self.refresh(iter::once(mine.clone()));
+        if team.rank as i32 != root {
+            return self.with_view(mine, |out| {
+                raw::send(
+                    op,
+                    team.raw,
+                    bytemuck::cast_slice(out),
+                    root,
+                    COLLECTIVE_TAG,
+                )
+            });
+        }
+        self.with_view_mut((0..n, false), |all| {
             for (peer, range) in chunks.ranges.iter().enumerate() {
                 if peer as i32 != root {
                     let into = bytemuck::cast_slice_mut(&mut all[range.clone()]);
@@ -346,24 +438,52 @@ impl<'a, T: Reducible> Whole<'a, T> {
         })
     }
 
-    /// The first failure of this rank after the ranks agreed, if any.
-    pub(crate) fn finish(self) -> Result<()> {
+    /// The first failure of this rank after the ranks agreed, if any. On a
+    /// mapping it first submits the work enqueued last (doubling's last
+    /// reduction), which no copy of the caller's follows; off it, the
+    /// caller's copy of the result submits it (one submission, not two).
+    pub(crate) fn finish(mut self) -> Result<()> {
+        if matches!(self.view, View::Mapping(_)) {
+            let submitted = self.team.ctx.flush().map_err(Error::device(self.op));
+            self.note(submitted);
+        }
         self.failed.map_or(Ok(()), Err)
     }
 }
 
-/// Enqueues the copy of elements `range` of `src` into the same elements
-/// of `dst` and submits it; nothing where `range` is empty.
-fn copy_between<D: place::Parts<T>, S: place::Parts<T>, T: Pod>(
-    ctx: &DeviceContext,
-    (dst, src): (&D, &S),
-    range: &Range<usize>,
-) -> vkcompute::Result<()> {
-    if range.is_empty() {
-        return Ok(());
+/// `first`, or a new mapping of `work`; `None` where mapping fails (then
+/// `failed` holds its error).
+fn mapped<'b, T: Pod>(
+    work: &'b DeviceBuffer<T>,
+    first: Option<MappedBuffer<'b, T>>,
+    failed: &mut Option<Error>,
+    op: &'static str,
+) -> Option<MappedBuffer<'b, T>> {
+    match first.map_or_else(|| work.map_to_host(), Ok) {
+        Ok(mapping) => Some(mapping),
+        Err(e) => {
+            *failed = Some(Error::device(op)(e));
+            None
+        }
     }
-    place::copy_parts((dst, range.start), (src, range.start), range.len())?;
-    ctx.flush()
+}
+
+/// Calls `f` with the elements of `host`, or with zeros as many where the
+/// host cannot have them (a device error after the ranks agreed: this
+/// rank's part of the messages still goes out). Returns `f`'s result (an
+/// MPI error), then the device error.
+pub(crate) fn with_pinned<T: Pod, R>(
+    op: &'static str,
+    host: &HostBuffer<T>,
+    f: impl FnOnce(&mut [T]) -> Result<R>,
+) -> Result<R> {
+    match host.as_mut_slice() {
+        Ok(mut all) => f(&mut all),
+        Err(e) => {
+            f(&mut vec![T::zeroed(); host.len()])?;
+            Err(Error::device(op)(e))
+        }
+    }
 }
 
 /// `a` for reading and `b` for writing, two disjoint ranges of `all`.

@@ -52,7 +52,7 @@ use vkcompute::DeviceBuffer;
 use crate::communicator::Communicator;
 use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
-use crate::exec::Pinned;
+use crate::exec::{with_pinned, Pinned};
 use crate::plan::schedule;
 use crate::plan::{self, AllreduceAlgorithm, Ask, Chunks, Collective, Route};
 use crate::raw;
@@ -159,11 +159,10 @@ impl Communicator {
             staged.keep(&self.pool);
             return Ok(());
         }
-        {
-            let mut all = staged.typed.as_mut_slice().map_err(Error::device(op))?;
-            let bytes = bytemuck::cast_slice_mut(&mut all);
-            raw::broadcast(op, self.raw(), bytes, root, piece_bytes)?;
-        }
+        with_pinned(op, &staged.typed, |all| {
+            let bytes = bytemuck::cast_slice_mut(all);
+            raw::broadcast(op, self.raw(), bytes, root, piece_bytes)
+        })?;
         if self.rank() != root {
             (buf.place().copy_from(&staged.typed)).map_err(Error::device(op))?;
         }
@@ -264,11 +263,12 @@ impl Communicator {
             let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
             let steps = schedule::reduce_scatter(plan.schedule, rank as usize, size);
             let inbox = plan.chunks.longest_step(&steps);
-            let none = Extras {
-                landing: None,
-                doubling: false,
+            // The root gathers into a mirror; the others only send.
+            let extras = Extras {
+                outbox: (rank != root).then_some(inbox),
+                ..Extras::default()
             };
-            let prepared = self.prepare_whole(op, reduce, (None, n, fill), inbox, none)?;
+            let prepared = self.prepare_whole(op, reduce, (None, n, fill), inbox, extras)?;
             Ok(Some((prepared, steps)))
         });
         let Some((prepared, steps)) = self.agree(op, header, prepared)? else {
@@ -281,6 +281,7 @@ impl Communicator {
             run.finish()
         };
         let result = ran.and_then(|()| match &prepared.mirror {
+            // The root's is a mirror.
             Some(mirror) if rank == root => {
                 (buf.place().copy_from(&mirror.typed)).map_err(Error::device(op))
             }
@@ -319,9 +320,10 @@ impl Communicator {
         });
         let result = self.agree(op, header, prepared)?;
         if m > 0 && size > 1 {
-            let mut all = result.typed.as_mut_slice().map_err(Error::device(op))?;
             let chunks = (&plan.chunks, plan.schedule);
-            self.team().allgather_in(op, &mut all, chunks)?;
+            with_pinned(op, &result.typed, |all| {
+                self.team().allgather_in(op, all, chunks)
+            })?;
         }
         (recv.place().copy_from(&result.typed)).map_err(Error::device(op))?;
         result.keep(&self.pool);
@@ -365,12 +367,12 @@ impl Communicator {
                 Ok(())
             };
             let inbox = chunks.longest_step(&steps);
-            let none = Extras {
-                landing: None,
-                doubling: false,
+            let extras = Extras {
+                outbox: Some(inbox),
+                ..Extras::default()
             };
             let input = (None, stride * size, fill);
-            Ok(Some(self.prepare_whole(op, reduce, input, inbox, none)?))
+            Ok(Some(self.prepare_whole(op, reduce, input, inbox, extras)?))
         });
         let Some(prepared) = self.agree(op, header, prepared)? else {
             return Ok(());

@@ -45,6 +45,8 @@ pub(super) struct Prepared<'b, T: bytemuck::Pod> {
     work: Work<'b, T>,
     pub(super) first: Option<MappedBuffer<'b, T>>,
     pub(super) mirror: Option<Pinned<T>>,
+    /// Whether `mirror` is an outbox (`Extras::outbox`).
+    outbox: bool,
     inbox: Pinned<T>,
     saved: Option<Pinned<T>>,
     /// Whether this rank offers the direct reduce-scatter.
@@ -65,6 +67,7 @@ impl<'b, T: Reducible> Prepared<'b, T> {
         first: Option<MappedBuffer<'p, T>>,
     ) -> Whole<'p, T> {
         let view = match &self.mirror {
+            Some(outbox) if self.outbox => View::Outbox(&outbox.typed),
             Some(mirror) => View::Mirror(&mirror.typed),
             None => View::Mapping(first),
         };
@@ -90,10 +93,14 @@ impl<'b, T: Reducible> Prepared<'b, T> {
 
 /// Which extra buffers a reduction needs: the direct reduce-scatter's
 /// landing of this many elements (where wanted: one that cannot be had
-/// is not offered), and recursive doubling's.
+/// is not offered), recursive doubling's, and, off the mapping, an
+/// outbox of this many elements instead of a mirror (`exec::View`: for
+/// reductions that only send out of the host's view).
+#[derive(Default)]
 pub(super) struct Extras {
     pub(super) landing: Option<usize>,
     pub(super) doubling: bool,
+    pub(super) outbox: Option<usize>,
 }
 
 impl Communicator {
@@ -114,8 +121,8 @@ impl Communicator {
     /// Prepares a reduction with `reduce` over a working buffer: `in_place`
     /// (mapped here: a buffer mapped elsewhere fails now, before the ranks
     /// agree), or a new one of `len` elements filled by `fill` (from this
-    /// rank's input) with a mirror as long; with an inbox of `inbox`
-    /// elements.
+    /// rank's input) with a mirror as long (or the outbox of `extras`);
+    /// with an inbox of `inbox` elements.
     pub(super) fn prepare_whole<'b, T: Reducible>(
         &self,
         op: &'static str,
@@ -147,11 +154,8 @@ impl Communicator {
                 fill(&own)
                     .and_then(|()| self.context().flush())
                     .map_err(Error::device(op))?;
-                (
-                    Work::Own(own),
-                    None,
-                    Some(Pinned::new(&self.pool, op, len)?),
-                )
+                let host = Pinned::new(&self.pool, op, extras.outbox.unwrap_or(len))?;
+                (Work::Own(own), None, Some(host))
             }
         };
         let n = work.buffer().len();
@@ -165,6 +169,7 @@ impl Communicator {
             work,
             first,
             mirror,
+            outbox: extras.outbox.is_some(),
             inbox,
             saved,
             offer,
@@ -190,6 +195,7 @@ impl Communicator {
         let extras = Extras {
             landing: (plan.algorithm == AllreduceAlgorithm::Direct).then_some((size - 1) * stride),
             doubling,
+            outbox: None,
         };
         let fill = |acc: &DeviceBuffer<T>| buf.place().copy_range_to(0, n, acc);
         let inbox = plan.chunks.longest_step(&steps);
