@@ -13,7 +13,7 @@ mod common;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use common::{assert_clean, context_with, on_each_path, options, Path};
+use common::{assert_clean, block_on, context_with, on_each_path, options, Path};
 use vkcompute::{DeviceContext, Error, Event};
 
 const N: usize = 1 << 22;
@@ -221,30 +221,6 @@ fn an_event_of_an_idle_stream_is_reached() {
     let event = ctx.enqueue_record_event().unwrap();
     event.wait().unwrap();
     assert!(event.is_complete().unwrap());
-}
-
-/// A minimal executor: parks the thread until the waker is called, and
-/// counts the polls (a future that busy-polls would need thousands).
-fn block_on<F: Future>(f: F) -> (F::Output, usize) {
-    use std::sync::Arc;
-    use std::task::{Context, Poll, Wake, Waker};
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    let mut polls = 0;
-    loop {
-        polls += 1;
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return (v, polls);
-        }
-        std::thread::park();
-    }
 }
 
 #[test]

@@ -12,15 +12,8 @@
 
 mod common;
 
-use std::future::Future;
-
 use common::{assert_clean, context_with, on_each_context, options, store, Path, TempDir};
 use vkcompute::{shaders, DeviceBuffer, DeviceContext, Error, GraphParams, Kernel};
-
-/// [`common::block_on`], without the count of polls.
-fn block_on<F: Future>(f: F) -> F::Output {
-    common::block_on(f).0
-}
 
 /// An indirect dispatch inside a graph, made live by a push-constant
 /// change (recorded straight into the stream through the StreamSink) and
@@ -283,7 +276,7 @@ fn zero_length_buffers() {
         let r =
             ctx.enqueue_graph_with(&graph, &GraphParams::new().buffer(&empty, &empty2).unwrap());
         eprintln!("{what}: substituting an empty buffer: {r:?}");
-        let m = block_on(empty.map_to_host_async()).unwrap();
+        let m = common::resolve(empty.map_to_host_async()).unwrap();
         assert!(m.is_empty());
         drop(m);
         ctx.synchronize().unwrap();
@@ -723,7 +716,7 @@ fn mappings_in_the_way_of_live_replays_and_indirect_counts() {
         let graph = g.finish().unwrap();
         // A segment's buffer mapped.
         {
-            let m = block_on(a.map_to_host_async()).unwrap();
+            let m = common::resolve(a.map_to_host_async()).unwrap();
             let recorded = ctx.diagnostics().live_objects().commands_recorded;
             let e = ctx
                 .enqueue_graph_with(&graph, &GraphParams::new().push(id, &1u32))
@@ -753,7 +746,7 @@ fn mappings_in_the_way_of_live_replays_and_indirect_counts() {
         }
         // The counts mapped and written: the indirect dispatch reads them.
         {
-            let mut m = block_on(counts.map_to_host_async()).unwrap();
+            let mut m = common::resolve(counts.map_to_host_async()).unwrap();
             m[0] = 0; // no workgroups
             let r = ctx.enqueue_function_indirect(&add_one, &counts, 0, &[b.arg()], &(n as u32));
             let r2 = ctx.enqueue_graph(&graph);

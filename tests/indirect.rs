@@ -15,8 +15,6 @@
 
 mod common;
 
-use std::future::Future;
-
 use common::{assert_clean, context_with, on_each_context, options, store, Path};
 use vkcompute::{shaders, DeviceBuffer, Error, GraphParams, Kernel};
 
@@ -357,12 +355,7 @@ fn another_devices_buffers_in_indirect_dispatches_and_replays() {
     let kept = xa.clone();
     drop(xa);
     drop(a);
-    assert_eq!(block_on(fut).unwrap(), vec![1; 64]);
+    assert_eq!(common::resolve(fut).unwrap(), vec![1; 64]);
     drop(kept);
     assert_clean(&la, "a");
-}
-
-/// [`common::block_on`], without the count of polls.
-fn block_on<F: Future>(f: F) -> F::Output {
-    common::block_on(f).0
 }

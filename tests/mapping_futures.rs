@@ -20,11 +20,6 @@ use std::time::{Duration, Instant};
 use common::{assert_clean, context_with, on_each_context, options, Path};
 use vkcompute::{shaders, DeviceBuffer, DeviceContext, Error, Kernel};
 
-/// [`common::block_on`], without the count of polls.
-fn block_on<F: Future>(f: F) -> F::Output {
-    common::block_on(f).0
-}
-
 fn host_dummy(ctx: &DeviceContext) -> DeviceBuffer<u32> {
     let b = ctx.enqueue_create_buffer::<u32>(64).unwrap();
     b.enqueue_fill(0).unwrap();
@@ -59,12 +54,12 @@ fn mapping_futures_dropped_and_raced_with_writes() {
                     ctx2.flush().unwrap();
                 });
             });
-            let m = block_on(fut).unwrap();
+            let m = common::resolve(fut).unwrap();
             assert!(m.iter().all(|&v| v == 100 + round), "{what}: round {round}");
         }
         // A write from another thread while a mapping from the future is
         // held is refused, and the context stays usable.
-        let m = block_on(buf.map_to_host_async()).unwrap();
+        let m = common::resolve(buf.map_to_host_async()).unwrap();
         std::thread::scope(|s| {
             s.spawn(|| {
                 let e = buf.enqueue_fill(3).unwrap_err();
@@ -96,7 +91,7 @@ fn mapping_future_after_work_on_two_streams() {
         }
         let fut = buf.map_to_host_async();
         drop(other);
-        let m = block_on(fut).unwrap();
+        let m = common::resolve(fut).unwrap();
         assert!(m.iter().all(|&v| v == 40), "{what}: {}", m[0]);
     });
 }
@@ -178,8 +173,8 @@ fn dropping_a_context_while_futures_wait_on_other_threads() {
         }
         let ev = ctx.enqueue_record_event().unwrap();
         let read = buf.to_vec_async();
-        let t1 = std::thread::spawn(move || block_on(ev));
-        let t2 = std::thread::spawn(move || block_on(read));
+        let t1 = std::thread::spawn(move || common::resolve(ev));
+        let t2 = std::thread::spawn(move || common::resolve(read));
         let clone = ctx.new_stream().unwrap();
         drop(ctx);
         let t3 = {
@@ -235,7 +230,7 @@ fn mapping_futures_on_views_from_two_threads() {
                             }
                             Err(e) => panic!("{e}"),
                         }
-                        match block_on(v.map_to_host_async()) {
+                        match common::resolve(v.map_to_host_async()) {
                             Ok(mut m) => {
                                 m[0] += 1000;
                                 let _ = (t, r);
@@ -294,7 +289,7 @@ fn faults_in_staged_mapping_futures_and_their_write_back() {
             ctx.synchronize().unwrap();
             buf.enqueue_fill(nth as u32).unwrap();
             vkcompute::testing::fail_allocation(&ctx, nth);
-            let r = block_on(buf.map_to_host_async());
+            let r = common::resolve(buf.map_to_host_async());
             match r {
                 Ok(mut m) => {
                     assert!(m.iter().all(|&v| v == nth as u32), "{path:?} nth {nth}");
@@ -360,15 +355,15 @@ fn operations_on_a_buffer_mapped_by_the_same_thread_never_hang() {
         let buf = ctx.enqueue_create_buffer::<u32>(1024).unwrap();
         buf.enqueue_fill(2).unwrap();
         let host = ctx.enqueue_create_host_buffer::<u32>(1024).unwrap();
-        let mut m = block_on(buf.map_to_host_async()).unwrap();
+        let mut m = common::resolve(buf.map_to_host_async()).unwrap();
         m[0] = 5;
         let r1 = buf.to_vec().map(|v| v[0]);
         let r2 = buf.enqueue_copy_to(&host);
-        let r3 = block_on(buf.map_to_host_async()).map(|_| ());
+        let r3 = common::resolve(buf.map_to_host_async()).map(|_| ());
         let r4 = buf.map_to_host().map(|_| ());
         let r5 = ctx.enqueue_function_indirect(&add_one, &buf, 0, &[host_dummy(ctx).arg()], &1u32);
         let sub = buf.create_sub_buffer::<u32>(512, 512).unwrap();
-        let r6 = block_on(sub.to_vec_async()).map(|v| v[0]);
+        let r6 = common::resolve(sub.to_vec_async()).map(|v| v[0]);
         let r7 = ctx.synchronize();
         eprintln!("{what}: to_vec {r1:?}; copy_to {r2:?}; map async {r3:?}; map {r4:?}; indirect {r5:?}; sub to_vec_async {r6:?}; sync {r7:?}");
         drop(m);

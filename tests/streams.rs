@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -312,7 +311,7 @@ fn a_storm_of_operations_on_two_streams() {
                                     futures.push(b.to_vec_async());
                                     Ok(())
                                 }
-                                4 => match block_on(b.map_to_host_async()) {
+                                4 => match common::resolve(b.map_to_host_async()) {
                                     Ok(mut m) => {
                                         m[1] = m[1].wrapping_add(1);
                                         Ok(())
@@ -340,7 +339,7 @@ fn a_storm_of_operations_on_two_streams() {
                             }
                             if futures.len() > 4 {
                                 for f in futures.drain(..) {
-                                    match block_on(f) {
+                                    match common::resolve(f) {
                                         Ok(v) => assert_eq!(v.len(), n),
                                         Err(Error::BufferMapped { .. }) => {}
                                         Err(e) => panic!("t {t}: {e}"),
@@ -367,9 +366,4 @@ fn a_storm_of_operations_on_two_streams() {
             assert_clean(&log, &format!("storm push {push} {path:?}"));
         }
     }
-}
-
-/// [`common::block_on`], without the count of polls.
-fn block_on<F: Future>(f: F) -> F::Output {
-    common::block_on(f).0
 }

@@ -12,8 +12,6 @@
 
 mod common;
 
-use std::future::Future;
-
 use common::{assert_clean, context_with, options, Path, Saxpy, TempDir};
 use serde_json::Value;
 use vkcompute::{shaders, ContextOptions, DeviceBuffer, GraphParams, Kernel};
@@ -551,7 +549,7 @@ fn a_trace_written_from_four_threads_is_valid() {
                                 )
                                 .unwrap(),
                             2 => {
-                                let _ = block_on(b.to_vec_async()).unwrap();
+                                let _ = common::resolve(b.to_vec_async()).unwrap();
                             }
                             _ => {
                                 let e = stream.enqueue_record_event().unwrap();
@@ -613,9 +611,4 @@ fn a_trace_written_from_four_threads_is_valid() {
         "FINDING: {outside} of {} command slices lie outside their batches",
         commands.len()
     );
-}
-
-/// [`common::block_on`], without the count of polls.
-fn block_on<F: Future>(f: F) -> F::Output {
-    common::block_on(f).0
 }

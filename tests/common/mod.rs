@@ -124,6 +124,11 @@ pub fn block_on<F: std::future::Future>(f: F) -> (F::Output, usize) {
     }
 }
 
+/// [`block_on`], without the count of polls.
+pub fn resolve<F: std::future::Future>(f: F) -> F::Output {
+    block_on(f).0
+}
+
 /// A fresh directory under the system's temporary directory, removed
 /// when dropped.
 pub struct TempDir(pub std::path::PathBuf);
