@@ -28,7 +28,7 @@ use crate::element::Reducible;
 use crate::error::{Error, Result};
 use crate::plan::schedule::{self, Algorithm, Step};
 use crate::plan::{self, Chunks};
-use crate::raw;
+use crate::raw::{self, Patience};
 use crate::transport::kernels::{self, ReduceKernels};
 use crate::transport::place;
 use crate::transport::pool::StagingPool;
@@ -418,20 +418,16 @@ impl<'a, T: Reducible> Whole<'a, T> {
         self.refresh(iter::once(mine.clone()));
         if team.rank as i32 != root {
             return self.with_view(mine, |out| {
-                raw::send(
-                    op,
-                    team.raw,
-                    bytemuck::cast_slice(out),
-                    root,
-                    COLLECTIVE_TAG,
-                )
+                let to = (root, COLLECTIVE_TAG);
+                raw::send(op, team.raw, bytemuck::cast_slice(out), to, Patience::Nap)
             });
         }
         self.with_view_mut((0..n, false), |all| {
             for (peer, range) in chunks.ranges.iter().enumerate() {
                 if peer as i32 != root {
                     let into = bytemuck::cast_slice_mut(&mut all[range.clone()]);
-                    raw::recv(op, team.raw, into, peer as i32, COLLECTIVE_TAG)?;
+                    let from = (peer as i32, COLLECTIVE_TAG);
+                    raw::recv(op, team.raw, into, from, Patience::Nap)?;
                 }
             }
             Ok(())

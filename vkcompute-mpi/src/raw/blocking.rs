@@ -7,26 +7,42 @@ use std::os::raw::{c_int, c_void};
 use mpi::ffi;
 
 use super::transfer::{ibcast, irecv, isend, Transfer};
-use super::wait::{finish, Abandon};
+use super::wait::{finish, finish_with, Abandon, Patience};
 use super::{byte_type, check, Comm, MAX_MESSAGE};
 use crate::error::{Error, Result};
 
+/// Memory to send and the rank it goes to.
+type Out<'a> = (&'a [u8], i32);
+/// Memory to receive into and the rank it comes from.
+type In<'a> = (&'a mut [u8], i32);
+
 /// `MPI_Send` of `bytes` to `dest` with `tag` (posted as `MPI_Isend`s
-/// and waited for within the communicator's timeout).
-pub(crate) fn send(op: &'static str, comm: &Comm, bytes: &[u8], dest: i32, tag: i32) -> Result<()> {
-    exchange(op, comm, "MPI_Send", Some((bytes, dest)), None, tag)
+/// and waited for within the communicator's timeout, with `patience`:
+/// [`streaming`](super::streaming) for a piece of a message whose
+/// receiver is taking it).
+pub(crate) fn send(
+    op: &'static str,
+    comm: &Comm,
+    bytes: &[u8],
+    (dest, tag): (i32, i32),
+    patience: Patience,
+) -> Result<()> {
+    let out = Some((bytes, dest));
+    exchange(op, comm, "MPI_Send", (out, None), tag, patience)
 }
 
 /// `MPI_Recv` of exactly `bytes.len()` bytes from `source` with `tag`
-/// (posted as `MPI_Irecv`s and waited for within the timeout).
+/// (posted as `MPI_Irecv`s and waited for within the timeout, with
+/// `patience`, as [`send`]).
 pub(crate) fn recv(
     op: &'static str,
     comm: &Comm,
     bytes: &mut [u8],
-    source: i32,
-    tag: i32,
+    (source, tag): (i32, i32),
+    patience: Patience,
 ) -> Result<()> {
-    exchange(op, comm, "MPI_Recv", None, Some((bytes, source)), tag)
+    let into = Some((bytes, source));
+    exchange(op, comm, "MPI_Recv", (None, into), tag, patience)
 }
 
 /// `out` to `dest` while `into` (exactly its length) comes from `source`,
@@ -42,7 +58,7 @@ pub(crate) fn sendrecv(
     tag: i32,
 ) -> Result<()> {
     let (out, into) = (Some((out, dest)), Some((into, source)));
-    exchange(op, comm, "MPI_Sendrecv", out, into, tag)
+    exchange(op, comm, "MPI_Sendrecv", (out, into), tag, Patience::Nap)
 }
 
 /// `out` to `dest` while `into` comes from `source`, both with `tag`, each
@@ -74,22 +90,20 @@ pub(crate) fn sendrecv_pieces(
     )
 }
 
-/// Posts `MPI_Irecv`s into `into` from its rank and `MPI_Isend`s of `out`
-/// to its rank, all with `tag`, and waits for them within the
-/// communicator's timeout (as `call`).
+/// Posts an `MPI_Irecv` into `into` from its rank and an `MPI_Isend` of
+/// `out` to its rank, both with `tag`, and waits for them within the
+/// communicator's timeout (as `call`), with `patience`.
 fn exchange(
     op: &'static str,
     comm: &Comm,
     call: &'static str,
-    out: Option<(&[u8], i32)>,
-    into: Option<(&mut [u8], i32)>,
+    (out, into): (Option<Out<'_>>, Option<In<'_>>),
     tag: i32,
+    patience: Patience,
 ) -> Result<()> {
-    let outs: Vec<&[u8]> = out.iter().map(|(bytes, _)| *bytes).collect();
-    let dest = out.as_ref().map_or(0, |(_, dest)| *dest);
-    let source = into.as_ref().map_or(0, |(_, source)| *source);
-    let ins: Vec<&mut [u8]> = into.into_iter().map(|(bytes, _)| bytes).collect();
-    exchange_all(op, comm, call, (outs, dest), (ins, source), tag)
+    let outs = out.into_iter().collect();
+    let ins = into.into_iter().collect();
+    exchange_with(op, comm, call, (outs, ins), tag, patience)
 }
 
 /// Sends the messages `pieces` to `dest` with `tag`, in order, all posted
@@ -129,7 +143,7 @@ fn exchange_all(
 ) -> Result<()> {
     let outs = outs.into_iter().map(|out| (out, dest)).collect();
     let ins = ins.into_iter().map(|into| (into, source)).collect();
-    exchange_with(op, comm, call, outs, ins, tag)
+    exchange_with(op, comm, call, (outs, ins), tag, Patience::Nap)
 }
 
 /// Each message of `outs` to the rank beside it, and each of `ins`
@@ -164,20 +178,21 @@ pub(crate) fn exchange_with_peers(
             in_pieces.extend(into.chunks_mut(piece).map(|p| (p, source)));
         }
     }
-    exchange_with(op, comm, "MPI_Sendrecv", out_pieces, in_pieces, tag)
+    let pieces = (out_pieces, in_pieces);
+    exchange_with(op, comm, "MPI_Sendrecv", pieces, tag, Patience::Nap)
 }
 
 /// Posts `MPI_Irecv`s into every slice of `ins` from the rank beside it,
 /// then `MPI_Isend`s of every slice of `outs` to the rank beside it, all
 /// with `tag` and each in order, and waits for them within the
-/// communicator's timeout (as `call`).
+/// communicator's timeout (as `call`), with `patience`.
 fn exchange_with(
     op: &'static str,
     comm: &Comm,
     call: &'static str,
-    outs: Vec<(&[u8], i32)>,
-    ins: Vec<(&mut [u8], i32)>,
+    (outs, ins): (Vec<Out<'_>>, Vec<In<'_>>),
     tag: i32,
+    patience: Patience,
 ) -> Result<()> {
     comm.state.usable(op)?;
     let mut transfers = Vec::new();
@@ -203,7 +218,8 @@ fn exchange_with(
         // `finish` returns only once MPI no longer reads it, as above.
         posted = unsafe { isend(op, comm, ptr, len, dest, tag, &mut transfers) };
     }
-    finish(op, comm, call, posted, &mut transfers, Abandon::Cancel)
+    let how = (Abandon::Cancel, patience);
+    finish_with(op, comm, call, posted, &mut transfers, how)
 }
 
 /// `MPI_Bcast` of `bytes` from `root` (every rank passes the same

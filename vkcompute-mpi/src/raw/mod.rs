@@ -43,7 +43,9 @@ pub(crate) use fd::{random_bytes, recv_fd_now, send_fd, PeerFd};
 pub(crate) use held::Held;
 pub(crate) use pieces::{exchange_pieces, Landing, Source, Wire};
 pub(crate) use reduce::{allreduce_pieces, Reduction};
-pub(crate) use wait::{pause, suspect_bound, PendingOp, Pollable, Ticket, WaitState};
+pub(crate) use wait::{
+    pause, streaming, suspect_bound, Patience, PendingOp, Pollable, Ticket, WaitState,
+};
 
 use std::os::raw::c_int;
 use std::sync::Arc;

@@ -254,12 +254,57 @@ pub(crate) const NAP: Duration = Duration::from_micros(100);
 /// the ranks that have work; a large transfer's waits here sleep instead,
 /// at the cost of up to a `NAP` of latency on messages that take longer
 /// than `SPIN`. Measured on the 2-core VM (`mpi_bench`, 4 ranks, 64 MiB):
-/// see CONTRIBUTING.md.
+/// see BENCHMARKS.md (vkcompute-mpi).
 pub(crate) fn pause(start: Instant) {
-    if start.elapsed() < SPIN {
+    pause_after(start, SPIN);
+}
+
+/// [`pause`] with a spin of `spin` instead of [`SPIN`].
+fn pause_after(start: Instant, spin: Duration) {
+    if start.elapsed() < spin {
         std::thread::yield_now();
     } else {
         std::thread::sleep(NAP);
+    }
+}
+
+/// The slowest speed, in bytes per second, at which the data of a message
+/// whose peer is already moving it is expected to arrive: see
+/// [`streaming`].
+const STREAM_FLOOR: u64 = 1 << 30;
+
+/// How a wait gives the processor away between polls.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Patience {
+    /// [`pause`]: the wait's end may be far (a peer that has not reached
+    /// the call yet, or whose kernels must run first).
+    Nap,
+    /// A yield for as long as the data should take to arrive, then naps:
+    /// the wait for a piece of a message whose peer is already moving it
+    /// ([`streaming`]).
+    Yield(Duration),
+}
+
+/// The patience of a wait for `bytes` of a message that the peer is
+/// already moving (a staged message's pieces, once its header was
+/// answered): yields for [`SPIN`] plus the time the bytes take at
+/// [`STREAM_FLOOR`] (2.2 ms for a piece of 2 MiB), so that the receiver of
+/// a piece that is on its way stays runnable. A rank that sleeps there
+/// between pieces, on a node with more ranks than cores, comes back only
+/// after the ranks spinning beside it; measured on the 2-core VM
+/// (`mpi_bench --staging`, 4 ranks, 64 MiB send/recv; BENCHMARKS.md):
+/// the naps of [`pause`] made the pipeline stall piece after piece.
+pub(crate) fn streaming(bytes: usize) -> Patience {
+    let nanos = (bytes as u128 * 1_000_000_000 / u128::from(STREAM_FLOOR)) as u64;
+    Patience::Yield(SPIN + Duration::from_nanos(nanos))
+}
+
+impl Patience {
+    fn pause(self, start: Instant) {
+        match self {
+            Patience::Nap => pause(start),
+            Patience::Yield(spin) => pause_after(start, spin),
+        }
     }
 }
 
@@ -283,6 +328,19 @@ pub(crate) fn finish(
     transfers: &mut [Transfer],
     abandon: Abandon,
 ) -> Result<()> {
+    finish_with(op, comm, call, posted, transfers, (abandon, Patience::Nap))
+}
+
+/// [`finish`], giving the processor away between polls as `patience`
+/// says.
+pub(crate) fn finish_with(
+    op: &'static str,
+    comm: &Comm,
+    call: &'static str,
+    posted: Result<()>,
+    transfers: &mut [Transfer],
+    (abandon, patience): (Abandon, Patience),
+) -> Result<()> {
     let mut first = posted.err();
     let timeout = comm.state.timeout();
     let start = Instant::now();
@@ -300,7 +358,7 @@ pub(crate) fn finish(
         }
         comm.state.progress();
         match timeout {
-            None => pause(start),
+            None => patience.pause(start),
             Some(after) if start.elapsed() >= after => {
                 let error = comm.state.timed_out(op, call, after);
                 match abandon {
@@ -310,7 +368,7 @@ pub(crate) fn finish(
                 }
                 return Err(error);
             }
-            Some(_) => pause(start),
+            Some(_) => patience.pause(start),
         }
     }
 }
@@ -332,7 +390,7 @@ pub(crate) fn finish(
 /// transfers were posted, not from this call: the waits for a step's
 /// pieces one after the other are one wait (restarting the spin at each
 /// piece was measured to take the cores from ranks with work; see
-/// CONTRIBUTING.md).
+/// BENCHMARKS.md, vkcompute-mpi).
 pub(crate) fn finish_until(
     op: &'static str,
     comm: &Comm,

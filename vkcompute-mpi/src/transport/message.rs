@@ -12,7 +12,7 @@ use super::place::Place;
 use super::pool::StagingPool;
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::raw::{self, Comm};
+use crate::raw::{self, streaming, Comm};
 
 /// The pieces of a range of `len` elements, `piece` at a time.
 fn pieces(len: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
@@ -169,13 +169,14 @@ impl<'a, T: Element> Outgoing<'a, T> {
                     }
                     let bytes = len * size_of::<T>();
                     let read = staging.of(index).as_slice().map_err(Error::device(op));
+                    let (to, patience) = ((dest, tag), streaming(bytes));
                     match read {
                         Ok(host) if failed.is_none() => {
-                            raw::send(op, comm, &host[..bytes], dest, tag)?
+                            raw::send(op, comm, &host[..bytes], to, patience)?
                         }
-                        Ok(_) => raw::send(op, comm, &vec![0u8; bytes], dest, tag)?,
+                        Ok(_) => raw::send(op, comm, &vec![0u8; bytes], to, patience)?,
                         Err(e) => {
-                            raw::send(op, comm, &vec![0u8; bytes], dest, tag)?;
+                            raw::send(op, comm, &vec![0u8; bytes], to, patience)?;
                             failed.get_or_insert(e);
                         }
                     }
@@ -307,10 +308,11 @@ impl<'a, T: Element> Incoming<'a, T> {
                 for (index, (start, len)) in pieces(buf.len(), *piece).enumerate() {
                     let bytes = len * size_of::<T>();
                     let host = &staging.of(index);
+                    let (from, patience) = ((source, tag), streaming(bytes));
                     match host.as_mut_slice() {
-                        Ok(mut slice) => raw::recv(op, comm, &mut slice[..bytes], source, tag)?,
+                        Ok(mut slice) => raw::recv(op, comm, &mut slice[..bytes], from, patience)?,
                         Err(e) => {
-                            raw::recv(op, comm, &mut vec![0u8; bytes], source, tag)?;
+                            raw::recv(op, comm, &mut vec![0u8; bytes], from, patience)?;
                             failed.get_or_insert(Error::device(op)(e));
                             continue;
                         }

@@ -139,7 +139,7 @@ pub enum SameNodePolicy {
     /// buffers map directly ([`Path::Mapped`] on both ends): there MPI
     /// reads and writes the memory where it lies, one copy by Open MPI's
     /// CMA, which measured faster on lavapipe than the path's two device
-    /// copies (CONTRIBUTING.md). The default.
+    /// copies (BENCHMARKS.md, vkcompute-mpi). The default.
     Auto,
     /// Wherever the pair can take it.
     Always,
