@@ -17,8 +17,8 @@
 //! same-node path its exported memory). `VKCOMPUTE_MPI_HUGE=0` leaves the
 //! whole test out (it prints so); `VKCOMPUTE_MPI_HUGE=all` adds
 //! `allreduce`, `reduce`, `isend`/`irecv`, `broadcast`, `allgather` and
-//! `reduce_scatter` at 2^31 bytes on every path (a long run, several
-//! minutes: CONTRIBUTING.md).
+//! `reduce_scatter` at 2^31 bytes on every path (a long run, about 9
+//! minutes: BENCHMARKS.md).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

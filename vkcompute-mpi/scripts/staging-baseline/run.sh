@@ -1,6 +1,6 @@
 #!/bin/bash
-# The host-MPI baseline of the dma-buf plan (CONTRIBUTING.md, "A dma-buf
-# path: a measured plan"): 64 MiB MPI_Send/MPI_Recv and MPI_Allreduce on 2
+# The host-MPI baseline of the dma-buf plan (vkcompute-mpi/DESIGN.md, "A
+# dma-buf transport: the plan"): 64 MiB MPI_Send/MPI_Recv and MPI_Allreduce on 2
 # and 4 ranks over pml ob1 and pml ucx, each beside an emulation of the
 # staged path (memcpy, MPI, memcpy), and a 64 MiB memcpy; three runs.
 # Needs Open MPI's mpicc (libopenmpi-dev, which `scripts/setup.sh`
