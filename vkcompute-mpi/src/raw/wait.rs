@@ -272,6 +272,11 @@ fn pause_after(start: Instant, spin: Duration) {
 /// whose peer is already moving it is expected to arrive: see
 /// [`streaming`].
 const STREAM_FLOOR: u64 = 1 << 30;
+/// The longest a [`streaming`] wait yields before it naps, whatever the
+/// piece's size: a piece behind a long kernel on the sender's stream
+/// (its copy waits for the kernel) would otherwise keep the receiver's
+/// core busy for as long as the piece is large.
+const STREAM_SPIN_MAX: Duration = Duration::from_millis(10);
 
 /// How a wait gives the processor away between polls.
 #[derive(Clone, Copy, Debug)]
@@ -288,15 +293,17 @@ pub(crate) enum Patience {
 /// The patience of a wait for `bytes` of a message that the peer is
 /// already moving (a staged message's pieces, once its header was
 /// answered): yields for [`SPIN`] plus the time the bytes take at
-/// [`STREAM_FLOOR`] (2.2 ms for a piece of 2 MiB), so that the receiver of
+/// [`STREAM_FLOOR`] (2.2 ms for a piece of 2 MiB; at most
+/// [`STREAM_SPIN_MAX`]), so that the receiver of
 /// a piece that is on its way stays runnable. A rank that sleeps there
 /// between pieces, on a node with more ranks than cores, comes back only
 /// after the ranks spinning beside it; measured on the 2-core VM
 /// (`mpi_bench --staging`, 4 ranks, 64 MiB send/recv; BENCHMARKS.md):
 /// the naps of [`pause`] made the pipeline stall piece after piece.
 pub(crate) fn streaming(bytes: usize) -> Patience {
-    let nanos = (bytes as u128 * 1_000_000_000 / u128::from(STREAM_FLOOR)) as u64;
-    Patience::Yield(SPIN + Duration::from_nanos(nanos))
+    let nanos = bytes as u128 * 1_000_000_000 / u128::from(STREAM_FLOOR);
+    let moving = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+    Patience::Yield((SPIN + moving.min(STREAM_SPIN_MAX)).min(STREAM_SPIN_MAX))
 }
 
 impl Patience {
@@ -466,4 +473,26 @@ fn abort(comm: &Comm, error: &Error) -> ! {
     unsafe { ffi::MPI_Abort(comm.handle, ABORT_CODE) };
     // MPI_Abort does not return; should it, this process still must not.
     std::process::abort()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spin(patience: Patience) -> Duration {
+        match patience {
+            Patience::Yield(spin) => spin,
+            Patience::Nap => panic!("a streaming wait naps at once"),
+        }
+    }
+
+    #[test]
+    fn streaming_spins_for_the_piece_up_to_a_bound() {
+        assert_eq!(spin(streaming(0)), SPIN);
+        let two_mib = spin(streaming(2 << 20));
+        assert_eq!(two_mib, SPIN + Duration::from_nanos(1_953_125));
+        assert!(spin(streaming(4 << 20)) > two_mib);
+        assert_eq!(spin(streaming(1 << 30)), STREAM_SPIN_MAX);
+        assert_eq!(spin(streaming(usize::MAX)), STREAM_SPIN_MAX);
+    }
 }
