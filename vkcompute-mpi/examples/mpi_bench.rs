@@ -10,7 +10,8 @@
 //! `MPI_Bcast`, `MPI_Reduce`, `MPI_Allgather`,
 //! `MPI_Reduce_scatter_block`; `sendrecv`:
 //! `Communicator::send`/`recv` of a `DeviceBuffer<f32>` from rank 0 to rank
-//! 1; `sendrecv_host`: `MPI_Send`/`MPI_Recv` of a `Vec<f32>`), `bytes`,
+//! 1; `isendrecv`: the same with `isend`/`irecv` and `Request::wait`;
+//! `sendrecv_host`: `MPI_Send`/`MPI_Recv` of a `Vec<f32>`), `bytes`,
 //! `ranks`, `algbw` and `busbw` in GB/s as nccl-tests defines them (algbw
 //! = bytes / time; busbw = algbw * 2 (n - 1) / n for allreduce, * (n - 1) /
 //! n for allgather and reduce_scatter, = algbw for broadcast, reduce and
@@ -19,7 +20,7 @@
 //! `staged`: `Communicator::path_to`; `host` for the host cases), and for
 //! `allreduce` `algorithm` (`Communicator::allreduce_algorithm`: `ring`,
 //! `halving`, `doubling`, `direct`, `all_to_all`). Where
-//! ranks 0 and 1 can take the same-node path, `sendrecv` is measured on
+//! ranks 0 and 1 can take the same-node path, `sendrecv` and `isendrecv` are measured on
 //! it (`SameNodePolicy::Always`) and over MPI (`SameNodePolicy::Off`),
 //! each beside its own `sendrecv_host`, and so are the collectives where
 //! every pair can take it (`Communicator::collective_path`); rank 0 says on
@@ -33,7 +34,7 @@
 //! 3..=50: on a noisy VM, more runs at the large sizes steady the figures),
 //! `--staging` (force vkcompute's staging path), `--cases a,b,...` (some
 //! of `allreduce`, `broadcast`, `reduce`, `allgather`, `reduce_scatter`,
-//! `sendrecv`; default all).
+//! `sendrecv`, `isendrecv`; default all).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -57,13 +58,14 @@ struct Options {
 }
 
 /// Every case `--cases` names.
-const CASES: [&str; 6] = [
+const CASES: [&str; 7] = [
     "allreduce",
     "broadcast",
     "reduce",
     "allgather",
     "reduce_scatter",
     "sendrecv",
+    "isendrecv",
 ];
 
 impl Options {
@@ -330,6 +332,36 @@ fn main() {
                 },
             );
             report("sendrecv", path, bytes, device, 1.0, iters);
+            report("sendrecv_host", "host", bytes, plain, 1.0, iters);
+        }
+        let mut isendrecv = vec![(&always, always_path)];
+        if always_path != off_path {
+            isendrecv.push((&off, off_path));
+        }
+        for (c, path) in isendrecv
+            .into_iter()
+            .filter(|_| size >= 2 && o.runs("isendrecv"))
+        {
+            let (device, plain) = time_pair(
+                &world,
+                iters,
+                || match rank {
+                    0 => c.isend(&buf, 1, 0).unwrap().wait().unwrap(),
+                    1 => {
+                        c.irecv(&buf, 0, 0).unwrap().wait().unwrap();
+                        ctx.synchronize().unwrap();
+                    }
+                    _ => {}
+                },
+                || match rank {
+                    0 => world.process_at_rank(1).send(&host[..]),
+                    1 => {
+                        world.process_at_rank(0).receive_into(&mut out[..]);
+                    }
+                    _ => {}
+                },
+            );
+            report("isendrecv", path, bytes, device, 1.0, iters);
             report("sendrecv_host", "host", bytes, plain, 1.0, iters);
         }
         bytes *= 4;
