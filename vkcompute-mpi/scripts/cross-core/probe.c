@@ -28,7 +28,10 @@ static void pin(int cpu) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
+        fprintf(stderr, "probe: cannot run on CPU %d\n", cpu);
+        exit(1);
+    }
 }
 
 static void *writer(void *unused) {

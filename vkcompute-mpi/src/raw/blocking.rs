@@ -90,9 +90,10 @@ pub(crate) fn sendrecv_pieces(
     )
 }
 
-/// Posts an `MPI_Irecv` into `into` from its rank and an `MPI_Isend` of
-/// `out` to its rank, both with `tag`, and waits for them within the
-/// communicator's timeout (as `call`), with `patience`.
+/// Posts `MPI_Irecv`s into `into` from its rank and `MPI_Isend`s of
+/// `out` to its rank (several where one is over `MAX_MESSAGE`), all with
+/// `tag`, and waits for them within the communicator's timeout (as
+/// `call`), with `patience`.
 fn exchange(
     op: &'static str,
     comm: &Comm,
