@@ -22,7 +22,7 @@ use crate::raw::{self, Comm, OwnedComm};
 use crate::transport::kernels::Reducer;
 use crate::transport::pool::StagingPool;
 use crate::transport::same_node::{self, Path, SameNode, SameNodePolicy};
-use crate::wire::MAX_TAG;
+use crate::wire::{Spares, MAX_TAG};
 use threads::ThreadRule;
 
 /// The default size of the pieces a large message travels in (2 MiB).
@@ -73,6 +73,8 @@ pub struct Communicator {
     piece_bytes: AtomicUsize,
     /// Pinned host buffers kept for reuse between calls.
     pub(crate) pool: StagingPool,
+    /// The host memory of finished requests, kept for the next ones.
+    pub(crate) spares: Arc<Spares>,
     /// Whether the context's device buffers map directly (probed once).
     maps_directly: bool,
     /// The peers on the same-node path, and its sockets and memory.
@@ -161,6 +163,7 @@ impl Communicator {
             reducer: Reducer::new(),
             piece_bytes: AtomicUsize::new(DEFAULT_PIECE_BYTES),
             pool: StagingPool::new(ctx),
+            spares: Arc::default(),
             maps_directly,
             direct_reduce_scatters: AtomicU64::new(0),
             mpi_allreduces: AtomicU64::new(0),

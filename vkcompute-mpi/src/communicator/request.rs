@@ -17,7 +17,7 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::raw::PendingOp;
 use crate::transport::place::{Buffer, Place};
-use crate::wire::{Dest, End, Header, Kind, LentOutbox, Op, Owned, SharedMessages, Step};
+use crate::wire::{Dest, End, Header, Kind, LentOutbox, Op, Owned, SharedMessages, Spares, Step};
 
 /// A non-blocking send or receive under way, from
 /// [`Communicator::isend`] or [`Communicator::irecv`]. It owns everything
@@ -195,15 +195,19 @@ impl Communicator {
             Ok(Some(lent)) => {
                 let header = header.in_shared_memory(lent.shared());
                 let lent: Box<dyn LentOutbox> = Box::new(lent);
-                (header, Ok((Owned::sending(Vec::new()), Some(lent))))
+                (
+                    header,
+                    Ok((Owned::sending(Vec::new(), &self.spares), Some(lent))),
+                )
             }
             Ok(None) => {
-                let copied = copy_to_host(buf.place(), len);
-                (header, copied.map(|data| (Owned::sending(data), None)))
+                let copied = copy_to_host(buf.place(), len, &self.spares);
+                let owned = |data| (Owned::sending(data, &self.spares), None);
+                (header, copied.map(owned))
             }
             Err(e) => (header, Err(e)),
         };
-        let idle = Owned::sending(Vec::new());
+        let idle = Owned::sending(Vec::new(), &self.spares);
         let state = Op::<T, _>::sending(op, self.wire_end(), (dest, tag), header, ready, idle);
         Ok(self.register(state))
     }
@@ -241,22 +245,26 @@ impl Communicator {
             Place::Host(host) => Dest::Host(host.clone()),
         };
         let len = buf.elements();
-        let body = Owned::receiving(len, dest);
+        let body = Owned::receiving(len, dest, &self.spares);
         let state = Op::<T, _>::receiving(op, self.wire_end(), (source, tag), len, body);
         Ok(self.register(state))
     }
 }
 
-/// The `len` elements of `place` in host memory of their own: an `isend`
-/// over MPI (a device buffer read once the work enqueued on it is done).
-fn copy_to_host<T: Element>(place: Place<'_, T>, len: usize) -> Result<Vec<T>> {
+/// The `len` elements of `place` in host memory of their own (from
+/// `spares`): an `isend` over MPI (a device buffer read once the work
+/// enqueued on it is done).
+fn copy_to_host<T: Element>(place: Place<'_, T>, len: usize, spares: &Spares) -> Result<Vec<T>> {
     let op = "Communicator::isend";
-    let mut data = vec![T::zeroed(); len];
-    match place {
+    let mut data = spares.take(len);
+    let copied = match place {
         _ if len == 0 => Ok(()),
         Place::Device(device) => device.copy_to_slice(&mut data),
         Place::Host(host) => host.as_slice().map(|s| data.copy_from_slice(&s)),
+    };
+    if let Err(e) = copied {
+        spares.keep(data);
+        return Err(Error::device(op)(e));
     }
-    .map_err(Error::device(op))?;
     Ok(data)
 }

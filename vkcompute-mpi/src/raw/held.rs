@@ -92,6 +92,15 @@ impl<B: Stable> Held<B> {
             .flatten()
     }
 
+    /// Takes the buffer back, where no transfer is under way over it
+    /// (`None` otherwise, and once taken).
+    pub(crate) fn take(&mut self) -> Option<B> {
+        match self.lent {
+            Lent::No => self.buf.take(),
+            _ => None,
+        }
+    }
+
     /// Whether transfers over the buffer are under way.
     pub(crate) fn is_lent(&self) -> bool {
         self.lent != Lent::No

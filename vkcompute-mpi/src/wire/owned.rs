@@ -3,7 +3,9 @@
 //! under way (`raw::Held`), and for a receive the destination they land in
 //! once the whole message is here.
 
+use std::any::Any;
 use std::mem::size_of;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use vkcompute::{DeviceBuffer, HostBuffer};
 
@@ -12,6 +14,64 @@ use super::SharedMessages;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::raw::{Comm, Held};
+
+/// How many allocations [`Spares`] keeps.
+const KEPT_SPARES: usize = 4;
+/// The largest allocation [`Spares`] keeps: larger ones go back to the
+/// system when their request is done.
+const MAX_SPARE_BYTES: usize = 256 << 20;
+
+/// The host memory of finished requests, kept for the next ones (a few
+/// allocations, of any element type, each at most [`MAX_SPARE_BYTES`]). A
+/// request's elements otherwise take a fresh allocation at every call,
+/// which for a large message is fresh pages, faulted in and cleared each
+/// time (measured: BENCHMARKS.md, `isendrecv`). Whatever a kept
+/// allocation held is overwritten before it is read: a sender's copy of
+/// its buffer, or a receiver's whole message.
+#[derive(Default)]
+pub(crate) struct Spares {
+    kept: Mutex<Vec<Box<dyn Any + Send>>>,
+}
+
+impl Spares {
+    /// `len` elements: the smallest kept allocation of `T` that holds
+    /// them, or a new one.
+    pub(crate) fn take<T: Element>(&self, len: usize) -> Vec<T> {
+        let found = {
+            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            let fits = |spare: &Box<dyn Any + Send>| {
+                let elements = spare.downcast_ref::<Vec<T>>()?;
+                (elements.capacity() >= len).then_some(elements.capacity())
+            };
+            let best = (kept.iter().enumerate())
+                .filter_map(|(i, spare)| fits(spare).map(|capacity| (i, capacity)))
+                .min_by_key(|&(_, capacity)| capacity)
+                .map(|(i, _)| i);
+            best.map(|i| kept.swap_remove(i))
+        };
+        match found.map(|spare| spare.downcast::<Vec<T>>()) {
+            Some(Ok(mut elements)) => {
+                elements.resize(len, T::zeroed());
+                *elements
+            }
+            _ => vec![T::zeroed(); len],
+        }
+    }
+
+    /// Keeps `elements`' allocation for a later request (dropping the
+    /// oldest kept beyond [`KEPT_SPARES`]).
+    pub(crate) fn keep<T: Element>(&self, elements: Vec<T>) {
+        let bytes = elements.capacity() * size_of::<T>();
+        if bytes == 0 || bytes > MAX_SPARE_BYTES {
+            return;
+        }
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.len() >= KEPT_SPARES {
+            kept.remove(0);
+        }
+        kept.push(Box::new(elements));
+    }
+}
 
 /// Where a receive's elements go once they are all here.
 pub(crate) enum Dest<T> {
@@ -28,28 +88,43 @@ pub(crate) struct Owned<T: Element> {
     dest: Option<Dest<T>>,
     /// A receiver's piece size in bytes, from the sender's header.
     piece: usize,
+    /// Where the elements' allocation goes once the request is done.
+    spares: Arc<Spares>,
 }
 
 impl<T: Element> Owned<T> {
     /// A sender's copy of its elements (empty where they travel in
-    /// same-node memory instead).
-    pub(crate) fn sending(data: Vec<T>) -> Owned<T> {
+    /// same-node memory instead), whose allocation goes to `spares` once
+    /// sent.
+    pub(crate) fn sending(data: Vec<T>, spares: &Arc<Spares>) -> Owned<T> {
         Owned {
             len: data.len(),
             data: Held::new(data),
             dest: None,
             piece: 1,
+            spares: Arc::clone(spares),
         }
     }
 
-    /// A receiver of `len` elements into `dest`.
-    pub(crate) fn receiving(len: usize, dest: Dest<T>) -> Owned<T> {
+    /// A receiver of `len` elements into `dest`, in memory from `spares`
+    /// (given back once landed).
+    pub(crate) fn receiving(len: usize, dest: Dest<T>, spares: &Arc<Spares>) -> Owned<T> {
         Owned {
-            data: Held::new(vec![T::zeroed(); len]),
+            data: Held::new(spares.take(len)),
             len,
             dest: Some(dest),
             piece: 1,
+            spares: Arc::clone(spares),
         }
+    }
+
+    /// Gives the elements' allocation to the spares, where MPI is done
+    /// with it; the request holds none after.
+    fn give_back(&mut self) {
+        if let Some(data) = self.data.take() {
+            self.spares.keep(data);
+        }
+        self.data = Held::new(Vec::new());
     }
 
     /// `Ok` where the elements were lent to MPI.
@@ -130,9 +205,15 @@ impl<T: Element> Body for Owned<T> {
             _ => Ok(()),
         };
         // The elements are not needed any more.
-        self.data = Held::new(Vec::new());
+        self.give_back();
         landed
     }
 
-    fn release(&mut self) {}
+    /// A sender's elements go to the spares once the message is over (a
+    /// receiver's stay until they land).
+    fn release(&mut self) {
+        if self.dest.is_none() {
+            self.give_back();
+        }
+    }
 }

@@ -9,6 +9,10 @@ pub(crate) fn nonblocking() -> Vec<Named> {
     vec![
         ("isend_irecv_lengths_and_ends", isend_irecv_lengths_and_ends),
         (
+            "requests_reuse_memory_across_lengths",
+            requests_reuse_memory_across_lengths,
+        ),
+        (
             "blocking_and_nonblocking_ends_pair",
             blocking_and_nonblocking_ends_pair,
         ),
@@ -121,6 +125,41 @@ pub(crate) fn isend_irecv_lengths_and_ends(t: &Ranks) -> Check {
         nonblocking_with_zero::<f32>(&st, &what, len, &device_end(t))?;
         let what = format!("host u16 x {len} in pieces");
         nonblocking_with_zero::<u16>(&st, &what, len, &host_end(t))?;
+    }
+    Ok(())
+}
+
+/// A communicator keeps the host memory of finished requests for the next
+/// ones: messages longer, then shorter, then of another type than the one
+/// before, each with values of its own round, still arrive whole and exact
+/// (nothing of an earlier message shows through), on device and host ends.
+pub(crate) fn requests_reuse_memory_across_lengths(t: &Ranks) -> Check {
+    for (round, len) in (0i32..).zip([1003usize, 5, 1010, 0, 64, 1003]) {
+        reuse_round::<f32>(t, (round, len), &device_end(t))?;
+        reuse_round::<u32>(t, (round, len), &host_end(t))?;
+    }
+    Ok(())
+}
+
+/// One round of `requests_reuse_memory_across_lengths`: rank 0 and every
+/// other rank swap `len` elements made from `round`, isend and irecv.
+fn reuse_round<T: Value>(t: &Ranks, (round, len): (i32, usize), make: &Make<T>) -> Check {
+    let what = format!("round {round}, {len} elements");
+    // `value` is (7 seed + ...) mod 5: these seeds differ from one round
+    // to the next, and between the two ends, at every element.
+    let values = |from: i32| data::<T>(round + 3 * from, len);
+    let (c, peers) = match t.rank {
+        0 => (t.comm, (1..t.size).collect::<Vec<_>>()),
+        _ => (t.comm, vec![0]),
+    };
+    for q in peers {
+        let into = make(&vec![T::small(0); len])?;
+        let out = make(&values(t.rank))?;
+        let r = ok(&format!("{what}: irecv from {q}"), into.irecv(c, q, 17))?;
+        let s = ok(&format!("{what}: isend to {q}"), out.isend(c, q, 17))?;
+        ok(&format!("{what}: wait for the isend to {q}"), s.wait())?;
+        ok(&format!("{what}: wait for the irecv from {q}"), r.wait())?;
+        same(&format!("{what}: from rank {q}"), &into.read()?, &values(q))?;
     }
     Ok(())
 }
