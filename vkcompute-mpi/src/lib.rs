@@ -89,7 +89,10 @@
 //! Non-blocking messages: [`Communicator::isend`] and
 //! [`Communicator::irecv`] return a [`Request`] (`wait`, `test`) over the
 //! same protocol as `send` and `recv`; see [`Request`] for progress and for
-//! what dropping an unfinished one does.
+//! what dropping an unfinished one does. A request holds its whole
+//! message in host memory of its own; a communicator keeps up to four
+//! such allocations of finished requests (256 MiB in all) for the next
+//! ones, until it is dropped.
 //!
 //! **Ranks that die or hang.** MPI promises nothing here: a blocking call
 //! whose peer never comes waits for ever, and what happens when a process

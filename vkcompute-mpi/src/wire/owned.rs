@@ -17,12 +17,13 @@ use crate::raw::{Comm, Held};
 
 /// How many allocations [`Spares`] keeps.
 const KEPT_SPARES: usize = 4;
-/// The largest allocation [`Spares`] keeps: larger ones go back to the
-/// system when their request is done.
+/// The most bytes [`Spares`] keeps, all allocations together: larger
+/// ones go back to the system when their request is done.
 const MAX_SPARE_BYTES: usize = 256 << 20;
 
-/// The host memory of finished requests, kept for the next ones (a few
-/// allocations, of any element type, each at most [`MAX_SPARE_BYTES`]). A
+/// The host memory of finished requests, kept for the next ones (at most
+/// [`KEPT_SPARES`] allocations, of any element type, [`MAX_SPARE_BYTES`]
+/// in all; the oldest go first). A
 /// request's elements otherwise take a fresh allocation at every call,
 /// which for a large message is fresh pages, faulted in and cleared each
 /// time (measured: BENCHMARKS.md, `isendrecv`). Whatever a kept
@@ -30,7 +31,14 @@ const MAX_SPARE_BYTES: usize = 256 << 20;
 /// its buffer, or a receiver's whole message.
 #[derive(Default)]
 pub(crate) struct Spares {
-    kept: Mutex<Vec<Box<dyn Any + Send>>>,
+    kept: Mutex<Vec<Spare>>,
+}
+
+/// An allocation [`Spares`] keeps (a `Vec` of some element type) and its
+/// size in bytes.
+struct Spare {
+    bytes: usize,
+    elements: Box<dyn Any + Send>,
 }
 
 impl Spares {
@@ -39,8 +47,8 @@ impl Spares {
     pub(crate) fn take<T: Element>(&self, len: usize) -> Vec<T> {
         let found = {
             let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-            let fits = |spare: &Box<dyn Any + Send>| {
-                let elements = spare.downcast_ref::<Vec<T>>()?;
+            let fits = |spare: &Spare| {
+                let elements = spare.elements.downcast_ref::<Vec<T>>()?;
                 (elements.capacity() >= len).then_some(elements.capacity())
             };
             let best = (kept.iter().enumerate())
@@ -49,7 +57,7 @@ impl Spares {
                 .map(|(i, _)| i);
             best.map(|i| kept.swap_remove(i))
         };
-        match found.map(|spare| spare.downcast::<Vec<T>>()) {
+        match found.map(|spare| spare.elements.downcast::<Vec<T>>()) {
             Some(Ok(mut elements)) => {
                 elements.resize(len, T::zeroed());
                 *elements
@@ -58,18 +66,23 @@ impl Spares {
         }
     }
 
-    /// Keeps `elements`' allocation for a later request (dropping the
-    /// oldest kept beyond [`KEPT_SPARES`]).
+    /// Keeps `elements`' allocation for a later request, dropping the
+    /// oldest kept beyond [`KEPT_SPARES`] or [`MAX_SPARE_BYTES`].
     pub(crate) fn keep<T: Element>(&self, elements: Vec<T>) {
         let bytes = elements.capacity() * size_of::<T>();
         if bytes == 0 || bytes > MAX_SPARE_BYTES {
             return;
         }
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        if kept.len() >= KEPT_SPARES {
+        kept.push(Spare {
+            bytes,
+            elements: Box::new(elements),
+        });
+        while kept.len() > KEPT_SPARES
+            || kept.iter().map(|s| s.bytes).sum::<usize>() > MAX_SPARE_BYTES
+        {
             kept.remove(0);
         }
-        kept.push(Box::new(elements));
     }
 }
 
@@ -215,5 +228,41 @@ impl<T: Element> Body for Owned<T> {
         if self.dest.is_none() {
             self.give_back();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kept(spares: &Spares) -> Vec<usize> {
+        let kept = spares.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.iter().map(|s| s.bytes).collect()
+    }
+
+    #[test]
+    fn spares_fit_by_type_and_size_within_their_bounds() {
+        let spares = Spares::default();
+        spares.keep(Vec::<f32>::with_capacity(100));
+        spares.keep(Vec::<f32>::with_capacity(10));
+        // Another type: a new allocation, the kept ones stay.
+        assert!(spares.take::<u32>(10).capacity() >= 10);
+        assert_eq!(kept(&spares), [400, 40]);
+        // The smallest that fits, at the length asked, zeros past the old.
+        let taken = spares.take::<f32>(8);
+        assert_eq!((taken.len(), taken.capacity()), (8, 10));
+        assert_eq!(taken, [0.0; 8]);
+        assert_eq!(kept(&spares), [400]);
+        // Empty allocations are not kept; the oldest go past four.
+        spares.keep(Vec::<u8>::new());
+        for n in 1..=4 {
+            spares.keep(Vec::<u8>::with_capacity(n));
+        }
+        assert_eq!(kept(&spares), [1, 2, 3, 4]);
+        // And past the bytes bound, whatever their number.
+        spares.keep(Vec::<u8>::with_capacity(MAX_SPARE_BYTES - 5));
+        assert_eq!(kept(&spares), [4, MAX_SPARE_BYTES - 5]);
+        spares.keep(Vec::<u8>::with_capacity(MAX_SPARE_BYTES + 1));
+        assert_eq!(kept(&spares), [4, MAX_SPARE_BYTES - 5]);
     }
 }
