@@ -303,66 +303,44 @@ fn main() {
             );
         }
 
-        // On the same-node path where ranks 0 and 1 can take it, and over MPI.
-        let mut sendrecv = vec![(&always, always_path)];
+        // On the same-node path where ranks 0 and 1 can take it, and over
+        // MPI; blocking (`sendrecv`) and through requests (`isendrecv`).
+        let mut paths = vec![(&always, always_path)];
         if always_path != off_path {
-            sendrecv.push((&off, off_path));
+            paths.push((&off, off_path));
         }
-        for (c, path) in sendrecv
+        let cases = ["sendrecv", "isendrecv"]
             .into_iter()
-            .filter(|_| size >= 2 && o.runs("sendrecv"))
-        {
-            let (device, plain) = time_pair(
-                &world,
-                iters,
-                || match rank {
-                    0 => c.send(&buf, 1, 0).unwrap(),
-                    1 => {
-                        c.recv(&buf, 0, 0).unwrap();
-                        ctx.synchronize().unwrap();
-                    }
-                    _ => {}
-                },
-                || match rank {
-                    0 => world.process_at_rank(1).send(&host[..]),
-                    1 => {
-                        world.process_at_rank(0).receive_into(&mut out[..]);
-                    }
-                    _ => {}
-                },
-            );
-            report("sendrecv", path, bytes, device, 1.0, iters);
-            report("sendrecv_host", "host", bytes, plain, 1.0, iters);
-        }
-        let mut isendrecv = vec![(&always, always_path)];
-        if always_path != off_path {
-            isendrecv.push((&off, off_path));
-        }
-        for (c, path) in isendrecv
-            .into_iter()
-            .filter(|_| size >= 2 && o.runs("isendrecv"))
-        {
-            let (device, plain) = time_pair(
-                &world,
-                iters,
-                || match rank {
-                    0 => c.isend(&buf, 1, 0).unwrap().wait().unwrap(),
-                    1 => {
-                        c.irecv(&buf, 0, 0).unwrap().wait().unwrap();
-                        ctx.synchronize().unwrap();
-                    }
-                    _ => {}
-                },
-                || match rank {
-                    0 => world.process_at_rank(1).send(&host[..]),
-                    1 => {
-                        world.process_at_rank(0).receive_into(&mut out[..]);
-                    }
-                    _ => {}
-                },
-            );
-            report("isendrecv", path, bytes, device, 1.0, iters);
-            report("sendrecv_host", "host", bytes, plain, 1.0, iters);
+            .filter(|&case| o.runs(case));
+        for case in cases.filter(|_| size >= 2) {
+            let blocking = case == "sendrecv";
+            for &(c, path) in &paths {
+                let (device, plain) = time_pair(
+                    &world,
+                    iters,
+                    || match (rank, blocking) {
+                        (0, true) => c.send(&buf, 1, 0).unwrap(),
+                        (0, false) => c.isend(&buf, 1, 0).unwrap().wait().unwrap(),
+                        (1, _) => {
+                            match blocking {
+                                true => c.recv(&buf, 0, 0).unwrap(),
+                                false => c.irecv(&buf, 0, 0).unwrap().wait().unwrap(),
+                            }
+                            ctx.synchronize().unwrap();
+                        }
+                        _ => {}
+                    },
+                    || match rank {
+                        0 => world.process_at_rank(1).send(&host[..]),
+                        1 => {
+                            world.process_at_rank(0).receive_into(&mut out[..]);
+                        }
+                        _ => {}
+                    },
+                );
+                report(case, path, bytes, device, 1.0, iters);
+                report("sendrecv_host", "host", bytes, plain, 1.0, iters);
+            }
         }
         bytes *= 4;
     }
