@@ -419,7 +419,7 @@ impl<'a, T: Reducible> Whole<'a, T> {
         if team.rank as i32 != root {
             return self.with_view(mine, |out| {
                 let to = (root, COLLECTIVE_TAG);
-                raw::send(op, team.raw, bytemuck::cast_slice(out), to, Patience::Nap)
+                raw::send(op, team.raw, bytemuck::cast_slice(out), to, Patience::NAP)
             });
         }
         self.with_view_mut((0..n, false), |all| {
@@ -427,7 +427,7 @@ impl<'a, T: Reducible> Whole<'a, T> {
                 if peer as i32 != root {
                     let into = bytemuck::cast_slice_mut(&mut all[range.clone()]);
                     let from = (peer as i32, COLLECTIVE_TAG);
-                    raw::recv(op, team.raw, into, from, Patience::Nap)?;
+                    raw::recv(op, team.raw, into, from, Patience::NAP)?;
                 }
             }
             Ok(())

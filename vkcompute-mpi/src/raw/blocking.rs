@@ -58,7 +58,7 @@ pub(crate) fn sendrecv(
     tag: i32,
 ) -> Result<()> {
     let (out, into) = (Some((out, dest)), Some((into, source)));
-    exchange(op, comm, "MPI_Sendrecv", (out, into), tag, Patience::Nap)
+    exchange(op, comm, "MPI_Sendrecv", (out, into), tag, Patience::NAP)
 }
 
 /// `out` to `dest` while `into` comes from `source`, both with `tag`, each
@@ -144,7 +144,7 @@ fn exchange_all(
 ) -> Result<()> {
     let outs = outs.into_iter().map(|out| (out, dest)).collect();
     let ins = ins.into_iter().map(|into| (into, source)).collect();
-    exchange_with(op, comm, call, (outs, ins), tag, Patience::Nap)
+    exchange_with(op, comm, call, (outs, ins), tag, Patience::NAP)
 }
 
 /// Each message of `outs` to the rank beside it, and each of `ins`
@@ -180,7 +180,7 @@ pub(crate) fn exchange_with_peers(
         }
     }
     let pieces = (out_pieces, in_pieces);
-    exchange_with(op, comm, "MPI_Sendrecv", pieces, tag, Patience::Nap)
+    exchange_with(op, comm, "MPI_Sendrecv", pieces, tag, Patience::NAP)
 }
 
 /// Posts `MPI_Irecv`s into every slice of `ins` from the rank beside it,

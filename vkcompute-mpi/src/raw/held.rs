@@ -63,7 +63,7 @@ enum Lent {
 
 /// A buffer and the MPI transfers over it (see the module documentation).
 pub(crate) struct Held<B: Stable> {
-    /// `None` only while dropping.
+    /// `None` only while dropping, or once taken ([`take`](Self::take)).
     buf: Option<B>,
     transfers: Vec<Transfer>,
     lent: Lent,

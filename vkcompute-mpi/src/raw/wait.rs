@@ -256,16 +256,7 @@ pub(crate) const NAP: Duration = Duration::from_micros(100);
 /// than `SPIN`. Measured on the 2-core VM (`mpi_bench`, 4 ranks, 64 MiB):
 /// see BENCHMARKS.md (vkcompute-mpi).
 pub(crate) fn pause(start: Instant) {
-    pause_after(start, SPIN);
-}
-
-/// [`pause`] with a spin of `spin` instead of [`SPIN`].
-fn pause_after(start: Instant, spin: Duration) {
-    if start.elapsed() < spin {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(NAP);
-    }
+    Patience::NAP.pause(start);
 }
 
 /// The slowest speed, in bytes per second, at which the data of a message
@@ -278,16 +269,11 @@ const STREAM_FLOOR: u64 = 1 << 30;
 /// core busy for as long as the piece is large.
 const STREAM_SPIN_MAX: Duration = Duration::from_millis(10);
 
-/// How a wait gives the processor away between polls.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Patience {
-    /// [`pause`]: the wait's end may be far (a peer that has not reached
-    /// the call yet, or whose kernels must run first).
-    Nap,
-    /// A yield for as long as the data should take to arrive, then naps:
-    /// the wait for a piece of a message whose peer is already moving it
-    /// ([`streaming`]).
-    Yield(Duration),
+/// How a wait gives the processor away between polls: a yield for the
+/// first `spin` of the wait, then a sleep of [`NAP`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Patience {
+    spin: Duration,
 }
 
 /// The patience of a wait for `bytes` of a message that the peer is
@@ -303,14 +289,21 @@ pub(crate) enum Patience {
 pub(crate) fn streaming(bytes: usize) -> Patience {
     let nanos = bytes as u128 * 1_000_000_000 / u128::from(STREAM_FLOOR);
     let moving = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
-    Patience::Yield((SPIN + moving.min(STREAM_SPIN_MAX)).min(STREAM_SPIN_MAX))
+    Patience {
+        spin: (SPIN + moving).min(STREAM_SPIN_MAX),
+    }
 }
 
 impl Patience {
+    /// [`pause`]'s: the wait's end may be far (a peer that has not reached
+    /// the call yet, or whose kernels must run first).
+    pub(crate) const NAP: Patience = Patience { spin: SPIN };
+
     fn pause(self, start: Instant) {
-        match self {
-            Patience::Nap => pause(start),
-            Patience::Yield(spin) => pause_after(start, spin),
+        if start.elapsed() < self.spin {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(NAP);
         }
     }
 }
@@ -335,7 +328,7 @@ pub(crate) fn finish(
     transfers: &mut [Transfer],
     abandon: Abandon,
 ) -> Result<()> {
-    finish_with(op, comm, call, posted, transfers, (abandon, Patience::Nap))
+    finish_with(op, comm, call, posted, transfers, (abandon, Patience::NAP))
 }
 
 /// [`finish`], giving the processor away between polls as `patience`
@@ -480,10 +473,7 @@ mod tests {
     use super::*;
 
     fn spin(patience: Patience) -> Duration {
-        match patience {
-            Patience::Yield(spin) => spin,
-            Patience::Nap => panic!("a streaming wait naps at once"),
-        }
+        patience.spin
     }
 
     #[test]
