@@ -73,7 +73,9 @@
 //! copied back once reduced, four pieces under way; on a mapped buffer
 //! MPI reduces into the mapping, in the same pieces, so that ranks on
 //! either path pair. Smaller collectives stage their buffer whole over
-//! MPI.
+//! MPI. A communicator keeps the pinned buffers between calls, at most
+//! 256 MiB of whole staging buffers and 256 MiB of pieces' buffers (the
+//! oldest given back first); beyond that a call's buffers are new.
 //!
 //! The reductions and gathers choose their algorithm by size, alike on
 //! every rank: on 4, 8, ... ranks recursive doubling for an allreduce of
@@ -149,6 +151,7 @@ mod communicator;
 mod element;
 mod error;
 mod exec;
+mod kept;
 mod plan;
 mod raw;
 mod transport;

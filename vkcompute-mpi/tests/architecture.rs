@@ -6,7 +6,7 @@
 //!
 //! The layers, bottom first (the crate's README, "Design"):
 //!
-//! - foundation: `error`, `element`;
+//! - foundation: `error`, `element`, `kept` (allocations kept for reuse);
 //! - raw: `raw`, every call into MPI, libc and vkcompute's unchecked
 //!   entry points, and the only `unsafe`;
 //! - wire: `wire`, the header, the tags and the point-to-point protocol;
@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const LAYERS: &[(&str, &[&str])] = &[
-    ("foundation", &["error", "element"]),
+    ("foundation", &["error", "element", "kept"]),
     ("raw", &["raw"]),
     ("wire", &["wire"]),
     ("plan", &["plan"]),

@@ -3,62 +3,61 @@
 //! unpipelined collectives) and the pieces' slots of the pipelined
 //! collectives.
 
-use std::sync::Mutex;
-
 use vkcompute::{DeviceContext, HostBuffer};
 
 use crate::error::{Error, Result};
+use crate::kept::Kept;
 
+/// The most whole staging buffers a communicator keeps between calls.
+const KEPT_STAGING: usize = 4;
 /// The most piece buffers a communicator keeps between pipelined
 /// collectives (four sets of `plan::MAX_PIECES`).
 const KEPT_PIECE_SLOTS: usize = 4 * crate::plan::MAX_PIECES;
+/// The most bytes of each kind a communicator keeps: a 64 MiB collective
+/// keeps all its buffers (2 ranks: 32 piece slots of 4 MiB); a larger
+/// one gives some back to the system after it.
+const MAX_KEPT_BYTES: usize = 256 << 20;
 
-/// A communicator's pinned host buffers, kept for reuse.
+/// A communicator's pinned host buffers, kept for reuse (each kind at
+/// most [`MAX_KEPT_BYTES`], the oldest given back first).
 pub(crate) struct StagingPool {
     ctx: DeviceContext,
     /// Pinned host buffers kept for reuse between calls.
-    staging: Mutex<Vec<HostBuffer<u8>>>,
+    staging: Kept<HostBuffer<u8>>,
     /// The pinned host buffers of a pipelined collective's pieces, kept
     /// for reuse between calls.
-    piece_slots: Mutex<Vec<HostBuffer<u8>>>,
+    piece_slots: Kept<HostBuffer<u8>>,
+}
+
+/// `buffer`'s length where it holds `bytes`.
+fn holds(bytes: usize) -> impl Fn(&HostBuffer<u8>) -> Option<usize> {
+    move |buffer| (buffer.len() >= bytes).then_some(buffer.len())
 }
 
 impl StagingPool {
     pub(crate) fn new(ctx: &DeviceContext) -> StagingPool {
         StagingPool {
             ctx: ctx.clone(),
-            staging: Mutex::new(Vec::new()),
-            piece_slots: Mutex::new(Vec::new()),
+            staging: Kept::new(KEPT_STAGING, MAX_KEPT_BYTES),
+            piece_slots: Kept::new(KEPT_PIECE_SLOTS, MAX_KEPT_BYTES),
         }
     }
 
     /// A pinned host buffer of at least `bytes` bytes, from those kept
     /// between calls where one is large enough.
     pub(crate) fn staging(&self, op: &'static str, bytes: usize) -> Result<HostBuffer<u8>> {
-        let mut kept = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        let best = kept
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.len() >= bytes)
-            .min_by_key(|(_, b)| b.len())
-            .map(|(i, _)| i);
-        if let Some(i) = best {
-            return Ok(kept.swap_remove(i));
+        match self.staging.take(holds(bytes)) {
+            Some(buffer) => Ok(buffer),
+            None => self
+                .ctx
+                .enqueue_create_host_buffer::<u8>(bytes.max(1))
+                .map_err(Error::device(op)),
         }
-        drop(kept);
-        self.ctx
-            .enqueue_create_host_buffer::<u8>(bytes.max(1))
-            .map_err(Error::device(op))
     }
 
-    /// Keeps `buffer` for a later call (at most a few, the largest).
+    /// Keeps `buffer` for a later call.
     pub(crate) fn keep_staging(&self, buffer: HostBuffer<u8>) {
-        let mut kept = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        kept.push(buffer);
-        if kept.len() > 4 {
-            kept.sort_by_key(|b| std::cmp::Reverse(b.len()));
-            kept.truncate(4);
-        }
+        self.staging.keep(buffer.len(), buffer);
     }
 
     /// `count` pinned host buffers of at least `bytes` bytes each for the
@@ -70,20 +69,12 @@ impl StagingPool {
         bytes: usize,
         count: usize,
     ) -> Result<Vec<HostBuffer<u8>>> {
-        let mut slots = {
-            let mut kept = self.piece_slots.lock().unwrap_or_else(|e| e.into_inner());
-            let (fit, small): (Vec<_>, Vec<_>) = std::mem::take(&mut *kept)
-                .into_iter()
-                .partition(|b| b.len() >= bytes);
-            *kept = small;
-            fit
-        };
-        if slots.len() > count {
-            let rest = slots.split_off(count);
-            self.keep_piece_slots(rest);
-        }
+        let mut slots = Vec::with_capacity(count);
         while slots.len() < count {
-            let slot = self.ctx.enqueue_create_host_buffer::<u8>(bytes.max(1));
+            let slot = match self.piece_slots.take(holds(bytes)) {
+                Some(slot) => Ok(slot),
+                None => self.ctx.enqueue_create_host_buffer::<u8>(bytes.max(1)),
+            };
             match slot {
                 Ok(slot) => slots.push(slot),
                 Err(e) => {
@@ -95,14 +86,45 @@ impl StagingPool {
         Ok(slots)
     }
 
-    /// Keeps `slots` for a later pipelined collective (at most
-    /// [`KEPT_PIECE_SLOTS`], the largest).
+    /// Keeps `slots` for a later pipelined collective.
     pub(crate) fn keep_piece_slots(&self, slots: Vec<HostBuffer<u8>>) {
-        let mut kept = self.piece_slots.lock().unwrap_or_else(|e| e.into_inner());
-        kept.extend(slots);
-        if kept.len() > KEPT_PIECE_SLOTS {
-            kept.sort_by_key(|b| std::cmp::Reverse(b.len()));
-            kept.truncate(KEPT_PIECE_SLOTS);
+        for slot in slots {
+            self.piece_slots.keep(slot.len(), slot);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vkcompute::ContextOptions;
+
+    /// Large buffers given back are kept only up to the bytes bound (the
+    /// pool once kept the four largest staging buffers and 32 piece slots
+    /// whatever their size: after a few 2 GiB collectives, gigabytes of
+    /// pinned memory); the smallest that fits is reused.
+    #[test]
+    fn the_pool_keeps_a_bounded_number_of_bytes() {
+        let ctx = DeviceContext::with_options(ContextOptions::new().pipeline_cache_dir(None))
+            .expect("a context (lavapipe: run `make test`)");
+        let pool = StagingPool::new(&ctx);
+        let big = MAX_KEPT_BYTES / 2 + 1;
+        let staging: Vec<_> = (0..3).map(|_| pool.staging("t", big).unwrap()).collect();
+        for b in staging {
+            pool.keep_staging(b);
+        }
+        assert_eq!(pool.staging.sizes(), [big]);
+        let slots = pool.piece_slots("t", big, 3).unwrap();
+        pool.keep_piece_slots(slots);
+        assert_eq!(pool.piece_slots.sizes(), [big]);
+        // Small ones: the smallest that holds the request comes back.
+        let pool = StagingPool::new(&ctx);
+        let small: Vec<_> = [64, 16, 32].map(|b| pool.staging("t", b).unwrap()).into();
+        for b in small {
+            pool.keep_staging(b);
+        }
+        let taken = pool.staging("t", 20).unwrap();
+        assert_eq!(taken.len(), 32);
+        assert_eq!(pool.staging.sizes(), [64, 16]);
     }
 }

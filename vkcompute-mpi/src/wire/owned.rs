@@ -5,7 +5,7 @@
 
 use std::any::Any;
 use std::mem::size_of;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use vkcompute::{DeviceBuffer, HostBuffer};
 
@@ -13,6 +13,7 @@ use super::op::Body;
 use super::SharedMessages;
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::kept::Kept;
 use crate::raw::{Comm, Held};
 
 /// How many allocations [`Spares`] keeps.
@@ -29,35 +30,28 @@ const MAX_SPARE_BYTES: usize = 256 << 20;
 /// time (measured: BENCHMARKS.md, `isendrecv`). Whatever a kept
 /// allocation held is overwritten before it is read: a sender's copy of
 /// its buffer, or a receiver's whole message.
-#[derive(Default)]
 pub(crate) struct Spares {
-    kept: Mutex<Vec<Spare>>,
+    /// `Vec`s of some element type.
+    kept: Kept<Box<dyn Any + Send>>,
 }
 
-/// An allocation [`Spares`] keeps (a `Vec` of some element type) and its
-/// size in bytes.
-struct Spare {
-    bytes: usize,
-    elements: Box<dyn Any + Send>,
+impl Default for Spares {
+    fn default() -> Spares {
+        Spares {
+            kept: Kept::new(KEPT_SPARES, MAX_SPARE_BYTES),
+        }
+    }
 }
 
 impl Spares {
     /// `len` elements: the smallest kept allocation of `T` that holds
     /// them, or a new one.
     pub(crate) fn take<T: Element>(&self, len: usize) -> Vec<T> {
-        let found = {
-            let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-            let fits = |spare: &Spare| {
-                let elements = spare.elements.downcast_ref::<Vec<T>>()?;
-                (elements.capacity() >= len).then_some(elements.capacity())
-            };
-            let best = (kept.iter().enumerate())
-                .filter_map(|(i, spare)| fits(spare).map(|capacity| (i, capacity)))
-                .min_by_key(|&(_, capacity)| capacity)
-                .map(|(i, _)| i);
-            best.map(|i| kept.swap_remove(i))
+        let fits = |spare: &Box<dyn Any + Send>| {
+            let elements = spare.downcast_ref::<Vec<T>>()?;
+            (elements.capacity() >= len).then_some(elements.capacity())
         };
-        match found.map(|spare| spare.elements.downcast::<Vec<T>>()) {
+        match self.kept.take(fits).map(|spare| spare.downcast::<Vec<T>>()) {
             Some(Ok(mut elements)) => {
                 elements.resize(len, T::zeroed());
                 *elements
@@ -70,19 +64,7 @@ impl Spares {
     /// oldest kept beyond [`KEPT_SPARES`] or [`MAX_SPARE_BYTES`].
     pub(crate) fn keep<T: Element>(&self, elements: Vec<T>) {
         let bytes = elements.capacity() * size_of::<T>();
-        if bytes == 0 || bytes > MAX_SPARE_BYTES {
-            return;
-        }
-        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        kept.push(Spare {
-            bytes,
-            elements: Box::new(elements),
-        });
-        while kept.len() > KEPT_SPARES
-            || kept.iter().map(|s| s.bytes).sum::<usize>() > MAX_SPARE_BYTES
-        {
-            kept.remove(0);
-        }
+        self.kept.keep(bytes, Box::new(elements));
     }
 }
 
@@ -236,8 +218,7 @@ mod tests {
     use super::*;
 
     fn kept(spares: &Spares) -> Vec<usize> {
-        let kept = spares.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        kept.iter().map(|s| s.bytes).collect()
+        spares.kept.sizes()
     }
 
     #[test]
