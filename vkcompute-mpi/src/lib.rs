@@ -92,9 +92,10 @@
 //! [`Communicator::irecv`] return a [`Request`] (`wait`, `test`) over the
 //! same protocol as `send` and `recv`; see [`Request`] for progress and for
 //! what dropping an unfinished one does. A request holds its whole
-//! message in host memory of its own; a communicator keeps up to four
-//! such allocations of finished requests (256 MiB in all) for the next
-//! ones, until it is dropped.
+//! message in pinned host memory from the communicator's staging pool: an
+//! `isend` of a device buffer enqueues the copies into it and returns,
+//! and each part of the message goes to MPI once its copy is through; an
+//! `irecv` lands the message with one device copy once it is all here.
 //!
 //! **Ranks that die or hang.** MPI promises nothing here: a blocking call
 //! whose peer never comes waits for ever, and what happens when a process

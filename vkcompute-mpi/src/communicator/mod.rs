@@ -22,7 +22,7 @@ use crate::raw::{self, Comm, OwnedComm};
 use crate::transport::kernels::Reducer;
 use crate::transport::pool::StagingPool;
 use crate::transport::same_node::{self, Path, SameNode, SameNodePolicy};
-use crate::wire::{Spares, MAX_TAG};
+use crate::wire::MAX_TAG;
 use threads::ThreadRule;
 
 /// The default size of the pieces a large message travels in (2 MiB).
@@ -71,10 +71,9 @@ pub struct Communicator {
     size: i32,
     pub(crate) reducer: Reducer,
     piece_bytes: AtomicUsize,
-    /// Pinned host buffers kept for reuse between calls.
-    pub(crate) pool: StagingPool,
-    /// The host memory of finished requests, kept for the next ones.
-    pub(crate) spares: Arc<Spares>,
+    /// Pinned host buffers kept for reuse between calls (the requests'
+    /// memory too).
+    pub(crate) pool: Arc<StagingPool>,
     /// Whether the context's device buffers map directly (probed once).
     maps_directly: bool,
     /// The peers on the same-node path, and its sockets and memory.
@@ -162,8 +161,7 @@ impl Communicator {
             ctx: ctx.clone(),
             reducer: Reducer::new(),
             piece_bytes: AtomicUsize::new(DEFAULT_PIECE_BYTES),
-            pool: StagingPool::new(ctx),
-            spares: Arc::default(),
+            pool: Arc::new(StagingPool::new(ctx)),
             maps_directly,
             direct_reduce_scatters: AtomicU64::new(0),
             mpi_allreduces: AtomicU64::new(0),

@@ -58,7 +58,7 @@ impl Communicator {
                 (header, Ok((none(), Some(lent))))
             }
             Ok(None) => {
-                let memory = (&self.pool, self.maps_directly);
+                let memory = (&*self.pool, self.maps_directly);
                 let prepared = Outgoing::prepare(memory, op, buf.place(), piece);
                 let ready = prepared.map(|out| (Sending::new(Some(out), &self.pool), None));
                 (header, ready)
@@ -116,7 +116,7 @@ impl Communicator {
         let op = "Communicator::recv";
         self.check_peer(op, source, tag)?;
         let len = buf.elements();
-        let body = Receiving::new(buf.place(), len, (&self.pool, self.maps_directly));
+        let body = Receiving::new(buf.place(), len, (&*self.pool, self.maps_directly));
         Op::<T, _>::receiving(op, self.wire_end(), (source, tag), len, body).run()
     }
 

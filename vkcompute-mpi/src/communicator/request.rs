@@ -16,13 +16,17 @@ use crate::communicator::Communicator;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::raw::PendingOp;
+use crate::transport::message::stage_request;
 use crate::transport::place::{Buffer, Place};
-use crate::wire::{Dest, End, Header, Kind, LentOutbox, Op, Owned, SharedMessages, Spares, Step};
+use crate::wire::{
+    Dest, End, Header, Kind, LentOutbox, Op, Owned, PinnedBuffers, SharedMessages, Step,
+};
 
 /// A non-blocking send or receive under way, from
 /// [`Communicator::isend`] or [`Communicator::irecv`]. It owns everything
 /// MPI reads or writes for the message (the header, the answer, the
-/// trailer, and a host copy of the elements) and, for a receive, a clone of
+/// trailer, and the elements in pinned host memory from the
+/// communicator's staging pool) and, for a receive, a clone of
 /// the destination's handle, so the buffer stays alive while it is pending.
 ///
 /// [`test`](Self::test) and [`wait`](Self::wait) move on every pending
@@ -144,6 +148,11 @@ impl Communicator {
         self.raw().state.progress();
     }
 
+    /// Where requests' pinned memory comes from: the staging pool.
+    fn pinned(&self) -> Arc<dyn PinnedBuffers> {
+        self.pool.clone()
+    }
+
     /// What a message end of this communicator needs: the MPI
     /// communicator, this rank, and the same-node transport.
     pub(super) fn wire_end(&self) -> End {
@@ -163,17 +172,23 @@ impl Communicator {
     /// [`MAX_TAG`](crate::MAX_TAG)), for a receive of the same element type
     /// and length there ([`recv`](Self::recv) or [`irecv`](Self::irecv)).
     ///
-    /// The elements are copied before this returns (a device buffer once
-    /// the work enqueued on it is done, as [`send`](Self::send) reads it),
-    /// so `buf` may be written or dropped at once: to a peer on the
+    /// `buf` may be written or dropped at once: what goes is what the work
+    /// enqueued on it before this call leaves there. To a peer on the
     /// same-node path ([`path_to`](Self::path_to) is
     /// [`Path::SameNode`](crate::Path::SameNode)), a non-empty buffer is
-    /// copied on the device into memory exported to the peer (one of up
-    /// to four kept per peer, each holding one message until the receiver
-    /// has copied it out; where all four hold messages under way, the
-    /// message takes the way below); otherwise into host memory the
-    /// request owns. The header goes out now, and the data (over MPI) once
-    /// the receiver accepts it, as the request is tested or waited for.
+    /// copied on the device into memory exported to the peer before this
+    /// returns (one of up to four kept per peer, each holding one message
+    /// until the receiver has copied it out; where all four hold messages
+    /// under way, the message takes the way below). Otherwise a device
+    /// buffer's elements are copied into pinned host memory from the
+    /// communicator's staging pool, in up to 16 parts, by copies enqueued
+    /// on its stream now and not waited for: device work enqueued on the
+    /// buffer later, a mapping of it and its drop come after them (stream
+    /// order), and each part goes to MPI once its copy is through, while
+    /// the later parts are still copied. A host buffer's elements are
+    /// copied before this returns. The header goes out now, and the data
+    /// (over MPI) once the receiver accepts it, as the request is tested
+    /// or waited for.
     ///
     /// Errors: a bad rank or tag here, at once. The rest come from the
     /// request: a receiver that expects another type or length makes
@@ -191,23 +206,23 @@ impl Communicator {
         let len = buf.elements();
         let piece_bytes = self.piece_elements::<T>() * size_of::<T>();
         let header = Header::new(Kind::Send, T::TYPE, len).pieces(piece_bytes);
+        let pool = self.pinned();
         let (header, ready) = match self.stage_shared(op, buf.place(), len, dest) {
             Ok(Some(lent)) => {
                 let header = header.in_shared_memory(lent.shared());
                 let lent: Box<dyn LentOutbox> = Box::new(lent);
-                (
-                    header,
-                    Ok((Owned::sending(Vec::new(), &self.spares), Some(lent))),
-                )
+                let body = Owned::sending(Vec::new(), len, &pool);
+                (header, Ok((body, Some(lent))))
             }
             Ok(None) => {
-                let copied = copy_to_host(buf.place(), len, &self.spares);
-                let owned = |data| (Owned::sending(data, &self.spares), None);
-                (header, copied.map(owned))
+                let piece = self.piece_elements::<T>();
+                let staged = stage_request(&self.pool, op, buf.place(), piece);
+                let owned = |slots| (Owned::sending(slots, len, &pool), None);
+                (header, staged.map(owned))
             }
             Err(e) => (header, Err(e)),
         };
-        let idle = Owned::sending(Vec::new(), &self.spares);
+        let idle = Owned::sending(Vec::new(), len, &pool);
         let state = Op::<T, _>::sending(op, self.wire_end(), (dest, tag), header, ready, idle);
         Ok(self.register(state))
     }
@@ -217,8 +232,9 @@ impl Communicator {
     /// rank `source` sends with `tag` ([`send`](Self::send) or
     /// [`isend`](Self::isend)).
     ///
-    /// **Stream order.** The message arrives in host memory the request
-    /// owns, and `buf` is not written until the request completes: its
+    /// **Stream order.** The message arrives in pinned host memory from
+    /// the communicator's staging pool, and `buf` is not written until the
+    /// request completes: its
     /// [`wait`](Request::wait), or the [`test`](Request::test) that returns
     /// `true`, enqueues an ordinary copy into a device buffer on its stream
     /// (or writes a host buffer), so device work enqueued after that sees
@@ -245,26 +261,8 @@ impl Communicator {
             Place::Host(host) => Dest::Host(host.clone()),
         };
         let len = buf.elements();
-        let body = Owned::receiving(len, dest, &self.spares);
+        let body = Owned::receiving(len, dest, &self.pinned());
         let state = Op::<T, _>::receiving(op, self.wire_end(), (source, tag), len, body);
         Ok(self.register(state))
     }
-}
-
-/// The `len` elements of `place` in host memory of their own (from
-/// `spares`): an `isend` over MPI (a device buffer read once the work
-/// enqueued on it is done).
-fn copy_to_host<T: Element>(place: Place<'_, T>, len: usize, spares: &Spares) -> Result<Vec<T>> {
-    let op = "Communicator::isend";
-    let mut data = spares.take(len);
-    let copied = match place {
-        _ if len == 0 => Ok(()),
-        Place::Device(device) => device.copy_to_slice(&mut data),
-        Place::Host(host) => host.as_slice().map(|s| data.copy_from_slice(&s)),
-    };
-    if let Err(e) = copied {
-        spares.keep(data);
-        return Err(Error::device(op)(e));
-    }
-    Ok(data)
 }

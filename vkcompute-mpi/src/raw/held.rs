@@ -14,14 +14,21 @@ use super::Comm;
 use crate::error::{Error, Result};
 
 /// A buffer whose bytes stay where they are when the value moves (a heap
-/// allocation), which a [`Held`] may lend to MPI.
+/// allocation, a pinned host buffer's mapping), which a [`Held`] may lend
+/// to MPI.
 ///
 /// # Safety
 ///
-/// `bytes` and `bytes_mut` return the same memory for as long as the
-/// value lives, whether it moves or not, and nothing but these methods
-/// reaches that memory.
+/// Once [`settle`](Self::settle) has returned `Ok`, and until a method of
+/// the buffer that takes `&mut self` other than `bytes_mut` runs, `bytes`
+/// and `bytes_mut` return the same memory, whether the value moves or
+/// not, and nothing but these methods reaches that memory.
 pub(crate) unsafe trait Stable: Send {
+    /// Makes the buffer ready to be lent: waits for whatever else may
+    /// reach its memory (the device's copies of a pinned buffer).
+    fn settle(&mut self, _op: &'static str) -> Result<()> {
+        Ok(())
+    }
     /// The buffer's bytes.
     fn bytes(&self) -> &[u8];
     /// The buffer's bytes, to write.
@@ -101,6 +108,15 @@ impl<B: Stable> Held<B> {
         }
     }
 
+    /// Makes the buffer ready to be lent ([`Stable::settle`]), where no
+    /// transfer is under way over it (nothing otherwise).
+    pub(crate) fn settle(&mut self, op: &'static str) -> Result<()> {
+        match (&mut self.buf, self.lent) {
+            (Some(buf), Lent::No) => buf.settle(op),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether transfers over the buffer are under way.
     pub(crate) fn is_lent(&self) -> bool {
         self.lent != Lent::No
@@ -120,15 +136,21 @@ impl<B: Stable> Held<B> {
         if self.lent == Lent::ToWrite {
             return Ok(false);
         }
-        let Some(buf) = &self.buf else {
+        let Some(buf) = &mut self.buf else {
             return Ok(false);
         };
+        if self.lent == Lent::No {
+            buf.settle(op)?;
+        }
         let bytes = &buf.bytes()[range];
         self.lent = Lent::ToRead;
         for part in split(bytes.len(), piece) {
             let part = &bytes[part];
             // SAFETY: `part` lies in the buffer, which `Stable` keeps in
-            // place while it lives; it is not written until every transfer
+            // place, reached by nothing else, from its `settle` (above,
+            // or before the first send that lent it) while it lives and
+            // no `&mut` method runs (none can: `get_mut` refuses while
+            // lent); it is not written until every transfer
             // over it completes (`get_mut` refuses while lent, and
             // receives are refused while sends read it), and a `Held`
             // dropped with transfers under way leaks the buffer.
@@ -164,12 +186,15 @@ impl<B: Stable> Held<B> {
         let Some(buf) = &mut self.buf else {
             return Ok(false);
         };
+        buf.settle(op)?;
         let bytes = &mut buf.bytes_mut()[range];
         self.lent = Lent::ToWrite;
         let base = bytes.as_mut_ptr();
         for part in split(bytes.len(), piece) {
             // SAFETY: `base + part` lies in the buffer, which `Stable`
-            // keeps in place while it lives; nothing else reads or writes
+            // keeps in place, reached by nothing else, from its `settle`
+            // (above) while it lives and no `&mut` method runs (none can
+            // while lent); nothing else reads or writes
             // it until every transfer over it completes (`get` and
             // `get_mut` refuse while lent), and a `Held` dropped with
             // transfers under way leaks the buffer.

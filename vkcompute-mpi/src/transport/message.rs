@@ -12,7 +12,10 @@ use super::place::Place;
 use super::pool::StagingPool;
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::raw::{self, streaming, Comm};
+use crate::raw::{self, streaming, Comm, PinnedSlot, COPY_PART_BYTES};
+
+/// The most slots a request's message is cut into (`stage_request`).
+const MAX_REQUEST_SLOTS: usize = 16;
 
 /// The pieces of a range of `len` elements, `piece` at a time.
 fn pieces(len: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
@@ -342,4 +345,67 @@ impl<'a, T: Element> Incoming<'a, T> {
             staging.keep(pool);
         }
     }
+}
+
+/// A request's message (`Communicator::isend` over MPI): the elements of
+/// `place` in pinned slots from `pool`, in pieces of `piece` elements, each
+/// slot a whole number of pieces (at most [`MAX_REQUEST_SLOTS`] slots, and
+/// at most [`COPY_PART_BYTES`] a slot where a piece is no more). A device
+/// buffer's copies are enqueued and submitted, one a slot, not waited for:
+/// the request's sends wait for each (`wire::Owned`). A host buffer's are
+/// made now.
+pub(crate) fn stage_request<T: Element>(
+    pool: &StagingPool,
+    op: &'static str,
+    place: Place<'_, T>,
+    piece: usize,
+) -> Result<Vec<PinnedSlot>> {
+    /// Where the elements come from.
+    enum From<'a, T: Element> {
+        Device(&'a DeviceBuffer<T>),
+        Host(vkcompute::HostSlice<'a, T>),
+    }
+    let from = match place {
+        Place::Device(b) => From::Device(b),
+        Place::Host(b) => From::Host(b.as_slice().map_err(Error::device(op))?),
+    };
+    let len = match &from {
+        From::Device(b) => b.len(),
+        From::Host(elements) => elements.len(),
+    };
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let size = size_of::<T>();
+    let piece = piece.max(1);
+    let fit = (COPY_PART_BYTES / (piece * size)).max(1);
+    let per_slot = piece
+        * len
+            .div_ceil(piece)
+            .div_ceil(MAX_REQUEST_SLOTS)
+            .clamp(1, fit);
+    let count = len.div_ceil(per_slot);
+    let mut buffers = pool.piece_slots(op, per_slot * size, count)?.into_iter();
+    let mut slots = Vec::with_capacity(count);
+    for (i, buffer) in (0..count).zip(buffers.by_ref()) {
+        let (start, n) = (i * per_slot, per_slot.min(len - i * per_slot));
+        let filled = PinnedSlot::new(op, buffer, n * size).and_then(|mut slot| {
+            let copied = match &from {
+                From::Device(b) => {
+                    (b.create_sub_buffer::<T>(start, n)).and_then(|part| slot.fill_from(&part))
+                }
+                From::Host(elements) => {
+                    slot.write(bytemuck::cast_slice(&elements[start..start + n]))
+                }
+            };
+            slots.push(slot);
+            copied.map_err(Error::device(op))
+        });
+        if let Err(e) = filled {
+            let back = slots.into_iter().map(PinnedSlot::into_host);
+            pool.keep_piece_slots(back.chain(buffers).collect());
+            return Err(e);
+        }
+    }
+    Ok(slots)
 }

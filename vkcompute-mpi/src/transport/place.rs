@@ -5,10 +5,7 @@
 use bytemuck::Pod;
 use vkcompute::{CopySource, DeviceBuffer, HostBuffer};
 
-/// The most bytes one copy moves: lavapipe of Mesa 22.3 crashes in a
-/// `vkCmdCopyBuffer` region of 2^31 bytes or more (a 2 GiB send on the
-/// same-node path did), so longer copies go as several of at most 1 GiB.
-pub(crate) const COPY_PART_BYTES: usize = 1 << 30;
+pub(crate) use crate::raw::COPY_PART_BYTES;
 
 mod sealed {
     pub trait Sealed {}

@@ -7,6 +7,7 @@ use vkcompute::{DeviceContext, HostBuffer};
 
 use crate::error::{Error, Result};
 use crate::kept::Kept;
+use crate::wire::PinnedBuffers;
 
 /// The most whole staging buffers a communicator keeps between calls.
 const KEPT_STAGING: usize = 4;
@@ -91,6 +92,20 @@ impl StagingPool {
         for slot in slots {
             self.piece_slots.keep(slot.len(), slot);
         }
+    }
+}
+
+impl PinnedBuffers for StagingPool {
+    fn staging(&self, op: &'static str, bytes: usize) -> Result<HostBuffer<u8>> {
+        StagingPool::staging(self, op, bytes)
+    }
+
+    fn keep_staging(&self, buffer: HostBuffer<u8>) {
+        StagingPool::keep_staging(self, buffer);
+    }
+
+    fn keep_slots(&self, slots: Vec<HostBuffer<u8>>) {
+        self.keep_piece_slots(slots);
     }
 }
 

@@ -14,7 +14,7 @@ mod owned;
 
 pub(crate) use header::{agree, Failure, Header, Kind, SharedMemory};
 pub(crate) use op::{Body, End, Op, Step};
-pub(crate) use owned::{Dest, Owned, Spares};
+pub(crate) use owned::{Dest, Owned, PinnedBuffers};
 
 use vkcompute::DeviceBuffer;
 

@@ -1,9 +1,12 @@
 //! The [`Body`] of a request (`Communicator::isend` and `irecv`): the
-//! elements in memory of its own, lent to MPI while their transfers are
-//! under way (`raw::Held`), and for a receive the destination they land in
-//! once the whole message is here.
+//! message in pinned host buffers of the communicator's staging pool
+//! (`raw::PinnedSlot`), lent to MPI while their transfers are under way
+//! (`raw::Held`). A sender's buffer is in several slots, each filled by a
+//! device copy enqueued at `isend` and sent once that copy is through, so
+//! that the copies of the later slots overlap the transfers of the
+//! earlier; a receiver's message lands in one, and from there in its
+//! destination, once the whole message is here.
 
-use std::any::Any;
 use std::mem::size_of;
 use std::sync::Arc;
 
@@ -13,59 +16,17 @@ use super::op::Body;
 use super::SharedMessages;
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::kept::Kept;
-use crate::raw::{Comm, Held};
+use crate::raw::{Comm, Held, PinnedSlot};
 
-/// How many allocations [`Spares`] keeps.
-const KEPT_SPARES: usize = 4;
-/// The most bytes [`Spares`] keeps, all allocations together: larger
-/// ones go back to the system when their request is done.
-const MAX_SPARE_BYTES: usize = 256 << 20;
-
-/// The host memory of finished requests, kept for the next ones (at most
-/// [`KEPT_SPARES`] allocations, of any element type, [`MAX_SPARE_BYTES`]
-/// in all; the oldest go first). A
-/// request's elements otherwise take a fresh allocation at every call,
-/// which for a large message is fresh pages, faulted in and cleared each
-/// time (measured: BENCHMARKS.md, `isendrecv`). Whatever a kept
-/// allocation held is overwritten before it is read: a sender's copy of
-/// its buffer, or a receiver's whole message.
-pub(crate) struct Spares {
-    /// `Vec`s of some element type.
-    kept: Kept<Box<dyn Any + Send>>,
-}
-
-impl Default for Spares {
-    fn default() -> Spares {
-        Spares {
-            kept: Kept::new(KEPT_SPARES, MAX_SPARE_BYTES),
-        }
-    }
-}
-
-impl Spares {
-    /// `len` elements: the smallest kept allocation of `T` that holds
-    /// them, or a new one.
-    pub(crate) fn take<T: Element>(&self, len: usize) -> Vec<T> {
-        let fits = |spare: &Box<dyn Any + Send>| {
-            let elements = spare.downcast_ref::<Vec<T>>()?;
-            (elements.capacity() >= len).then_some(elements.capacity())
-        };
-        match self.kept.take(fits).map(|spare| spare.downcast::<Vec<T>>()) {
-            Some(Ok(mut elements)) => {
-                elements.resize(len, T::zeroed());
-                *elements
-            }
-            _ => vec![T::zeroed(); len],
-        }
-    }
-
-    /// Keeps `elements`' allocation for a later request, dropping the
-    /// oldest kept beyond [`KEPT_SPARES`] or [`MAX_SPARE_BYTES`].
-    pub(crate) fn keep<T: Element>(&self, elements: Vec<T>) {
-        let bytes = elements.capacity() * size_of::<T>();
-        self.kept.keep(bytes, Box::new(elements));
-    }
+/// Where a request's pinned buffers come from and go back to: the
+/// communicator's staging pool (`transport::pool`).
+pub(crate) trait PinnedBuffers: Send + Sync {
+    /// A buffer of at least `bytes` bytes (a receiver's message).
+    fn staging(&self, op: &'static str, bytes: usize) -> Result<HostBuffer<u8>>;
+    /// Gives back a buffer of [`staging`](Self::staging).
+    fn keep_staging(&self, buffer: HostBuffer<u8>);
+    /// Gives back a sender's slots.
+    fn keep_slots(&self, slots: Vec<HostBuffer<u8>>);
 }
 
 /// Where a receive's elements go once they are all here.
@@ -74,55 +35,83 @@ pub(crate) enum Dest<T> {
     Host(HostBuffer<T>),
 }
 
-/// A request's elements (a sender's copy of its buffer, or where a
-/// receiver's message arrives) and a receiver's destination (a clone of
-/// the handle: it stays alive).
+/// A request's message in pinned memory (see the module documentation)
+/// and a receiver's destination (a clone of the handle: it stays alive).
 pub(crate) struct Owned<T: Element> {
-    data: Held<Vec<T>>,
+    /// A sender's slots, its elements in order, each a whole number of
+    /// pieces; a receiver's one slot, once it accepted the message.
+    slots: Vec<Held<PinnedSlot>>,
+    /// Zeros sent in place of a slot whose copy failed.
+    zeros: Vec<Held<Vec<u8>>>,
     len: usize,
     dest: Option<Dest<T>>,
     /// A receiver's piece size in bytes, from the sender's header.
     piece: usize,
-    /// Where the elements' allocation goes once the request is done.
-    spares: Arc<Spares>,
+    pool: Arc<dyn PinnedBuffers>,
 }
 
 impl<T: Element> Owned<T> {
-    /// A sender's copy of its elements (empty where they travel in
-    /// same-node memory instead), whose allocation goes to `spares` once
-    /// sent.
-    pub(crate) fn sending(data: Vec<T>, spares: &Arc<Spares>) -> Owned<T> {
+    /// A sender's message in `slots` (none where it travels in same-node
+    /// memory instead), given back to `pool` once sent.
+    pub(crate) fn sending(
+        slots: Vec<PinnedSlot>,
+        len: usize,
+        pool: &Arc<dyn PinnedBuffers>,
+    ) -> Owned<T> {
         Owned {
-            len: data.len(),
-            data: Held::new(data),
+            slots: slots.into_iter().map(Held::new).collect(),
+            zeros: Vec::new(),
+            len,
             dest: None,
             piece: 1,
-            spares: Arc::clone(spares),
+            pool: Arc::clone(pool),
         }
     }
 
-    /// A receiver of `len` elements into `dest`, in memory from `spares`
-    /// (given back once landed).
-    pub(crate) fn receiving(len: usize, dest: Dest<T>, spares: &Arc<Spares>) -> Owned<T> {
+    /// A receiver of `len` elements into `dest`, in a buffer from `pool`
+    /// once it accepts the message (given back once landed).
+    pub(crate) fn receiving(len: usize, dest: Dest<T>, pool: &Arc<dyn PinnedBuffers>) -> Owned<T> {
         Owned {
-            data: Held::new(spares.take(len)),
+            slots: Vec::new(),
+            zeros: Vec::new(),
             len,
             dest: Some(dest),
             piece: 1,
-            spares: Arc::clone(spares),
+            pool: Arc::clone(pool),
         }
     }
 
-    /// Gives the elements' allocation to the spares, where MPI is done
-    /// with it; the request holds none after.
+    /// A receiver's slot for the whole message, from the pool.
+    fn make_room(&mut self, op: &'static str) -> Result<()> {
+        let bytes = self.len * size_of::<T>();
+        if bytes == 0 || !self.slots.is_empty() {
+            return Ok(());
+        }
+        let buffer = self.pool.staging(op, bytes)?;
+        self.slots
+            .push(Held::new(PinnedSlot::new(op, buffer, bytes)?));
+        Ok(())
+    }
+
+    /// Gives the slots MPI is done with back to the pool (those it still
+    /// holds stay, and are leaked if the request is dropped).
     fn give_back(&mut self) {
-        if let Some(data) = self.data.take() {
-            self.spares.keep(data);
+        let mut back = Vec::new();
+        self.slots.retain_mut(|slot| match slot.take() {
+            Some(slot) => {
+                back.push(slot.into_host());
+                false
+            }
+            None => true,
+        });
+        match self.dest {
+            Some(_) => back.into_iter().for_each(|b| self.pool.keep_staging(b)),
+            None => self.pool.keep_slots(back),
         }
-        self.data = Held::new(Vec::new());
+        self.zeros.retain_mut(|zeros| zeros.take().is_none());
     }
 
-    /// `Ok` where the elements were lent to MPI.
+    /// `Ok` where the memory was lent to MPI.
     fn lent(op: &'static str, peer: i32, posted: Result<bool>) -> Result<()> {
         match posted? {
             true => Ok(()),
@@ -135,28 +124,52 @@ impl<T: Element> Owned<T> {
     }
 }
 
+impl<T: Element> Drop for Owned<T> {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
+
 impl<T: Element> Body for Owned<T> {
+    /// Sends the slots in order, each once its copy is through (waiting
+    /// for it: the copies were enqueued at `isend`, and the later ones
+    /// run while the earlier slots travel); a slot whose copy failed goes
+    /// as zeros, and the trailer says so.
     fn send(
         &mut self,
         (op, comm): (&'static str, &Comm),
         (dest, tag): (i32, i32),
         piece: usize,
     ) -> Result<Option<Error>> {
-        let bytes = self.len * size_of::<T>();
-        let posted = self.data.send((op, comm), (0..bytes, piece), dest, tag);
-        Self::lent(op, dest, posted).map(|()| None)
+        let mut failed = None;
+        for slot in &mut self.slots {
+            let bytes = slot.get().map_or(0, PinnedSlot::len);
+            let posted = match slot.settle(op) {
+                Ok(()) => slot.send((op, comm), (0..bytes, piece), dest, tag),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    let mut zeros = Held::new(vec![0u8; bytes]);
+                    let posted = zeros.send((op, comm), (0..bytes, piece), dest, tag);
+                    self.zeros.push(zeros);
+                    posted
+                }
+            };
+            Self::lent(op, dest, posted)?;
+        }
+        Ok(failed)
     }
 
-    fn accept(&mut self, _op: &'static str, piece: usize) -> Result<()> {
+    fn accept(&mut self, op: &'static str, piece: usize) -> Result<()> {
         self.piece = piece;
-        Ok(())
+        self.make_room(op)
     }
 
     fn recv(&mut self, (op, comm): (&'static str, &Comm), (source, tag): (i32, i32)) -> Result<()> {
         let bytes = self.len * size_of::<T>();
-        let posted = self
-            .data
-            .recv((op, comm), (0..bytes, self.piece), source, tag);
+        let Some(slot) = self.slots.first_mut() else {
+            return Ok(());
+        };
+        let posted = slot.recv((op, comm), (0..bytes, self.piece), source, tag);
         Self::lent(op, source, posted)
     }
 
@@ -167,16 +180,25 @@ impl<T: Element> Body for Owned<T> {
         (source, inbox): (i32, &DeviceBuffer<u8>),
     ) -> Result<Option<Error>> {
         let len = self.len;
-        let mut data = self.data.get_mut();
-        let mut write = || match data.as_deref_mut() {
-            Some(data) if len > 0 => inbox.create_sub_buffer::<T>(0, len)?.copy_to_slice(data),
-            _ => Ok(()),
+        // Without room the message is refused, as over MPI.
+        self.make_room(op)?;
+        let mut slot = self.slots.first_mut().and_then(Held::get_mut);
+        let mut write = || match slot.as_deref_mut() {
+            Some(slot) => slot.fill_from(&inbox.create_sub_buffer::<T>(0, len)?),
+            None => Ok(()),
         };
         shared.take_bytes(op, (source, inbox, len * size_of::<T>()), &mut write)
     }
 
     fn poll(&mut self, op: &'static str, error: &mut Option<Error>) -> bool {
-        self.data.poll(op, error)
+        let mut idle = true;
+        for slot in &mut self.slots {
+            idle &= slot.poll(op, error);
+        }
+        for zeros in &mut self.zeros {
+            idle &= zeros.poll(op, error);
+        }
+        idle
     }
 
     fn local_error(&mut self) -> Option<Error> {
@@ -187,63 +209,25 @@ impl<T: Element> Body for Owned<T> {
     /// on a device buffer's stream (later work on it sees the message), or
     /// a host write.
     fn land(&mut self, op: &'static str) -> Result<()> {
-        let landed = match (self.data.get(), &self.dest) {
-            (Some(data), _) if data.is_empty() => Ok(()),
-            (Some(data), Some(Dest::Device(buf))) => buf
-                .enqueue_copy_from(&data[..])
-                .and_then(|()| buf.context().flush())
-                .map_err(Error::device(op)),
-            (Some(data), Some(Dest::Host(host))) => host
+        let slot = self.slots.first_mut().and_then(Held::get_mut);
+        let landed = match (slot, &self.dest) {
+            (Some(slot), Some(Dest::Device(buf))) => slot.drain_to(buf),
+            (Some(slot), Some(Dest::Host(host))) => host
                 .as_mut_slice()
-                .map(|mut slice| slice.copy_from_slice(data))
-                .map_err(Error::device(op)),
+                .and_then(|mut dst| slot.read(bytemuck::cast_slice_mut(&mut dst))),
             _ => Ok(()),
         };
-        // The elements are not needed any more.
+        // The slot goes back to the pool (its next user waits for the
+        // copy out of it).
         self.give_back();
-        landed
+        landed.map_err(Error::device(op))
     }
 
-    /// A sender's elements go to the spares once the message is over (a
+    /// A sender's slots go back to the pool once the message is over (a
     /// receiver's stay until they land).
     fn release(&mut self) {
         if self.dest.is_none() {
             self.give_back();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn kept(spares: &Spares) -> Vec<usize> {
-        spares.kept.sizes()
-    }
-
-    #[test]
-    fn spares_fit_by_type_and_size_within_their_bounds() {
-        let spares = Spares::default();
-        spares.keep(Vec::<f32>::with_capacity(100));
-        spares.keep(Vec::<f32>::with_capacity(10));
-        // Another type: a new allocation, the kept ones stay.
-        assert!(spares.take::<u32>(10).capacity() >= 10);
-        assert_eq!(kept(&spares), [400, 40]);
-        // The smallest that fits, at the length asked, zeros past the old.
-        let taken = spares.take::<f32>(8);
-        assert_eq!((taken.len(), taken.capacity()), (8, 10));
-        assert_eq!(taken, [0.0; 8]);
-        assert_eq!(kept(&spares), [400]);
-        // Empty allocations are not kept; the oldest go past four.
-        spares.keep(Vec::<u8>::new());
-        for n in 1..=4 {
-            spares.keep(Vec::<u8>::with_capacity(n));
-        }
-        assert_eq!(kept(&spares), [1, 2, 3, 4]);
-        // And past the bytes bound, whatever their number.
-        spares.keep(Vec::<u8>::with_capacity(MAX_SPARE_BYTES - 5));
-        assert_eq!(kept(&spares), [4, MAX_SPARE_BYTES - 5]);
-        spares.keep(Vec::<u8>::with_capacity(MAX_SPARE_BYTES + 1));
-        assert_eq!(kept(&spares), [4, MAX_SPARE_BYTES - 5]);
     }
 }

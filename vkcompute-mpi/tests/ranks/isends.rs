@@ -320,3 +320,44 @@ pub(crate) fn isend_refusals_and_failures_keep_the_pair_in_step(t: &Ranks) -> Ch
     }
     all_outboxes_free(&Ranks { comm: &c, ..*t }, 2)
 }
+
+/// An `isend` reads its buffer in stream order: what the work enqueued
+/// before it (not waited for) leaves there is what goes, and the buffer
+/// may be written (device work, a mapping) or dropped at once after the
+/// call. Small pieces, so that a message over MPI travels in several
+/// pinned slots, each copied from the device on its own.
+pub(crate) fn isend_reads_its_buffer_in_stream_order(t: &Ranks) -> Check {
+    let (last, c, len) = (t.size - 1, t.comm, 10_000);
+    if t.rank == 0 {
+        let piece = c.piece_bytes();
+        c.set_piece_bytes(4096);
+        let sent = (|| {
+            let a = dev("create", t.ctx.enqueue_create_buffer::<u32>(len))?;
+            dev("fill", a.enqueue_fill(5))?;
+            dev("copy in", a.enqueue_copy_from(&data::<u32>(80, len)[..]))?;
+            let sa = ok("isend a", c.isend(&a, last, 46))?;
+            dev("overwrite a", a.enqueue_fill(0))?;
+            let b = upload(t.ctx, &data::<u32>(81, len))?;
+            let sb = ok("isend b", c.isend(&b, last, 47))?;
+            let mut mapped = dev("map b", b.map_to_host())?;
+            mapped.fill(1);
+            dev("unmap b", mapped.finish())?;
+            let d = upload(t.ctx, &data::<u32>(82, len))?;
+            let sd = ok("isend d", c.isend(&d, last, 48))?;
+            drop(d);
+            ok("wait a", sa.wait())?;
+            ok("wait b", sb.wait())?;
+            ok("wait d", sd.wait())
+        })();
+        c.set_piece_bytes(piece);
+        sent?;
+    } else if t.rank == last {
+        for (tag, salt) in [(46, 80), (47, 81), (48, 82)] {
+            let into = dev("create", t.ctx.enqueue_create_buffer::<u32>(len))?;
+            ok("recv", c.recv(&into, 0, tag))?;
+            let what = format!("the message of tag {tag}");
+            same(&what, &dev("read", into.to_vec())?, &data::<u32>(salt, len))?;
+        }
+    }
+    ok("barrier", c.barrier())
+}

@@ -40,6 +40,10 @@ pub(crate) fn nonblocking() -> Vec<Named> {
         ),
         ("more_isends_than_outboxes", more_isends_than_outboxes),
         (
+            "isend_reads_its_buffer_in_stream_order",
+            isend_reads_its_buffer_in_stream_order,
+        ),
+        (
             "isend_refusals_and_failures_keep_the_pair_in_step",
             isend_refusals_and_failures_keep_the_pair_in_step,
         ),
