@@ -370,12 +370,25 @@ impl<T: Pod> DeviceBuffer<T> {
         }
     }
 
+    /// Whether the host has this buffer's memory mapped (a
+    /// [`MappedBuffer`] of this buffer, a clone or a view of the same
+    /// memory is alive): what [`map_to_host`](Self::map_to_host) says work
+    /// on it meets meanwhile. A snapshot: another thread may map or unmap
+    /// it right after.
+    pub fn is_mapped(&self) -> bool {
+        self.view.memory.is_host_borrowed()
+    }
+
     /// Maps the buffer's contents to the host, once this buffer's pending
     /// work is done (not the whole stream's). Where the memory is host
     /// visible (lavapipe, integrated GPUs, ReBAR) the mapping is the memory
     /// itself; elsewhere the contents are read through a staging buffer and
-    /// written back on drop if they were changed. No work on the buffer can
-    /// be enqueued while it is mapped ([`Error::BufferMapped`]).
+    /// written back on drop if they were changed. While it is mapped
+    /// ([`is_mapped`](Self::is_mapped)), no work that writes the buffer can
+    /// be enqueued, nor, where the mapping is the memory itself
+    /// ([`MappedBuffer::is_direct`]), any work on it
+    /// ([`Error::BufferMapped`]); work that only reads a buffer mapped
+    /// through a copy reads the contents from before the mapping's changes.
     ///
     /// ```
     /// # fn main() -> vkcompute::Result<()> {

@@ -181,7 +181,21 @@ fn enqueueing_work_on_a_mapped_buffer_is_an_error() {
             ));
             assert!(matches!(buf.map_to_host(), Err(Error::BufferMapped { .. })));
             assert_eq!(m[0], 1.0);
+            // A view and a clone share the mapped memory; `other` does not.
+            let view = buf.create_sub_buffer::<f32>(8, 4).unwrap();
+            assert!(buf.is_mapped() && view.is_mapped() && buf.clone().is_mapped());
+            assert!(!other.is_mapped());
+            // Reading it: an error where the mapping is the memory itself,
+            // the contents from before the mapping's changes where it is a
+            // copy.
+            let read = other.enqueue_copy_from(&buf);
+            match m.is_direct() {
+                true => assert!(matches!(read, Err(Error::BufferMapped { .. }))),
+                false => assert_eq!(other.to_vec().unwrap(), vec![1.0; 32]),
+            }
         }
+        assert!(!buf.is_mapped());
+        other.enqueue_fill(2.0).unwrap();
         buf.enqueue_copy_from(&other).unwrap();
         assert_eq!(buf.to_vec().unwrap(), vec![2.0; 32]);
     });

@@ -291,6 +291,12 @@ impl BufferMemory {
         }
     }
 
+    /// Whether a host borrow of the memory (a mapping, a host slice) is
+    /// alive.
+    pub(crate) fn is_host_borrowed(&self) -> bool {
+        self.state().borrow != HostBorrow::None
+    }
+
     /// Keeps an error from a `Drop` (a mapping's write-back, say) for the
     /// memory's next operation. The first error is kept.
     pub(crate) fn keep_error(&self, error: Error) {

@@ -9,7 +9,9 @@
 //!
 //! - `stall`: rank 1 sleeps instead of joining an allreduce; ranks 0 and 2
 //!   (timeout 1 s) get `Error::Timeout` after 1 to 4 s, and then
-//!   `Error::Broken` at once from the next call; every rank exits 0.
+//!   `Error::Broken` at once from every later call (a collective, or a
+//!   point-to-point call: blocking or not, without a timeout); every rank
+//!   exits 0.
 //! - `die`: rank 1 exits (without `MPI_Finalize`) while the ranks run
 //!   allreduces back to back; `mpirun` ends the job with a failure within
 //!   10 s of the exit (Open MPI terminates the other ranks).
@@ -218,12 +220,27 @@ fn stall(comm: &Communicator, buf: &vkcompute::DeviceBuffer<f32>) -> Result<Stri
         Err(Error::Timeout { .. }) if (1.0..4.0).contains(&took) => {}
         other => return Err(format!("the allreduce gave {other:?} after {took:.2} s")),
     }
-    let start = Instant::now();
-    match comm.barrier() {
-        Err(Error::Broken { .. }) if start.elapsed() < Duration::from_millis(100) => {}
-        other => return Err(format!("the call after the timeout gave {other:?}")),
+    // Every later call is refused at once, the timeout cleared or not
+    // (a point-to-point call once waited out a whole timeout, or for ever
+    // without one).
+    comm.set_timeout(None);
+    let peer = 2 - comm.rank();
+    let small = &buf.create_sub_buffer::<f32>(0, 16).unwrap();
+    let calls: [(&str, &dyn Fn() -> vkcompute_mpi::Result<()>); 5] = [
+        ("barrier", &|| comm.barrier()),
+        ("recv", &|| comm.recv(small, peer, 9)),
+        ("send", &|| comm.send(small, peer, 9)),
+        ("isend", &|| comm.isend(small, peer, 9).map(drop)),
+        ("irecv", &|| comm.irecv(small, peer, 9).map(drop)),
+    ];
+    for (what, call) in calls {
+        let start = Instant::now();
+        match call() {
+            Err(Error::Broken { .. }) if start.elapsed() < Duration::from_millis(100) => {}
+            other => return Err(format!("{what} after the timeout gave {other:?}")),
+        }
     }
-    Ok(format!("timeout after {took:.2} s, then Broken"))
+    Ok(format!("timeout after {took:.2} s, then Broken at once"))
 }
 
 fn die(comm: &Communicator, buf: &vkcompute::DeviceBuffer<f32>) -> Result<String, String> {

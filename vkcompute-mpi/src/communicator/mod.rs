@@ -57,9 +57,10 @@ pub const DEFAULT_PIECE_BYTES: usize = 2 << 20;
 /// **Headers.** Before any data, the ranks exchange a small header (the
 /// operation, element type, length, reduction, root): when they disagree,
 /// every rank that takes part gets [`Error::Mismatch`] and no data moves;
-/// when one rank fails its preparation (a mapped buffer, say), it returns
-/// its own error and the others [`Error::RemoteFailure`]. Never a hang or
-/// a truncated message.
+/// when one rank fails its preparation (a device buffer the host maps,
+/// [`DeviceBuffer::is_mapped`](vkcompute::DeviceBuffer::is_mapped), on
+/// every path, say), it returns its own error and the others
+/// [`Error::RemoteFailure`]. Never a hang or a truncated message.
 pub struct Communicator {
     comm: OwnedComm,
     /// Which threads may use it.
@@ -401,6 +402,9 @@ impl Communicator {
 
     pub(crate) fn check_peer(&self, op: &'static str, peer: i32, tag: i32) -> Result<()> {
         self.check_thread(op)?;
+        // A point-to-point call posts to MPI without a wait of the raw
+        // layer (which would refuse): a broken communicator refuses here.
+        self.raw().state.usable(op)?;
         self.check_rank(op, peer)?;
         if peer == self.rank {
             return Err(Error::SelfMessage { op, rank: peer });

@@ -37,8 +37,9 @@ impl Communicator {
     /// answers.
     ///
     /// Errors: a receiver that expects another type or length makes
-    /// [`Error::Mismatch`](crate::Error::Mismatch) on both ranks; a mapped buffer is vkcompute's
-    /// `BufferMapped` here and [`Error::RemoteFailure`](crate::Error::RemoteFailure) at the receiver.
+    /// [`Error::Mismatch`](crate::Error::Mismatch) on both ranks; a buffer the host maps
+    /// ([`DeviceBuffer::is_mapped`](vkcompute::DeviceBuffer::is_mapped)) is vkcompute's
+    /// `BufferMapped` here, on every path, and [`Error::RemoteFailure`](crate::Error::RemoteFailure) at the receiver.
     pub fn send<T: Element, B: Buffer<T> + ?Sized>(
         &self,
         buf: &B,
@@ -51,7 +52,9 @@ impl Communicator {
         let piece = self.piece_elements::<T>();
         let header = Header::new(Kind::Send, T::TYPE, len).pieces(piece * size_of::<T>());
         let none = || Sending::new(None, &self.pool);
-        let (header, ready) = match self.stage_shared(op, buf.place(), len, dest) {
+        let shared =
+            (buf.place().unmapped(op)).and_then(|()| self.stage_shared(op, buf.place(), len, dest));
+        let (header, ready) = match shared {
             Ok(Some(lent)) => {
                 let header = header.in_shared_memory(lent.shared());
                 let lent: Box<dyn LentOutbox> = Box::new(lent);

@@ -5,6 +5,8 @@
 use bytemuck::Pod;
 use vkcompute::{CopySource, DeviceBuffer, HostBuffer};
 
+use crate::error::{Error, Result};
+
 pub(crate) use crate::raw::COPY_PART_BYTES;
 
 mod sealed {
@@ -117,6 +119,24 @@ pub(crate) fn copy_parts<T: Pod, D: Parts<T>, S: Parts<T>>(
 }
 
 impl<T: Pod> Place<'_, T> {
+    /// vkcompute's `BufferMapped` where the host maps a device buffer
+    /// (`DeviceBuffer::is_mapped`). Every operation refuses one before the
+    /// ranks agree, as the mapped path's own mapping does: through a
+    /// staged mapping (a copy) vkcompute would still let the device read
+    /// the buffer, and the operation would fail only where it writes it,
+    /// after the other ranks had their data.
+    pub(crate) fn unmapped(&self, op: &'static str) -> Result<()> {
+        match self {
+            // The mapping refuses a second one: vkcompute's own error.
+            Place::Device(b) if b.is_mapped() => match b.map_to_host() {
+                Err(e) => Err(Error::device(op)(e)),
+                // Unmapped meanwhile, by another thread.
+                Ok(_) => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+
     /// Enqueues a copy of `src` into these elements on their buffer's
     /// stream, and submits it.
     pub(crate) fn copy_from<S: Parts<T>>(&self, src: &S) -> vkcompute::Result<()> {

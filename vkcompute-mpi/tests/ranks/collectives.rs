@@ -483,7 +483,10 @@ pub(crate) fn allreduces(large: bool) -> Vec<Named> {
             "allreduce_result_is_stream_ordered",
             allreduce_result_is_stream_ordered,
         ),
-        ("allreduce_with_mapped_buffer", allreduce_with_mapped_buffer),
+        (
+            "collectives_with_a_mapped_buffer_fail_on_every_rank",
+            collectives_with_a_mapped_buffer_fail_on_every_rank,
+        ),
         ("collectives_on_host_buffers", collectives_on_host_buffers),
         (
             "collectives_in_the_halving_range",
@@ -501,31 +504,41 @@ pub(crate) fn allreduces(large: bool) -> Vec<Named> {
     checks
 }
 
-pub(crate) fn allreduce_with_mapped_buffer(t: &Ranks) -> Check {
-    let direct = !t.ctx.is_staging_forced();
-    let mapped_rank = t.size - 1;
-    let buf = upload(t.ctx, &data::<f32>(t.rank, 33))?;
-    let mapping = if t.rank == mapped_rank {
-        Some(dev("map", buf.map_to_host())?)
-    } else {
-        None
-    };
-    let result = t.comm.allreduce(&buf, ReduceOp::Sum);
-    drop(mapping);
-    let holds = t.rank == mapped_rank;
-    if fails_for_mapping(holds, mapped_rank, &result) && (holds || direct) {
-        return Ok(());
+/// A buffer the host maps on one rank fails a collective on every rank,
+/// on every path (the holder gets vkcompute's error, the others
+/// `RemoteFailure`), before anything is written: allreduce, broadcast
+/// with the mapping at the root and elsewhere, allgather's receive
+/// buffer.
+pub(crate) fn collectives_with_a_mapped_buffer_fail_on_every_rank(t: &Ranks) -> Check {
+    let last = t.size - 1;
+    let c = t.comm;
+    type Call<'a> = &'a dyn Fn(&DeviceBuffer<f32>) -> vkcompute_mpi::Result<()>;
+    let cases: [(&str, i32, Call); 4] = [
+        ("allreduce", last, &|b| c.allreduce(b, ReduceOp::Sum)),
+        ("broadcast, mapped at the root", 0, &|b| c.broadcast(b, 0)),
+        ("broadcast, mapped elsewhere", last, &|b| c.broadcast(b, 0)),
+        ("allgather", last, &|b| {
+            let view = |at, n| b.create_sub_buffer::<f32>(at, n).expect("a view");
+            c.allgather(&view(0, 3), &view(3, 3 * t.size as usize))
+        }),
+    ];
+    for (what, holder, call) in cases {
+        let before = data::<f32>(t.rank, 33);
+        let buf = upload(t.ctx, &before)?;
+        let mapping = match t.rank == holder {
+            true => Some(dev("map", buf.map_to_host())?),
+            false => None,
+        };
+        let result = call(&buf);
+        drop(mapping);
+        if !fails_for_mapping(t.rank == holder, holder, &result) {
+            return Err(format!(
+                "{what}, a buffer mapped on rank {holder}: {result:?}"
+            ));
+        }
+        same(what, &dev("read", buf.to_vec())?, &before)?;
     }
-    match (holds, direct, result) {
-        (false, false, Ok(())) => same(
-            "allreduce beside a mapped buffer",
-            &dev("read", buf.to_vec())?,
-            &reference::<f32>(ReduceOp::Sum, t.size, 33),
-        ),
-        (_, _, other) => Err(format!(
-            "allreduce with a buffer mapped on rank {mapped_rank} (direct: {direct}): {other:?}"
-        )),
-    }
+    Ok(())
 }
 
 /// 64 MiB of f32: allreduce, broadcast and a message from rank 0 to the

@@ -230,13 +230,12 @@ fn all_outboxes_free(t: &Ranks, round: usize) -> Check {
 /// generation), from rank 0 to the last rank: refused `isend`s (a length
 /// to an `irecv`, a type to a `recv`, a grown message refused while
 /// another is in flight and matched after it), one from a mapped buffer
-/// (an error on both ranks where device memory maps directly), and one
+/// (an error on both ranks, on every path), and one
 /// dropped unfinished, each followed by good messages on the same pair;
 /// then every outbox takes a message again (none was lost).
 pub(crate) fn isend_refusals_and_failures_keep_the_pair_in_step(t: &Ranks) -> Check {
     let c = t.new_communicator()?;
     let last = t.size - 1;
-    let direct = !t.ctx.is_staging_forced();
     let mismatch = |what: &str, r: vkcompute_mpi::Result<()>| match r {
         Err(Error::Mismatch { .. }) => Ok(()),
         other => Err(format!("{what}: {other:?}")),
@@ -267,10 +266,9 @@ pub(crate) fn isend_refusals_and_failures_keep_the_pair_in_step(t: &Ranks) -> Ch
         let mapped = dev("map", mapped_buf.map_to_host())?;
         let result = wait(c.isend(&mapped_buf, last, 73));
         drop(mapped);
-        match (direct, result) {
-            (true, Err(e)) if e.to_string().contains("mapped") => {}
-            (false, Ok(())) => {}
-            (_, other) => return Err(format!("isend from a mapped buffer: {other:?}")),
+        match result {
+            Err(e) if e.to_string().contains("mapped") => {}
+            other => return Err(format!("isend from a mapped buffer: {other:?}")),
         }
         let one = upload(t.ctx, &data::<f32>(5, 1))?;
         ok(
@@ -281,9 +279,8 @@ pub(crate) fn isend_refusals_and_failures_keep_the_pair_in_step(t: &Ranks) -> Ch
         drop(ok("isend to drop", c.isend(&dropped, last, 74))?);
         dev("overwrite after the drop", dropped.enqueue_fill(-1.0))?;
         ok("isend after the drop", wait(c.isend(&one, last, 74)))?;
-        // Every message but the one from a mapped buffer (where it maps).
-        let sent = if direct { 9 } else { 10 };
-        took_path(&c, last, before, sent, "refused and failed isends")?;
+        // Every message but the one from a mapped buffer.
+        took_path(&c, last, before, 9, "refused and failed isends")?;
     } else if t.rank == last {
         let zeros = |len: usize| upload(t.ctx, &vec![0.0f32; len]);
         let (six, five) = (zeros(6)?, zeros(5)?);
@@ -300,10 +297,9 @@ pub(crate) fn isend_refusals_and_failures_keep_the_pair_in_step(t: &Ranks) -> Ch
         received(&c, "beside the refusal", &zeros(7)?, (0, 71), &want(2, 7))?;
         received(&c, "the grown isend", &zeros(big)?, (0, 72), &want(3, big))?;
         let nine = zeros(9)?;
-        match (direct, c.recv(&nine, 0, 73)) {
-            (true, Err(Error::RemoteFailure { reason, .. })) if reason.contains("mapped") => {}
-            (false, Ok(())) => holds("from a mapped buffer", &nine, &want(4, 9))?,
-            (_, other) => return Err(format!("recv from a mapped isend: {other:?}")),
+        match c.recv(&nine, 0, 73) {
+            Err(Error::RemoteFailure { reason, .. }) if reason.contains("mapped") => {}
+            other => return Err(format!("recv from a mapped isend: {other:?}")),
         }
         let one = zeros(1)?;
         let after = c.irecv(&one, 0, 73).and_then(Request::wait);

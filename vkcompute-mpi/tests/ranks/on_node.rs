@@ -300,11 +300,10 @@ fn while_held<T: Element, R>(
 /// Buffers the host holds on the last rank. A source borrowed mutably
 /// (`as_mut_slice`: the device may neither read nor write it) fails
 /// before the ranks agree, on every path: that rank gets vkcompute's
-/// error, the others `RemoteFailure` naming it. A destination borrowed so
-/// (a host buffer), or mapped (a device buffer), is that rank's error
-/// only, once it has done its part: the others' results are right. Over
-/// MPI a broadcast into a device buffer that maps directly maps it before
-/// the ranks agree, so there every rank fails.
+/// error, the others `RemoteFailure` naming it. So does a device buffer
+/// the host maps, destination or not. A destination host buffer borrowed
+/// so is that rank's error only, once it has done its part: the others'
+/// results are right.
 pub(crate) fn collectives_with_buffers_the_host_holds(t: &Ranks) -> Check {
     buffers_the_host_holds(t, 33)
 }
@@ -366,9 +365,8 @@ pub(crate) fn buffers_the_host_holds(t: &Ranks, m: usize) -> Check {
     };
     let result = t.comm.broadcast(&device, 0);
     drop(mapping);
-    let early = t.comm.collective_path() == Path::Mapped;
     let what = "broadcast into a mapped device buffer";
-    only_holder(what, (result, early), &|| device.to_vec(), &from_root)?;
+    only_holder(what, (result, true), &|| device.to_vec(), &from_root)?;
     let send = upload(t.ctx, &data::<i32>(t.rank, m))?;
     let recv = host_buffer(t.ctx, &vec![0i32; m * p])?;
     let result = while_held(holds, &recv, || t.comm.allgather(&send, &recv))?;

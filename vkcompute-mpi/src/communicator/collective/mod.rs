@@ -120,6 +120,9 @@ impl Communicator {
         let op = "Communicator::broadcast";
         let n = buf.elements();
         let header = Header::new(Kind::Broadcast, T::TYPE, n).root(root);
+        if let Err(e) = buf.place().unmapped(op) {
+            return self.agree(op, header, Err(e));
+        }
         let device = match buf.place() {
             Place::Device(dev) if self.maps_device_memory() => Some(dev),
             _ => None,
@@ -203,6 +206,9 @@ impl Communicator {
         let op = "Communicator::allreduce";
         let n = buf.elements();
         let header = Header::new(Kind::Allreduce, T::TYPE, n).reduce(reduce);
+        if let Err(e) = buf.place().unmapped(op) {
+            return self.agree(op, header, Err(e));
+        }
         let in_place = self.mapped_in_place(buf);
         let plan = plan::plan(&self.ask::<T>(Collective::Allreduce, n, in_place.is_some()));
         match plan.route {
@@ -246,6 +252,9 @@ impl Communicator {
         let header = Header::new(Kind::Reduce, T::TYPE, n)
             .reduce(reduce)
             .root(root);
+        if let Err(e) = buf.place().unmapped(op) {
+            return self.agree(op, header, Err(e));
+        }
         let plan = plan::plan(&self.ask::<T>(Collective::Reduce, n, false));
         let trivial = plan.algorithm == AllreduceAlgorithm::Local;
         match plan.route {
@@ -303,6 +312,9 @@ impl Communicator {
         let op = "Communicator::allgather";
         let (m, size, rank) = (send.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::Allgather, T::TYPE, m);
+        if let Err(e) = send.place().unmapped(op).and(recv.place().unmapped(op)) {
+            return self.agree(op, header, Err(e));
+        }
         let plan = plan::plan(&self.ask::<T>(Collective::Allgather, m, false));
         if m > 0 && plan.route == Route::SameNode {
             return self.allgather_same_node(op, (send, recv), header);
@@ -343,6 +355,9 @@ impl Communicator {
         let op = "Communicator::reduce_scatter";
         let (m, size, rank) = (recv.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::ReduceScatter, T::TYPE, m).reduce(reduce);
+        if let Err(e) = send.place().unmapped(op).and(recv.place().unmapped(op)) {
+            return self.agree(op, header, Err(e));
+        }
         let plan = plan::plan(&self.ask::<T>(Collective::ReduceScatter, m, false));
         if m > 0 && plan.route == Route::SameNode {
             return self.reduce_scatter_same_node(op, (send, recv, reduce), header);
