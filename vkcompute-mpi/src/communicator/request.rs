@@ -184,13 +184,15 @@ impl Communicator {
     /// communicator's staging pool, in up to 16 parts, by copies enqueued
     /// on its stream now and not waited for: device work enqueued on the
     /// buffer later, a mapping of it and its drop come after them (stream
-    /// order), and each part goes to MPI once its copy is through, while
-    /// the later parts are still copied. A host buffer's elements are
+    /// order), and each part goes to MPI once its copy is through (asked
+    /// without waiting, as the request is tested or waited for), while the
+    /// later parts are still copied. A host buffer's elements are
     /// copied before this returns. The header goes out now, and the data
     /// (over MPI) once the receiver accepts it, as the request is tested
     /// or waited for.
     ///
-    /// Errors: a bad rank or tag here, at once. The rest come from the
+    /// Errors: a bad rank or tag, or a communicator a timeout broke
+    /// ([`Error::Broken`]), here, at once. The rest come from the
     /// request: a receiver that expects another type or length makes
     /// [`Error::Mismatch`] on both ranks; a buffer that cannot be read (a
     /// mapped one) is vkcompute's error here and [`Error::RemoteFailure`]
@@ -245,7 +247,9 @@ impl Communicator {
     /// handle, so the buffer lives until then. No vkcompute lock is held
     /// while MPI is waited for.
     ///
-    /// Errors, from the request: a message of another type or length is
+    /// Errors: a bad rank or tag, or a broken communicator
+    /// ([`Error::Broken`]), here, at once; the rest from the request: a
+    /// message of another type or length is
     /// [`Error::Mismatch`] here and at the sender (nothing is written); a
     /// sender that failed is [`Error::RemoteFailure`]; a destination that
     /// cannot be written when the request completes (mapped) is vkcompute's

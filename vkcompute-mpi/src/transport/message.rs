@@ -6,13 +6,14 @@
 
 use std::mem::size_of;
 
-use vkcompute::{DeviceBuffer, HostBuffer, MappedBuffer};
+use vkcompute::{DeviceBuffer, Event, HostBuffer, MappedBuffer};
 
 use super::place::Place;
 use super::pool::StagingPool;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::raw::{self, streaming, Comm, PinnedSlot, COPY_PART_BYTES};
+use crate::wire::PinnedBuffers;
 
 /// The most slots a request's message is cut into (`stage_request`).
 const MAX_REQUEST_SLOTS: usize = 16;
@@ -348,18 +349,19 @@ impl<'a, T: Element> Incoming<'a, T> {
 }
 
 /// A request's message (`Communicator::isend` over MPI): the elements of
-/// `place` in pinned slots from `pool`, in pieces of `piece` elements, each
-/// slot a whole number of pieces (at most [`MAX_REQUEST_SLOTS`] slots, and
-/// at most [`COPY_PART_BYTES`] a slot where a piece is no more). A device
-/// buffer's copies are enqueued and submitted, one a slot, not waited for:
-/// the request's sends wait for each (`wire::Owned`). A host buffer's are
-/// made now.
+/// `place` in pinned slots from `pool` (its requests' buffers, taken
+/// without waiting), in pieces of `piece` elements, each slot a whole
+/// number of pieces (at most [`MAX_REQUEST_SLOTS`] slots, and at most
+/// [`COPY_PART_BYTES`] a slot where a piece is no more). A device buffer's
+/// copies are enqueued and submitted, one a slot, each followed by an
+/// event, and not waited for: the request posts each slot once its event
+/// is reached (`wire::Owned`). A host buffer's are made now.
 pub(crate) fn stage_request<T: Element>(
     pool: &StagingPool,
     op: &'static str,
     place: Place<'_, T>,
     piece: usize,
-) -> Result<Vec<PinnedSlot>> {
+) -> Result<Vec<(PinnedSlot, Option<Event>)>> {
     /// Where the elements come from.
     enum From<'a, T: Element> {
         Device(&'a DeviceBuffer<T>),
@@ -373,9 +375,6 @@ pub(crate) fn stage_request<T: Element>(
         From::Device(b) => b.len(),
         From::Host(elements) => elements.len(),
     };
-    if len == 0 {
-        return Ok(Vec::new());
-    }
     let size = size_of::<T>();
     let piece = piece.max(1);
     let fit = (COPY_PART_BYTES / (piece * size)).max(1);
@@ -384,26 +383,37 @@ pub(crate) fn stage_request<T: Element>(
             .div_ceil(piece)
             .div_ceil(MAX_REQUEST_SLOTS)
             .clamp(1, fit);
-    let count = len.div_ceil(per_slot);
-    let mut buffers = pool.piece_slots(op, per_slot * size, count)?.into_iter();
-    let mut slots = Vec::with_capacity(count);
-    for (i, buffer) in (0..count).zip(buffers.by_ref()) {
-        let (start, n) = (i * per_slot, per_slot.min(len - i * per_slot));
-        let filled = PinnedSlot::new(op, buffer, n * size).and_then(|mut slot| {
-            let copied = match &from {
-                From::Device(b) => {
-                    (b.create_sub_buffer::<T>(start, n)).and_then(|part| slot.fill_from(&part))
+    let mut slots = Vec::with_capacity(len.div_ceil(per_slot));
+    for start in (0..len).step_by(per_slot) {
+        let n = per_slot.min(len - start);
+        let filled = PinnedBuffers::take(pool, op, n * size)
+            .and_then(|buffer| PinnedSlot::new(op, buffer, n * size))
+            .and_then(|mut slot| {
+                let copied = match &from {
+                    From::Device(b) => (b.create_sub_buffer::<T>(start, n))
+                        .and_then(|part| slot.fill_from(&part))
+                        .and_then(|()| b.context().enqueue_record_event().map(Some)),
+                    From::Host(elements) => slot
+                        .write(bytemuck::cast_slice(&elements[start..start + n]))
+                        .map(|()| None),
+                };
+                match copied {
+                    Ok(event) => {
+                        slots.push((slot, event));
+                        Ok(())
+                    }
+                    Err(e) => {
+                        // The copy may be under way: the buffer is freed
+                        // once the device is done with it.
+                        drop(slot);
+                        Err(Error::device(op)(e))
+                    }
                 }
-                From::Host(elements) => {
-                    slot.write(bytemuck::cast_slice(&elements[start..start + n]))
-                }
-            };
-            slots.push(slot);
-            copied.map_err(Error::device(op))
-        });
+            });
         if let Err(e) = filled {
-            let back = slots.into_iter().map(PinnedSlot::into_host);
-            pool.keep_piece_slots(back.chain(buffers).collect());
+            for (slot, event) in slots {
+                PinnedBuffers::keep(pool, slot.into_host(), event);
+            }
             return Err(e);
         }
     }

@@ -1,9 +1,9 @@
 //! The pinned host memory the staged transport moves data through, kept
 //! between calls: whole staging buffers (point-to-point pieces, the
-//! unpipelined collectives) and the pieces' slots of the pipelined
-//! collectives.
+//! unpipelined collectives), the pieces' slots of the pipelined
+//! collectives, and the requests' memory (`wire::owned`).
 
-use vkcompute::{DeviceContext, HostBuffer};
+use vkcompute::{DeviceContext, Event, HostBuffer};
 
 use crate::error::{Error, Result};
 use crate::kept::Kept;
@@ -14,6 +14,9 @@ const KEPT_STAGING: usize = 4;
 /// The most piece buffers a communicator keeps between pipelined
 /// collectives (four sets of `plan::MAX_PIECES`).
 const KEPT_PIECE_SLOTS: usize = 4 * crate::plan::MAX_PIECES;
+/// The most buffers of requests a communicator keeps (two 64 MiB
+/// `isend`s' slots).
+const KEPT_REQUEST_BUFFERS: usize = 32;
 /// The most bytes of each kind a communicator keeps: a 64 MiB collective
 /// keeps all its buffers (2 ranks: 32 piece slots of 4 MiB); a larger
 /// one gives some back to the system after it.
@@ -28,6 +31,12 @@ pub(crate) struct StagingPool {
     /// The pinned host buffers of a pipelined collective's pieces, kept
     /// for reuse between calls.
     piece_slots: Kept<HostBuffer<u8>>,
+    /// The requests' buffers, each with the event after the device work
+    /// still under way on it (a receive's copy out): a request takes only
+    /// one whose work is done, so that it never waits for the device in a
+    /// `test` (the blocking calls' buffers may come back with copies
+    /// queued behind the user's work, which a host borrow would wait for).
+    requests: Kept<(HostBuffer<u8>, Option<Event>)>,
 }
 
 /// `buffer`'s length where it holds `bytes`.
@@ -41,6 +50,7 @@ impl StagingPool {
             ctx: ctx.clone(),
             staging: Kept::new(KEPT_STAGING, MAX_KEPT_BYTES),
             piece_slots: Kept::new(KEPT_PIECE_SLOTS, MAX_KEPT_BYTES),
+            requests: Kept::new(KEPT_REQUEST_BUFFERS, MAX_KEPT_BYTES),
         }
     }
 
@@ -96,16 +106,24 @@ impl StagingPool {
 }
 
 impl PinnedBuffers for StagingPool {
-    fn staging(&self, op: &'static str, bytes: usize) -> Result<HostBuffer<u8>> {
-        StagingPool::staging(self, op, bytes)
+    fn take(&self, op: &'static str, bytes: usize) -> Result<HostBuffer<u8>> {
+        let idle = |(buffer, pending): &(HostBuffer<u8>, Option<Event>)| {
+            let done = pending
+                .as_ref()
+                .is_none_or(|e| e.is_complete().unwrap_or(false));
+            (done && buffer.len() >= bytes).then_some(buffer.len())
+        };
+        match self.requests.take(idle) {
+            Some((buffer, _)) => Ok(buffer),
+            None => self
+                .ctx
+                .enqueue_create_host_buffer::<u8>(bytes.max(1))
+                .map_err(Error::device(op)),
+        }
     }
 
-    fn keep_staging(&self, buffer: HostBuffer<u8>) {
-        StagingPool::keep_staging(self, buffer);
-    }
-
-    fn keep_slots(&self, slots: Vec<HostBuffer<u8>>) {
-        self.keep_piece_slots(slots);
+    fn keep(&self, buffer: HostBuffer<u8>, pending: Option<Event>) {
+        self.requests.keep(buffer.len(), (buffer, pending));
     }
 }
 

@@ -71,6 +71,14 @@ pub(crate) trait Body {
         to: (i32, i32),
         piece: usize,
     ) -> Result<Option<Error>>;
+    /// Sender, after [`send`](Self::send) and then whenever the op is moved
+    /// on: posts what `send` could not post without waiting (a request's
+    /// slots whose device copies were not through yet), without waiting.
+    /// `Some(failure)` once everything is posted (`failure` as `send`'s:
+    /// the trailer goes out then), `None` while some is still to go.
+    fn send_rest(&mut self, _op: &'static str) -> Result<Option<Option<Error>>> {
+        Ok(Some(None))
+    }
     /// Receiver, once the header accepted a message in pieces of `piece`
     /// bytes: gets ready to receive it (where this fails, the answer
     /// refuses the message).
@@ -133,6 +141,8 @@ pub(crate) struct Op<T: Element, B: Body> {
     ticket: Option<Ticket>,
     /// The error the operation ends with once nothing is under way.
     error: Option<Error>,
+    /// A sender's trailer waits for the body to post all its data.
+    trailer_due: bool,
     /// The result once over.
     result: Option<Result<()>>,
     /// Whether `finish` ran (a receive's data landed, or will not).
@@ -174,6 +184,7 @@ impl<T: Element, B: Body> Op<T, B> {
             piece_bytes: 1,
             ticket: None,
             error: None,
+            trailer_due: false,
             result: None,
             finished: false,
             _element: std::marker::PhantomData,
@@ -348,7 +359,33 @@ impl<T: Element, B: Body> Op<T, B> {
         let failed = self
             .body
             .send((op, &comm), (dest, tag), self.piece_bytes.max(1))?;
-        let code: u64 = match &failed {
+        // Ends with the local failure once the trailer is out.
+        self.error = failed;
+        self.trailer_due = true;
+        if let Err(e) = self.send_trailer_when_due() {
+            (self.trailer_due, self.ticket) = (false, None);
+            return Err(e);
+        }
+        Ok(Phase::Data)
+    }
+
+    /// A sender whose data is all posted (`Body::send_rest`): posts the
+    /// trailer, its word on the data (after every piece: MPI matches them
+    /// in the order they are posted). Nothing while some data is to go.
+    fn send_trailer_when_due(&mut self) -> Result<()> {
+        if !self.trailer_due {
+            return Ok(());
+        }
+        let op = self.op;
+        let Some(more) = self.body.send_rest(op)? else {
+            return Ok(());
+        };
+        self.trailer_due = false;
+        self.ticket = None;
+        if self.error.is_none() {
+            self.error = more;
+        }
+        let code: u64 = match &self.error {
             None => 0,
             Some(e) if e.is_mapped_buffer() => 1,
             Some(_) => 2,
@@ -356,12 +393,10 @@ impl<T: Element, B: Body> Op<T, B> {
         if let Some(trailer) = self.trailer.get_mut() {
             trailer.copy_from_slice(&code.to_le_bytes());
         }
+        let (comm, tag) = (self.comm.clone(), DATA_TAGS + self.tag);
         let whole = (0..TRAILER_BYTES, TRAILER_BYTES);
-        let posted = self.trailer.send((op, &comm), whole, dest, tag);
-        self.lent(posted)?;
-        // Ends with the local failure once the trailer is out.
-        self.error = failed;
-        Ok(Phase::Data)
+        let posted = self.trailer.send((op, &comm), whole, self.peer, tag);
+        self.lent(posted)
     }
 
     /// A receiver got the header: it answers, and if it accepted, the
@@ -471,6 +506,11 @@ impl<T: Element, B: Body> Op<T, B> {
 impl<T: Element, B: Body> Pollable for Op<T, B> {
     fn advance(&mut self) {
         while self.phase != Phase::Over {
+            if let Err(e) = self.send_trailer_when_due() {
+                // The rest will not go.
+                (self.trailer_due, self.ticket) = (false, None);
+                self.error.get_or_insert(e);
+            }
             let (op, mut error) = (self.op, None);
             let mut idle = self.out_header.poll(op, &mut error);
             idle &= self.in_header.poll(op, &mut error);
@@ -493,7 +533,10 @@ impl<T: Element, B: Body> Pollable for Op<T, B> {
                 return;
             }
             let next = self.next();
-            if ordered {
+            // A sender whose data is not all posted keeps its turn until
+            // it is (`send_trailer_when_due`): a later message of its
+            // peer and tag must not post its data before.
+            if ordered && !self.trailer_due {
                 self.ticket = None;
             }
             match next {
