@@ -1,8 +1,8 @@
 //! [`Kept`]: allocations kept between calls for reuse, bounded in number
-//! and in bytes. A communicator keeps its pinned staging buffers
-//! (`transport::pool`) and its requests' host memory (`wire::owned`) in
-//! them: a large allocation made afresh at every call is fresh pages,
-//! faulted in and cleared each time.
+//! and in bytes. A communicator keeps its pinned staging buffers, its
+//! pieces' buffers and its requests' buffers in them (`transport::pool`):
+//! a large allocation made afresh at every call is fresh pages, faulted in
+//! and cleared each time.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};

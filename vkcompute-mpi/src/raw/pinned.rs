@@ -25,7 +25,7 @@ pub(crate) const COPY_PART_BYTES: usize = 1 << 30;
 
 /// `len` elements of `T` in parts of at most [`COPY_PART_BYTES`]: (start,
 /// length) each, none for none.
-fn parts<T>(len: usize) -> impl Iterator<Item = (usize, usize)> {
+pub(crate) fn copy_part_ranges<T>(len: usize) -> impl Iterator<Item = (usize, usize)> {
     let part = (COPY_PART_BYTES / std::mem::size_of::<T>().max(1)).max(1);
     (0..len)
         .step_by(part)
@@ -81,7 +81,7 @@ impl PinnedSlot {
     /// waits for it.
     pub(crate) fn fill_from<T: Pod>(&mut self, src: &DeviceBuffer<T>) -> vkcompute::Result<()> {
         self.unsettled = true;
-        for (start, n) in parts::<T>(src.len()) {
+        for (start, n) in copy_part_ranges::<T>(src.len()) {
             let host = self.host.create_sub_buffer::<T>(start, n)?;
             src.create_sub_buffer::<T>(start, n)?
                 .enqueue_copy_to(&host)?;
@@ -105,7 +105,7 @@ impl PinnedSlot {
         // A host borrow's end flushes host writes where the memory is not
         // coherent; it waits for nothing, the slot being settled.
         drop(self.host.as_mut_slice()?);
-        for (start, n) in parts::<T>(dst.len()) {
+        for (start, n) in copy_part_ranges::<T>(dst.len()) {
             let host = self.host.create_sub_buffer::<T>(start, n)?;
             dst.create_sub_buffer::<T>(start, n)?
                 .enqueue_copy_from(&host)?;
@@ -197,12 +197,12 @@ mod tests {
         assert_eq!(dst.to_vec().unwrap(), want);
         let host = slot.into_host();
         assert!(PinnedSlot::new("t", host, 65).is_err());
-        let all: Vec<_> = parts::<u64>(3 * (COPY_PART_BYTES / 8) + 1).collect();
+        let all: Vec<_> = copy_part_ranges::<u64>(3 * (COPY_PART_BYTES / 8) + 1).collect();
         let part = COPY_PART_BYTES / 8;
         assert_eq!(
             all,
             [(0, part), (part, part), (2 * part, part), (3 * part, 1)]
         );
-        assert_eq!(parts::<u8>(0).count(), 0);
+        assert_eq!(copy_part_ranges::<u8>(0).count(), 0);
     }
 }

@@ -7,7 +7,7 @@ use vkcompute::{CopySource, DeviceBuffer, HostBuffer};
 
 use crate::error::{Error, Result};
 
-pub(crate) use crate::raw::COPY_PART_BYTES;
+use crate::raw::copy_part_ranges;
 
 mod sealed {
     pub trait Sealed {}
@@ -98,20 +98,19 @@ impl<T: Pod> Parts<T> for HostBuffer<T> {
 }
 
 /// Enqueues the copy of `len` elements of `src` from `src_at` into `dst`
-/// from `dst_at`, in parts of at most [`COPY_PART_BYTES`] (one copy where
+/// from `dst_at`, in parts of at most `raw::COPY_PART_BYTES` (one copy where
 /// it fits one and both ends are whole).
 pub(crate) fn copy_parts<T: Pod, D: Parts<T>, S: Parts<T>>(
     (dst, dst_at): (&D, usize),
     (src, src_at): (&S, usize),
     len: usize,
 ) -> vkcompute::Result<()> {
-    let part = (COPY_PART_BYTES / std::mem::size_of::<T>().max(1)).max(1);
+    let one = copy_part_ranges::<T>(len).nth(1).is_none();
     let whole = |b: usize, at: usize| at == 0 && b == len;
-    if len <= part && whole(dst.elements(), dst_at) && whole(src.elements(), src_at) {
+    if one && whole(dst.elements(), dst_at) && whole(src.elements(), src_at) {
         return dst.copy_in(src);
     }
-    for start in (0..len).step_by(part) {
-        let n = part.min(len - start);
+    for (start, n) in copy_part_ranges::<T>(len) {
         dst.part(dst_at + start, n)?
             .copy_in(&src.part(src_at + start, n)?)?;
     }

@@ -54,15 +54,17 @@ impl StagingPool {
         }
     }
 
+    /// A new pinned host buffer of `bytes` bytes (at least one).
+    fn create(&self, bytes: usize) -> vkcompute::Result<HostBuffer<u8>> {
+        self.ctx.enqueue_create_host_buffer::<u8>(bytes.max(1))
+    }
+
     /// A pinned host buffer of at least `bytes` bytes, from those kept
     /// between calls where one is large enough.
     pub(crate) fn staging(&self, op: &'static str, bytes: usize) -> Result<HostBuffer<u8>> {
         match self.staging.take(holds(bytes)) {
             Some(buffer) => Ok(buffer),
-            None => self
-                .ctx
-                .enqueue_create_host_buffer::<u8>(bytes.max(1))
-                .map_err(Error::device(op)),
+            None => self.create(bytes).map_err(Error::device(op)),
         }
     }
 
@@ -84,7 +86,7 @@ impl StagingPool {
         while slots.len() < count {
             let slot = match self.piece_slots.take(holds(bytes)) {
                 Some(slot) => Ok(slot),
-                None => self.ctx.enqueue_create_host_buffer::<u8>(bytes.max(1)),
+                None => self.create(bytes),
             };
             match slot {
                 Ok(slot) => slots.push(slot),
@@ -115,10 +117,7 @@ impl PinnedBuffers for StagingPool {
         };
         match self.requests.take(idle) {
             Some((buffer, _)) => Ok(buffer),
-            None => self
-                .ctx
-                .enqueue_create_host_buffer::<u8>(bytes.max(1))
-                .map_err(Error::device(op)),
+            None => self.create(bytes).map_err(Error::device(op)),
         }
     }
 

@@ -208,7 +208,7 @@ impl<T: Element> Body for Owned<T> {
 
     fn send_rest(&mut self, op: &'static str) -> Result<Option<Option<Error>>> {
         self.post_ready(op)?;
-        Ok((self.next == self.slots.len() || self.dest.is_some()).then(|| self.failed.take()))
+        Ok((self.next == self.slots.len()).then(|| self.failed.take()))
     }
 
     fn accept(&mut self, op: &'static str, piece: usize) -> Result<()> {
