@@ -463,6 +463,135 @@ fn host_memory_is_imported_without_copies() {
     }
 }
 
+/// One mapping of a `memfd` of `len` bytes; unmapped (and `dropped` set)
+/// when dropped.
+struct Mapping {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+// SAFETY: the mapping is plain shared memory; only the device touches it.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn of(fd: &OwnedFd, len: usize) -> Self {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a shared read-write mapping of a descriptor this test
+        // owns, of its whole length.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED);
+        Mapping {
+            ptr: std::ptr::NonNull::new(ptr.cast()).unwrap(),
+            len,
+            dropped: Default::default(),
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `of`, unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        self.dropped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A `memfd` of `len` bytes.
+fn memfd(len: usize) -> OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a plain syscall; the descriptor is checked and then owned.
+    let fd = unsafe { libc::memfd_create(c"vkcompute-test".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let file = std::fs::File::from(fd);
+    file.set_len(len as u64).unwrap();
+    OwnedFd::from(file)
+}
+
+#[test]
+fn a_host_mapping_two_contexts_import_is_one_memory() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for path in PATHS {
+        let (a, b) = two_contexts(path);
+        let (log_a, log_b) = (
+            a.diagnostics().validation_log(),
+            b.diagnostics().validation_log(),
+        );
+        let align = a
+            .host_import_alignment()
+            .expect("VK_EXT_external_memory_host");
+        let len = 1 << 20;
+        let fd = memfd(len);
+        let (ma, mb) = (Mapping::of(&fd, len), Mapping::of(&fd, len));
+        let (gone_a, gone_b) = (ma.dropped.clone(), mb.dropped.clone());
+        let (pa, pb) = (ma.ptr, mb.ptr);
+        // SAFETY: each is a live mapping of `len` bytes, kept by its
+        // `Mapping` (moved into the buffer); nothing else in this process
+        // reaches it.
+        let x = unsafe { a.import_host_mapping(pa, len, Box::new(ma)) }.unwrap();
+        // SAFETY: as above.
+        let y = unsafe { b.import_host_mapping(pb, len, Box::new(mb)) }.unwrap();
+        assert_eq!((x.len(), y.len()), (len, len));
+        // What A's device writes, B's device reads: one memory.
+        let n = len / 4;
+        let src = a.enqueue_create_buffer::<u32>(n).unwrap();
+        src.enqueue_copy_from(&pattern(n, 7)[..]).unwrap();
+        let xs = x.create_sub_buffer::<u32>(0, n).unwrap();
+        xs.enqueue_copy_from(&src).unwrap();
+        x.enqueue_release_to_external().unwrap();
+        a.synchronize().unwrap();
+        y.enqueue_acquire_from_external().unwrap();
+        let dst = b.enqueue_create_buffer::<u32>(n).unwrap();
+        dst.enqueue_copy_from(&y.create_sub_buffer::<u32>(0, n).unwrap())
+            .unwrap();
+        y.enqueue_release_to_external().unwrap();
+        assert_eq!(dst.to_vec().unwrap(), pattern(n, 7));
+        // Host transfers of the buffer itself are staged, and work.
+        assert_eq!(
+            y.create_sub_buffer::<u32>(0, 4).unwrap().to_vec().unwrap(),
+            pattern(4, 7)
+        );
+        // The mapping outlives the last clone and the device's work on it.
+        xs.enqueue_fill(9).unwrap();
+        drop((x, xs));
+        a.synchronize().unwrap();
+        assert!(gone_a.load(SeqCst), "dropped once the device is done");
+        assert!(!gone_b.load(SeqCst));
+        drop(y);
+        b.synchronize().unwrap();
+        assert!(gone_b.load(SeqCst));
+        // Misaligned and empty mappings are refused, and dropped.
+        let m = Mapping::of(&fd, len);
+        let (p, gone) = (m.ptr, m.dropped.clone());
+        let off = std::ptr::NonNull::new(p.as_ptr().wrapping_add(align / 2)).unwrap();
+        // SAFETY: the bytes are mapped (refused before any use).
+        let e = unsafe { a.import_host_mapping(off, len - align, Box::new(m)) }.unwrap_err();
+        assert!(matches!(e, Error::Misaligned { .. }), "{e}");
+        assert!(gone.load(SeqCst));
+        let m = Mapping::of(&fd, len);
+        // SAFETY: as above.
+        let e = unsafe { a.import_host_mapping(m.ptr, 0, Box::new(m)) }.unwrap_err();
+        assert!(matches!(e, Error::InvalidHandle { .. }), "{e}");
+        drop((a, b));
+        assert_clean(&log_a, "the importing context A");
+        assert_clean(&log_b, "the importing context B");
+    }
+}
+
 #[test]
 fn semaphores_order_work_across_devices_or_fail_clearly() {
     let (a, b) = two_contexts(Path::Direct);

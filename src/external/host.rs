@@ -3,11 +3,13 @@
 use std::marker::PhantomData;
 use std::mem::size_of;
 use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
 
 use ash::vk;
 use bytemuck::Pod;
 
 use super::byte_size;
+use crate::buffer::DeviceBuffer;
 use crate::context::DeviceContext;
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
@@ -44,6 +46,103 @@ impl DeviceContext {
         memory: AlignedHostMemory<T>,
     ) -> Result<HostBuffer<T>> {
         let op = "DeviceContext::import_host_memory";
+        let len = memory.len;
+        let what = format!(
+            "HostBuffer[{}] of {len} imported elements",
+            dtype_name::<T>()
+        );
+        let bytes = byte_size::<T>(&what, len)?;
+        let alloc = memory.into_allocation();
+        let (ptr, size) = (alloc.ptr, alloc.layout.size() as u64);
+        // SAFETY: `alloc` is a live allocation of `size` bytes; it moves into
+        // the buffer's `DedicatedKind::Host`, which frees it only after the
+        // memory.
+        #[allow(
+            unsafe_code,
+            reason = "the import of a host allocation whose lifetime this function ties to the memory"
+        )]
+        let view = unsafe {
+            self.import_host_pointer(op, (ptr, size, bytes), DedicatedKind::Host(alloc), &what)
+        }?;
+        Ok(HostBuffer::from_view(view, len))
+    }
+
+    /// A device buffer over `len` bytes of host memory that the caller
+    /// mapped, without copying: memory shared with another process (both
+    /// map one `memfd`, say), which that process's device imports too.
+    /// The buffer is never mapped for the host: host transfers of it are
+    /// staged, like those of imported device memory, so no Rust reference
+    /// to the memory is ever made here. `keep` keeps the mapping alive (it
+    /// unmaps in its `Drop`, say); vkcompute drops it only after the last
+    /// clone of the buffer is gone and the device is done with the
+    /// memory. Ownership transfers to and from `VK_QUEUE_FAMILY_EXTERNAL`
+    /// ([`DeviceBuffer::enqueue_release_to_external`]) apply to it as to
+    /// any shared memory.
+    ///
+    /// Errors as [`import_host_memory`](Self::import_host_memory):
+    /// [`Error::Unsupported`] without `VK_EXT_external_memory_host`,
+    /// [`Error::Misaligned`] where `ptr` or `len` is not a multiple of
+    /// [`host_import_alignment`](Self::host_import_alignment). On error
+    /// `keep` is dropped.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must address `len` bytes mapped readable and writable in this
+    /// process, which stay mapped, and keep their size, until `keep` is
+    /// dropped. Nothing in this process may reach them while the buffer
+    /// lives but through the buffer (no reference to them is held
+    /// elsewhere). Another process may write them at any time: the device
+    /// then reads whatever bytes are there, as with memory another device
+    /// writes (see the module's soundness note).
+    #[allow(
+        unsafe_code,
+        reason = "a public raw entry point: the caller answers for the mapping"
+    )]
+    pub unsafe fn import_host_mapping(
+        &self,
+        ptr: NonNull<u8>,
+        len: usize,
+        keep: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<DeviceBuffer<u8>> {
+        let op = "DeviceContext::import_host_mapping";
+        let what = format!("DeviceBuffer[u8] of {len} imported mapped bytes");
+        let bytes = byte_size::<u8>(&what, len)?;
+        if len == 0 {
+            return Err(Error::InvalidHandle {
+                op,
+                handle_type: "HOST_ALLOCATION",
+                detail: "an empty mapping".into(),
+            });
+        }
+        // SAFETY: the caller guarantees `ptr..ptr + len` is mapped until
+        // `keep` drops; `keep` moves into the buffer's
+        // `DedicatedKind::Mapping`, dropped only after the memory, which
+        // is not mapped for the host (see `import_host_pointer`).
+        let kind = DedicatedKind::Mapping(keep);
+        let view = unsafe { self.import_host_pointer(op, (ptr, bytes, bytes), kind, &what) }?;
+        Ok(DeviceBuffer::from_view(view, len))
+    }
+
+    /// Imports the `size` bytes at `ptr` into a buffer, `kind` holding
+    /// whatever keeps them alive, and returns a view of its first `bytes`.
+    /// The host reaches the memory through the buffer's mapping only for
+    /// `DedicatedKind::Host` (an allocation vkcompute made). On error
+    /// `kind` is dropped.
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr + size` stays allocated and mapped until `kind` drops.
+    #[allow(
+        unsafe_code,
+        reason = "the import of host memory whose lifetime the caller ties to `kind`"
+    )]
+    unsafe fn import_host_pointer(
+        &self,
+        op: &'static str,
+        (ptr, size, bytes): (NonNull<u8>, u64, u64),
+        kind: DedicatedKind,
+        what: &str,
+    ) -> Result<View> {
         let device = &self.stream.device;
         let unsupported = |what: &str| Error::Unsupported {
             what: what.to_string(),
@@ -54,17 +153,9 @@ impl DeviceContext {
                 "importing host memory (VK_EXT_external_memory_host)",
             ));
         }
-        let len = memory.len;
-        let what = format!(
-            "HostBuffer[{}] of {len} imported elements",
-            dtype_name::<T>()
-        );
-        let bytes = byte_size::<T>(&what, len)?;
-        let alloc = memory.into_allocation();
         let align = device.adapter.min_imported_host_pointer_alignment.max(1);
-        let address = alloc.ptr.as_ptr() as u64;
-        let alloc_size = alloc.layout.size() as u64;
-        for (value, name) in [(address, "address"), (alloc_size, "size")] {
+        let address = ptr.as_ptr() as u64;
+        for (value, name) in [(address, "address"), (size, "size")] {
             if value % align != 0 {
                 return Err(Error::Misaligned {
                     op,
@@ -91,55 +182,46 @@ impl DeviceContext {
         {
             return Err(unsupported("buffers over imported host allocations"));
         }
-        let host_types = host_memory_types(device, &alloc)?;
-        let buffer = ExternalBuffer::new(device, alloc_size, buffer_usage(device), handle)?;
+        let host_types = host_memory_types(device, ptr)?;
+        let buffer = ExternalBuffer::new(device, size, buffer_usage(device), handle)?;
         let requirements = buffer.requirements;
         let allowed = requirements.memory_type_bits & host_types;
         let type_index = device.memory_type(allowed, MemoryUsage::Readback);
-        let Some(type_index) = type_index.filter(|_| requirements.size <= alloc_size) else {
-            return Err(if requirements.size > alloc_size {
+        let Some(type_index) = type_index.filter(|_| requirements.size <= size) else {
+            return Err(if requirements.size > size {
                 Error::ImportSize {
                     op,
                     needed: requirements.size,
-                    available: alloc_size,
+                    available: size,
                 }
             } else {
                 unsupported("a memory type for this host allocation")
             });
         };
-        // SAFETY: `alloc` is a live allocation of `alloc_size` bytes, aligned
-        // as the device requires (checked above); it moves into the buffer's
-        // `DedicatedKind::Host` below, which frees it only after the memory.
-        #[allow(
-            unsafe_code,
-            reason = "the import of a host allocation whose lifetime this function ties to the memory"
-        )]
-        let (buffer, vk_memory) =
-            unsafe { buffer.bind_host(alloc.ptr, alloc_size, type_index, &what) }?;
-        let ptr = alloc.ptr;
+        // SAFETY: `ptr` addresses `size` live bytes, aligned as the device
+        // requires (checked above), until `kind` drops (the caller's
+        // guarantee); `kind` goes into the buffer's memory, dropped after it.
+        let (buffer, vk_memory) = unsafe { buffer.bind_host(ptr, size, type_index, what) }?;
+        let mapped = matches!(kind, DedicatedKind::Host(_)).then_some(ptr);
         let raw = RawBuffer::dedicated(
             buffer,
             Dedicated {
                 memory: vk_memory,
-                size: alloc_size,
+                size,
                 offset: 0,
                 memory_type_index: type_index,
-                kind: DedicatedKind::Host(alloc),
+                kind,
             },
-            alloc_size,
+            size,
             MemoryUsage::Readback,
-            Some(ptr),
+            mapped,
             is_coherent(device, type_index),
         );
-        let memory = BufferMemory::from_raw(&self.stream, Some(raw), bytes);
-        Ok(HostBuffer::from_view(
-            View {
-                memory,
-                offset: 0,
-                bytes,
-            },
-            len,
-        ))
+        Ok(View {
+            memory: BufferMemory::from_raw(&self.stream, Some(raw), bytes),
+            offset: 0,
+            bytes,
+        })
     }
 }
 

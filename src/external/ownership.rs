@@ -58,7 +58,7 @@ impl<T: Pod> DeviceBuffer<T> {
         let shared = raw.dedicated_memory().is_some_and(|d| {
             matches!(
                 d.kind,
-                DedicatedKind::Exportable(..) | DedicatedKind::Imported
+                DedicatedKind::Exportable(..) | DedicatedKind::Imported | DedicatedKind::Mapping(_)
             )
         });
         if !shared {

@@ -349,7 +349,7 @@ pub(crate) fn fd_memory_types(
 
 /// The memory types the host allocation `alloc` may be imported as
 /// (`VK_EXT_external_memory_host`, enabled on `device`).
-pub(crate) fn host_memory_types(device: &Device, alloc: &HostAllocation) -> Result<u32> {
+pub(crate) fn host_memory_types(device: &Device, ptr: NonNull<u8>) -> Result<u32> {
     let Some(fns) = &device.external.host else {
         return Err(Error::vk(
             "vkGetMemoryHostPointerPropertiesEXT",
@@ -358,12 +358,12 @@ pub(crate) fn host_memory_types(device: &Device, alloc: &HostAllocation) -> Resu
     };
     let mut props = vk::MemoryHostPointerPropertiesEXT::default();
     // SAFETY: the extension is enabled; the pointer addresses a live host
-    // allocation that `alloc` owns.
+    // allocation (the caller's to keep alive through the call).
     unsafe {
         (fns.fp().get_memory_host_pointer_properties_ext)(
             device.raw.handle(),
             vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT,
-            alloc.ptr.as_ptr().cast(),
+            ptr.as_ptr().cast(),
             &mut props,
         )
     }

@@ -184,6 +184,10 @@ pub(crate) enum DedicatedKind {
     /// Imported from a host allocation, held here and freed (dropped)
     /// after the memory.
     Host(#[allow(dead_code)] HostAllocation),
+    /// Imported from a host mapping the caller made
+    /// (`DeviceContext::import_host_mapping`); what keeps it mapped is
+    /// held here and dropped after the memory.
+    Mapping(#[allow(dead_code)] Box<dyn std::any::Any + Send + Sync>),
 }
 
 impl Backing {
