@@ -16,14 +16,18 @@
 //! = bytes / time; busbw = algbw * 2 (n - 1) / n for allreduce, * (n - 1) /
 //! n for allgather and reduce_scatter, = algbw for broadcast, reduce and
 //! a message), `time_us` (per operation, the slowest rank's),
-//! `iters` and `path`: how the data went (`same_node`, `mapped` or
-//! `staged`: `Communicator::path_to`; `host` for the host cases), and for
+//! `iters` and `path`: how the data went (`same_node`, `same_node_host`
+//! (through shared host memory), `mapped` or `staged`:
+//! `Communicator::path_to` and `same_node_memory`; `host` for the host
+//! cases), and for
 //! `allreduce` `algorithm` (`Communicator::allreduce_algorithm`: `ring`,
 //! `halving`, `doubling`, `direct`, `all_to_all`). Where
 //! ranks 0 and 1 can take the same-node path, `sendrecv` and `isendrecv` are measured on
 //! it (`SameNodePolicy::Always`) and over MPI (`SameNodePolicy::Off`),
 //! each beside its own `sendrecv_host`, and so are the collectives where
-//! every pair can take it (`Communicator::collective_path`); rank 0 says on
+//! every pair can take it (`Communicator::collective_path`); each again
+//! through shared host memory (`SameNodePolicy::HostMemory`, the memory
+//! ranks on different devices share) where the ranks can; rank 0 says on
 //! stderr which path `Communicator::new` takes for a send
 //! (`SameNodePolicy::Auto`). Each device case and its host case take turns
 //! run by run (see `time_pair`).
@@ -46,7 +50,7 @@ use std::time::Instant;
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 use vkcompute::{ContextOptions, DeviceContext};
-use vkcompute_mpi::{Communicator as DeviceComm, Path, ReduceOp, SameNodePolicy};
+use vkcompute_mpi::{Communicator as DeviceComm, Path, ReduceOp, SameNodeMemory, SameNodePolicy};
 
 struct Options {
     quick: bool,
@@ -169,17 +173,34 @@ fn main() {
         DeviceComm::with_same_node(&world, &ctx, SameNodePolicy::Always).expect("a communicator");
     let off =
         DeviceComm::with_same_node(&world, &ctx, SameNodePolicy::Off).expect("a communicator");
+    let host_memory = DeviceComm::with_same_node(&world, &ctx, SameNodePolicy::HostMemory)
+        .expect("a communicator");
     // The paths between ranks 0 and 1, as rank 0 sees them (every rank
-    // takes part in every case, so every rank follows rank 0).
-    let all = [Path::SameNode, Path::Mapped, Path::Staged];
-    let code = |path: Path| all.iter().position(|&p| p == path).expect("a known path") as u8;
-    let mut paths =
-        [&comm, &always, &off].map(|c| code(c.path_to(1.min(size - 1)).expect("rank 1")));
-    let mut collective = [&always, &off].map(|c| code(c.collective_path()));
+    // takes part in every case, so every rank follows rank 0), and of the
+    // collectives; `same_node_host` is the same-node path through shared
+    // host memory.
+    let names = ["same_node", "mapped", "staged", "same_node_host"];
+    let host_of = |c: &DeviceComm, peer: i32| {
+        c.same_node_memory(peer).expect("a rank") == Some(SameNodeMemory::Host)
+    };
+    let code = |path: Path, host: bool| match path {
+        Path::SameNode if host => 3u8,
+        Path::SameNode => 0,
+        Path::Mapped => 1,
+        _ => 2,
+    };
+    let peer = 1.min(size - 1);
+    let mut paths = [&comm, &always, &off, &host_memory]
+        .map(|c| code(c.path_to(peer).expect("rank 1"), host_of(c, peer)));
+    let mut collective = [&always, &off, &host_memory].map(|c| {
+        let host = (0..size).any(|p| host_of(c, p));
+        code(c.collective_path(), host)
+    });
     world.process_at_rank(0).broadcast_into(&mut paths[..]);
     world.process_at_rank(0).broadcast_into(&mut collective[..]);
-    let [default_path, always_path, off_path] = paths.map(|code| all[code as usize].name());
-    let [always_collective, off_collective] = collective.map(|code| all[code as usize].name());
+    let [default_path, always_path, off_path, host_path] = paths.map(|code| names[code as usize]);
+    let [always_collective, off_collective, host_collective] =
+        collective.map(|code| names[code as usize]);
     if rank == 0 {
         eprintln!(
             "mpi_bench: {size} ranks on `{}`{}; send from rank 0 to 1 by default: {default_path}",
@@ -248,6 +269,9 @@ fn main() {
         if always_collective != off_collective {
             collectives.push((&off, off_collective));
         }
+        if ![always_collective, off_collective].contains(&host_collective) {
+            collectives.push((&host_memory, host_collective));
+        }
         let sum = SystemOperation::sum();
         for (c, path) in collectives {
             let synced = |r: vkcompute_mpi::Result<()>| {
@@ -308,6 +332,9 @@ fn main() {
         let mut paths = vec![(&always, always_path)];
         if always_path != off_path {
             paths.push((&off, off_path));
+        }
+        if ![always_path, off_path].contains(&host_path) {
+            paths.push((&host_memory, host_path));
         }
         let cases = ["sendrecv", "isendrecv"]
             .into_iter()

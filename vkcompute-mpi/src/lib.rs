@@ -163,7 +163,7 @@ pub use element::{Element, ElementType, KernelTypeToken, ReduceOp, Reducible};
 pub use error::{Error, Result};
 pub use plan::AllreduceAlgorithm;
 pub use transport::place::{Buffer, Place};
-pub use transport::same_node::{Path, SameNodePolicy, SAME_NODE_VAR};
+pub use transport::same_node::{Path, SameNodeMemory, SameNodePolicy, SAME_NODE_VAR};
 pub use wire::MAX_TAG;
 
 /// The checked-in SPIR-V of the reduction kernels, by the name of the GLSL

@@ -21,7 +21,7 @@ use crate::exec::Team;
 use crate::raw::{self, Comm, OwnedComm};
 use crate::transport::kernels::Reducer;
 use crate::transport::pool::StagingPool;
-use crate::transport::same_node::{self, Path, SameNode, SameNodePolicy};
+use crate::transport::same_node::{self, Path, SameNode, SameNodeMemory, SameNodePolicy};
 use crate::wire::MAX_TAG;
 use threads::ThreadRule;
 
@@ -190,8 +190,10 @@ impl Communicator {
     /// The path that point-to-point messages of device buffers between
     /// this rank and `peer` take, chosen when the communicator was made
     /// and logged then (`info`): [`Path::SameNode`] where both ranks are
-    /// on one node, on one device, and can export and import opaque file
-    /// descriptors, and their policies ask for it (see
+    /// on one node and can share memory (on one device that can export
+    /// and import opaque file descriptors, or on any devices that can
+    /// import host memory: [`same_node_memory`](Self::same_node_memory)),
+    /// and their policies ask for it (see
     /// [`with_same_node`](Self::with_same_node));
     /// otherwise [`Path::Mapped`] where this rank's device buffers map
     /// directly ([`maps_device_memory`](Self::maps_device_memory)), else
@@ -216,6 +218,16 @@ impl Communicator {
         } else {
             self.mpi_path()
         })
+    }
+
+    /// The memory that messages between this rank and `peer` travel
+    /// through where they take [`Path::SameNode`]: device memory (one
+    /// device) or host memory both map (different devices, or
+    /// [`SameNodePolicy::HostMemory`](crate::SameNodePolicy::HostMemory));
+    /// `None` where they take another path.
+    pub fn same_node_memory(&self, peer: i32) -> Result<Option<SameNodeMemory>> {
+        self.check_rank("Communicator::same_node_memory", peer)?;
+        Ok(self.same_node.memory_with(peer))
     }
 
     /// How this rank's device buffers meet MPI: mapped or staged.
@@ -244,7 +256,8 @@ impl Communicator {
     /// the ranks (for reduce, the root) copy the chunks out; for allgather
     /// each copies every rank's block; for reduce_scatter rank `r` reduces
     /// block `r` of every rank's memory. MPI carries the headers and a few
-    /// status bytes only, no data.
+    /// status bytes only, no data. The memory is host memory where any
+    /// pair of the communicator shares host memory, else device memory.
     pub fn collective_path(&self) -> Path {
         if self.same_node.spans_communicator() {
             Path::SameNode

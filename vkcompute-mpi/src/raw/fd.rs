@@ -56,8 +56,9 @@ pub(crate) fn send_fd(sock: &UnixStream, fd: BorrowedFd<'_>, payload: &[u8]) -> 
 
 /// A descriptor a peer rank sent over the same-node transport's socket
 /// ([`recv_fd_now`]): by the crate's protocol an export of the peer's
-/// `DeviceBuffer::export_fd`, which only
-/// [`import_peer_memory`](super::import_peer_memory) takes.
+/// `DeviceBuffer::export_fd` or its shared host memory, which only
+/// [`import_peer_memory`](super::import_peer_memory) and
+/// [`import_shared_host`](super::import_shared_host) take.
 pub(crate) struct PeerFd(pub(super) OwnedFd);
 
 /// Takes a descriptor and `payload.len()` bytes sent by [`send_fd`] off

@@ -29,6 +29,7 @@ mod held;
 mod pieces;
 mod pinned;
 mod reduce;
+mod shm;
 mod transfer;
 mod wait;
 
@@ -45,6 +46,7 @@ pub(crate) use held::Held;
 pub(crate) use pieces::{exchange_pieces, Landing, Source, Wire};
 pub(crate) use pinned::{copy_part_ranges, PinnedSlot, COPY_PART_BYTES};
 pub(crate) use reduce::{allreduce_pieces, Reduction};
+pub(crate) use shm::{create_shared_host, import_shared_host};
 pub(crate) use wait::{
     pause, streaming, suspect_bound, Patience, PendingOp, Pollable, Ticket, WaitState,
 };

@@ -14,7 +14,9 @@
 //! wherever the ranks can (`SameNodePolicy::Always`; `same_node.rs` checks
 //! which they take, under each policy), and the checks of point-to-point
 //! messages (blocking and not) and of the collectives (which take the
-//! path) again on one with it off, over MPI.
+//! path) again on one with it off, over MPI; with staging forced, the
+//! checks of the path again through shared host memory
+//! (`SameNodePolicy::HostMemory`).
 //!
 //! `VKCOMPUTE_MPI_LARGE=0` leaves out the 64 MiB cases;
 //! `VKCOMPUTE_MPI_CHECKS=word,...` runs only the checks whose names hold
@@ -161,6 +163,7 @@ fn rank_main() -> ExitCode {
             rank: comm.rank(),
             size: comm.size(),
             same_node: true,
+            host_memory: false,
         };
         let mut checks: Vec<Named> = vec![
             ("errors_return_is_set", errors_return_is_set),
@@ -176,25 +179,11 @@ fn rank_main() -> ExitCode {
         checks.extend(nonblocking());
         checks.extend(ordering_checks());
         checks.extend(allreduces(large));
-        let on_the_path: [Named; 4] = [
-            (
-                "paths_follow_node_device_and_capabilities",
-                paths_follow_node_device_and_capabilities,
-            ),
-            (
-                "messages_as_shared_memory_grows_and_is_reused",
-                messages_as_shared_memory_grows_and_is_reused,
-            ),
-            (
-                "refusing_a_new_generation_keeps_the_pair_in_step",
-                refusing_a_new_generation_keeps_the_pair_in_step,
-            ),
-            (
-                "a_rank_that_turns_it_off_turns_off_its_pairs",
-                a_rank_that_turns_it_off_turns_off_its_pairs,
-            ),
-        ];
-        checks.extend(on_the_path);
+        checks.extend(path_checks());
+        checks.push((
+            "a_rank_that_turns_it_off_turns_off_its_pairs",
+            a_rank_that_turns_it_off_turns_off_its_pairs,
+        ));
         checks.extend(review_checks());
         if large {
             checks.push(("send_and_isend_64_mib", send_and_isend_64_mib));
@@ -215,6 +204,24 @@ fn rank_main() -> ExitCode {
             &mut failures,
         );
         drop(wire);
+        if staging {
+            // The memory ranks on different devices share (a discrete
+            // GPU's node), here on one device: the point-to-point checks
+            // and the collectives on the path through shared host memory.
+            let host = Communicator::with_same_node(&world, &ctx, SameNodePolicy::HostMemory)
+                .expect("a communicator");
+            let h = Ranks {
+                comm: &host,
+                host_memory: true,
+                ..t
+            };
+            run_checks(
+                &h,
+                "staging, shared host memory",
+                through_host_memory(),
+                &mut failures,
+            );
+        }
         drop(comm);
         if let Err(e) = ctx.synchronize() {
             failures.push(format!("rank {rank} [{path}] synchronize: {e}"));
@@ -269,13 +276,18 @@ struct Ranks<'a> {
     /// (`SameNodePolicy::Always`: it takes it where the ranks can,
     /// `same_node.rs`) or off.
     same_node: bool,
+    /// Whether it was made asking for shared host memory on that path
+    /// (`SameNodePolicy::HostMemory`).
+    host_memory: bool,
 }
 
 impl Ranks<'_> {
     /// The same-node policy `comm` was made with, for other communicators
     /// of a check.
     fn policy(&self) -> SameNodePolicy {
-        if self.same_node {
+        if self.host_memory {
+            SameNodePolicy::HostMemory
+        } else if self.same_node {
             SameNodePolicy::Always
         } else {
             SameNodePolicy::Off

@@ -1,5 +1,6 @@
-//! The same-node path of `ranks`: which peers take it (against what the
-//! ranks report of their node, device and export/import capabilities),
+//! The same-node path of `ranks`: which peers take it, and through what
+//! memory (against what the ranks report of their node, device and
+//! export/import capabilities),
 //! messages through it as the shared memory grows and is reused, refusals
 //! that leave the pair in step, a rank that turns it off, and the
 //! point-to-point checks of `p2p.rs` over MPI again on a communicator
@@ -7,22 +8,23 @@
 
 use mpi::traits::{Communicator as _, CommunicatorCollectives as _};
 use vkcompute::sharing::MemoryHandleType;
-use vkcompute_mpi::{Path, SameNodePolicy};
+use vkcompute_mpi::{Path, SameNodeMemory, SameNodePolicy};
 
 use super::*;
 
 /// What each rank reports, gathered on every rank: its world rank's node
 /// (the lowest world rank in its `split_shared` communicator), whether
 /// its context exports and imports opaque fds, whether its device buffers
-/// map directly, and its device's UUIDs.
+/// map directly, its device's UUIDs, and whether it imports host memory.
 struct Reported {
     node: Vec<i32>,
     capable: Vec<bool>,
     maps: Vec<bool>,
     ids: Vec<[u8; 32]>,
+    host: Vec<bool>,
 }
 
-const REPORT_BYTES: usize = 38;
+const REPORT_BYTES: usize = 39;
 
 fn reported(t: &Ranks) -> Reported {
     let world = mpi::topology::SimpleCommunicator::world();
@@ -44,6 +46,7 @@ fn reported(t: &Ranks) -> Reported {
     mine[5] = u8::from(t.comm.maps_device_memory());
     mine[6..22].copy_from_slice(&info.uuid);
     mine[22..38].copy_from_slice(&info.driver_uuid);
+    mine[38] = u8::from(t.ctx.host_import_alignment().is_some());
     let mut all = vec![0u8; REPORT_BYTES * t.size as usize];
     world.all_gather_into(&mine[..], &mut all[..]);
     let mut r = Reported {
@@ -51,6 +54,7 @@ fn reported(t: &Ranks) -> Reported {
         capable: Vec::new(),
         maps: Vec::new(),
         ids: Vec::new(),
+        host: Vec::new(),
     };
     for rec in all.chunks_exact(REPORT_BYTES) {
         r.node
@@ -58,30 +62,44 @@ fn reported(t: &Ranks) -> Reported {
         r.capable.push(rec[4] == 1);
         r.maps.push(rec[5] == 1);
         r.ids.push(rec[6..38].try_into().unwrap());
+        r.host.push(rec[38] == 1);
     }
     r
 }
 
 /// The path the communicator should report from `me` to `peer`, where
-/// the ranks have the policies `policies`.
-fn expected(t: &Ranks, r: &Reported, (me, peer): (i32, i32), policies: &[SameNodePolicy]) -> Path {
+/// the ranks have the policies `policies`, and on the same-node path the
+/// memory the pair shares.
+fn expected(
+    t: &Ranks,
+    r: &Reported,
+    (me, peer): (i32, i32),
+    policies: &[SameNodePolicy],
+) -> (Path, Option<SameNodeMemory>) {
     let (a, b) = (me as usize, peer as usize);
     let on = |k: usize| policies[k] != SameNodePolicy::Off;
-    let insists = |k: usize| policies[k] == SameNodePolicy::Always;
+    let insists = |k: usize| policies[k] != SameNodePolicy::Auto;
+    let asks_host = |k: usize| policies[k] == SameNodePolicy::HostMemory;
+    let device = r.capable[a] && r.capable[b] && r.ids[a] == r.ids[b];
+    let host = r.host[a] && r.host[b];
+    let memory = match (device, host) {
+        (true, true) if asks_host(a) || asks_host(b) => Some(SameNodeMemory::Host),
+        (true, _) => Some(SameNodeMemory::Device),
+        (false, true) => Some(SameNodeMemory::Host),
+        (false, false) => None,
+    };
     if a != b
         && on(a)
         && on(b)
         && r.node[a] == r.node[b]
-        && r.capable[a]
-        && r.capable[b]
-        && r.ids[a] == r.ids[b]
+        && memory.is_some()
         && (insists(a) || insists(b) || !(r.maps[a] && r.maps[b]))
     {
-        Path::SameNode
+        (Path::SameNode, memory)
     } else if t.comm.maps_device_memory() {
-        Path::Mapped
+        (Path::Mapped, None)
     } else {
-        Path::Staged
+        (Path::Staged, None)
     }
 }
 
@@ -89,12 +107,14 @@ fn check_paths(t: &Ranks, comm: &Communicator, policies: &[SameNodePolicy], what
     let r = reported(t);
     for peer in 0..t.size {
         let got = ok(&format!("{what}: path_to({peer})"), comm.path_to(peer))?;
+        let memory = ok("same_node_memory", comm.same_node_memory(peer))?;
+        let got = (got, memory);
         let want = expected(t, &r, (t.rank, peer), policies);
         ensure(got == want, || {
             format!(
-                "{what}: path to rank {peer} is {got:?}, expected {want:?} (node {:?}, \
-                 capable {:?}, maps {:?})",
-                r.node, r.capable, r.maps
+                "{what}: path and memory to rank {peer} are {got:?}, expected {want:?} (node \
+                 {:?}, capable {:?}, host {:?}, maps {:?})",
+                r.node, r.capable, r.host, r.maps
             )
         })?;
     }
@@ -118,6 +138,7 @@ pub(crate) fn paths_follow_node_device_and_capabilities(t: &Ranks) -> Check {
         SameNodePolicy::Off,
         SameNodePolicy::Auto,
         SameNodePolicy::Always,
+        SameNodePolicy::HostMemory,
     ] {
         let what = format!("with_same_node({policy:?})");
         logged();
@@ -135,7 +156,10 @@ fn check_log_line(t: &Ranks, c: &Communicator, what: &str) -> Check {
     let lines = logged();
     let same: Vec<String> = (0..t.size)
         .filter(|&p| matches!(c.path_to(p), Ok(Path::SameNode)))
-        .map(|p| p.to_string())
+        .map(|p| match c.same_node_memory(p) {
+            Ok(Some(SameNodeMemory::Host)) => format!("{p} (host memory)"),
+            _ => format!("{p} (device memory)"),
+        })
         .collect();
     let to = if same.is_empty() {
         "to no rank;".to_string()
@@ -316,5 +340,36 @@ pub(crate) fn over_mpi(large: bool) -> Vec<Named> {
         checks.push(("send_and_isend_64_mib", send_and_isend_64_mib));
         checks.push(("collectives_in_pieces", collectives_in_pieces));
     }
+    checks
+}
+
+/// The checks of which peers take the path and of messages through its
+/// shared memory.
+pub(crate) fn path_checks() -> Vec<Named> {
+    vec![
+        (
+            "paths_follow_node_device_and_capabilities",
+            paths_follow_node_device_and_capabilities,
+        ),
+        (
+            "messages_as_shared_memory_grows_and_is_reused",
+            messages_as_shared_memory_grows_and_is_reused,
+        ),
+        (
+            "refusing_a_new_generation_keeps_the_pair_in_step",
+            refusing_a_new_generation_keeps_the_pair_in_step,
+        ),
+    ]
+}
+
+/// The checks of the same-node path run again through shared host memory
+/// (`SameNodePolicy::HostMemory`): the memory ranks on different devices
+/// share, here on one device.
+pub(crate) fn through_host_memory() -> Vec<Named> {
+    let mut checks = path_checks();
+    checks.extend(blocking_sends());
+    checks.extend(nonblocking());
+    checks.extend(ordering_checks());
+    checks.extend(on_node_collectives(false));
     checks
 }

@@ -16,12 +16,13 @@ use bytemuck::{Pod, Zeroable};
 use vkcompute::{sharing::MemoryHandleType, DeviceContext};
 
 use super::inbox::Imports;
-use super::{SameNode, SameNodePolicy};
+use super::{SameNode, SameNodeMemory, SameNodePolicy};
 use crate::error::{Error, Result};
 use crate::raw::{self, Comm};
 
-/// "vkSN", little-endian: a record of this crate's same-node detection.
-const MAGIC: u32 = 0x4e53_6b76;
+/// "vkS2", little-endian: a record of this crate's same-node detection
+/// (its second form, with the kinds of memory a rank can share).
+const MAGIC: u32 = 0x3253_6b76;
 
 /// How long a rank waits for the peers it pairs with to connect, once
 /// every rank has published its record (they connect at once; this only
@@ -40,17 +41,15 @@ const HELLO_BYTES: usize = 4 + 16;
 enum Offer {
     Yes,
     TurnedOff,
-    NoExport,
-    NoImport,
+    NoSharing,
     NoSocket,
 }
 
 impl Offer {
-    const ALL: [Offer; 5] = [
+    const ALL: [Offer; 4] = [
         Offer::Yes,
         Offer::TurnedOff,
-        Offer::NoExport,
-        Offer::NoImport,
+        Offer::NoSharing,
         Offer::NoSocket,
     ];
 
@@ -58,8 +57,7 @@ impl Offer {
         match self {
             Offer::Yes => 1,
             Offer::TurnedOff => 2,
-            Offer::NoExport => 3,
-            Offer::NoImport => 4,
+            Offer::NoSharing => 3,
             Offer::NoSocket => 5,
         }
     }
@@ -72,8 +70,9 @@ impl Offer {
         match self {
             Offer::Yes => "it offers the path",
             Offer::TurnedOff => "turned off (SameNodePolicy::Off, or VKCOMPUTE_MPI_SAME_NODE=0)",
-            Offer::NoExport => "its device cannot export opaque fds",
-            Offer::NoImport => "its device cannot import opaque fds",
+            Offer::NoSharing => {
+                "its device can neither export and import opaque fds nor import host memory"
+            }
             Offer::NoSocket => "it could not open its node-local socket",
         }
     }
@@ -97,6 +96,13 @@ struct Record {
     always: u32,
     /// 1 where the rank's device buffers map directly.
     maps: u32,
+    /// 1 where the rank's device can export and import opaque fds.
+    device_memory: u32,
+    /// 1 where the rank's device can import host memory.
+    host_memory: u32,
+    /// 1 where the rank asks for shared host memory
+    /// ([`SameNodePolicy::HostMemory`]).
+    host_asked: u32,
 }
 
 const RECORD_BYTES: usize = size_of::<Record>();
@@ -107,8 +113,9 @@ impl Record {
         SocketAddr::from_abstract_name(format!("vkcompute-mpi/{hex}"))
     }
 
-    /// Whether this rank and `other` can take the path between them, or why not.
-    fn pairs_with(&self, other: &Record) -> std::result::Result<(), String> {
+    /// The memory this rank and `other` share on the path between them, or
+    /// why they do not take it.
+    fn pairs_with(&self, other: &Record) -> std::result::Result<SameNodeMemory, String> {
         if self.node != other.node {
             return Err("another node".into());
         }
@@ -119,9 +126,30 @@ impl Record {
                 None => return Err(format!("{who}: unknown offer code {}", record.offer)),
             }
         }
-        if self.device_uuid != other.device_uuid || self.driver_uuid != other.driver_uuid {
-            return Err("another device or driver (deviceUUID or driverUUID differs)".into());
-        }
+        let one_device =
+            self.device_uuid == other.device_uuid && self.driver_uuid == other.driver_uuid;
+        let device = one_device && self.device_memory == 1 && other.device_memory == 1;
+        let host = self.host_memory == 1 && other.host_memory == 1;
+        let asked_host = self.host_asked == 1 || other.host_asked == 1;
+        let memory = match (device, host) {
+            (true, false) => SameNodeMemory::Device,
+            (true, true) if !asked_host => SameNodeMemory::Device,
+            (_, true) => SameNodeMemory::Host,
+            (false, false) if !one_device => {
+                return Err(
+                    "another device or driver (deviceUUID or driverUUID differs), \
+                            and not both can import host memory"
+                        .into(),
+                )
+            }
+            (false, false) => {
+                return Err(
+                    "not both can share device memory (opaque fds) or import host \
+                            memory"
+                        .into(),
+                )
+            }
+        };
         if self.maps == 1 && other.maps == 1 && self.always == 0 && other.always == 0 {
             return Err(
                 "both map device memory directly, where MPI moves it in one copy \
@@ -129,8 +157,17 @@ impl Record {
                     .into(),
             );
         }
-        Ok(())
+        Ok(memory)
     }
+}
+
+/// Whether `ctx`'s device can share device memory (export and import
+/// opaque fds) and import host memory.
+fn can_share(ctx: &DeviceContext) -> (bool, bool) {
+    let fd = MemoryHandleType::OpaqueFd;
+    let device =
+        ctx.exportable_handle_types().contains(&fd) && ctx.importable_handle_types().contains(&fd);
+    (device, ctx.host_import_alignment().is_some())
 }
 
 /// This rank's offer and, where it offers the path, its listening socket.
@@ -138,17 +175,8 @@ fn open(ctx: &DeviceContext, wanted: SameNodePolicy) -> (Offer, [u8; 16], Option
     if wanted == SameNodePolicy::Off {
         return (Offer::TurnedOff, [0; 16], None);
     }
-    if !ctx
-        .exportable_handle_types()
-        .contains(&MemoryHandleType::OpaqueFd)
-    {
-        return (Offer::NoExport, [0; 16], None);
-    }
-    if !ctx
-        .importable_handle_types()
-        .contains(&MemoryHandleType::OpaqueFd)
-    {
-        return (Offer::NoImport, [0; 16], None);
+    if can_share(ctx) == (false, false) {
+        return (Offer::NoSharing, [0; 16], None);
     }
     let listening = raw::random_bytes().and_then(|name| {
         let probe = Record {
@@ -240,6 +268,7 @@ impl SameNode {
     ) -> Result<SameNode> {
         let node = raw::node_leader(op, comm, rank)?;
         let (offer, name, listener) = open(ctx, wanted);
+        let (device_memory, host_memory) = can_share(ctx);
         let info = ctx.info();
         let mine = Record {
             magic: MAGIC,
@@ -248,8 +277,14 @@ impl SameNode {
             device_uuid: info.uuid,
             driver_uuid: info.driver_uuid,
             name,
-            always: u32::from(wanted == SameNodePolicy::Always),
+            always: u32::from(matches!(
+                wanted,
+                SameNodePolicy::Always | SameNodePolicy::HostMemory
+            )),
             maps: u32::from(maps),
+            device_memory: u32::from(device_memory),
+            host_memory: u32::from(host_memory),
+            host_asked: u32::from(wanted == SameNodePolicy::HostMemory),
         };
         let mut all = vec![0u8; RECORD_BYTES * size as usize];
         raw::allgather(op, comm, bytemuck::bytes_of(&mine), &mut all)?;
@@ -264,7 +299,7 @@ impl SameNode {
                 detail: "its same-node record is not vkcompute-mpi's (another version?)".into(),
             });
         }
-        let decided: Vec<std::result::Result<(), String>> = (0..size)
+        let decided: Vec<std::result::Result<SameNodeMemory, String>> = (0..size)
             .map(|p| match p {
                 p if p == rank => Err("this rank".into()),
                 p => mine.pairs_with(&records[p as usize]),
@@ -297,28 +332,27 @@ impl SameNode {
                 *socket = None;
             }
         }
-        let whole = size > 1
-            && ready.iter().all(|&r| r == 1)
-            && records.iter().enumerate().all(|(p, a)| {
-                records
-                    .iter()
-                    .enumerate()
-                    .all(|(q, b)| p == q || a.pairs_with(b).is_ok())
-            });
+        let (whole, collective_memory) = spanning(&records, &ready);
+        let memory: Vec<SameNodeMemory> = decided
+            .iter()
+            .map(|d| d.clone().unwrap_or(SameNodeMemory::Device))
+            .collect();
         let same: Vec<String> = (0..size)
             .filter(|&p| sockets[p as usize].is_some())
-            .map(|p| p.to_string())
+            .map(|p| match memory[p as usize] {
+                SameNodeMemory::Host => format!("{p} (host memory)"),
+                _ => format!("{p} (device memory)"),
+            })
             .collect();
         let others: Vec<String> = (0..size)
             .filter(|&p| p != rank && sockets[p as usize].is_none())
             .map(|p| match &decided[p as usize] {
                 Err(why) => format!("rank {p}: {why}"),
-                Ok(()) => format!("rank {p}: a socket could not be connected"),
+                Ok(_) => format!("rank {p}: a socket could not be connected"),
             })
             .collect();
         log::info!(
-            "vkcompute-mpi: rank {rank}: same-node path (exported device memory) to {}; over MPI \
-             to {}{}",
+            "vkcompute-mpi: rank {rank}: same-node path to {}; over MPI to {}{}",
             if same.is_empty() {
                 "no rank".to_string()
             } else {
@@ -338,6 +372,8 @@ impl SameNode {
         Ok(SameNode {
             ctx: ctx.clone(),
             sockets,
+            memory,
+            collective_memory,
             outboxes: Mutex::new(HashMap::new()),
             imports: Mutex::new(Imports::default()),
             whole,
@@ -346,6 +382,29 @@ impl SameNode {
             shared: Mutex::new(None),
         })
     }
+}
+
+/// Whether every pair of the ranks of `records` takes the path (every
+/// rank `ready`, its sockets connected), and the memory of the
+/// collectives: host memory where any pair shares host memory (then every
+/// rank must be able to import it), else device memory.
+fn spanning(records: &[Record], ready: &[u8]) -> (bool, SameNodeMemory) {
+    let mut memory = SameNodeMemory::Device;
+    let mut every = records.len() > 1 && ready.iter().all(|&r| r == 1);
+    for (p, a) in records.iter().enumerate() {
+        let others = records.iter().enumerate().filter(|&(q, _)| q != p);
+        for (_, b) in others {
+            match a.pairs_with(b) {
+                Ok(SameNodeMemory::Host) => memory = SameNodeMemory::Host,
+                Ok(_) => {}
+                Err(_) => every = false,
+            }
+        }
+    }
+    if memory == SameNodeMemory::Host && records.iter().any(|r| r.host_memory == 0) {
+        every = false;
+    }
+    (every, memory)
 }
 
 #[cfg(test)]
@@ -362,6 +421,9 @@ mod tests {
             name: [1; 16],
             always: 0,
             maps: 0,
+            device_memory: 1,
+            host_memory: 0,
+            host_asked: 0,
         }
     }
 
@@ -389,9 +451,48 @@ mod tests {
         assert!(why(record(2, Offer::Yes, 1)).contains("another node"));
         assert!(why(record(0, Offer::Yes, 9)).contains("deviceUUID"));
         assert!(why(record(0, Offer::TurnedOff, 1)).contains("turned off"));
-        assert!(why(record(0, Offer::NoImport, 1)).contains("import"));
-        let off = record(0, Offer::NoExport, 1);
+        assert!(why(record(0, Offer::NoSharing, 1)).contains("import"));
+        let off = record(0, Offer::NoSharing, 1);
         assert!(off.pairs_with(&a).unwrap_err().contains("this rank"));
+    }
+
+    #[test]
+    fn host_memory_joins_other_devices_and_serves_who_asks_for_it() {
+        use SameNodeMemory::{Device, Host};
+        let host = |uuid| Record {
+            host_memory: 1,
+            ..record(0, Offer::Yes, uuid)
+        };
+        // Other devices share host memory where both can import it.
+        assert_eq!(host(1).pairs_with(&host(2)), Ok(Host));
+        assert!(host(1).pairs_with(&record(0, Offer::Yes, 2)).is_err());
+        // One device shares device memory, unless a rank asks for host.
+        assert_eq!(host(1).pairs_with(&host(1)), Ok(Device));
+        let asks = Record {
+            host_asked: 1,
+            ..host(1)
+        };
+        assert_eq!(asks.pairs_with(&host(1)), Ok(Host));
+        assert_eq!(host(1).pairs_with(&asks), Ok(Host));
+        assert_eq!(asks.pairs_with(&record(0, Offer::Yes, 1)), Ok(Device));
+        // Host memory without device sharing, on one device.
+        let only_host = Record {
+            device_memory: 0,
+            ..host(1)
+        };
+        assert_eq!(only_host.pairs_with(&host(1)), Ok(Host));
+        // The collectives: host memory where any pair shares it, and only
+        // where every rank can import it.
+        let ready = [1u8; 3];
+        assert_eq!(
+            spanning(&[host(1), host(1), host(1)], &ready),
+            (true, Device)
+        );
+        assert_eq!(spanning(&[host(1), host(2), host(2)], &ready), (true, Host));
+        let mixed = [record(0, Offer::Yes, 1), record(0, Offer::Yes, 1), host(2)];
+        assert!(!spanning(&mixed, &ready).0);
+        assert!(!spanning(&[host(1), host(2), host(2)], &[1, 0, 1]).0);
+        assert!(!spanning(&[host(1)], &[1]).0);
     }
 
     #[test]

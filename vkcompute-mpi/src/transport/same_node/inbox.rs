@@ -1,7 +1,8 @@
 //! A receiver's side of the same-node path: the descriptors its peers
 //! sent, taken off the sockets in step with the headers that announce
-//! them, the imports of their memory (one per outbox and generation), and
-//! the copy out of a message between an acquire and a release.
+//! them, the imports of their memory (one per outbox and generation:
+//! exported device memory or a `memfd`), and the copy out of a message
+//! between an acquire and a release.
 
 use std::collections::HashMap;
 use std::io;
@@ -19,17 +20,17 @@ use crate::error::{Error, Result};
 use crate::raw;
 use crate::wire::{SharedMemory, SharedMessages};
 
-/// A receiver's import of a peer's exported memory.
+/// A receiver's import of a peer's shared memory.
 pub(super) struct Inbox {
     generation: u32,
     memory: DeviceBuffer<u8>,
 }
 
 /// A descriptor a peer sent over its socket, and the description of the
-/// export that came with it.
+/// export that came with it (`None`: a `memfd` of shared host memory).
 pub(super) struct Announced {
     fd: raw::PeerFd,
-    info: ExternalMemoryInfo,
+    info: Option<ExternalMemoryInfo>,
 }
 
 /// A receiver's imports of its peers' memory, and the descriptors it took
@@ -117,7 +118,7 @@ impl SameNode {
                         wanted.0, wanted.1
                     )
                 } else {
-                    format!("taking the exported memory off the socket: {e}")
+                    format!("taking the shared memory off the socket: {e}")
                 },
             })?;
             let word = |at: usize| {
@@ -126,7 +127,12 @@ impl SameNode {
                 u32::from_le_bytes(bytes)
             };
             let sent = (word(0), word(4));
-            let info = ExternalMemoryInfo::from_bytes(&payload[8..]).map_err(Error::device(op))?;
+            let info = match word(8) {
+                0 => Some(
+                    ExternalMemoryInfo::from_bytes(&payload[12..]).map_err(Error::device(op))?,
+                ),
+                _ => None,
+            };
             let exported = Announced { fd, info };
             if sent == wanted {
                 return Ok(exported);
@@ -135,7 +141,8 @@ impl SameNode {
         }
     }
 
-    /// Imports `exported`, which came from `source` over its socket.
+    /// Imports `exported`, which came from `source` over its socket:
+    /// exported device memory, or shared host memory.
     fn import(
         &self,
         op: &'static str,
@@ -147,7 +154,9 @@ impl SameNode {
             peer: source,
             detail,
         };
-        let info = exported.info;
+        let Some(info) = exported.info else {
+            return raw::import_shared_host(&self.ctx, exported.fd).map_err(Error::device(op));
+        };
         if info.handle_type != MemoryHandleType::OpaqueFd {
             return Err(broken(format!("a {:?} handle", info.handle_type)));
         }

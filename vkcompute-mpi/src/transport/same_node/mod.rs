@@ -1,17 +1,28 @@
-//! The same-node path: ranks of one node whose contexts are on the same
-//! device (equal `deviceUUID` and `driverUUID`) and can export and import
-//! opaque file descriptors exchange point-to-point messages through
-//! device memory that the sender exports and the receiver imports, with
-//! one device copy on each side; MPI carries only the header and the
-//! answer.
+//! The same-node path: ranks of one node exchange point-to-point
+//! messages (and, where every pair takes it, the collectives' data)
+//! through memory they share, with one device copy on each side; MPI
+//! carries only the header and the answer. The memory is one of two
+//! kinds ([`SameNodeMemory`]), chosen per pair at detection:
+//!
+//! - **device memory** the sender exports and the receiver imports as an
+//!   opaque fd, where both ranks' contexts are on one device (equal
+//!   `deviceUUID` and `driverUUID`) that can export and import them;
+//! - **host memory** both ranks map (a `memfd` sealed at its size,
+//!   `raw::create_shared_host`) and import into their devices with
+//!   `VK_EXT_external_memory_host`, where their devices differ (the ranks
+//!   of a node of several GPUs), or cannot share device memory, or the
+//!   policy asks for it ([`SameNodePolicy::HostMemory`]). On a discrete
+//!   GPU both copies are DMA; without it a message would be copied to
+//!   pinned memory, by MPI between the ranks, and back.
 //!
 //! **Finding the peers** ([`SameNode::detect`], in
 //! `Communicator::new`, collective): `MPI_Comm_split_type(SHARED)` names
 //! each rank's node (its lowest rank, `raw::node_leader`); every rank
-//! then gathers every rank's [`Record`] (node, UUIDs, whether it offers
-//! the path, the name of its socket). A pair takes the path where both
-//! offer it on one node and one device; each rank decides from the same
-//! records, so both ends of a pair agree without asking each other.
+//! then gathers every rank's [`Record`] (node, UUIDs, what it can share,
+//! whether it offers the path, the name of its socket). A pair takes the
+//! path where both offer it on one node and can share memory of a kind;
+//! each rank decides from the same records, so both ends of a pair agree
+//! without asking each other.
 //!
 //! **Passing descriptors.** MPI carries bytes only. Each rank that offers
 //! the path listens on a Unix socket in the abstract namespace, named by
@@ -30,20 +41,21 @@
 //!
 //! **A message** (`Communicator::send` or `isend` to a peer on the path,
 //! [`SameNode::stage_out`]): the sender takes one of its *outboxes* for
-//! that peer (exported memory, at most [`MAX_OUTBOXES`] per peer, each
+//! that peer (shared memory, at most [`MAX_OUTBOXES`] per peer, each
 //! with an id and lent to one message at a time; the smallest free one
 //! that holds the message, else the largest free one grown, else a new
 //! one), copies its buffer into it, releases the memory to
 //! `VK_QUEUE_FAMILY_EXTERNAL`, waits for the device, and sends the
 //! header, which names the outbox and its *generation*. Outboxes grow by
 //! powers of two; a grown or new one is a new generation, whose
-//! descriptor goes over the socket, with the outbox id and generation,
-//! before the header that uses it. Where every outbox is lent to messages
-//! under way (`isend`s not yet answered), the message travels over MPI.
-//! The receiver imports a new generation (kept per outbox until the next
-//! replaces it), acquires the memory, copies the message into its buffer,
-//! releases the memory, waits for the device and answers: only then does
-//! the outbox go back to the free ones, to be written again.
+//! descriptor goes over the socket, with the outbox id, generation and
+//! kind, before the header that uses it. Where every outbox is lent to
+//! messages under way (`isend`s not yet answered), the message travels
+//! over MPI. The receiver imports a new generation (kept per outbox until
+//! the next replaces it), acquires the memory, copies the message into
+//! its buffer, releases the memory, waits for the device and answers:
+//! only then does the outbox go back to the free ones, to be written
+//! again.
 //!
 //! **Keeping the sockets in step.** Descriptors travel in the order they
 //! were sent, but the receiver may match the headers in another order
@@ -60,13 +72,17 @@
 //!
 //! **A collective** (where every pair of the communicator takes the path,
 //! `spans_communicator`; `communicator/collective/on_node.rs`): each rank keeps one
-//! more exported memory, its collective memory ([`COLLECTIVE_OUTBOX`]),
+//! more shared memory, its collective memory ([`COLLECTIVE_OUTBOX`]),
 //! which every peer imports (`fill_collective`, `announce_collective`,
-//! `inbox`); the headers of the collective carry its generation.
+//! `inbox`); the headers of the collective carry its generation. It is
+//! host memory where any pair of the communicator shares host memory
+//! (then every rank can import it), else device memory.
 //!
 //! The receiver trusts its peer as it trusts MPI's bytes: the peer is a
 //! rank of the same job, and what it sends over the socket is an export
-//! of `DeviceBuffer::export_fd` with that export's description.
+//! of `DeviceBuffer::export_fd` with that export's description, or a
+//! sealed `memfd` (checked: a descriptor that is not one, or whose size
+//! may change, is refused).
 
 mod detect;
 mod inbox;
@@ -92,10 +108,11 @@ use outbox::{Outbox, Outboxes};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Path {
-    /// Through device memory that the sender exports and the receiver
-    /// imports (same node, same device, opaque file descriptors): one
-    /// device copy on each side, and MPI carries only a header and an
-    /// answer. Taken by [`send`](crate::Communicator::send) and
+    /// Through memory the two ranks of one node share: device memory the
+    /// sender exports and the receiver imports (one device, opaque file
+    /// descriptors), or host memory both map and import into their
+    /// devices (different devices; [`SameNodeMemory`]). One device copy
+    /// on each side, and MPI carries only a header and an answer. Taken by [`send`](crate::Communicator::send) and
     /// [`isend`](crate::Communicator::isend) of non-empty buffers (up to
     /// four messages to a peer under way at once; more travel over MPI)
     /// and received by `recv` and `irecv`; taken by the collectives where
@@ -143,13 +160,35 @@ pub enum SameNodePolicy {
     Auto,
     /// Wherever the pair can take it.
     Always,
+    /// Wherever the pair can take it, through shared host memory even
+    /// where both ranks are on one device
+    /// ([`SameNodeMemory::Host`]; device memory where a rank cannot
+    /// import host memory). The memory that ranks on different devices
+    /// share: this runs it on one device, to test or measure it.
+    HostMemory,
+}
+
+/// What memory a pair of ranks on the same-node path shares
+/// ([`Communicator::same_node_memory`](crate::Communicator::same_node_memory)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SameNodeMemory {
+    /// Device memory the sender exports as an opaque fd and the receiver
+    /// imports: both ranks on one device.
+    Device,
+    /// Host memory (a sealed `memfd`) that both ranks map and import into
+    /// their devices (`VK_EXT_external_memory_host`): ranks on different
+    /// devices, or on devices that cannot share device memory, or asked
+    /// for with [`SameNodePolicy::HostMemory`].
+    Host,
 }
 
 /// The environment variable that chooses the same-node policy of every
 /// communicator of a process: `0`, `off`, `false` or `no` turn the path
 /// off (whatever the code asks); `always` makes
 /// [`Communicator::new`](crate::Communicator::new) take it wherever it
-/// can ([`SameNodePolicy::Always`]).
+/// can ([`SameNodePolicy::Always`]), and `host` through shared host
+/// memory ([`SameNodePolicy::HostMemory`]).
 pub const SAME_NODE_VAR: &str = "VKCOMPUTE_MPI_SAME_NODE";
 
 /// The policy of a communicator asked for with `asked` (`None`: by
@@ -158,6 +197,7 @@ pub(crate) fn policy(asked: Option<SameNodePolicy>, value: Option<&str>) -> Same
     match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         Some("0" | "off" | "false" | "no") => SameNodePolicy::Off,
         Some("always") if asked.is_none() => SameNodePolicy::Always,
+        Some("host") if asked.is_none() => SameNodePolicy::HostMemory,
         _ => asked.unwrap_or(SameNodePolicy::Auto),
     }
 }
@@ -166,7 +206,7 @@ pub(crate) fn policy(asked: Option<SameNodePolicy>, value: Option<&str>) -> Same
 const MIN_SHARED_BYTES: usize = 64 << 10;
 
 /// The most outboxes (exported memories) a sender keeps for one peer, so
-/// the most messages to it under way through exported memory at once
+/// the most messages to it under way through shared memory at once
 /// (`isend`s, and a blocking `send`); beyond them a message travels over
 /// MPI.
 pub(crate) const MAX_OUTBOXES: usize = 4;
@@ -176,8 +216,9 @@ pub(crate) const MAX_OUTBOXES: usize = 4;
 const COLLECTIVE_OUTBOX: u32 = u32::MAX;
 
 /// Bytes beside each descriptor on the socket: the outbox id, the
-/// generation, then the export's description.
-const ANNOUNCE_BYTES: usize = 8 + EXTERNAL_MEMORY_INFO_BYTES;
+/// generation, the kind (0: device memory, 1: host memory), then the
+/// export's description (zeros for host memory).
+const ANNOUNCE_BYTES: usize = 12 + EXTERNAL_MEMORY_INFO_BYTES;
 
 /// The same-node state of one communicator: the socket to each peer on
 /// the path, and the memory exported to and imported from each.
@@ -186,6 +227,10 @@ pub(crate) struct SameNode {
     /// Indexed by rank: the socket to a peer on the path, `None` for the
     /// others (and for this rank).
     sockets: Vec<Option<UnixStream>>,
+    /// Indexed by rank: the memory shared with a peer on the path.
+    memory: Vec<SameNodeMemory>,
+    /// The kind of this rank's collective memory (the same on every rank).
+    collective_memory: SameNodeMemory,
     /// By peer: the outboxes of point-to-point messages to it.
     outboxes: Mutex<HashMap<i32, Outboxes>>,
     /// Every peer's memory this rank imported (point-to-point and
@@ -196,7 +241,7 @@ pub(crate) struct SameNode {
     whole: bool,
     /// The collectives that took the path (`communicator/collective/on_node.rs`).
     collectives: AtomicU64,
-    /// The point-to-point messages sent through exported memory.
+    /// The point-to-point messages sent through shared memory.
     sends: AtomicU64,
     /// This rank's memory for the collectives, exported to every peer.
     shared: Mutex<Option<Outbox>>,
@@ -209,6 +254,13 @@ impl SameNode {
             .ok()
             .and_then(|r| self.sockets.get(r))
             .is_some_and(Option::is_some)
+    }
+
+    /// The memory shared with `rank`, where messages to and from it take
+    /// the path.
+    pub(crate) fn memory_with(&self, rank: i32) -> Option<SameNodeMemory> {
+        let index = usize::try_from(rank).ok().filter(|_| self.is_peer(rank))?;
+        self.memory.get(index).copied()
     }
 
     fn socket(&self, op: &'static str, peer: i32) -> Result<&UnixStream> {
@@ -240,7 +292,7 @@ impl SameNode {
         self.collectives.load(Ordering::Relaxed)
     }
 
-    /// The point-to-point messages sent through exported memory so far
+    /// The point-to-point messages sent through shared memory so far
     /// (`send` and `isend`).
     #[cfg(feature = "test-counters")]
     pub(crate) fn sends(&self) -> u64 {
@@ -264,6 +316,8 @@ mod tests {
             assert_eq!(policy(Some(Always), other), Always, "{other:?}");
         }
         assert_eq!(policy(None, Some("Always")), Always);
+        assert_eq!(policy(None, Some("host")), SameNodePolicy::HostMemory);
+        assert_eq!(policy(Some(Always), Some("host")), Always);
         assert_eq!(policy(Some(Auto), Some("always")), Auto);
     }
 }

@@ -1,23 +1,26 @@
 //! A sender's memory on the same-node path: its outboxes for each peer
 //! (at most [`MAX_OUTBOXES`], each lent to one message until the receiver
-//! answers: [`Lent`]) and its collective memory, each exported to the
-//! peers, its descriptor announced over the socket once per generation.
+//! answers: [`Lent`]) and its collective memory, each shared with the
+//! peers (exported device memory or a `memfd`), its descriptor announced
+//! over the socket once per generation.
 
 use std::mem::size_of;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
 use vkcompute::{sharing::MemoryHandleType, DeviceBuffer};
 
-use super::{SameNode, ANNOUNCE_BYTES, COLLECTIVE_OUTBOX, MAX_OUTBOXES, MIN_SHARED_BYTES};
+use super::{
+    SameNode, SameNodeMemory, ANNOUNCE_BYTES, COLLECTIVE_OUTBOX, MAX_OUTBOXES, MIN_SHARED_BYTES,
+};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::raw;
 use crate::transport::place::Place;
 use crate::wire::{LentOutbox, SharedMemory};
 
-/// A sender's exported memory for one peer (one of its outboxes for that
+/// A sender's shared memory for one peer (one of its outboxes for that
 /// peer, or its collective memory).
 pub(super) struct Outbox {
     /// Which of the sender's memories it is: its outboxes for a peer count
@@ -25,6 +28,8 @@ pub(super) struct Outbox {
     id: u32,
     generation: u32,
     memory: DeviceBuffer<u8>,
+    /// The `memfd` of shared host memory (`None`: exported device memory).
+    host: Option<OwnedFd>,
     /// Whether the memory is released to `VK_QUEUE_FAMILY_EXTERNAL` (it
     /// must be acquired before this rank writes it again).
     released: bool,
@@ -166,7 +171,8 @@ impl SameNode {
             pool.lent += 1;
             (kept, id)
         };
-        let made = self.at_least(op, kept, bytes, id);
+        let kind = self.memory_with(dest).unwrap_or(SameNodeMemory::Device);
+        let made = self.at_least(op, (kept, kind), bytes, id);
         if made.is_err() {
             self.give_back(dest, None);
         }
@@ -182,31 +188,38 @@ impl SameNode {
         pool.free.extend(outbox);
     }
 
-    /// `kept` where it holds `bytes`, else new exportable memory of the
-    /// next generation (a power of two, at least [`MIN_SHARED_BYTES`]),
-    /// as outbox `id`.
+    /// `kept` where it holds `bytes`, else new shared memory of `kind`
+    /// of the next generation (a power of two, at least
+    /// [`MIN_SHARED_BYTES`]), as outbox `id`.
     fn at_least(
         &self,
         op: &'static str,
-        kept: Option<Outbox>,
+        (kept, kind): (Option<Outbox>, SameNodeMemory),
         bytes: usize,
         id: u32,
     ) -> Result<Outbox> {
-        Ok(match kept {
-            Some(outbox) if outbox.memory.len() >= bytes => outbox,
-            old => Outbox {
-                id,
-                generation: old.map_or(1, |o| o.generation.wrapping_add(1)),
-                memory: self
-                    .ctx
-                    .enqueue_create_exportable_buffer_as::<u8>(
-                        bytes.next_power_of_two().max(MIN_SHARED_BYTES),
-                        &[MemoryHandleType::OpaqueFd],
-                    )
-                    .map_err(Error::device(op))?,
-                released: false,
-                announced: false,
-            },
+        let generation = match kept {
+            Some(outbox) if outbox.memory.len() >= bytes => return Ok(outbox),
+            old => old.map_or(1, |o| o.generation.wrapping_add(1)),
+        };
+        let len = bytes.next_power_of_two().max(MIN_SHARED_BYTES);
+        let (memory, host) = match kind {
+            SameNodeMemory::Host => {
+                raw::create_shared_host(&self.ctx, len).map(|(m, fd)| (m, Some(fd)))
+            }
+            _ => self
+                .ctx
+                .enqueue_create_exportable_buffer_as::<u8>(len, &[MemoryHandleType::OpaqueFd])
+                .map(|m| (m, None)),
+        }
+        .map_err(Error::device(op))?;
+        Ok(Outbox {
+            id,
+            generation,
+            memory,
+            host,
+            released: false,
+            announced: false,
         })
     }
 
@@ -252,20 +265,28 @@ impl SameNode {
         if outbox.announced {
             return Ok(false);
         }
-        let exported = (outbox.memory)
-            .export_fd(MemoryHandleType::OpaqueFd)
-            .map_err(Error::device(op))?;
         let mut payload = [0u8; ANNOUNCE_BYTES];
         payload[..4].copy_from_slice(&outbox.id.to_le_bytes());
         payload[4..8].copy_from_slice(&outbox.generation.to_le_bytes());
-        payload[8..].copy_from_slice(&exported.info.to_bytes());
+        let exported;
+        let fd = match &outbox.host {
+            Some(fd) => {
+                payload[8..12].copy_from_slice(&1u32.to_le_bytes());
+                fd.as_fd()
+            }
+            None => {
+                exported = (outbox.memory)
+                    .export_fd(MemoryHandleType::OpaqueFd)
+                    .map_err(Error::device(op))?;
+                payload[12..].copy_from_slice(&exported.info.to_bytes());
+                exported.fd.as_fd()
+            }
+        };
         for dest in peers.filter(|&p| self.is_peer(p)) {
-            raw::send_fd(self.socket(op, dest)?, exported.fd.as_fd(), &payload).map_err(|e| {
-                Error::SameNode {
-                    op,
-                    peer: dest,
-                    detail: format!("passing the exported memory over the node-local socket: {e}"),
-                }
+            raw::send_fd(self.socket(op, dest)?, fd, &payload).map_err(|e| Error::SameNode {
+                op,
+                peer: dest,
+                detail: format!("passing the shared memory over the node-local socket: {e}"),
             })?;
         }
         outbox.announced = true;
@@ -291,7 +312,8 @@ impl SameNode {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         let bytes = len * size_of::<T>();
-        let mut outbox = self.at_least(op, kept, bytes, COLLECTIVE_OUTBOX)?;
+        let kind = self.collective_memory;
+        let mut outbox = self.at_least(op, (kept, kind), bytes, COLLECTIVE_OUTBOX)?;
         let filled = self.fill(op, &mut outbox, len, write);
         let announced = outbox.shared();
         let memory = outbox.memory.clone();
