@@ -25,12 +25,15 @@
 //!
 //! What goes where, chosen at run time per peer
 //! ([`Communicator::path_to`], logged when the communicator is made):
-//! - **Same node, same device** ([`Path::SameNode`]): where two ranks
-//!   share a node (`MPI_Comm_split_type(SHARED)`), their contexts are on
-//!   one device (equal device and driver UUIDs) and both can export and
-//!   import opaque file descriptors, [`Communicator::send`] and
+//! - **Same node** ([`Path::SameNode`]): where two ranks share a node
+//!   (`MPI_Comm_split_type(SHARED)`) and can share memory
+//!   ([`Communicator::same_node_memory`]: device memory where their
+//!   contexts are on one device, equal device and driver UUIDs, that can
+//!   export and import opaque file descriptors; host memory both map and
+//!   import where their devices differ, a sealed `memfd`),
+//!   [`Communicator::send`] and
 //!   [`Communicator::isend`] copy the buffer on the device into memory
-//!   they export to the receiver (the descriptor passed once over a Unix
+//!   they share with the receiver (the descriptor passed once over a Unix
 //!   socket, the memory kept for later messages: up to four per peer, so
 //!   that as many `isend`s can be under way at once, beyond which a
 //!   message travels over MPI), and the receiver (`recv` or `irecv`)
@@ -38,7 +41,7 @@
 //!   answer. Where every pair of the communicator
 //!   takes the path, so do the collectives of buffers that are not empty
 //!   ([`Communicator::collective_path`]): each rank copies its input into
-//!   memory exported to all, and the ranks read each other's on their
+//!   memory shared with all, and the ranks read each other's on their
 //!   devices. In a broadcast the others copy the root's out; in
 //!   `allreduce` rank `r` reduces chunk `r` of every rank's memory with
 //!   the crate's kernels and every rank (in `reduce`, the root) copies
@@ -50,7 +53,9 @@
 //!   directly keeps to MPI, which moves mapped
 //!   memory in one copy (measured faster on lavapipe than two device
 //!   copies); [`Communicator::with_same_node`] or
-//!   `VKCOMPUTE_MPI_SAME_NODE` ([`SAME_NODE_VAR`]: `0`, `always`) choose.
+//!   `VKCOMPUTE_MPI_SAME_NODE` ([`SAME_NODE_VAR`]: `0`, `always`, `host`)
+//!   choose ([`SameNodePolicy::HostMemory`]: host memory even on one
+//!   device).
 //!
 //! Over MPI, nothing goes GPU to GPU directly. Where device
 //! memory is host visible and staging is not forced (lavapipe, integrated

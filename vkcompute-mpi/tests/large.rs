@@ -1,11 +1,13 @@
 //! Messages of 2^31 and 2^32 bytes under real MPI (Open MPI's `mpirun`,
 //! 2 ranks on localhost, lavapipe) on every path: the same-node path
-//! (exported memory), over MPI on mapped device memory, and over MPI
-//! staged through pinned host memory (staging forced).
+//! (exported device memory; shared host memory, staging forced), over
+//! MPI on mapped device memory, and over MPI staged through pinned host
+//! memory (staging forced).
 //!
 //! On each path a `send`/`recv` of 2^29 `u32` (2^31 bytes) from rank 0 to
-//! rank 1, and on the same-node path a `reduce` (to rank 1) of 2^29
-//! `f32`, each checked element by element against a CPU reference (read
+//! rank 1, and on the same-node path in device memory a `reduce` (to
+//! rank 1) of 2^29 `f32` (the collectives read either memory alike), each
+//! checked element by element against a CPU reference (read
 //! back in 64 MiB parts). Then 2^32 bytes: where the device cannot hold
 //! a buffer that large (its `maxMemoryAllocationSize` or `maxBufferSize`,
 //! reported by vkcompute as `Error::TooLarge`), the check says so and
@@ -241,6 +243,7 @@ fn rank_main(all: bool) -> ExitCode {
     let mut failures = Vec::new();
     let paths = [
         ("same_node", SameNodePolicy::Always, false),
+        ("same_node_host", SameNodePolicy::HostMemory, true),
         ("mapped", SameNodePolicy::Off, false),
         ("staged", SameNodePolicy::Off, true),
     ];
@@ -258,7 +261,7 @@ fn rank_main(all: bool) -> ExitCode {
         rank = c.rank();
         let path = c.path_to(1 - rank).unwrap();
         let wanted = match name {
-            "same_node" => Path::SameNode,
+            "same_node" | "same_node_host" => Path::SameNode,
             "mapped" => Path::Mapped,
             _ => Path::Staged,
         };
@@ -267,6 +270,8 @@ fn rank_main(all: bool) -> ExitCode {
         }
         type Case = fn(&Communicator, &DeviceContext, usize) -> Check;
         let mut cases: Vec<(&str, Case)> = vec![("send_recv", send_recv)];
+        // The same-node collectives read the memory alike whatever its
+        // kind: the reduce through host memory runs with the others.
         if all || name == "same_node" {
             cases.push(("reduce", reduce));
         }
