@@ -16,7 +16,7 @@ use bytemuck::{Pod, Zeroable};
 use vkcompute::{sharing::MemoryHandleType, DeviceContext};
 
 use super::inbox::Imports;
-use super::{SameNode, SameNodeMemory, SameNodePolicy};
+use super::{SameNode, SameNodeMemory, SameNodePolicy, MIN_SHARED_BYTES};
 use crate::error::{Error, Result};
 use crate::raw::{self, Comm};
 
@@ -162,20 +162,24 @@ impl Record {
 }
 
 /// Whether `ctx`'s device can share device memory (export and import
-/// opaque fds) and import host memory.
+/// opaque fds) and import host memory (tried: a device may offer the
+/// extension and still refuse the buffers or memory types it needs).
 fn can_share(ctx: &DeviceContext) -> (bool, bool) {
     let fd = MemoryHandleType::OpaqueFd;
     let device =
         ctx.exportable_handle_types().contains(&fd) && ctx.importable_handle_types().contains(&fd);
-    (device, ctx.host_import_alignment().is_some())
+    let host = ctx.host_import_alignment().is_some()
+        && raw::create_shared_host(ctx, MIN_SHARED_BYTES).is_ok();
+    (device, host)
 }
 
-/// This rank's offer and, where it offers the path, its listening socket.
-fn open(ctx: &DeviceContext, wanted: SameNodePolicy) -> (Offer, [u8; 16], Option<UnixListener>) {
+/// This rank's offer and, where it offers the path, its listening socket
+/// (`shares`: what [`can_share`] said).
+fn open(wanted: SameNodePolicy, shares: (bool, bool)) -> (Offer, [u8; 16], Option<UnixListener>) {
     if wanted == SameNodePolicy::Off {
         return (Offer::TurnedOff, [0; 16], None);
     }
-    if can_share(ctx) == (false, false) {
+    if shares == (false, false) {
         return (Offer::NoSharing, [0; 16], None);
     }
     let listening = raw::random_bytes().and_then(|name| {
@@ -267,8 +271,12 @@ impl SameNode {
         (wanted, maps): (SameNodePolicy, bool),
     ) -> Result<SameNode> {
         let node = raw::node_leader(op, comm, rank)?;
-        let (offer, name, listener) = open(ctx, wanted);
-        let (device_memory, host_memory) = can_share(ctx);
+        let shares = match wanted {
+            SameNodePolicy::Off => (false, false),
+            _ => can_share(ctx),
+        };
+        let (offer, name, listener) = open(wanted, shares);
+        let (device_memory, host_memory) = shares;
         let info = ctx.info();
         let mine = Record {
             magic: MAGIC,
