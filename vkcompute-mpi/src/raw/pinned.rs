@@ -137,6 +137,13 @@ impl PinnedSlot {
 // return empty slices.
 unsafe impl Stable for PinnedSlot {
     fn settle(&mut self, op: &'static str) -> Result<()> {
+        // Settled already (by `new`'s borrow or the last `settle`), and
+        // nothing enqueued or written since: a second borrow would only
+        // lock the buffer again (a sender's slot is settled before it is
+        // posted, and by `Held::send`).
+        if !self.unsettled {
+            return Ok(());
+        }
         // A host borrow waits for the device work on the buffer and makes
         // its writes visible to the host where the memory is not coherent.
         drop(self.host.as_mut_slice().map_err(Error::device(op))?);
