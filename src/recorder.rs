@@ -63,11 +63,14 @@ pub(crate) enum Command<'a> {
         end: bool,
     },
     /// A queue family ownership transfer of `buffer`'s `range` (offset,
-    /// size) to or from `VK_QUEUE_FAMILY_EXTERNAL`.
+    /// size) to or from `VK_QUEUE_FAMILY_EXTERNAL`; for host memory
+    /// another process maps (`host`), a barrier to or from the host
+    /// instead (`ownership_barrier`).
     Ownership {
         buffer: vk::Buffer,
         range: (u64, u64),
         release: bool,
+        host: bool,
     },
 }
 
@@ -179,7 +182,8 @@ impl Recorder {
                 buffer,
                 range,
                 release,
-            } => ownership_barrier(device, cmd, buffer, range, release),
+                host,
+            } => ownership_barrier(device, cmd, buffer, range, (release, host)),
         }
         Ok(conflict)
     }

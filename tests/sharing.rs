@@ -586,6 +586,25 @@ fn a_host_mapping_two_contexts_import_is_one_memory() {
         // SAFETY: as above.
         let e = unsafe { a.import_host_mapping(m.ptr, 0, Box::new(m)) }.unwrap_err();
         assert!(matches!(e, Error::InvalidHandle { .. }), "{e}");
+        // Past the device's limit on one allocation: refused before the
+        // driver (a memfd that large reserves no memory until touched).
+        let most = a.info().limits.max_memory_allocation_size;
+        let huge = usize::try_from(most).unwrap() + align;
+        let big = memfd(huge);
+        let m = Mapping::of(&big, huge);
+        let (p, gone) = (m.ptr, m.dropped.clone());
+        // SAFETY: as above; refused before any use.
+        let e = unsafe { a.import_host_mapping(p, huge, Box::new(m)) }.unwrap_err();
+        assert!(matches!(e, Error::TooLarge { .. }), "{e}");
+        assert!(gone.load(SeqCst));
+        let e = AlignedHostMemory::<u8>::with_alignment(huge, align)
+            .and_then(|mem| a.import_host_memory(mem))
+            .map(drop)
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::TooLarge { .. } | Error::OutOfMemory { .. }),
+            "{e}"
+        );
         drop((a, b));
         assert_clean(&log_a, "the importing context A");
         assert_clean(&log_b, "the importing context B");

@@ -16,7 +16,9 @@ use crate::host::HostBuffer;
 use crate::interop::is_coherent;
 use crate::resource::BufferMemory;
 use crate::view::{dtype_name, View};
-use crate::vk::memory::{buffer_usage, Dedicated, DedicatedKind, HostAllocation, RawBuffer};
+use crate::vk::memory::{
+    buffer_usage, check_allocation, check_size, Dedicated, DedicatedKind, HostAllocation, RawBuffer,
+};
 use crate::vk::{buffer_support, host_memory_types, ExternalBuffer, MemoryUsage};
 
 /// Sharing memory and semaphores with other devices, processes and APIs.
@@ -75,21 +77,32 @@ impl DeviceContext {
     /// to the memory is ever made here. `keep` keeps the mapping alive (it
     /// unmaps in its `Drop`, say); vkcompute drops it only after the last
     /// clone of the buffer is gone and the device is done with the
-    /// memory. Ownership transfers to and from `VK_QUEUE_FAMILY_EXTERNAL`
-    /// ([`DeviceBuffer::enqueue_release_to_external`]) apply to it as to
-    /// any shared memory.
+    /// memory. [`DeviceBuffer::enqueue_release_to_external`] and
+    /// [`enqueue_acquire_from_external`](DeviceBuffer::enqueue_acquire_from_external)
+    /// apply to it as barriers with the host (not queue family transfers,
+    /// which hold only between queues of one device and driver): a release
+    /// makes the device's writes available in host memory, where another
+    /// process's device reads them once this context's work is done
+    /// (`synchronize()`); an acquire makes what was written there visible
+    /// to the work after it.
     ///
-    /// Errors as [`import_host_memory`](Self::import_host_memory):
-    /// [`Error::Unsupported`] without `VK_EXT_external_memory_host`,
-    /// [`Error::Misaligned`] where `ptr` or `len` is not a multiple of
-    /// [`host_import_alignment`](Self::host_import_alignment). On error
-    /// `keep` is dropped.
+    /// Errors: [`Error::Unsupported`] without
+    /// `VK_EXT_external_memory_host` (or where the device refuses buffers
+    /// over host memory); [`Error::Misaligned`] where `ptr` or `len` is not
+    /// a multiple of [`host_import_alignment`](Self::host_import_alignment);
+    /// [`Error::InvalidHandle`] for an empty mapping; [`Error::TooLarge`]
+    /// past the device's `maxBufferSize`, `maxMemoryAllocationSize` or
+    /// heap; [`Error::ImportSize`] where the buffer needs more memory than
+    /// `len`; [`Error::OutOfMemory`] where the driver refuses the import.
+    /// On error `keep` is dropped.
     ///
     /// # Safety
     ///
     /// `ptr` must address `len` bytes mapped readable and writable in this
-    /// process, which stay mapped, and keep their size, until `keep` is
-    /// dropped. Nothing in this process may reach them while the buffer
+    /// process, which stay mapped with that protection (no `munmap` or
+    /// `mprotect`), backed by memory or a file that neither shrinks nor
+    /// loses pages (a `memfd` sealed against shrinking, say), until `keep`
+    /// is dropped. Nothing in this process may reach them while the buffer
     /// lives but through the buffer (no reference to them is held
     /// elsewhere). Another process may write them at any time: the device
     /// then reads whatever bytes are there, as with memory another device
@@ -182,11 +195,17 @@ impl DeviceContext {
         {
             return Err(unsupported("buffers over imported host allocations"));
         }
+        // The device's limits on buffers and allocations hold for imports
+        // too (a driver may take an import past its heap and fail later).
+        check_size(device, size, what)?;
         let host_types = host_memory_types(device, ptr)?;
         let buffer = ExternalBuffer::new(device, size, buffer_usage(device), handle)?;
         let requirements = buffer.requirements;
         let allowed = requirements.memory_type_bits & host_types;
         let type_index = device.memory_type(allowed, MemoryUsage::Readback);
+        if let Some(index) = type_index {
+            check_allocation(device, index, requirements.size, what)?;
+        }
         let Some(type_index) = type_index.filter(|_| requirements.size <= size) else {
             return Err(if requirements.size > size {
                 Error::ImportSize {

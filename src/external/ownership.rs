@@ -29,6 +29,12 @@ impl<T: Pod> DeviceBuffer<T> {
     /// no barrier over zero bytes), though memory that is not shared is
     /// refused all the same.
     ///
+    /// Over host memory another process maps
+    /// ([`import_host_mapping`](crate::DeviceContext::import_host_mapping)),
+    /// which devices of other drivers may share, the release is a barrier
+    /// that makes the writes available to the host instead, and the
+    /// acquire one that makes host writes visible.
+    ///
     /// Errors: [`Error::NotExportable`] for a buffer whose memory is not
     /// shared (made neither by
     /// [`enqueue_create_exportable_buffer`](crate::DeviceContext::enqueue_create_exportable_buffer)
@@ -55,12 +61,14 @@ impl<T: Pod> DeviceBuffer<T> {
         let Some(raw) = view.memory.raw() else {
             return Ok(()); // an empty buffer has no memory to hand over
         };
-        let shared = raw.dedicated_memory().is_some_and(|d| {
+        let kind = raw.dedicated_memory().map(|d| &d.kind);
+        let shared = kind.is_some_and(|kind| {
             matches!(
-                d.kind,
+                kind,
                 DedicatedKind::Exportable(..) | DedicatedKind::Imported | DedicatedKind::Mapping(_)
             )
         });
+        let host = matches!(kind, Some(DedicatedKind::Mapping(_)));
         if !shared {
             return Err(Error::NotExportable {
                 op,
@@ -86,6 +94,7 @@ impl<T: Pod> DeviceBuffer<T> {
             buffer: view.memory.handle(),
             range,
             release,
+            host,
         };
         crate::enqueue::onto(&ctx, op, &access).command(|_| Ok((command, ())))
     }

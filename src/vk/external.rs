@@ -245,16 +245,24 @@ impl Drop for AliasLinks {
 /// family ownership transfer of `buffer`'s bytes `offset..offset + size`
 /// between that family and `VK_QUEUE_FAMILY_EXTERNAL`: a release (after
 /// the transfers and compute work recorded before it) or an acquire
-/// (before the transfers and compute work recorded after it).
+/// (before the transfers and compute work recorded after it). For host
+/// memory (`host`: a mapping another process shares, maybe with another
+/// device, which `VK_QUEUE_FAMILY_EXTERNAL` does not cover) a barrier
+/// with the host instead: a release makes the writes available to the
+/// host (what the other process's device reads through host memory), an
+/// acquire makes host writes visible to the work after it.
 pub(crate) fn ownership_barrier(
     device: &Device,
     cmd: Cmd,
     buffer: vk::Buffer,
     (offset, size): (u64, u64),
-    release: bool,
+    (release, host): (bool, bool),
 ) {
     let cmd = cmd.raw();
-    let (ours, external) = (device.queue_family, vk::QUEUE_FAMILY_EXTERNAL);
+    let (ours, external) = match host {
+        true => (vk::QUEUE_FAMILY_IGNORED, vk::QUEUE_FAMILY_IGNORED),
+        false => (device.queue_family, vk::QUEUE_FAMILY_EXTERNAL),
+    };
     let (src_family, dst_family) = if release {
         (ours, external)
     } else {
@@ -262,17 +270,26 @@ pub(crate) fn ownership_barrier(
     };
     // A release makes this queue's writes available (its second scope is
     // empty); an acquire makes them visible to this queue (its first scope
-    // is empty): the external side synchronizes the rest.
+    // is empty): the external side synchronizes the rest. With the host,
+    // the other scope is the host's.
+    let outside = match host {
+        true => (vk::PipelineStageFlags::HOST, vk::AccessFlags::empty()),
+        false => (vk::PipelineStageFlags::empty(), vk::AccessFlags::empty()),
+    };
     let (src, dst) = if release {
-        (
-            (STAGES, WRITES),
-            (vk::PipelineStageFlags::empty(), vk::AccessFlags::empty()),
-        )
+        let reads = if host {
+            vk::AccessFlags::HOST_READ
+        } else {
+            outside.1
+        };
+        ((STAGES, WRITES), (outside.0, reads))
     } else {
-        (
-            (vk::PipelineStageFlags::empty(), vk::AccessFlags::empty()),
-            (STAGES, READS_AND_WRITES),
-        )
+        let writes = if host {
+            vk::AccessFlags::HOST_WRITE
+        } else {
+            outside.1
+        };
+        ((outside.0, writes), (STAGES, READS_AND_WRITES))
     };
     if device.synchronization2() {
         // The legacy flag bits have the same values in the 64-bit sync2
@@ -294,15 +311,13 @@ pub(crate) fn ownership_barrier(
     } else {
         // Without synchronization2 an empty stage mask is spelled
         // BOTTOM_OF_PIPE (release) or TOP_OF_PIPE (acquire).
-        let src_stage = if release {
-            src.0
-        } else {
-            vk::PipelineStageFlags::TOP_OF_PIPE
+        let src_stage = match src.0.is_empty() {
+            false => src.0,
+            true => vk::PipelineStageFlags::TOP_OF_PIPE,
         };
-        let dst_stage = if release {
-            vk::PipelineStageFlags::BOTTOM_OF_PIPE
-        } else {
-            dst.0
+        let dst_stage = match dst.0.is_empty() {
+            false => dst.0,
+            true => vk::PipelineStageFlags::BOTTOM_OF_PIPE,
         };
         let barriers = [vk::BufferMemoryBarrier::default()
             .src_access_mask(src.1)

@@ -6,8 +6,13 @@
 //!
 //! The seals make the memory safe to map from a peer's descriptor: a
 //! `memfd` sealed against shrinking keeps its size, so no access within
-//! it can fault (`SIGBUS`), whatever the peer does with its own copy of
-//! the descriptor.
+//! the mapping falls past the file's end (`SIGBUS`), whatever the peer
+//! does with its own copy of the descriptor; its maker allocates every
+//! page up front (`fallocate`), so that a first touch does not need
+//! memory the system may refuse. A peer could still punch holes in it
+//! (the seals allow that): the peer is a rank of the same job, trusted
+//! as MPI's bytes are. Each outbox keeps its descriptor, to announce it
+//! again after a refusal: up to five per peer on the path.
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
@@ -82,20 +87,20 @@ fn map(fd: &OwnedFd, len: usize, align: usize) -> io::Result<Mapping> {
         )
     };
     let failed = (mapped == libc::MAP_FAILED).then(io::Error::last_os_error);
-    // SAFETY: the parts of the reservation before and after the mapping
-    // (or the whole reservation, where the mapping failed), unmapped once.
-    unsafe {
-        match failed {
-            Some(_) => {
-                libc::munmap(base, reserve);
+    // Where the mapping failed, the reservation is left as it is (leaked
+    // address space, no memory): a kernel may have removed its middle
+    // before failing, and another thread may have mapped something there
+    // since, which an unmap would take away.
+    if failed.is_none() {
+        // SAFETY: the parts of the reservation before and after the
+        // mapping (whole pages: `start`, `len` and `align` are multiples
+        // of the page size), this function's own, unmapped once.
+        unsafe {
+            if head > 0 {
+                libc::munmap(base, head);
             }
-            None => {
-                if head > 0 {
-                    libc::munmap(base, head);
-                }
-                if tail > 0 {
-                    libc::munmap((start + len) as *mut libc::c_void, tail);
-                }
+            if tail > 0 {
+                libc::munmap((start + len) as *mut libc::c_void, tail);
             }
         }
     }
@@ -107,15 +112,25 @@ fn map(fd: &OwnedFd, len: usize, align: usize) -> io::Result<Mapping> {
     }
 }
 
-/// The device buffer over a mapping of `fd` (`len` bytes), its mapping
-/// kept by the buffer.
-fn import(ctx: &DeviceContext, fd: &OwnedFd, len: usize) -> vkcompute::Result<DeviceBuffer<u8>> {
-    let align = ctx.host_import_alignment().unwrap_or(4096);
-    let mapping = map(fd, len, align).map_err(|e| vkcompute::Error::OutOfMemory {
-        what: "a mapping of shared host memory".into(),
-        bytes: len as u64,
-        detail: e.to_string(),
-    })?;
+/// The alignment of a shared mapping's address and size on `ctx`'s
+/// device: its import alignment, at least the page size.
+fn alignment(ctx: &DeviceContext) -> usize {
+    // SAFETY: a plain query.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let import = ctx.host_import_alignment().unwrap_or(page);
+    page.max(import).next_power_of_two()
+}
+
+/// The device buffer over a mapping of `fd` (`len` bytes, a multiple of
+/// [`alignment`]), its mapping kept by the buffer; `mapping_error` makes
+/// the error of a mapping the kernel refused.
+fn import(
+    ctx: &DeviceContext,
+    fd: &OwnedFd,
+    len: usize,
+    mapping_error: impl FnOnce(io::Error) -> vkcompute::Error,
+) -> vkcompute::Result<DeviceBuffer<u8>> {
+    let mapping = map(fd, len, alignment(ctx)).map_err(mapping_error)?;
     let ptr = mapping.ptr;
     // SAFETY: `ptr` addresses `len` bytes mapped readable and writable,
     // which stay mapped until `mapping` (moved into the buffer) drops;
@@ -126,10 +141,10 @@ fn import(ctx: &DeviceContext, fd: &OwnedFd, len: usize) -> vkcompute::Result<De
     unsafe { ctx.import_host_mapping(ptr, len, Box::new(mapping)) }
 }
 
-/// New host memory of `len` bytes (a multiple of the device's import
-/// alignment) to share with the ranks of the node: a sealed `memfd`,
-/// mapped and imported into `ctx`'s device. Returns the buffer and the
-/// descriptor to send to the peers.
+/// New host memory of `len` bytes (a power of two, so a multiple of any
+/// import alignment up to it) to share with the ranks of the node: a
+/// sealed `memfd`, its pages allocated, mapped and imported into `ctx`'s
+/// device. Returns the buffer and the descriptor to send to the peers.
 pub(crate) fn create_shared_host(
     ctx: &DeviceContext,
     len: usize,
@@ -152,19 +167,28 @@ pub(crate) fn create_shared_host(
     // SAFETY: plain system calls on the descriptor owned above.
     let sized = unsafe {
         libc::ftruncate(fd.as_raw_fd(), size) == 0
+            && libc::fallocate(fd.as_raw_fd(), 0, 0, size) == 0
             && libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) == 0
     };
     if !sized {
         return Err(failed(io::Error::last_os_error()));
     }
-    let buffer = import(ctx, &fd, len)?;
+    if len % alignment(ctx) != 0 {
+        return Err(failed(io::Error::other(format!(
+            "{len} bytes are not a multiple of the import alignment {}",
+            alignment(ctx)
+        ))));
+    }
+    let buffer = import(ctx, &fd, len, failed)?;
     Ok((buffer, fd))
 }
 
 /// Imports the host memory a peer rank shared over the same-node
-/// transport's socket (`fd`): refused unless it is a `memfd` sealed
-/// against shrinking, growing and further seals; the buffer is as long
-/// as the memory.
+/// transport's socket (`fd`): refused, before anything is mapped, unless
+/// it is a `memfd` sealed against shrinking, growing and further seals
+/// (and not against writes), open for reading and writing, of a size
+/// that is a whole number of the device's import alignment; the buffer
+/// is as long as the memory.
 pub(crate) fn import_shared_host(
     ctx: &DeviceContext,
     fd: PeerFd,
@@ -178,20 +202,27 @@ pub(crate) fn import_shared_host(
     // SAFETY: a plain system call on a descriptor this process owns; a
     // descriptor that is no memfd answers with an error (EINVAL).
     let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    if seals < 0 || seals & SEALS != SEALS {
+    let unwritable = libc::F_SEAL_WRITE | libc::F_SEAL_FUTURE_WRITE;
+    if seals < 0 || seals & SEALS != SEALS || seals & unwritable != 0 {
         return Err(refused(format!(
-            "not a memfd sealed at its size (seals {seals:#x})"
+            "not a writable memfd sealed at its size (seals {seals:#x})"
         )));
+    }
+    // SAFETY: as above.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 || flags & libc::O_ACCMODE != libc::O_RDWR {
+        return Err(refused("not open for reading and writing".into()));
     }
     let len = std::fs::File::from(fd.try_clone().map_err(|e| refused(e.to_string()))?)
         .metadata()
         .map_err(|e| refused(e.to_string()))?
         .len();
+    let align = alignment(ctx);
     let len = usize::try_from(len)
         .ok()
-        .filter(|&l| l > 0)
-        .ok_or_else(|| refused(format!("{len} bytes")))?;
-    import(ctx, &fd, len)
+        .filter(|&l| l > 0 && l % align == 0)
+        .ok_or_else(|| refused(format!("{len} bytes, not a multiple of {align}")))?;
+    import(ctx, &fd, len, |e| refused(format!("mapping it: {e}")))
 }
 
 #[cfg(test)]
@@ -248,6 +279,28 @@ mod tests {
         // A pipe.
         let (r, _w) = std::io::pipe().unwrap();
         assert!(refused(OwnedFd::from(r)).contains("sealed"));
+        // Sealed at its size, but against writes too; of a size that is
+        // no whole number of pages; or open only for reading.
+        let sealed = |size: usize, more: libc::c_int| {
+            let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+            // SAFETY: plain system calls; the descriptor is then owned.
+            let fd = unsafe { OwnedFd::from_raw_fd(libc::memfd_create(c"t".as_ptr(), flags)) };
+            std::fs::File::from(fd.try_clone().unwrap())
+                .set_len(size as u64)
+                .unwrap();
+            // SAFETY: as above.
+            let sealed = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS | more) };
+            assert_eq!(sealed, 0);
+            fd
+        };
+        assert!(refused(sealed(len, libc::F_SEAL_WRITE)).contains("writable"));
+        assert!(refused(sealed(len, libc::F_SEAL_FUTURE_WRITE)).contains("writable"));
+        assert!(refused(sealed(len + 100, 0)).contains("multiple"));
+        let good = sealed(len, 0);
+        let path = format!("/proc/self/fd/{}", good.as_raw_fd());
+        let read_only = std::fs::File::open(path).unwrap();
+        assert!(refused(OwnedFd::from(read_only)).contains("reading and writing"));
+        assert_eq!(import_shared_host(&b, peer(&good)).unwrap().len(), len);
         // Both contexts go on working.
         assert_eq!(read.to_vec().unwrap()[..3], [0, 1, 2]);
         drop((x, y, read));

@@ -155,7 +155,8 @@ impl SameNode {
             detail,
         };
         let Some(info) = exported.info else {
-            return raw::import_shared_host(&self.ctx, exported.fd).map_err(Error::device(op));
+            return raw::import_shared_host(&self.ctx, exported.fd)
+                .map_err(|e| broken(format!("importing its shared host memory: {e}")));
         };
         if info.handle_type != MemoryHandleType::OpaqueFd {
             return Err(broken(format!("a {:?} handle", info.handle_type)));
