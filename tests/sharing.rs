@@ -589,7 +589,11 @@ fn a_host_mapping_two_contexts_import_is_one_memory() {
         // Past the device's limit on one allocation: refused before the
         // driver (a memfd that large reserves no memory until touched).
         let most = a.info().limits.max_memory_allocation_size;
-        let huge = usize::try_from(most).unwrap() + align;
+        let huge = usize::try_from(most)
+            .ok()
+            .and_then(|m| m.checked_next_multiple_of(align))
+            .and_then(|m| m.checked_add(align))
+            .expect("a limit this test can exceed by one aligned block");
         let big = memfd(huge);
         let m = Mapping::of(&big, huge);
         let (p, gone) = (m.ptr, m.dropped.clone());

@@ -17,7 +17,8 @@ use crate::interop::is_coherent;
 use crate::resource::BufferMemory;
 use crate::view::{dtype_name, View};
 use crate::vk::memory::{
-    buffer_usage, check_allocation, check_size, Dedicated, DedicatedKind, HostAllocation, RawBuffer,
+    buffer_usage, check_host_import, check_size, Dedicated, DedicatedKind, HostAllocation,
+    RawBuffer,
 };
 use crate::vk::{buffer_support, host_memory_types, ExternalBuffer, MemoryUsage};
 
@@ -84,7 +85,8 @@ impl DeviceContext {
     /// makes the device's writes available in host memory, where another
     /// process's device reads them once this context's work is done
     /// (`synchronize()`); an acquire makes what was written there visible
-    /// to the work after it.
+    /// to the work after it, once the writer's work is done (ordered
+    /// through the host: a wait for its fence, then a message).
     ///
     /// Errors: [`Error::Unsupported`] without
     /// `VK_EXT_external_memory_host` (or where the device refuses buffers
@@ -93,16 +95,19 @@ impl DeviceContext {
     /// [`Error::InvalidHandle`] for an empty mapping; [`Error::TooLarge`]
     /// past the device's `maxBufferSize`, `maxMemoryAllocationSize` or
     /// heap; [`Error::ImportSize`] where the buffer needs more memory than
-    /// `len`; [`Error::OutOfMemory`] where the driver refuses the import.
-    /// On error `keep` is dropped.
+    /// `len`; [`Error::OutOfMemory`] where the driver runs out, and
+    /// [`Error::Vulkan`] where it refuses the pointer
+    /// (`VK_ERROR_INVALID_EXTERNAL_HANDLE`: memory of a kind it cannot
+    /// import, file-backed memory on some drivers). On error `keep` is
+    /// dropped.
     ///
     /// # Safety
     ///
     /// `ptr` must address `len` bytes mapped readable and writable in this
     /// process, which stay mapped with that protection (no `munmap` or
-    /// `mprotect`), backed by memory or a file that neither shrinks nor
-    /// loses pages (a `memfd` sealed against shrinking, say), until `keep`
-    /// is dropped. Nothing in this process may reach them while the buffer
+    /// `mprotect`), backed by memory or a file that does not shrink (a
+    /// `memfd` sealed against shrinking, say) and whose pages nothing
+    /// removes (no hole punched in it), until `keep` is dropped. Nothing in this process may reach them while the buffer
     /// lives but through the buffer (no reference to them is held
     /// elsewhere). Another process may write them at any time: the device
     /// then reads whatever bytes are there, as with memory another device
@@ -204,7 +209,7 @@ impl DeviceContext {
         let allowed = requirements.memory_type_bits & host_types;
         let type_index = device.memory_type(allowed, MemoryUsage::Readback);
         if let Some(index) = type_index {
-            check_allocation(device, index, requirements.size, what)?;
+            check_host_import(device, index, size.max(requirements.size), what)?;
         }
         let Some(type_index) = type_index.filter(|_| requirements.size <= size) else {
             return Err(if requirements.size > size {

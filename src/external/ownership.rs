@@ -1,6 +1,7 @@
 //! Queue family ownership transfers of shared memory: the release of a
 //! buffer to `VK_QUEUE_FAMILY_EXTERNAL` before another API, process or
-//! `VkDevice` uses its memory, and the acquire that takes it back.
+//! `VkDevice` uses its memory, and the acquire that takes it back (over a
+//! host mapping, barriers with the host instead).
 
 use bytemuck::Pod;
 

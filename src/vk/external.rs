@@ -284,12 +284,13 @@ pub(crate) fn ownership_barrier(
         };
         ((STAGES, WRITES), (outside.0, reads))
     } else {
-        let writes = if host {
-            vk::AccessFlags::HOST_WRITE
-        } else {
-            outside.1
+        // A host acquire also takes this queue's stages into its first
+        // scope, so that it follows a semaphore wait before it too.
+        let (stages, writes) = match host {
+            true => (outside.0 | STAGES, vk::AccessFlags::HOST_WRITE),
+            false => outside,
         };
-        ((outside.0, writes), (STAGES, READS_AND_WRITES))
+        ((stages, writes), (STAGES, READS_AND_WRITES))
     };
     if device.synchronization2() {
         // The legacy flag bits have the same values in the 64-bit sync2

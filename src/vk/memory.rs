@@ -9,7 +9,7 @@ use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
 use gpu_allocator::{AllocationError, MemoryLocation};
 
 use super::sizes::{allocation_error, buffer_call_error};
-pub(crate) use super::sizes::{check_allocation, check_size};
+pub(crate) use super::sizes::{check_allocation, check_host_import, check_size};
 use crate::error::{Error, Result, VkResultExt};
 pub(crate) use crate::vk::HostAllocation;
 use crate::vk::{Device, MemoryUsage};

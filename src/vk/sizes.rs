@@ -66,6 +66,27 @@ pub(crate) fn check_allocation(
     }
 }
 
+/// Refuses an import of `bytes` of host memory as memory type
+/// `type_index` beyond `maxMemoryAllocationSize` or the size of the
+/// type's heap (a Vulkan rule). Not its budget: the pages exist already,
+/// and a driver that counts its budget from the free system memory would
+/// count them twice.
+pub(crate) fn check_host_import(
+    device: &Device,
+    type_index: u32,
+    bytes: u64,
+    what: &str,
+) -> Result<()> {
+    check_allocation_size(device, bytes, what)?;
+    let memory = &device.adapter.memory;
+    let heap = memory.memory_types[type_index as usize].heap_index as usize;
+    let size = memory.memory_heaps[heap].size;
+    match heap_refusal(what, bytes, (heap, size), None) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// Why heap `heap` (index, size), with `budget` (budget, usage) where the
 /// driver reports one, cannot hold an allocation of `bytes`, if it cannot.
 fn heap_refusal(

@@ -87,21 +87,19 @@ fn map(fd: &OwnedFd, len: usize, align: usize) -> io::Result<Mapping> {
         )
     };
     let failed = (mapped == libc::MAP_FAILED).then(io::Error::last_os_error);
-    // Where the mapping failed, the reservation is left as it is (leaked
-    // address space, no memory): a kernel may have removed its middle
+    // SAFETY: the parts of the reservation before and after the mapping
+    // (whole pages: `start`, `len` and `align` are multiples of the page
+    // size), this function's own, which the mapping did not touch,
+    // unmapped once. Where the mapping failed, its middle is left as it
+    // is (leaked address space, no memory): a kernel may have removed it
     // before failing, and another thread may have mapped something there
     // since, which an unmap would take away.
-    if failed.is_none() {
-        // SAFETY: the parts of the reservation before and after the
-        // mapping (whole pages: `start`, `len` and `align` are multiples
-        // of the page size), this function's own, unmapped once.
-        unsafe {
-            if head > 0 {
-                libc::munmap(base, head);
-            }
-            if tail > 0 {
-                libc::munmap((start + len) as *mut libc::c_void, tail);
-            }
+    unsafe {
+        if head > 0 {
+            libc::munmap(base, head);
+        }
+        if tail > 0 {
+            libc::munmap((start + len) as *mut libc::c_void, tail);
         }
     }
     match (failed, NonNull::new(start as *mut u8)) {
@@ -135,9 +133,11 @@ fn import(
     // SAFETY: `ptr` addresses `len` bytes mapped readable and writable,
     // which stay mapped until `mapping` (moved into the buffer) drops;
     // they are a `memfd` sealed against shrinking (made so by `create`,
-    // checked by `import_shared_host`), so every byte stays backed. No
-    // other reference to them exists in this process. The peer's device
-    // writes them too, as the same-node protocol orders.
+    // checked by `import_shared_host`), so no byte falls past its end;
+    // the peer that shares it is a rank of the same job, trusted (as
+    // MPI's bytes are) not to punch holes in it. No other reference to
+    // them exists in this process. The peer's device writes them too, as
+    // the same-node protocol orders.
     unsafe { ctx.import_host_mapping(ptr, len, Box::new(mapping)) }
 }
 
@@ -164,20 +164,31 @@ pub(crate) fn create_shared_host(
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let size = libc::off_t::try_from(len)
         .map_err(|_| failed(io::Error::new(io::ErrorKind::InvalidInput, "too large")))?;
-    // SAFETY: plain system calls on the descriptor owned above.
-    let sized = unsafe {
-        libc::ftruncate(fd.as_raw_fd(), size) == 0
-            && libc::fallocate(fd.as_raw_fd(), 0, 0, size) == 0
-            && libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) == 0
-    };
-    if !sized {
-        return Err(failed(io::Error::last_os_error()));
-    }
     if len % alignment(ctx) != 0 {
         return Err(failed(io::Error::other(format!(
             "{len} bytes are not a multiple of the import alignment {}",
             alignment(ctx)
         ))));
+    }
+    // SAFETY: a plain system call on the descriptor owned above.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
+        return Err(failed(io::Error::last_os_error()));
+    }
+    // shmem's fallocate stops at any signal (EINTR): it is tried again.
+    let allocated = loop {
+        // SAFETY: as above.
+        if unsafe { libc::fallocate(fd.as_raw_fd(), 0, 0, size) } == 0 {
+            break Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            break Err(e);
+        }
+    };
+    allocated.map_err(failed)?;
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } != 0 {
+        return Err(failed(io::Error::last_os_error()));
     }
     let buffer = import(ctx, &fd, len, failed)?;
     Ok((buffer, fd))

@@ -155,8 +155,14 @@ impl SameNode {
             detail,
         };
         let Some(info) = exported.info else {
-            return raw::import_shared_host(&self.ctx, exported.fd)
-                .map_err(|e| broken(format!("importing its shared host memory: {e}")));
+            // What the peer sent is its fault; this device's errors are
+            // this rank's.
+            return raw::import_shared_host(&self.ctx, exported.fd).map_err(|e| match e {
+                vkcompute::Error::InvalidHandle { .. } => {
+                    broken(format!("importing its shared host memory: {e}"))
+                }
+                e => Error::device(op)(e),
+            });
         };
         if info.handle_type != MemoryHandleType::OpaqueFd {
             return Err(broken(format!("a {:?} handle", info.handle_type)));
@@ -226,7 +232,8 @@ impl SharedMessages for SameNode {
 
 /// Runs `with` on elements `range` (of `T`) of shared memory `memory`
 /// between an acquire from and a release to `VK_QUEUE_FAMILY_EXTERNAL`
-/// (enqueued, not waited for); nothing for an empty range.
+/// (for host memory, barriers with the host: `import_host_mapping`),
+/// enqueued, not waited for; nothing for an empty range.
 pub(crate) fn shared_part<T: Element>(
     op: &'static str,
     memory: &DeviceBuffer<u8>,

@@ -44,8 +44,9 @@
 //! that peer (shared memory, at most [`MAX_OUTBOXES`] per peer, each
 //! with an id and lent to one message at a time; the smallest free one
 //! that holds the message, else the largest free one grown, else a new
-//! one), copies its buffer into it, releases the memory to
-//! `VK_QUEUE_FAMILY_EXTERNAL`, waits for the device, and sends the
+//! one), copies its buffer into it, releases the memory (to
+//! `VK_QUEUE_FAMILY_EXTERNAL`; host memory to the host), waits for the
+//! device, and sends the
 //! header, which names the outbox and its *generation*. Outboxes grow by
 //! powers of two; a grown or new one is a new generation, whose
 //! descriptor goes over the socket, with the outbox id, generation and

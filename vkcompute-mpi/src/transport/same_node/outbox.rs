@@ -30,8 +30,9 @@ pub(super) struct Outbox {
     memory: DeviceBuffer<u8>,
     /// The `memfd` of shared host memory (`None`: exported device memory).
     host: Option<OwnedFd>,
-    /// Whether the memory is released to `VK_QUEUE_FAMILY_EXTERNAL` (it
-    /// must be acquired before this rank writes it again).
+    /// Whether the memory is released (to `VK_QUEUE_FAMILY_EXTERNAL`, or
+    /// host memory to the host): it must be acquired before this rank
+    /// writes it again.
     released: bool,
     /// Whether the peer has this generation's descriptor.
     announced: bool,
