@@ -55,15 +55,7 @@ pub(crate) fn check_allocation(
     bytes: u64,
     what: &str,
 ) -> Result<()> {
-    check_allocation_size(device, bytes, what)?;
-    let memory = &device.adapter.memory;
-    let heap = memory.memory_types[type_index as usize].heap_index as usize;
-    let size = memory.memory_heaps[heap].size;
-    let budget = heap_budget(device).map(|b| (b.heap_budget[heap], b.heap_usage[heap]));
-    match heap_refusal(what, bytes, (heap, size), budget) {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    check_heap(device, (type_index, bytes), what, true)
 }
 
 /// Refuses an import of `bytes` of host memory as memory type
@@ -77,11 +69,25 @@ pub(crate) fn check_host_import(
     bytes: u64,
     what: &str,
 ) -> Result<()> {
+    check_heap(device, (type_index, bytes), what, false)
+}
+
+/// [`check_allocation`], with the budget where `budget`.
+fn check_heap(
+    device: &Device,
+    (type_index, bytes): (u32, u64),
+    what: &str,
+    budget: bool,
+) -> Result<()> {
     check_allocation_size(device, bytes, what)?;
     let memory = &device.adapter.memory;
     let heap = memory.memory_types[type_index as usize].heap_index as usize;
     let size = memory.memory_heaps[heap].size;
-    match heap_refusal(what, bytes, (heap, size), None) {
+    let budget = match budget {
+        true => heap_budget(device).map(|b| (b.heap_budget[heap], b.heap_usage[heap])),
+        false => None,
+    };
+    match heap_refusal(what, bytes, (heap, size), budget) {
         Some(e) => Err(e),
         None => Ok(()),
     }
