@@ -107,9 +107,9 @@ impl DeviceContext {
     /// process, which stay mapped with that protection (no `munmap` or
     /// `mprotect`), backed by memory or a file that does not shrink (a
     /// `memfd` sealed against shrinking, say) and whose pages nothing
-    /// removes (no hole punched in it), until `keep` is dropped. Nothing in this process may reach them while the buffer
-    /// lives but through the buffer (no reference to them is held
-    /// elsewhere). Another process may write them at any time: the device
+    /// removes (no hole punched in it), until `keep` is dropped. Nothing
+    /// in this process may reach them while the buffer lives but through
+    /// the buffer (no reference to them is held elsewhere). Another process may write them at any time: the device
     /// then reads whatever bytes are there, as with memory another device
     /// writes (see the module's soundness note).
     #[allow(

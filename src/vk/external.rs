@@ -271,26 +271,19 @@ pub(crate) fn ownership_barrier(
     // A release makes this queue's writes available (its second scope is
     // empty); an acquire makes them visible to this queue (its first scope
     // is empty): the external side synchronizes the rest. With the host,
-    // the other scope is the host's.
-    let outside = match host {
-        true => (vk::PipelineStageFlags::HOST, vk::AccessFlags::empty()),
-        false => (vk::PipelineStageFlags::empty(), vk::AccessFlags::empty()),
-    };
-    let (src, dst) = if release {
-        let reads = if host {
-            vk::AccessFlags::HOST_READ
-        } else {
-            outside.1
-        };
-        ((STAGES, WRITES), (outside.0, reads))
-    } else {
-        // A host acquire also takes this queue's stages into its first
-        // scope, so that it follows a semaphore wait before it too.
-        let (stages, writes) = match host {
-            true => (outside.0 | STAGES, vk::AccessFlags::HOST_WRITE),
-            false => outside,
-        };
-        ((stages, writes), (STAGES, READS_AND_WRITES))
+    // the other scope is the host's; a host acquire also takes this
+    // queue's stages into its first scope, so that it follows a semaphore
+    // wait before it too.
+    let none = (vk::PipelineStageFlags::empty(), vk::AccessFlags::empty());
+    let host_stage = vk::PipelineStageFlags::HOST;
+    let (src, dst) = match (release, host) {
+        (true, false) => ((STAGES, WRITES), none),
+        (true, true) => ((STAGES, WRITES), (host_stage, vk::AccessFlags::HOST_READ)),
+        (false, false) => (none, (STAGES, READS_AND_WRITES)),
+        (false, true) => (
+            (host_stage | STAGES, vk::AccessFlags::HOST_WRITE),
+            (STAGES, READS_AND_WRITES),
+        ),
     };
     if device.synchronization2() {
         // The legacy flag bits have the same values in the 64-bit sync2

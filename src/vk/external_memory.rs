@@ -347,7 +347,7 @@ pub(crate) fn fd_memory_types(
     Ok(props.memory_type_bits)
 }
 
-/// The memory types the host allocation `alloc` may be imported as
+/// The memory types the host memory at `ptr` may be imported as
 /// (`VK_EXT_external_memory_host`, enabled on `device`).
 pub(crate) fn host_memory_types(device: &Device, ptr: NonNull<u8>) -> Result<u32> {
     let Some(fns) = &device.external.host else {

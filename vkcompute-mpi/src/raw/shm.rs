@@ -47,10 +47,10 @@ impl Drop for Mapping {
 }
 
 /// A `len`-byte shared mapping of `fd` at an address that is a multiple
-/// of `align` (a power of two): an anonymous reservation of `len + align`
-/// bytes, the file mapped over its aligned part, the rest given back.
+/// of `align` ([`alignment`]: a power of two, at least the page size; `len`
+/// a multiple of it): an anonymous reservation of `len + align` bytes, the
+/// file mapped over its aligned part, the rest given back.
 fn map(fd: &OwnedFd, len: usize, align: usize) -> io::Result<Mapping> {
-    let align = align.max(4096);
     let reserve = len
         .checked_add(align)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "too large a mapping"))?;
@@ -120,15 +120,15 @@ fn alignment(ctx: &DeviceContext) -> usize {
 }
 
 /// The device buffer over a mapping of `fd` (`len` bytes, a multiple of
-/// [`alignment`]), its mapping kept by the buffer; `mapping_error` makes
-/// the error of a mapping the kernel refused.
+/// `align`, [`alignment`] of `ctx`), its mapping kept by the buffer;
+/// `mapping_error` makes the error of a mapping the kernel refused.
 fn import(
-    ctx: &DeviceContext,
+    (ctx, align): (&DeviceContext, usize),
     fd: &OwnedFd,
     len: usize,
     mapping_error: impl FnOnce(io::Error) -> vkcompute::Error,
 ) -> vkcompute::Result<DeviceBuffer<u8>> {
-    let mapping = map(fd, len, alignment(ctx)).map_err(mapping_error)?;
+    let mapping = map(fd, len, align).map_err(mapping_error)?;
     let ptr = mapping.ptr;
     // SAFETY: `ptr` addresses `len` bytes mapped readable and writable,
     // which stay mapped until `mapping` (moved into the buffer) drops;
@@ -154,6 +154,14 @@ pub(crate) fn create_shared_host(
         bytes: len as u64,
         detail: e.to_string(),
     };
+    let align = alignment(ctx);
+    if len % align != 0 {
+        return Err(failed(io::Error::other(format!(
+            "{len} bytes are not a multiple of the import alignment {align}"
+        ))));
+    }
+    let size = libc::off_t::try_from(len)
+        .map_err(|_| failed(io::Error::new(io::ErrorKind::InvalidInput, "too large")))?;
     let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
     // SAFETY: a plain system call with a NUL-terminated name.
     let raw = unsafe { libc::memfd_create(c"vkcompute-mpi".as_ptr(), flags) };
@@ -162,14 +170,6 @@ pub(crate) fn create_shared_host(
     }
     // SAFETY: a new descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let size = libc::off_t::try_from(len)
-        .map_err(|_| failed(io::Error::new(io::ErrorKind::InvalidInput, "too large")))?;
-    if len % alignment(ctx) != 0 {
-        return Err(failed(io::Error::other(format!(
-            "{len} bytes are not a multiple of the import alignment {}",
-            alignment(ctx)
-        ))));
-    }
     // SAFETY: a plain system call on the descriptor owned above.
     if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
         return Err(failed(io::Error::last_os_error()));
@@ -190,7 +190,7 @@ pub(crate) fn create_shared_host(
     if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } != 0 {
         return Err(failed(io::Error::last_os_error()));
     }
-    let buffer = import(ctx, &fd, len, failed)?;
+    let buffer = import((ctx, align), &fd, len, failed)?;
     Ok((buffer, fd))
 }
 
@@ -233,7 +233,9 @@ pub(crate) fn import_shared_host(
         .ok()
         .filter(|&l| l > 0 && l % align == 0)
         .ok_or_else(|| refused(format!("{len} bytes, not a multiple of {align}")))?;
-    import(ctx, &fd, len, |e| refused(format!("mapping it: {e}")))
+    import((ctx, align), &fd, len, |e| {
+        refused(format!("mapping it: {e}"))
+    })
 }
 
 #[cfg(test)]
