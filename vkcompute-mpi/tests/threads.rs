@@ -10,8 +10,10 @@
 //!   `Communicator::new` (over MPI on lavapipe, whose buffers map
 //!   directly; its reduce, allgather and reduce_scatter of one round
 //!   travel in pieces, `pipelined.rs`), the other two with the same-node
-//!   path asked for (`SameNodePolicy::Always`: two communicators' shared
-//!   memory and sockets in use at once), at the same time, each result
+//!   path asked for (`SameNodePolicy::Always`, exported device memory,
+//!   and `SameNodePolicy::HostMemory`, shared host memory: two
+//!   communicators' shared memory and sockets in use at once), at the
+//!   same time, each result
 //!   checked against a CPU reference. Where MPI provides less, the moved
 //!   communicator must refuse instead (`WrongThread`).
 //! - `funneled`: MPI initialised with `MPI_THREAD_FUNNELED`: a
@@ -36,7 +38,9 @@ use std::process::{Command, ExitCode};
 
 use mpi::Threading;
 use vkcompute::{ContextOptions, DeviceContext};
-use vkcompute_mpi::{AllreduceAlgorithm, Communicator, Error, Path, ReduceOp, SameNodePolicy};
+use vkcompute_mpi::{
+    AllreduceAlgorithm, Communicator, Error, Path, ReduceOp, SameNodeMemory, SameNodePolicy,
+};
 
 fn main() -> ExitCode {
     match std::env::var("VKCOMPUTE_MPI_THREADS") {
@@ -325,7 +329,10 @@ fn rank_main(case: &str) -> ExitCode {
             // moved to threads of their own.
             let made = [1000, 2000].map(|salt| {
                 let ctx = context();
-                let policy = SameNodePolicy::Always;
+                let policy = match salt {
+                    1000 => SameNodePolicy::Always,
+                    _ => SameNodePolicy::HostMemory,
+                };
                 let comm = Communicator::with_same_node(&world, &ctx, policy)
                     .expect("a communicator on the same-node path");
                 (salt, ctx, comm)
@@ -333,6 +340,14 @@ fn rank_main(case: &str) -> ExitCode {
             let others = made.map(|(salt, ctx, comm)| {
                 let log = ctx.diagnostics().validation_log();
                 std::thread::spawn(move || {
+                    // The second shares host memory wherever the device
+                    // can import it (every rank here has the same one).
+                    let peer = (comm.rank() + 1) % comm.size();
+                    let memory = comm.same_node_memory(peer).unwrap();
+                    let host = salt != 1000 && ctx.host_import_alignment().is_some();
+                    if host && memory != Some(SameNodeMemory::Host) {
+                        return Err(format!("salt {salt}: {memory:?} shared with rank {peer}"));
+                    }
                     let r = exercise_on_its_path(&comm, salt, 20);
                     drop(comm);
                     ctx.synchronize().unwrap();
