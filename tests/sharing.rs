@@ -22,12 +22,13 @@ use std::os::unix::net::{UnixListener, UnixStream};
 
 use common::{assert_clean, context_with, options, Path, PATHS};
 use vkcompute::{
+    shaders,
     sharing::{
         AlignedHostMemory, ExportedMemoryFd, ExportedMemoryWin32, ExportedSemaphoreWin32,
         ExternalMemoryInfo, MemoryHandleType, SharedAliases, Win32Handle,
         EXTERNAL_MEMORY_INFO_BYTES,
     },
-    DeviceContext, Error,
+    DeviceContext, Error, Kernel,
 };
 
 /// Two validated contexts on the same physical device: two `VkDevice`s.
@@ -522,6 +523,9 @@ fn memfd(len: usize) -> OwnedFd {
     OwnedFd::from(file)
 }
 
+/// Two contexts import two mappings of one memfd: what one device's copies
+/// and kernels write, the other reads; the mapping is dropped after the
+/// last clone and the device's work; bad mappings are refused and dropped.
 #[test]
 fn a_host_mapping_two_contexts_import_is_one_memory() {
     use std::sync::atomic::Ordering::SeqCst;
@@ -560,10 +564,43 @@ fn a_host_mapping_two_contexts_import_is_one_memory() {
             .unwrap();
         y.enqueue_release_to_external().unwrap();
         assert_eq!(dst.to_vec().unwrap(), pattern(n, 7));
+        // A user's kernel on B's device reads and writes the imported
+        // memory like any buffer: y = 2 x + y over 1,000 f32, in place,
+        // and A's device sees the result.
+        #[repr(C)]
+        #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+        struct Saxpy {
+            a: f32,
+            n: u32,
+        }
+        let m = 1000;
+        let kernel = Kernel::new(&b, shaders::SAXPY, "main").unwrap();
+        let (xv, yv): (Vec<f32>, Vec<f32>) = (0..m).map(|i| (i as f32, 0.5 * i as f32)).unzip();
+        let xf = b.enqueue_create_buffer::<f32>(m).unwrap();
+        xf.enqueue_copy_from(&xv[..]).unwrap();
+        let yf = y.create_sub_buffer::<f32>(0, m).unwrap();
+        yf.enqueue_copy_from(&yv[..]).unwrap();
+        let args = Saxpy {
+            a: 2.0,
+            n: m as u32,
+        };
+        b.enqueue_function(
+            &kernel,
+            m.div_ceil(256) as u32,
+            &[xf.arg(), yf.arg()],
+            &args,
+        )
+        .unwrap();
+        y.enqueue_release_to_external().unwrap();
+        b.synchronize().unwrap();
+        x.enqueue_acquire_from_external().unwrap();
+        let seen = x.create_sub_buffer::<f32>(0, m).unwrap().to_vec().unwrap();
+        let want: Vec<f32> = xv.iter().zip(&yv).map(|(x, y)| 2.0 * x + y).collect();
+        assert_eq!(seen, want, "A reads what B's kernel wrote");
         // Host transfers of the buffer itself are staged, and work.
         assert_eq!(
-            y.create_sub_buffer::<u32>(0, 4).unwrap().to_vec().unwrap(),
-            pattern(4, 7)
+            y.create_sub_buffer::<f32>(0, 4).unwrap().to_vec().unwrap(),
+            want[..4]
         );
         // The mapping outlives the last clone and the device's work on it.
         xs.enqueue_fill(9).unwrap();
@@ -571,7 +608,7 @@ fn a_host_mapping_two_contexts_import_is_one_memory() {
         a.synchronize().unwrap();
         assert!(gone_a.load(SeqCst), "dropped once the device is done");
         assert!(!gone_b.load(SeqCst));
-        drop(y);
+        drop((y, yf));
         b.synchronize().unwrap();
         assert!(gone_b.load(SeqCst));
         // Misaligned and empty mappings are refused, and dropped.
