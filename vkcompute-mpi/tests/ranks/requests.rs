@@ -21,6 +21,10 @@ pub(crate) fn nonblocking() -> Vec<Named> {
             many_outstanding_requests_both_directions,
         ),
         ("test_polls_to_completion", test_polls_to_completion),
+        (
+            "test_never_waits_for_the_peer",
+            test_never_waits_for_the_peer,
+        ),
         ("dropping_unfinished_requests", dropping_unfinished_requests),
         (
             "irecv_mismatch_fails_on_both_ranks",
@@ -302,6 +306,57 @@ pub(crate) fn test_polls_to_completion(t: &Ranks) -> Check {
     )?;
     ok("wait after test", r.wait())?;
     ok("wait after test", s.wait())
+}
+
+/// `test` never waits for the peer: rank 1 posts an irecv from rank 0 and
+/// an isend to it (several pieces), tests both, and only then tells rank 0
+/// (a message on another tag) to post its ends. A `test` that waited for
+/// rank 0 would never return, and rank 0's receive of the word would fail
+/// at its timeout. Other ranks take no part.
+pub(crate) fn test_never_waits_for_the_peer(t: &Ranks) -> Check {
+    // Made on every rank: making a communicator is collective.
+    let c = Communicator::with_same_node(
+        &mpi::topology::SimpleCommunicator::world(),
+        t.ctx,
+        t.policy(),
+    )
+    .map_err(|e| format!("communicator: {e}"))?;
+    if t.rank > 1 {
+        return Ok(());
+    }
+    c.set_timeout(Some(std::time::Duration::from_secs(60)));
+    let len = (1 << 20) + 3;
+    let word = dev("create", t.ctx.enqueue_create_buffer::<u32>(1))?;
+    let into = dev("create", t.ctx.enqueue_create_buffer::<f32>(len))?;
+    if t.rank == 1 {
+        let out = upload(t.ctx, &data::<f32>(61, len))?;
+        let mut r = ok("irecv", c.irecv(&into, 0, 42))?;
+        let mut s = ok("isend", c.isend(&out, 0, 43))?;
+        for _ in 0..3 {
+            let done = ok("test of the irecv", r.test())?;
+            ensure(!done, || "an irecv completed before rank 0 sent".into())?;
+            ok("test of the isend", s.test())?;
+        }
+        ok("send of the word", c.send(&word, 0, 44))?;
+        ok("wait for the isend", s.wait())?;
+        ok("wait for the irecv", r.wait())?;
+        same(
+            "from rank 0",
+            &dev("read", into.to_vec())?,
+            &data::<f32>(60, len),
+        )
+    } else {
+        ok("recv of the word from rank 1", c.recv(&word, 1, 44))?;
+        let out = upload(t.ctx, &data::<f32>(60, len))?;
+        let r = ok("irecv", c.irecv(&into, 1, 43))?;
+        ok("send", c.send(&out, 1, 42))?;
+        ok("wait for the irecv", r.wait())?;
+        same(
+            "from rank 1",
+            &dev("read", into.to_vec())?,
+            &data::<f32>(61, len),
+        )
+    }
 }
 
 /// An irecv dropped before any message came is cancelled: its buffer is
