@@ -12,7 +12,7 @@ use std::ops::Range;
 use vkcompute::DeviceBuffer;
 
 use super::Team;
-use crate::element::{Element, Reducible};
+use crate::element::{Element, ReduceOp, Reducible};
 use crate::error::{Error, Result};
 use crate::raw;
 use crate::transport::kernels;
@@ -70,28 +70,27 @@ impl Team<'_> {
     }
 
     /// Reduces elements `range` of every rank's memory into this rank's
-    /// own, its own operand first and the others' in rank order, and waits
-    /// for the device (even where an enqueue failed: nothing reads the
-    /// memory once this returns).
+    /// own, its own operand first and the others' in rank order (up to
+    /// three a pass: `kernels::enqueue_reduce_operands`), and waits for the
+    /// device (even where an enqueue failed: nothing reads the memory once
+    /// this returns).
     pub(crate) fn reduce_own_chunk<T: Reducible>(
         &self,
         op: &'static str,
-        kernel: &kernels::ReduceKernels,
+        reducer: (&kernels::Reducer, ReduceOp),
         memory: &Memories,
         range: &Range<usize>,
     ) -> Result<()> {
         let rank = self.rank;
-        let reduced = memory.of(op, rank).and_then(|own| {
-            same_node::shared_part::<T>(op, own, range, |acc| {
-                for q in (0..memory.0.len()).filter(|&q| q != rank) {
-                    same_node::shared_part::<T>(op, memory.of(op, q)?, range, |incoming| {
-                        let incoming = kernels::Operand::Device(incoming);
-                        kernels::enqueue_reduce_with(op, self.ctx, kernel, acc, incoming)
-                    })?;
-                }
-                Ok(())
-            })
-        });
+        let others = (0..memory.0.len()).filter(|&q| q != rank);
+        let reduced =
+            (others.map(|q| memory.of(op, q)).collect::<Result<Vec<_>>>()).and_then(|others| {
+                same_node::shared_part::<T>(op, memory.of(op, rank)?, range, |acc| {
+                    same_node::shared_parts::<T>(op, &others, range, |parts| {
+                        kernels::enqueue_reduce_operands(op, self.ctx, reducer, acc, parts)
+                    })
+                })
+            });
         let waited = self.ctx.synchronize().map_err(Error::device(op));
         reduced.and(waited)
     }

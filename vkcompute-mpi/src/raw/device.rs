@@ -24,89 +24,138 @@ use vkcompute::{
 use super::fd::PeerFd;
 use crate::element::KernelType;
 
+/// Which of an element type's checked-in reduction kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Shape {
+    /// `reduce_*`: one element per invocation (the last one to three
+    /// elements of a reduction).
+    Scalar,
+    /// `reduce4_*`: four elements per invocation, the operands in one
+    /// binding at a stride.
+    Wide,
+    /// `reduce3_*`: four elements per invocation, up to three operands in
+    /// bindings of their own (specialization constant 1 says how many).
+    Operands3,
+}
+
 /// The checked-in modules, by the GLSL file they come from: per element
-/// type the scalar kernel (`reduce_*`, one element per invocation) and the
-/// wide one (`reduce4_*`, four elements per invocation, `wide` true).
-pub(crate) const SHIPPED: [(KernelType, bool, &str, &[u8]); 12] = [
+/// type the scalar kernel, the wide one and the one of three operands.
+pub(crate) const SHIPPED: [(KernelType, Shape, &str, &[u8]); 18] = [
     (
         KernelType::F32,
-        false,
+        Shape::Scalar,
         "reduce_f32",
         include_bytes!("../../shaders/spv/reduce_f32.spv"),
     ),
     (
         KernelType::F64,
-        false,
+        Shape::Scalar,
         "reduce_f64",
         include_bytes!("../../shaders/spv/reduce_f64.spv"),
     ),
     (
         KernelType::I32,
-        false,
+        Shape::Scalar,
         "reduce_i32",
         include_bytes!("../../shaders/spv/reduce_i32.spv"),
     ),
     (
         KernelType::U32,
-        false,
+        Shape::Scalar,
         "reduce_u32",
         include_bytes!("../../shaders/spv/reduce_u32.spv"),
     ),
     (
         KernelType::I64,
-        false,
+        Shape::Scalar,
         "reduce_i64",
         include_bytes!("../../shaders/spv/reduce_i64.spv"),
     ),
     (
         KernelType::U64,
-        false,
+        Shape::Scalar,
         "reduce_u64",
         include_bytes!("../../shaders/spv/reduce_u64.spv"),
     ),
     (
         KernelType::F32,
-        true,
+        Shape::Wide,
         "reduce4_f32",
         include_bytes!("../../shaders/spv/reduce4_f32.spv"),
     ),
     (
         KernelType::F64,
-        true,
+        Shape::Wide,
         "reduce4_f64",
         include_bytes!("../../shaders/spv/reduce4_f64.spv"),
     ),
     (
         KernelType::I32,
-        true,
+        Shape::Wide,
         "reduce4_i32",
         include_bytes!("../../shaders/spv/reduce4_i32.spv"),
     ),
     (
         KernelType::U32,
-        true,
+        Shape::Wide,
         "reduce4_u32",
         include_bytes!("../../shaders/spv/reduce4_u32.spv"),
     ),
     (
         KernelType::I64,
-        true,
+        Shape::Wide,
         "reduce4_i64",
         include_bytes!("../../shaders/spv/reduce4_i64.spv"),
     ),
     (
         KernelType::U64,
-        true,
+        Shape::Wide,
         "reduce4_u64",
         include_bytes!("../../shaders/spv/reduce4_u64.spv"),
     ),
+    (
+        KernelType::F32,
+        Shape::Operands3,
+        "reduce3_f32",
+        include_bytes!("../../shaders/spv/reduce3_f32.spv"),
+    ),
+    (
+        KernelType::F64,
+        Shape::Operands3,
+        "reduce3_f64",
+        include_bytes!("../../shaders/spv/reduce3_f64.spv"),
+    ),
+    (
+        KernelType::I32,
+        Shape::Operands3,
+        "reduce3_i32",
+        include_bytes!("../../shaders/spv/reduce3_i32.spv"),
+    ),
+    (
+        KernelType::U32,
+        Shape::Operands3,
+        "reduce3_u32",
+        include_bytes!("../../shaders/spv/reduce3_u32.spv"),
+    ),
+    (
+        KernelType::I64,
+        Shape::Operands3,
+        "reduce3_i64",
+        include_bytes!("../../shaders/spv/reduce3_i64.spv"),
+    ),
+    (
+        KernelType::U64,
+        Shape::Operands3,
+        "reduce3_u64",
+        include_bytes!("../../shaders/spv/reduce3_u64.spv"),
+    ),
 ];
 
-/// The words of a checked-in module: the wide one or the scalar one.
-fn words(kind: KernelType, wide: bool) -> Vec<u32> {
+/// The words of a checked-in module.
+fn words(kind: KernelType, shape: Shape) -> Vec<u32> {
     let bytes = SHIPPED
         .iter()
-        .find(|(k, w, _, _)| *k == kind && *w == wide)
+        .find(|(k, s, _, _)| *k == kind && *s == shape)
         .map_or(&[][..], |(_, _, _, bytes)| *bytes);
     // The files are whole little-endian words (SPIR-V's byte order on every
     // machine this runs on; the test `shipped_spirv` loads them the same
@@ -117,22 +166,28 @@ fn words(kind: KernelType, wide: bool) -> Vec<u32> {
         .collect()
 }
 
-/// The shipped kernel for `kind` (the wide one, four elements per
-/// invocation, or the scalar one), its specialization constant 0 (a
-/// `uint`) set to `constant`, built on `ctx`'s device.
+/// The shipped kernel `shape` for `kind`, its specialization constant 0
+/// (a `uint`, the operation) set to `op`, and for [`Shape::Operands3`]
+/// constant 1 (a `uint`, how many operands: 1 to 3) to `count`, built on
+/// `ctx`'s device.
 pub(crate) fn shipped_kernel(
     ctx: &DeviceContext,
-    (kind, wide): (KernelType, bool),
-    constant: u32,
+    (kind, shape): (KernelType, Shape),
+    (op, count): (u32, u32),
 ) -> vkcompute::Result<Kernel> {
-    let words = words(kind, wide);
-    let builder = Kernel::builder(&words).specialize(0, constant);
+    let words = words(kind, shape);
+    let builder = Kernel::builder(&words).specialize(0, op);
+    let builder = match shape {
+        Shape::Operands3 => builder.specialize(1, count),
+        Shape::Scalar | Shape::Wide => builder,
+    };
     // SAFETY: the module is one of the checked-in reduction kernels
     // (`SHIPPED`), valid SPIR-V for Vulkan 1.2 and later: the test
     // `shipped_spirv` runs SPIRV-Tools' validator over each and checks
     // that each is what its GLSL source compiles to (see the module
     // documentation). Specialization constant 0 is a `uint` that every
-    // value suits.
+    // value suits, as does every value of constant 1 (`COUNT`, compared,
+    // never an index).
     unsafe { builder.build_unvalidated(ctx) }
 }
 

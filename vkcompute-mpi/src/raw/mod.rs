@@ -40,7 +40,7 @@ pub(crate) use blocking::{
 pub(crate) use comm::{
     duplicate, is_main_thread, node_leader, set_errors_return, thread_level, OwnedComm,
 };
-pub(crate) use device::{import_peer_memory, shipped_kernel, SHIPPED};
+pub(crate) use device::{import_peer_memory, shipped_kernel, Shape, SHIPPED};
 pub(crate) use fd::{random_bytes, recv_fd_now, send_fd, PeerFd};
 pub(crate) use held::Held;
 pub(crate) use pieces::{exchange_pieces, Landing, Source, Wire};

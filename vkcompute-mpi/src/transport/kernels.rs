@@ -1,7 +1,9 @@
 //! The reduction kernels: `acc[i] = acc[i] OP incoming[i]` on the device,
-//! one SPIR-V module per element type (`shaders/reduce_*.comp`, compiled
-//! and checked in as `shaders/spv/reduce_*.spv`), the operation chosen by
-//! specialization constant 0.
+//! three SPIR-V modules per element type (`shaders/reduce_*.comp`, one
+//! element an invocation; `reduce4_*`, four, the operands in one binding
+//! at a stride; `reduce3_*`, four, up to three operands in bindings of
+//! their own; compiled and checked in under `shaders/spv/`), the operation
+//! chosen by specialization constant 0.
 //!
 //! They load from the checked-in SPIR-V through the raw layer
 //! (`raw::shipped_kernel`, which says why that is sound).
@@ -14,7 +16,7 @@ use vkcompute::{DeviceBuffer, DeviceContext, HostBuffer, Kernel};
 
 use crate::element::{KernelType, ReduceOp, Reducible};
 use crate::error::{Error, Result};
-use crate::raw;
+use crate::raw::{self, Shape};
 
 /// The invocations of one workgroup (`local_size_x` of the shaders).
 const WORKGROUP: usize = 256;
@@ -30,9 +32,9 @@ const WIDE_UNROLL: usize = 4;
 const MAX_WORKGROUPS: usize = 65535;
 
 /// The reduction kernels of one communicator's context, loaded on first
-/// use (by element type, operation, and wide or scalar).
+/// use (by element type, operation, shape and operand count).
 pub(crate) struct Reducer {
-    loaded: Mutex<HashMap<(KernelType, ReduceOp, bool), Kernel>>,
+    loaded: Mutex<HashMap<(KernelType, ReduceOp, Shape, u32), Kernel>>,
 }
 
 /// The two kernels of one reduction: the wide one for the elements in
@@ -41,6 +43,14 @@ pub(crate) struct Reducer {
 pub(crate) struct ReduceKernels {
     wide: Kernel,
     scalar: Kernel,
+}
+
+/// The passes of a reduction of `operands` operands in buffers of their
+/// own: `(first, count)`, three operands a pass, the last pass the rest.
+fn operand_passes(operands: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..operands)
+        .step_by(3)
+        .map(move |first| (first, 3.min(operands - first)))
 }
 
 impl Reducer {
@@ -58,9 +68,27 @@ impl Reducer {
         op: ReduceOp,
     ) -> Result<ReduceKernels> {
         Ok(ReduceKernels {
-            wide: self.load::<T>(op_name, ctx, op, true)?,
-            scalar: self.load::<T>(op_name, ctx, op, false)?,
+            wide: self.load::<T>(op_name, ctx, op, (Shape::Wide, 1))?,
+            scalar: self.load::<T>(op_name, ctx, op, (Shape::Scalar, 1))?,
         })
+    }
+
+    /// Loads the kernels that reduce `operands` operands of `T` in buffers
+    /// of their own with `op` on `ctx`'s device
+    /// ([`enqueue_reduce_operands`]), so that a failure shows before the
+    /// ranks agree.
+    pub(crate) fn load_operand_kernels<T: Reducible>(
+        &self,
+        op_name: &'static str,
+        ctx: &DeviceContext,
+        op: ReduceOp,
+        operands: usize,
+    ) -> Result<()> {
+        for (_, count) in operand_passes(operands) {
+            self.load::<T>(op_name, ctx, op, (Shape::Operands3, count as u32))?;
+        }
+        self.load::<T>(op_name, ctx, op, (Shape::Scalar, 1))
+            .map(drop)
     }
 
     fn load<T: Reducible>(
@@ -68,16 +96,16 @@ impl Reducer {
         op_name: &'static str,
         ctx: &DeviceContext,
         op: ReduceOp,
-        wide: bool,
+        (shape, count): (Shape, u32),
     ) -> Result<Kernel> {
-        let kind = T::KERNEL.0;
+        let key = (T::KERNEL.0, op, shape, count);
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = loaded.get(&(kind, op, wide)) {
+        if let Some(k) = loaded.get(&key) {
             return Ok(k.clone());
         }
-        let kernel =
-            raw::shipped_kernel(ctx, (kind, wide), op.code()).map_err(Error::device(op_name))?;
-        loaded.insert((kind, op, wide), kernel.clone());
+        let kernel = raw::shipped_kernel(ctx, (key.0, shape), (op.code(), count))
+            .map_err(Error::device(op_name))?;
+        loaded.insert(key, kernel.clone());
         Ok(kernel)
     }
 }
@@ -248,6 +276,81 @@ fn enqueue_reduce_within<T: Reducible>(
     Ok(dispatches)
 }
 
+/// Enqueues `acc = acc OP operands[0] OP operands[1] ...` element by
+/// element on `ctx`'s stream, where each operand has `acc`'s length and
+/// lies in a buffer of its own (other ranks' memories): the elements in
+/// whole groups of four by `reduce3_*`, up to three operands a pass (so
+/// that a pass reads and writes `acc` once for three operands), in
+/// dispatches whose bindings fit the device's `maxStorageBufferRange`; the
+/// last one to three elements by the scalar kernel, once per operand.
+/// `acc` and every operand start at a multiple of `align_bytes(ctx)` in
+/// their memory. The kernels come from `reducer` (loaded there once).
+pub(crate) fn enqueue_reduce_operands<T: Reducible>(
+    op_name: &'static str,
+    ctx: &DeviceContext,
+    reducer: (&Reducer, ReduceOp),
+    acc: &DeviceBuffer<T>,
+    operands: &[DeviceBuffer<T>],
+) -> Result<()> {
+    let per_dispatch = dispatch_elements::<[T; 4]>(ctx);
+    enqueue_operands_within(op_name, ctx, reducer, acc, operands, per_dispatch).map(drop)
+}
+
+/// [`enqueue_reduce_operands`] with bindings of at most `per_dispatch`
+/// groups of four (a multiple of the alignment; the tests pass small
+/// ones); returns how many dispatches of `reduce3_*` it enqueued.
+fn enqueue_operands_within<T: Reducible>(
+    op_name: &'static str,
+    ctx: &DeviceContext,
+    (reducer, op): (&Reducer, ReduceOp),
+    acc: &DeviceBuffer<T>,
+    operands: &[DeviceBuffer<T>],
+    per_dispatch: usize,
+) -> Result<usize> {
+    let mut dispatches = 0;
+    let groups_of_four = acc.len() / 4;
+    let fours = |b: &DeviceBuffer<T>, start: usize, len: usize| {
+        (b.create_sub_buffer::<[T; 4]>(start, len)).map_err(Error::device(op_name))
+    };
+    for (first, count) in operand_passes(operands.len()) {
+        let kernel = reducer.load::<T>(op_name, ctx, op, (Shape::Operands3, count as u32))?;
+        let pass = &operands[first..first + count];
+        let mut start = 0;
+        while start < groups_of_four {
+            let len = per_dispatch.min(groups_of_four - start);
+            let a = fours(acc, start, len)?;
+            let bound = (pass.iter().map(|b| fours(b, start, len))).collect::<Result<Vec<_>>>()?;
+            // A binding past `count` is bound (to the first operand) and
+            // never read.
+            let arg = |j: usize| bound.get(j).unwrap_or(&bound[0]).arg_reinterpret();
+            let args = [a.arg_reinterpret(), arg(0), arg(1), arg(2)];
+            let groups = len.div_ceil(WORKGROUP * WIDE_UNROLL).min(max_groups(ctx)) as u32;
+            // Within the `u32`: `len` is within one binding's range.
+            (ctx.enqueue_function(&kernel, groups, &args, &(len as u32)))
+                .map_err(Error::device(op_name))?;
+            dispatches += 1;
+            start += len;
+        }
+    }
+    let bulk = groups_of_four * 4;
+    if bulk < acc.len() {
+        // As in `enqueue_reduce_within`: bound from the last element before
+        // the tail that starts at the alignment.
+        let align = (align_bytes(ctx) / std::mem::size_of::<T>()).max(1);
+        let base = bulk / align * align;
+        let len = acc.len() - base;
+        let a = (acc.create_sub_buffer::<T>(base, len)).map_err(Error::device(op_name))?;
+        let range = [(bulk - base) as u32, len as u32];
+        let scalar = reducer.load::<T>(op_name, ctx, op, (Shape::Scalar, 1))?;
+        for operand in operands {
+            (Operand::Device(operand))
+                .dispatch(ctx, (&scalar, 1), &a, (base, len), &range)
+                .map_err(Error::device(op_name))?;
+        }
+    }
+    Ok(dispatches)
+}
+
 /// The most workgroups of one dispatch on `ctx`'s device.
 fn max_groups(ctx: &DeviceContext) -> usize {
     (ctx.info().limits.max_workgroup_count[0] as usize).clamp(1, MAX_WORKGROUPS)
@@ -325,6 +428,75 @@ mod tests {
                     .unwrap();
             assert_eq!(dispatches, expected, "per_dispatch {per_dispatch}");
             assert_eq!(acc.to_vec().unwrap(), want, "per_dispatch {per_dispatch}");
+        }
+        ctx.synchronize().unwrap();
+        let messages = ctx.diagnostics().validation_log().messages();
+        assert!(messages.is_empty(), "validation messages: {messages:?}");
+    }
+
+    /// One to seven operands in buffers of their own: three a pass, the
+    /// last pass the rest, applied from the left (the same bits as the CPU
+    /// folding them in order, with sums that round), the tail by the scalar
+    /// kernel; in one dispatch a pass, and split over dispatches; every
+    /// operation; validation-clean.
+    #[test]
+    fn operands_in_buffers_of_their_own_reduce_three_a_pass() {
+        let ctx = DeviceContext::with_options(
+            ContextOptions::new()
+                .validation(true)
+                .pipeline_cache_dir(None),
+        )
+        .expect("a validated context (lavapipe and the validation layers: run `make test`)");
+        let reducer = Reducer::new();
+        let unit = align_bytes(&ctx) / 16;
+        let len = 37 * 4 + 3;
+        let value = |j: usize, i: usize| 0.1 * (i % 97) as f32 + 0.37 * j as f32 + 0.01;
+        let acc0: Vec<f32> = (0..len).map(|i| value(0, i)).collect();
+        let all: Vec<Vec<f32>> = (1..=7)
+            .map(|j| (0..len).map(|i| value(j, i)).collect())
+            .collect();
+        let buffers: Vec<DeviceBuffer<f32>> = (all.iter())
+            .map(|v| {
+                let b = ctx.enqueue_create_buffer::<f32>(len).unwrap();
+                b.enqueue_copy_from(&v[..]).unwrap();
+                b
+            })
+            .collect();
+        let ops = [
+            (ReduceOp::Sum, (|a, b| a + b) as fn(f32, f32) -> f32),
+            (ReduceOp::Product, |a, b| a * b),
+            (ReduceOp::Min, f32::min),
+            (ReduceOp::Max, f32::max),
+        ];
+        for (op, f) in ops {
+            for count in 1..=7 {
+                let want: Vec<f32> = (0..len)
+                    .map(|i| all[..count].iter().fold(acc0[i], |a, v| f(a, v[i])))
+                    .collect();
+                let passes = count.div_ceil(3);
+                // (per_dispatch, wide dispatches): one a pass; 37 groups of
+                // four in dispatches of 2 units (32) a pass.
+                let cases = [
+                    (dispatch_elements::<[f32; 4]>(&ctx), passes),
+                    (2 * unit, passes * 37usize.div_ceil(2 * unit)),
+                ];
+                for (per_dispatch, expected) in cases {
+                    let acc = ctx.enqueue_create_buffer::<f32>(len).unwrap();
+                    acc.enqueue_copy_from(&acc0[..]).unwrap();
+                    let dispatches = enqueue_operands_within(
+                        "test",
+                        &ctx,
+                        (&reducer, op),
+                        &acc,
+                        &buffers[..count],
+                        per_dispatch,
+                    )
+                    .unwrap();
+                    let what = format!("{op:?}, {count} operands, per_dispatch {per_dispatch}");
+                    assert_eq!(dispatches, expected, "{what}");
+                    assert_eq!(acc.to_vec().unwrap(), want, "{what}");
+                }
+            }
         }
         ctx.synchronize().unwrap();
         let messages = ctx.diagnostics().validation_log().messages();

@@ -11,8 +11,9 @@
 //!   rank copies it out;
 //! - allreduce: every rank copies its buffer in; rank `r` reduces chunk
 //!   `r` of every rank's memory into its own (its own operand first, then
-//!   the others in rank order, so every rank gets the same bits); every
-//!   rank copies each chunk out of its owner's memory;
+//!   the others in rank order, so every rank gets the same bits; three
+//!   others a pass of the kernel); every rank copies each chunk out of its
+//!   owner's memory;
 //! - reduce: the same reduction; only the root copies the chunks out, the
 //!   others' buffers are left as they were;
 //! - allgather: every rank copies its `send` in; each copies block `q` out
@@ -169,6 +170,13 @@ impl Communicator {
         self.team().leave_on_node(op, copied)
     }
 
+    /// Loads the kernels with which this rank reduces its chunk of the
+    /// others' memory ([`Team::reduce_own_chunk`]), before the ranks agree.
+    fn load_operand_kernels<T: Reducible>(&self, op: &'static str, reduce: ReduceOp) -> Result<()> {
+        let others = self.size() as usize - 1;
+        (self.reducer).load_operand_kernels::<T>(op, self.context(), reduce, others)
+    }
+
     /// The reduction of `allreduce` and `reduce` on the path (module
     /// documentation), once `check` passed: every rank's `buf` into its
     /// memory, and chunk `rank` of `chunks` of every rank's memory reduced
@@ -183,12 +191,13 @@ impl Communicator {
     ) -> Result<Result<Memories>> {
         let n = buf.elements();
         let prepared = check
-            .and_then(|()| self.reducer.kernel::<T>(op, self.context(), reduce))
-            .and_then(|kernel| Ok((kernel, Some(self.fill_from(op, buf.place(), n)?))));
-        let (kernel, memory) = self.agree_on_node(op, header, prepared)?;
+            .and_then(|()| self.load_operand_kernels::<T>(op, reduce))
+            .and_then(|()| Ok(((), Some(self.fill_from(op, buf.place(), n)?))));
+        let ((), memory) = self.agree_on_node(op, header, prepared)?;
         let mine = &chunks.ranges[self.rank() as usize];
+        let reducer = (&self.reducer, reduce);
         let reduced = (memory.as_ref().map_err(Clone::clone))
-            .and_then(|memory| self.team().reduce_own_chunk::<T>(op, &kernel, memory, mine));
+            .and_then(|memory| self.team().reduce_own_chunk::<T>(op, reducer, memory, mine));
         self.team().all_ok(op, reduced)?;
         Ok(memory)
     }
@@ -266,20 +275,21 @@ impl Communicator {
         let (m, size, rank) = (recv.elements(), self.size() as usize, self.rank() as usize);
         let stride = m.next_multiple_of(self.stride::<T>(1));
         let prepared = check_blocks(op, "send", send.elements(), "recv", m, size)
-            .and_then(|()| self.reducer.kernel::<T>(op, self.context(), reduce))
-            .and_then(|kernel| {
+            .and_then(|()| self.load_operand_kernels::<T>(op, reduce))
+            .and_then(|()| {
                 let filled = self.fill_shared::<T>(op, stride * size, |memory| {
                     (0..size).try_for_each(|k| {
                         let block = memory.create_sub_buffer::<T>(k * stride, m)?;
                         send.place().copy_range_to(k * m, m, &block)
                     })
                 })?;
-                Ok((kernel, Some(filled)))
+                Ok(((), Some(filled)))
             });
-        let (kernel, memory) = self.agree_on_node(op, header, prepared)?;
+        let ((), memory) = self.agree_on_node(op, header, prepared)?;
         let mine = rank * stride..rank * stride + m;
+        let reducer = (&self.reducer, reduce);
         let done = (memory.as_ref().map_err(Clone::clone))
-            .and_then(|all| self.team().reduce_own_chunk::<T>(op, &kernel, all, &mine))
+            .and_then(|all| self.team().reduce_own_chunk::<T>(op, reducer, all, &mine))
             .and_then(|()| {
                 self.team()
                     .copy_out_of(op, &memory, recv.place(), [(rank, mine, 0)])

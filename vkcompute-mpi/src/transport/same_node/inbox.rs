@@ -251,3 +251,36 @@ pub(crate) fn shared_part<T: Element>(
     (part.enqueue_release_to_external()).map_err(Error::device(op))?;
     done
 }
+
+/// [`shared_part`] of several memories at once: `with` gets their parts in
+/// the order of `memories`, each acquired before and released after it
+/// (every one acquired is released, even where another failed).
+pub(crate) fn shared_parts<T: Element>(
+    op: &'static str,
+    memories: &[&DeviceBuffer<u8>],
+    range: &std::ops::Range<usize>,
+    with: impl FnOnce(&[DeviceBuffer<T>]) -> Result<()>,
+) -> Result<()> {
+    if range.is_empty() {
+        return Ok(());
+    }
+    let parts = (memories.iter())
+        .map(|m| m.create_sub_buffer::<T>(range.start, range.len()))
+        .collect::<vkcompute::Result<Vec<_>>>()
+        .map_err(Error::device(op))?;
+    let mut acquired = 0;
+    let mut done = Ok(());
+    for part in &parts {
+        done = (part.enqueue_acquire_from_external()).map_err(Error::device(op));
+        if done.is_err() {
+            break;
+        }
+        acquired += 1;
+    }
+    let done = done.and_then(|()| with(&parts));
+    let released = (parts[..acquired].iter())
+        .map(|part| part.enqueue_release_to_external())
+        .fold(Ok(()), vkcompute::Result::and)
+        .map_err(Error::device(op));
+    released.and(done)
+}

@@ -89,7 +89,7 @@ mod detect;
 mod inbox;
 mod outbox;
 
-pub(crate) use inbox::shared_part;
+pub(crate) use inbox::{shared_part, shared_parts};
 pub(crate) use outbox::Lent;
 
 use std::collections::HashMap;
