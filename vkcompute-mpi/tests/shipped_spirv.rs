@@ -2,7 +2,8 @@
 //! example's kernels (`shaders/spv/`) is what their GLSL (`shaders/*.comp`)
 //! compiles to, and valid: each module loads through vkcompute's validating
 //! `Kernel::builder(..).build` (SPIRV-Tools' validator, feature `validate`),
-//! a reduction kernel with every reduction, on a context with the Khronos
+//! a reduction kernel with every reduction (and `reduce3_*` with every
+//! operand count it takes), on a context with the Khronos
 //! validation layer, which reports nothing. This is what the `SAFETY`
 //! comment of the crate's `build_unvalidated` call rests on.
 //!
@@ -89,12 +90,25 @@ fn shipped_spirv_is_the_compiled_glsl_and_valid() {
                 .unwrap_or_else(|e| panic!("{name} does not load validated: {e}"));
             continue;
         }
+        // `reduce3_*` with each operand count it is loaded with (its
+        // specialization constant 1); the others have no constant 1.
+        let counts = if name.starts_with("reduce3_") {
+            1..=3
+        } else {
+            0..=0
+        };
         for op in ReduceOp::ALL {
             let code = ReduceOp::ALL.iter().position(|o| *o == op).unwrap() as u32;
-            Kernel::builder(&module)
-                .specialize(0, code)
-                .build(&ctx)
-                .unwrap_or_else(|e| panic!("{name} with {op:?} does not load validated: {e}"));
+            for count in counts.clone() {
+                let builder = Kernel::builder(&module).specialize(0, code);
+                let builder = match count {
+                    0 => builder,
+                    c => builder.specialize(1, c),
+                };
+                builder.build(&ctx).unwrap_or_else(|e| {
+                    panic!("{name} with {op:?}, count {count}, does not load validated: {e}")
+                });
+            }
         }
     }
     assert!(

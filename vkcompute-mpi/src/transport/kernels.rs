@@ -21,7 +21,7 @@ use crate::raw::{self, Shape};
 /// The invocations of one workgroup (`local_size_x` of the shaders).
 const WORKGROUP: usize = 256;
 /// The groups of four elements each invocation of a wide kernel does
-/// (`UNROLL` in `shaders/reduce4_*.comp`).
+/// (`UNROLL` in `shaders/reduce4_*.comp` and `shaders/reduce3_*.comp`).
 const WIDE_UNROLL: usize = 4;
 /// The most workgroups one dispatch uses (the kernels loop over the rest;
 /// the device's `maxComputeWorkGroupCount[0]` caps it too). Enough for one
@@ -307,6 +307,8 @@ fn enqueue_operands_within<T: Reducible>(
     operands: &[DeviceBuffer<T>],
     per_dispatch: usize,
 ) -> Result<usize> {
+    debug_assert!(operands.iter().all(|o| o.len() == acc.len()));
+    debug_assert!(per_dispatch * std::mem::size_of::<[T; 4]>() % align_bytes(ctx) == 0);
     let mut dispatches = 0;
     let groups_of_four = acc.len() / 4;
     let fours = |b: &DeviceBuffer<T>, start: usize, len: usize| {
@@ -379,6 +381,15 @@ mod tests {
     use super::*;
     use vkcompute::ContextOptions;
 
+    fn validated_context() -> DeviceContext {
+        DeviceContext::with_options(
+            ContextOptions::new()
+                .validation(true)
+                .pipeline_cache_dir(None),
+        )
+        .expect("a validated context (lavapipe and the validation layers: run `make test`)")
+    }
+
     /// Three operands in one pass; in passes of two and one where three
     /// leave too little room beside them (not a sliver of room cut into
     /// many dispatches: a review measured 131,072 dispatches, 15x the
@@ -387,12 +398,7 @@ mod tests {
     /// kernel's tail, the same as the CPU, validation-clean.
     #[test]
     fn several_operands_reduce_in_passes_that_fit_one_binding() {
-        let ctx = DeviceContext::with_options(
-            ContextOptions::new()
-                .validation(true)
-                .pipeline_cache_dir(None),
-        )
-        .expect("a validated context (lavapipe and the validation layers: run `make test`)");
+        let ctx = validated_context();
         let kernels = Reducer::new()
             .kernel::<f32>("test", &ctx, ReduceOp::Sum)
             .unwrap();
@@ -441,12 +447,7 @@ mod tests {
     /// operation; validation-clean.
     #[test]
     fn operands_in_buffers_of_their_own_reduce_three_a_pass() {
-        let ctx = DeviceContext::with_options(
-            ContextOptions::new()
-                .validation(true)
-                .pipeline_cache_dir(None),
-        )
-        .expect("a validated context (lavapipe and the validation layers: run `make test`)");
+        let ctx = validated_context();
         let reducer = Reducer::new();
         let unit = align_bytes(&ctx) / 16;
         let len = 37 * 4 + 3;
@@ -494,6 +495,51 @@ mod tests {
                     .unwrap();
                     let what = format!("{op:?}, {count} operands, per_dispatch {per_dispatch}");
                     assert_eq!(dispatches, expected, "{what}");
+                    assert_eq!(acc.to_vec().unwrap(), want, "{what}");
+                }
+            }
+        }
+        ctx.synchronize().unwrap();
+        let messages = ctx.diagnostics().validation_log().messages();
+        assert!(messages.is_empty(), "validation messages: {messages:?}");
+    }
+
+    /// u64 (wrapping sums and products), no operand, tails alone, no
+    /// tail, and `acc` and the operands as parts at aligned offsets of
+    /// larger buffers (as the ranks' memories give them): the same as the
+    /// CPU, validation-clean.
+    #[test]
+    fn operand_reductions_of_any_length_where_the_parts_lie() {
+        let ctx = validated_context();
+        let reducer = Reducer::new();
+        let align = align_bytes(&ctx) / 8;
+        let value =
+            |j: usize, i: usize| (i as u64 + 3).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ j as u64;
+        let ops = [
+            (ReduceOp::Sum, u64::wrapping_add as fn(u64, u64) -> u64),
+            (ReduceOp::Product, u64::wrapping_mul),
+        ];
+        for len in [1usize, 3, 4, 64 * 4, 64 * 4 + 1] {
+            // Parts `stride` apart in one buffer, from `stride` on.
+            let stride = len.next_multiple_of(align);
+            let host: Vec<u64> = (0..6 * stride)
+                .map(|i| value(i / stride, i % stride))
+                .collect();
+            let memory = ctx.enqueue_create_buffer::<u64>(6 * stride).unwrap();
+            memory.enqueue_copy_from(&host[..]).unwrap();
+            for (op, f) in ops {
+                for count in [0usize, 1, 4] {
+                    let parts: Vec<DeviceBuffer<u64>> = (2..2 + count)
+                        .map(|j| memory.create_sub_buffer::<u64>(j * stride, len).unwrap())
+                        .collect();
+                    let acc_memory = ctx.enqueue_create_buffer::<u64>(2 * stride).unwrap();
+                    acc_memory.enqueue_copy_from(&host[..2 * stride]).unwrap();
+                    let acc = acc_memory.create_sub_buffer::<u64>(stride, len).unwrap();
+                    enqueue_reduce_operands("test", &ctx, (&reducer, op), &acc, &parts).unwrap();
+                    let want: Vec<u64> = (0..len)
+                        .map(|i| (2..2 + count).fold(value(1, i), |a, j| f(a, value(j, i))))
+                        .collect();
+                    let what = format!("{op:?}, len {len}, {count} operands");
                     assert_eq!(acc.to_vec().unwrap(), want, "{what}");
                 }
             }
