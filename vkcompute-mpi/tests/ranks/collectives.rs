@@ -507,19 +507,24 @@ pub(crate) fn allreduces(large: bool) -> Vec<Named> {
 /// A buffer the host maps on one rank fails a collective on every rank,
 /// on every path (the holder gets vkcompute's error, the others
 /// `RemoteFailure`), before anything is written: allreduce, broadcast
-/// with the mapping at the root and elsewhere, allgather's receive
-/// buffer.
+/// with the mapping at the root and elsewhere, reduce, and allgather and
+/// reduce_scatter with their two buffers views of the mapped one.
 pub(crate) fn collectives_with_a_mapped_buffer_fail_on_every_rank(t: &Ranks) -> Check {
     let last = t.size - 1;
     let c = t.comm;
+    let blocks = 3 * t.size as usize;
     type Call<'a> = &'a dyn Fn(&DeviceBuffer<f32>) -> vkcompute_mpi::Result<()>;
-    let cases: [(&str, i32, Call); 4] = [
+    let view = |b: &DeviceBuffer<f32>, at, n| b.create_sub_buffer::<f32>(at, n).expect("a view");
+    let cases: [(&str, i32, Call); 6] = [
         ("allreduce", last, &|b| c.allreduce(b, ReduceOp::Sum)),
         ("broadcast, mapped at the root", 0, &|b| c.broadcast(b, 0)),
         ("broadcast, mapped elsewhere", last, &|b| c.broadcast(b, 0)),
+        ("reduce", last, &|b| c.reduce(b, ReduceOp::Sum, 0)),
         ("allgather", last, &|b| {
-            let view = |at, n| b.create_sub_buffer::<f32>(at, n).expect("a view");
-            c.allgather(&view(0, 3), &view(3, 3 * t.size as usize))
+            c.allgather(&view(b, 0, 3), &view(b, 3, blocks))
+        }),
+        ("reduce_scatter", last, &|b| {
+            c.reduce_scatter(&view(b, 0, blocks), &view(b, blocks, 3), ReduceOp::Sum)
         }),
     ];
     for (what, holder, call) in cases {

@@ -111,6 +111,21 @@ impl Communicator {
         Ok((prepared, agreed?))
     }
 
+    /// The first check of every collective: where one of `places` is a
+    /// buffer the host maps, this rank's header says it failed (so every
+    /// rank learns of it before any data moves) and its error comes back.
+    fn refuse_mapped<T: Element>(
+        &self,
+        op: &'static str,
+        header: Header,
+        places: &[Place<'_, T>],
+    ) -> Result<()> {
+        match places.iter().try_for_each(|place| place.unmapped(op)) {
+            Ok(()) => Ok(()),
+            Err(e) => self.agree(op, header, Err(e)),
+        }
+    }
+
     /// Copies `buf` of rank `root` into `buf` on every rank (`MPI_Bcast`
     /// through pinned host memory, or in a device buffer's mapping where it
     /// maps directly: [`maps_device_memory`](Self::maps_device_memory)).
@@ -120,9 +135,7 @@ impl Communicator {
         let op = "Communicator::broadcast";
         let n = buf.elements();
         let header = Header::new(Kind::Broadcast, T::TYPE, n).root(root);
-        if let Err(e) = buf.place().unmapped(op) {
-            return self.agree(op, header, Err(e));
-        }
+        self.refuse_mapped(op, header, &[buf.place()])?;
         let device = match buf.place() {
             Place::Device(dev) if self.maps_device_memory() => Some(dev),
             _ => None,
@@ -206,9 +219,7 @@ impl Communicator {
         let op = "Communicator::allreduce";
         let n = buf.elements();
         let header = Header::new(Kind::Allreduce, T::TYPE, n).reduce(reduce);
-        if let Err(e) = buf.place().unmapped(op) {
-            return self.agree(op, header, Err(e));
-        }
+        self.refuse_mapped(op, header, &[buf.place()])?;
         let in_place = self.mapped_in_place(buf);
         let plan = plan::plan(&self.ask::<T>(Collective::Allreduce, n, in_place.is_some()));
         match plan.route {
@@ -252,9 +263,7 @@ impl Communicator {
         let header = Header::new(Kind::Reduce, T::TYPE, n)
             .reduce(reduce)
             .root(root);
-        if let Err(e) = buf.place().unmapped(op) {
-            return self.agree(op, header, Err(e));
-        }
+        self.refuse_mapped(op, header, &[buf.place()])?;
         let plan = plan::plan(&self.ask::<T>(Collective::Reduce, n, false));
         let trivial = plan.algorithm == AllreduceAlgorithm::Local;
         match plan.route {
@@ -312,9 +321,7 @@ impl Communicator {
         let op = "Communicator::allgather";
         let (m, size, rank) = (send.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::Allgather, T::TYPE, m);
-        if let Err(e) = send.place().unmapped(op).and(recv.place().unmapped(op)) {
-            return self.agree(op, header, Err(e));
-        }
+        self.refuse_mapped(op, header, &[send.place(), recv.place()])?;
         let plan = plan::plan(&self.ask::<T>(Collective::Allgather, m, false));
         if m > 0 && plan.route == Route::SameNode {
             return self.allgather_same_node(op, (send, recv), header);
@@ -355,9 +362,7 @@ impl Communicator {
         let op = "Communicator::reduce_scatter";
         let (m, size, rank) = (recv.elements(), self.size() as usize, self.rank() as usize);
         let header = Header::new(Kind::ReduceScatter, T::TYPE, m).reduce(reduce);
-        if let Err(e) = send.place().unmapped(op).and(recv.place().unmapped(op)) {
-            return self.agree(op, header, Err(e));
-        }
+        self.refuse_mapped(op, header, &[send.place(), recv.place()])?;
         let plan = plan::plan(&self.ask::<T>(Collective::ReduceScatter, m, false));
         if m > 0 && plan.route == Route::SameNode {
             return self.reduce_scatter_same_node(op, (send, recv, reduce), header);
