@@ -81,14 +81,16 @@ impl Team<'_> {
         memory: &Memories,
         range: &Range<usize>,
     ) -> Result<()> {
-        let rank = self.rank;
-        let others = (0..memory.0.len()).filter(|&q| q != rank);
+        // This rank's memory first (the accumulator), then the others'.
+        let order =
+            std::iter::once(self.rank).chain((0..memory.0.len()).filter(|&q| q != self.rank));
         let reduced =
-            (others.map(|q| memory.of(op, q)).collect::<Result<Vec<_>>>()).and_then(|others| {
-                same_node::shared_part::<T>(op, memory.of(op, rank)?, range, |acc| {
-                    same_node::shared_parts::<T>(op, &others, range, |parts| {
-                        kernels::enqueue_reduce_operands(op, self.ctx, reducer, acc, parts)
-                    })
+            (order.map(|q| memory.of(op, q)).collect::<Result<Vec<_>>>()).and_then(|all| {
+                same_node::shared_parts::<T>(op, &all, range, |parts| match parts.split_first() {
+                    Some((acc, others)) => {
+                        kernels::enqueue_reduce_operands(op, self.ctx, reducer, acc, others)
+                    }
+                    None => Ok(()),
                 })
             });
         let waited = self.ctx.synchronize().map_err(Error::device(op));

@@ -390,6 +390,13 @@ mod tests {
         .expect("a validated context (lavapipe and the validation layers: run `make test`)")
     }
 
+    /// Waits for `ctx`'s work, and fails on any validation message.
+    fn assert_validation_clean(ctx: &DeviceContext) {
+        ctx.synchronize().unwrap();
+        let messages = ctx.diagnostics().validation_log().messages();
+        assert!(messages.is_empty(), "validation messages: {messages:?}");
+    }
+
     /// Three operands in one pass; in passes of two and one where three
     /// leave too little room beside them (not a sliver of room cut into
     /// many dispatches: a review measured 131,072 dispatches, 15x the
@@ -435,9 +442,7 @@ mod tests {
             assert_eq!(dispatches, expected, "per_dispatch {per_dispatch}");
             assert_eq!(acc.to_vec().unwrap(), want, "per_dispatch {per_dispatch}");
         }
-        ctx.synchronize().unwrap();
-        let messages = ctx.diagnostics().validation_log().messages();
-        assert!(messages.is_empty(), "validation messages: {messages:?}");
+        assert_validation_clean(&ctx);
     }
 
     /// One to seven operands in buffers of their own: three a pass, the
@@ -499,9 +504,7 @@ mod tests {
                 }
             }
         }
-        ctx.synchronize().unwrap();
-        let messages = ctx.diagnostics().validation_log().messages();
-        assert!(messages.is_empty(), "validation messages: {messages:?}");
+        assert_validation_clean(&ctx);
     }
 
     /// u64 (wrapping sums and products), no operand, tails alone, no
@@ -544,8 +547,6 @@ mod tests {
                 }
             }
         }
-        ctx.synchronize().unwrap();
-        let messages = ctx.diagnostics().validation_log().messages();
-        assert!(messages.is_empty(), "validation messages: {messages:?}");
+        assert_validation_clean(&ctx);
     }
 }

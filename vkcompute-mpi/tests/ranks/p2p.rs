@@ -329,12 +329,7 @@ pub(crate) fn send_recv_host_and_device_ends(t: &Ranks) -> Check {
 /// many pieces, each copy overlapping the transfer before it; the sender
 /// and receiver may use different piece sizes.
 pub(crate) fn send_recv_in_many_pieces(t: &Ranks) -> Check {
-    let small = Communicator::with_same_node(
-        &mpi::topology::SimpleCommunicator::world(),
-        t.ctx,
-        t.policy(),
-    )
-    .map_err(|e| format!("communicator: {e}"))?;
+    let small = t.new_communicator()?;
     small.set_piece_bytes(if t.rank == 0 { 256 } else { 1000 });
     ensure(
         small.piece_bytes() == if t.rank == 0 { 256 } else { 1024 },
@@ -435,12 +430,7 @@ pub(crate) fn send_from_mapped_buffer(t: &Ranks) -> Check {
 /// message between the two arrives whole).
 pub(crate) fn recv_into_mapped_buffer(t: &Ranks) -> Check {
     let last = t.size - 1;
-    let small = Communicator::with_same_node(
-        &mpi::topology::SimpleCommunicator::world(),
-        t.ctx,
-        t.policy(),
-    )
-    .map_err(|e| format!("communicator: {e}"))?;
+    let small = t.new_communicator()?;
     small.set_piece_bytes(256);
     let len = 300;
     if t.rank == 0 {

@@ -120,12 +120,7 @@ pub(crate) fn isend_irecv_lengths_and_ends(t: &Ranks) -> Check {
     let len = (1 << 20) + 3;
     nonblocking_with_zero::<f32>(t, "f32 x 2^20 + 3", len, &device_end(t))?;
     // Many small pieces, the two ends with different piece sizes.
-    let small = Communicator::with_same_node(
-        &mpi::topology::SimpleCommunicator::world(),
-        t.ctx,
-        t.policy(),
-    )
-    .map_err(|e| format!("communicator: {e}"))?;
+    let small = t.new_communicator()?;
     small.set_piece_bytes(if t.rank == 0 { 256 } else { 1000 });
     let st = Ranks { comm: &small, ..*t };
     for len in [63usize, 10_001] {
@@ -269,12 +264,7 @@ pub(crate) fn many_outstanding_requests_both_directions(t: &Ranks) -> Check {
 /// completed by polling `test` alone, in many small pieces; a completed
 /// request keeps answering `true`.
 pub(crate) fn test_polls_to_completion(t: &Ranks) -> Check {
-    let small = Communicator::with_same_node(
-        &mpi::topology::SimpleCommunicator::world(),
-        t.ctx,
-        t.policy(),
-    )
-    .map_err(|e| format!("communicator: {e}"))?;
+    let small = t.new_communicator()?;
     small.set_piece_bytes(256);
     let len = 5000;
     let next = (t.rank + 1) % t.size;
@@ -315,12 +305,7 @@ pub(crate) fn test_polls_to_completion(t: &Ranks) -> Check {
 /// at its timeout. Other ranks take no part.
 pub(crate) fn test_never_waits_for_the_peer(t: &Ranks) -> Check {
     // Made on every rank: making a communicator is collective.
-    let c = Communicator::with_same_node(
-        &mpi::topology::SimpleCommunicator::world(),
-        t.ctx,
-        t.policy(),
-    )
-    .map_err(|e| format!("communicator: {e}"))?;
+    let c = t.new_communicator()?;
     if t.rank > 1 {
         return Ok(());
     }

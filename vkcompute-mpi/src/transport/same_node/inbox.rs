@@ -240,21 +240,15 @@ pub(crate) fn shared_part<T: Element>(
     range: &std::ops::Range<usize>,
     with: impl FnOnce(&DeviceBuffer<T>) -> Result<()>,
 ) -> Result<()> {
-    if range.is_empty() {
-        return Ok(());
-    }
-    let part = memory
-        .create_sub_buffer::<T>(range.start, range.len())
-        .map_err(Error::device(op))?;
-    (part.enqueue_acquire_from_external()).map_err(Error::device(op))?;
-    let done = with(&part);
-    (part.enqueue_release_to_external()).map_err(Error::device(op))?;
-    done
+    shared_parts(op, &[memory], range, |parts| {
+        parts.first().map_or(Ok(()), with)
+    })
 }
 
 /// [`shared_part`] of several memories at once: `with` gets their parts in
 /// the order of `memories`, each acquired before and released after it
-/// (every one acquired is released, even where another failed).
+/// (every one acquired is released, even where another failed; a failed
+/// release is the error returned, else `with`'s).
 pub(crate) fn shared_parts<T: Element>(
     op: &'static str,
     memories: &[&DeviceBuffer<u8>],
