@@ -184,13 +184,6 @@ impl Error {
         move |source| Error::Device { op, source }
     }
 
-    /// Whether this is a device error of this rank's own, after which it
-    /// still did its part of the messages (unlike an MPI error, a timeout
-    /// or a protocol error, which end a collective at once).
-    pub(crate) fn is_device(&self) -> bool {
-        matches!(self, Error::Device { .. })
-    }
-
     /// Whether this is vkcompute's error for a buffer mapped to the host
     /// (which the other ranks learn as such; see `header::Failure`).
     pub(crate) fn is_mapped_buffer(&self) -> bool {

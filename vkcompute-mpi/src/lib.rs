@@ -5,8 +5,8 @@
 //! device side: MPI (rsmpi over the system's MPI, Open MPI 4.1 on Debian
 //! 12) moves bytes between pinned host buffers, vkcompute copies them to
 //! and from the device, and the arithmetic of the reductions runs as
-//! kernels on the device (but for a large allreduce, which MPI's own
-//! allreduce reduces on the host).
+//! kernels on the device (but for a large allreduce or reduce over MPI,
+//! which MPI reduces on the host).
 //!
 //! ```no_run
 //! use vkcompute::DeviceContext;
@@ -68,16 +68,19 @@
 //! device-to-host (or host-to-device) copies overlap the MPI transfer of
 //! the piece before. A collective whose chunks (a rank's share of the
 //! buffer) exceed 4 MiB pipelines the same way: in the ring of
-//! `reduce`, `allgather` and `reduce_scatter`, `reduce`'s gather to the
-//! root and a `broadcast`'s `MPI_Ibcast`s, each chunk travels in pieces
-//! through host buffers of one piece each, each piece's copies and
-//! reduction kernel overlapping the transfer of the others. Such an
-//! `allreduce` runs MPI's own allreduce instead ([`AllreduceAlgorithm::Mpi`]),
-//! one `MPI_Iallreduce` a piece of the buffer, reduced on the host: each
-//! piece is copied to pinned host memory, reduced by MPI once there and
-//! copied back once reduced, four pieces under way; on a mapped buffer
-//! MPI reduces into the mapping, in the same pieces, so that ranks on
-//! either path pair. Smaller collectives stage their buffer whole over
+//! `allgather` and `reduce_scatter` and a `broadcast`'s `MPI_Ibcast`s,
+//! each chunk travels in pieces through host buffers of one piece each,
+//! each piece's copies and reduction kernel overlapping the transfer of
+//! the others. Such an `allreduce` runs MPI's own allreduce instead
+//! ([`AllreduceAlgorithm::Mpi`]), one `MPI_Iallreduce` a piece of the
+//! buffer, reduced on the host: each piece is copied to pinned host
+//! memory, reduced by MPI once there and copied back once reduced, four
+//! pieces under way; on a mapped buffer MPI reduces into the mapping, in
+//! the same pieces, so that ranks on either path pair. Such a `reduce`
+//! runs MPI's reduce the same way through pinned host memory (one
+//! `MPI_Ireduce` a piece; on two ranks the other rank sends each piece
+//! and the root reduces it with `MPI_Reduce_local`), the result copied
+//! back at the root only. Smaller collectives stage their buffer whole over
 //! MPI. A communicator keeps the pinned buffers between calls, at most
 //! 256 MiB of whole staging buffers and 256 MiB of pieces' buffers (the
 //! oldest given back first); beyond that a call's buffers are new.

@@ -85,6 +85,9 @@ pub struct Communicator {
     /// How many allreduces ran MPI's own allreduce in pieces
     /// (`Communicator::mpi_allreduces`).
     pub(crate) mpi_allreduces: AtomicU64,
+    /// How many reduces ran MPI's own reduce in pieces
+    /// (`Communicator::mpi_reduces`).
+    pub(crate) mpi_reduces: AtomicU64,
 }
 
 impl Communicator {
@@ -166,6 +169,7 @@ impl Communicator {
             maps_directly,
             direct_reduce_scatters: AtomicU64::new(0),
             mpi_allreduces: AtomicU64::new(0),
+            mpi_reduces: AtomicU64::new(0),
         })
     }
 
@@ -310,6 +314,14 @@ impl Communicator {
     #[cfg(feature = "test-counters")]
     pub fn mpi_allreduces(&self) -> u64 {
         self.mpi_allreduces.load(Ordering::Relaxed)
+    }
+
+    /// How many reduces of this communicator ran MPI's own reduce in
+    /// pieces (over MPI, where the ring's chunks would be longer than one
+    /// piece), for the tests that check where it is taken.
+    #[cfg(feature = "test-counters")]
+    pub fn mpi_reduces(&self) -> u64 {
+        self.mpi_reduces.load(Ordering::Relaxed)
     }
 
     /// This rank's number in the communicator.

@@ -12,15 +12,15 @@
 //! the others and the reduction kernels so overlap; in the ring's
 //! allgather a received piece is copied to the device while MPI forwards
 //! it from the same host buffer (no copy back out). A step is
-//! point-to-point messages (the ring's steps, `reduce`'s gather to the
-//! root) or `MPI_Ibcast`s (a broadcast's pieces).
+//! point-to-point messages (the ring's steps) or `MPI_Ibcast`s (a
+//! broadcast's pieces).
 //!
 //! The messages are the same as those of the collectives whose chunks
 //! travel whole (`whole.rs`, `Whole`: `raw::sendrecv_pieces` posts a
 //! step's pieces at once, `raw::broadcast` a broadcast's), so ranks on
 //! different routes work together: the piece length depends only on what
 //! the ranks agreed (the element type and the chunks). MPI's own
-//! allreduce in pieces: `mpi.rs`.
+//! allreduce and reduce in pieces: `mpi.rs`.
 mod mpi;
 mod on_node;
 mod whole;
@@ -260,53 +260,6 @@ impl Team<'_> {
             })?;
         }
         failed.or(unstored).map_or(Ok(()), Err)
-    }
-
-    /// After a reduce-scatter over `ring`'s chunks: every rank's chunk to
-    /// `root`, in pieces. The others send theirs from
-    /// `ring.slots.out_at(size - 1)`, where its pieces must be on their
-    /// way; the root receives every other rank's, in rank order (two ranks'
-    /// pieces taking turns in the slots), calling `arrived(range, piece)`
-    /// for each piece as it lands. Failures: as [`ring_steps`](Self::ring_steps).
-    pub(crate) fn gather_to_root<T: Pod>(
-        &self,
-        op: &'static str,
-        ring: Ring<'_>,
-        root: i32,
-        mut arrived: impl FnMut(&Range<usize>, HostBuffer<T>) -> Result<()>,
-    ) -> Result<()> {
-        let (rank, size) = (self.rank, self.size);
-        let mut failed = None;
-        let peers = (0..size).filter(|&q| q as i32 != root);
-        for (turn, q) in peers.enumerate() {
-            if q != rank && rank as i32 != root {
-                continue;
-            }
-            let pieces = split(ring.chunks[q].clone(), ring.piece);
-            let (sends, recvs) = if q == rank {
-                (pieces, Vec::new())
-            } else {
-                (Vec::new(), pieces)
-            };
-            let step = Step {
-                wire: Wire::Pair {
-                    dest: root,
-                    source: q as i32,
-                    tag: COLLECTIVE_TAG,
-                },
-                sends,
-                from: ring.slots.out_at(size - 1),
-                recvs,
-                into: &ring.slots.inbox[turn % 2],
-            };
-            self.exchange_step::<T>(op, &step, &mut failed, |p, range| {
-                if range.is_empty() {
-                    return Ok(());
-                }
-                arrived(range, typed::<T>(op, &step.into[p], range.len())?)
-            })?;
-        }
-        failed.map_or(Ok(()), Err)
     }
 
     /// `MPI_Bcast` from `root` of `n` elements in pieces of `piece`, one

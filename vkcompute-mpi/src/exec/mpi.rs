@@ -1,10 +1,11 @@
-//! MPI's own allreduce of a buffer that does not map, in pieces through
-//! pinned host memory ([`Team::allreduce_by_mpi`]): each piece is copied
-//! from the device into a slot of its own, reduced there by
-//! `MPI_Iallreduce` in place once its copy is through, and copied back
-//! once reduced, the slot then taking the piece `window` further on. The
-//! copies of some pieces so overlap MPI's reductions of others, and no
-//! piece makes more than its two device copies.
+//! MPI's own allreduce (or reduce) of a buffer that does not map, in
+//! pieces through pinned host memory ([`Team::reduce_by_mpi`]): each
+//! piece is copied from the device into a slot of its own, reduced by
+//! `MPI_Iallreduce` (`MPI_Ireduce`) into another once its copy is
+//! through, and copied back once reduced (at a reduce's root only), the
+//! slot then taking the piece `window` further on. The copies of some
+//! pieces so overlap MPI's reductions of others, and no piece makes more
+//! than its two device copies.
 
 use std::cell::RefCell;
 use std::mem::size_of;
@@ -40,22 +41,23 @@ pub(crate) fn stage_in<T: Reducible>(
 }
 
 impl Team<'_> {
-    /// MPI's allreduce of `reduction` over the `n` elements of `place`, in
-    /// pieces of `piece`, through `slots`: their first half holds the
-    /// operands (one piece each at a time), the second half the results.
-    /// The first `slots.len() / 2` pieces must be on their way into their
-    /// operand slots, `staged` saying when each is through ([`stage_in`]).
-    /// Each reduced piece is copied back into `place` and its operand slot
-    /// takes the piece `slots.len() / 2` further on. The same MPI calls as
-    /// MPI's allreduce of a mapping in the same pieces, so ranks on either
-    /// route pair.
+    /// MPI's allreduce of `reduction` (its reduce, where it has a root)
+    /// over the `n` elements of `place`, in pieces of `piece`, through
+    /// `slots`: their first half holds the operands (one piece each at a
+    /// time), the second half the results. The first `slots.len() / 2`
+    /// pieces must be on their way into their operand slots, `staged`
+    /// saying when each is through ([`stage_in`]). Each reduced piece is
+    /// copied back into `place` (on every rank, or at the root alone) and
+    /// its operand slot takes the piece `slots.len() / 2` further on. The
+    /// same MPI calls as MPI's allreduce of a mapping in the same pieces,
+    /// so ranks on either route pair.
     ///
     /// A device error (a copy, a slot) does not stop this rank's part of
     /// the reductions and is returned at the end: zeros go in for a piece
     /// this rank could not read, a piece it could not write back is
     /// dropped. An MPI error or a timeout ends it at once, once MPI no
     /// longer touches the slots.
-    pub(crate) fn allreduce_by_mpi<T: Reducible>(
+    pub(crate) fn reduce_by_mpi<T: Reducible>(
         &self,
         op: &'static str,
         (place, reduction): (Place<'_, T>, Reduction),
@@ -67,6 +69,7 @@ impl Team<'_> {
         let window = (slots.len() / 2).max(1);
         let (operands, results) = slots.split_at(window);
         let size = size_of::<T>();
+        let gets_result = reduction.lands_at(self.rank);
         // Shared by the three callbacks, which the raw layer calls in turn.
         let state = RefCell::new((staged, None::<Error>));
         let ready = |p: usize| {
@@ -106,7 +109,7 @@ impl Team<'_> {
         let reduced = |p: usize, landed: bool| {
             let (staged, failed) = &mut *state.borrow_mut();
             let range = &pieces[p];
-            if landed {
+            if landed && gets_result {
                 let back = typed::<T>(op, &results[p % window], range.len()).and_then(|host| {
                     (place.copy_into_range(range.start, range.len(), &host))
                         .map_err(Error::device(op))
@@ -121,7 +124,7 @@ impl Team<'_> {
             });
         };
         let count = (pieces.len(), window);
-        let done = raw::allreduce_pieces(op, self.raw, reduction, count, ready, memory, reduced);
+        let done = raw::reduce_pieces(op, self.raw, reduction, count, ready, memory, reduced);
         let (_, failed) = state.into_inner();
         done.and(failed.map_or(Ok(()), Err))
     }

@@ -35,7 +35,7 @@ pub(crate) enum Route {
     /// Over MPI through pinned host buffers of one piece each, each
     /// piece's copies and kernel overlapping the others' transfers (the
     /// executor's pieces: chunks longer than one piece, the ring; an
-    /// allreduce: MPI's allreduce in pieces).
+    /// allreduce or a reduce: MPI's own in pieces).
     Pieces,
     /// Over MPI through pinned host buffers of the whole buffer (small
     /// chunks, halving, doubling; and the header exchange alone where no
@@ -167,8 +167,10 @@ pub(crate) fn plan(ask: &Ask) -> Plan {
     }
     let allreduce = ask.collective == Collective::Allreduce;
     let in_pieces = schedule == Algorithm::Ring && piece < chunks.longest();
-    if allreduce && in_pieces {
-        let route = if ask.mapped {
+    // MPI's own reduction in pieces: allreduce on either route, reduce
+    // through pinned host buffers (it never takes the mapped route).
+    if (allreduce || ask.collective == Collective::Reduce) && in_pieces {
+        let route = if allreduce && ask.mapped {
             Route::Mapped
         } else {
             Route::Pieces
@@ -278,12 +280,21 @@ mod tests {
         for c in [Broadcast, Reduce, Allgather, ReduceScatter] {
             assert_eq!(plan(&ask(c, 3, 4 << 10)).route, Route::Whole, "{c:?}");
         }
-        // Chunks of 16 MiB (a reduce of 48 MiB, blocks of 16 MiB): pieces.
+        // Chunks of 16 MiB (a reduce of 48 MiB, blocks of 16 MiB): pieces,
+        // the reduce by MPI's own, the others by the ring.
         for c in [Reduce, Allgather, ReduceScatter] {
             let bytes = if c == Reduce { 48 << 20 } else { 16 << 20 };
             let p = plan(&ask(c, 3, bytes));
             assert_eq!((p.route, p.piece), (Route::Pieces, (4 << 20) / 4), "{c:?}");
+            let by_mpi = p.algorithm == AllreduceAlgorithm::Mpi;
+            assert_eq!(by_mpi, c == Reduce, "{c:?}");
         }
+        // A reduce of chunks of one piece keeps the ring (or halving).
+        let small = plan(&ask(Reduce, 2, 8 << 20));
+        assert_eq!(
+            (small.route, small.algorithm),
+            (Route::Whole, AllreduceAlgorithm::Ring)
+        );
         let broadcast = plan(&ask(Broadcast, 2, 64 << 20));
         assert_eq!(
             (broadcast.route, broadcast.piece),

@@ -124,7 +124,9 @@ pub enum AllreduceAlgorithm {
     /// over the buffer in pieces: in the buffer's mapping where it maps in
     /// place, else through pinned host memory, each piece's copies to and
     /// from the device overlapping the others' reductions (where the ring
-    /// would run with chunks of more than one piece).
+    /// would run with chunks of more than one piece). `reduce` over MPI
+    /// takes MPI's reduce (`MPI_Ireduce`) alike, through pinned host
+    /// memory.
     Mpi,
 }
 

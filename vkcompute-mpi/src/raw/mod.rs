@@ -45,7 +45,7 @@ pub(crate) use fd::{random_bytes, recv_fd_now, send_fd, PeerFd};
 pub(crate) use held::Held;
 pub(crate) use pieces::{exchange_pieces, Landing, Source, Wire};
 pub(crate) use pinned::{copy_part_ranges, PinnedSlot, COPY_PART_BYTES};
-pub(crate) use reduce::{allreduce_pieces, Reduction};
+pub(crate) use reduce::{reduce_pieces, Reduction};
 pub(crate) use shm::{create_shared_host, import_shared_host};
 pub(crate) use wait::{
     pause, streaming, suspect_bound, Patience, PendingOp, Pollable, Ticket, WaitState,

@@ -722,6 +722,7 @@ pub(crate) fn collectives_in_pieces(t: &Ranks) -> Check {
     // Elements of 4 bytes in a piece.
     let piece = 1usize << 20;
     let last = t.size - 1;
+    let mpi_before = t.comm.mpi_reduces();
     reduce_one::<f32>(t, ReduceOp::Sum, p * piece + 13, last)?;
     let n = p * piece + 5;
     let (parent, view) = in_view::<i32>(t, 3, &data::<i32>(t.rank, n))?;
@@ -735,6 +736,25 @@ pub(crate) fn collectives_in_pieces(t: &Ranks) -> Check {
         data::<i32>(t.rank, n)
     };
     parent_holds(&parent, 3, &want, "reduce of a view in pieces")?;
+    // A host buffer of u64 (three pieces a chunk, the last short) to a
+    // root in the middle; the other ranks' buffers are left alone.
+    let n = 3 * p * (piece / 2) - 7;
+    let mine = data::<u64>(t.rank, n);
+    let host = host_buffer(t.ctx, &mine)?;
+    let what = "reduce of a host buffer in pieces to rank 1";
+    ok(what, t.comm.reduce(&host, ReduceOp::Min, 1))?;
+    let want = match t.rank {
+        1 => reference::<u64>(ReduceOp::Min, t.size, n),
+        _ => mine,
+    };
+    same(what, &dev("read", host.to_vec())?, &want)?;
+    // Over MPI each took MPI's reduce in pieces; on the same-node path
+    // none did.
+    let by_mpi = t.comm.mpi_reduces() - mpi_before;
+    let on_node = t.comm.collective_path() == vkcompute_mpi::Path::SameNode;
+    ensure(by_mpi == if on_node { 0 } else { 3 }, || {
+        format!("{by_mpi} of 3 reduces in pieces took MPI's reduce")
+    })?;
     reduce_scatter_one::<f32>(t, ReduceOp::Sum, piece + 7)?;
     let m = piece / 2 + 1;
     let send = host_buffer(t.ctx, &data::<u64>(t.rank, m * p))?;

@@ -28,7 +28,7 @@
 //! This module checks the arguments, agrees with the other ranks and
 //! plans (`plan::plan`); the executor (`exec`) runs the plan: chunks that
 //! travel whole (`whole.rs` prepares them), in pieces (`pipelined.rs`),
-//! or MPI's allreduce in pieces (`mpi.rs`).
+//! or MPI's allreduce and reduce in pieces (`mpi.rs`).
 //!
 //! Where every pair of ranks takes the same-node path
 //! (`Communicator::collective_path`), the collectives of buffers that are
@@ -269,8 +269,7 @@ impl Communicator {
         match plan.route {
             Route::SameNode => return self.reduce_same_node(op, (buf, reduce, root), header),
             Route::Pieces => {
-                let pieces = (plan.chunks, plan.piece);
-                return self.reduce_pipelined(op, (buf, reduce, root), header, pieces);
+                return self.reduce_mpi(op, (buf, reduce, root), header, plan.piece);
             }
             _ => {}
         }

@@ -1,7 +1,7 @@
 //! The staged collectives in pieces (`pipeline`): where a collective's
 //! chunks (one rank's share of its buffer) are longer than one piece, the
-//! ring's steps (of reduce, reduce_scatter and allgather; an allreduce
-//! runs MPI's own, `mpi.rs`), the gather of `reduce` and the broadcast travel in
+//! ring's steps (of reduce_scatter and allgather; an allreduce and a
+//! reduce run MPI's own, `mpi.rs`) and the broadcast travel in
 //! pieces through pinned host buffers of one piece each, and each piece's
 //! device work (its copy to the device, its reduction, its copy out for
 //! the next step) is enqueued as soon as it has arrived, so that the
@@ -115,69 +115,12 @@ impl Communicator {
         Ok(())
     }
 
-    /// `reduce` of chunks longer than one piece: the ring's reduce-scatter
-    /// in a device working copy of `buf`, then every rank's reduced chunk
-    /// to `root` in pieces, each copied into the root's `buf` as it lands.
-    /// A device error after the ranks agreed does not stop this rank's
-    /// part of the messages and is returned at the end (the root's `buf`
-    /// is then undefined). (An allreduce of chunks longer than one piece
-    /// runs MPI's allreduce instead: `mpi.rs`.)
-    pub(crate) fn reduce_pipelined<T: Reducible, B: Buffer<T> + ?Sized>(
-        &self,
-        op: &'static str,
-        (buf, reduce, root): (&B, ReduceOp, i32),
-        header: Header,
-        (chunks, piece): (Chunks, usize),
-    ) -> Result<()> {
-        let (n, size, rank) = (buf.elements(), self.size() as usize, self.rank() as usize);
-        let prepared = self.check_rank(op, root).and_then(|()| {
-            self.prepare_pipelined(op, reduce, (&chunks, piece), || {
-                let acc = self.work_buffer::<T>(op, n)?;
-                (buf.place().copy_range_to(0, n, &acc)).map_err(Error::device(op))?;
-                Ok(acc)
-            })
-        });
-        let p = self.agree(op, header, prepared)?;
-        let reduced = self.ring_in_work(op, &p, (&chunks, piece), 0..size - 1);
-        let ring = Ring {
-            chunks: &chunks.ranges,
-            piece,
-            slots: &p.slots,
-        };
-        let mine = &chunks.ranges[rank];
-        let own = if rank as i32 == root {
-            p.work
-                .create_sub_buffer::<T>(mine.start, mine.len())
-                .and_then(|chunk| buf.place().copy_into_range(mine.start, mine.len(), &chunk))
-                .map_err(Error::device(op))
-        } else {
-            let out = ring.slots.out_at(size - 1);
-            let staged = plan::split(mine.clone(), piece)
-                .iter()
-                .enumerate()
-                .try_for_each(|(q, range)| self.team().stage_out(op, &p.work, range, &out[q]));
-            staged.and_then(|()| self.team().flush(op))
-        };
-        // After an MPI error the ranks are out of step: no gather.
-        let gathered = match &reduced {
-            Err(e) if !e.is_device() => Ok(()),
-            _ => self
-                .team()
-                .gather_to_root::<T>(op, ring, root, |range, incoming| {
-                    (buf.place()
-                        .copy_into_range(range.start, range.len(), &incoming))
-                    .map_err(Error::device(op))
-                }),
-        };
-        p.slots.keep(&self.pool);
-        reduced.and(gathered).and(own)
-    }
-
     /// `reduce_scatter` of blocks longer than one piece: the ring's
     /// reduce-scatter in a device working copy of `send` whose blocks lie
     /// at `chunks` (a stride apart that the kernels can bind), then this
-    /// rank's block into `recv`. Failures after the ranks agreed: as in
-    /// [`reduce_pipelined`](Self::reduce_pipelined).
+    /// rank's block into `recv`. A device error after the ranks agreed
+    /// does not stop this rank's part of the messages and is returned at
+    /// the end (`recv` is then undefined).
     pub(crate) fn reduce_scatter_pipelined<T, S, R>(
         &self,
         op: &'static str,
@@ -217,8 +160,8 @@ impl Communicator {
     /// slots (and copied from there into its place in `recv`), every
     /// arriving piece copied into `recv` as it lands and forwarded in the
     /// next step from where it landed. Failures after the ranks agreed: as
-    /// in [`reduce_pipelined`](Self::reduce_pipelined) (`recv` then
-    /// undefined); a `recv` that cannot be written (the host holds it) is
+    /// in [`reduce_scatter_pipelined`](Self::reduce_scatter_pipelined)
+    /// (`recv` then undefined); a `recv` that cannot be written (the host holds it) is
     /// this rank's error alone, since the pieces it could not store are
     /// forwarded from their slots all the same.
     pub(crate) fn allgather_pipelined<T, S, R>(
@@ -275,7 +218,7 @@ impl Communicator {
     /// stages `buf` into one slot per piece, each `MPI_Ibcast` going out
     /// as its piece reaches the host; elsewhere each piece is copied into
     /// `buf` as it lands. Failures after the ranks agreed: as in
-    /// [`reduce_pipelined`](Self::reduce_pipelined).
+    /// [`reduce_scatter_pipelined`](Self::reduce_scatter_pipelined).
     pub(crate) fn broadcast_pipelined<T: Element, B: Buffer<T> + ?Sized>(
         &self,
         op: &'static str,
