@@ -37,7 +37,7 @@ use crate::element::Reducible;
 use crate::error::{Error, Result};
 use crate::plan::split;
 use crate::raw::Comm;
-use crate::raw::{self, Landing, Source, Wire};
+use crate::raw::{self, Landing, Source, Spare, Wire};
 use crate::transport::kernels::{self, ReduceKernels};
 use crate::transport::pool::StagingPool;
 use crate::wire::COLLECTIVE_TAG;
@@ -358,7 +358,7 @@ impl Team<'_> {
                 Ok(slice) => Landing::Slot(slice, bytes),
                 Err(e) => {
                     failed.get_or_insert(Error::device(op)(e));
-                    Landing::Spare(vec![0u8; bytes])
+                    Landing::Spare(Spare::zeroed(bytes))
                 }
             });
         }
@@ -370,10 +370,10 @@ impl Team<'_> {
             let mut failed = failed.borrow_mut();
             match step.from[p].as_slice() {
                 Ok(slice) if failed.is_none() => Source::Slot(slice, bytes),
-                Ok(_) => Source::Spare(vec![0u8; bytes]),
+                Ok(_) => Source::Spare(Spare::zeroed(bytes)),
                 Err(e) => {
                     failed.get_or_insert(Error::device(op)(e));
-                    Source::Spare(vec![0u8; bytes])
+                    Source::Spare(Spare::zeroed(bytes))
                 }
             }
         };

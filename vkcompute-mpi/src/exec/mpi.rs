@@ -17,7 +17,7 @@ use super::{note, typed, Team};
 use crate::element::Reducible;
 use crate::error::{Error, Result};
 use crate::plan::split;
-use crate::raw::{self, Landing, Reduction, Source};
+use crate::raw::{self, Landing, Reduction, Source, Spare};
 use crate::transport::place::Place;
 
 /// A piece on its way into its slot: the event that says its copy is
@@ -94,14 +94,14 @@ impl Team<'_> {
                     if let Err(e) = read {
                         note(failed, Err(Error::device(op)(e)));
                     }
-                    Source::Spare(vec![0u8; bytes])
+                    Source::Spare(Spare::zeroed(bytes))
                 }
             };
             let landing = match results[p % window].as_mut_slice() {
                 Ok(slice) => Landing::Slot(slice, bytes),
                 Err(e) => {
                     note(failed, Err(Error::device(op)(e)));
-                    Landing::Spare(vec![0u8; bytes])
+                    Landing::Spare(Spare::zeroed(bytes))
                 }
             };
             (source, landing)

@@ -43,7 +43,7 @@ pub(crate) use comm::{
 pub(crate) use device::{import_peer_memory, shipped_kernel, Shape, SHIPPED};
 pub(crate) use fd::{random_bytes, recv_fd_now, send_fd, PeerFd};
 pub(crate) use held::Held;
-pub(crate) use pieces::{exchange_pieces, Landing, Source, Wire};
+pub(crate) use pieces::{exchange_pieces, Landing, Source, Spare, Wire};
 pub(crate) use pinned::{copy_part_ranges, PinnedSlot, COPY_PART_BYTES};
 pub(crate) use reduce::{reduce_pieces, Reduction};
 pub(crate) use shm::{create_shared_host, import_shared_host};

@@ -44,6 +44,39 @@ impl Wire {
     }
 }
 
+/// Scratch bytes on the heap, aligned for every element type (8 bytes),
+/// which MPI may reduce as elements where a piece's own memory could not
+/// be had.
+pub(crate) struct Spare {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Spare {
+    /// `len` zero bytes.
+    pub(crate) fn zeroed(len: usize) -> Spare {
+        Spare {
+            words: vec![0; len.div_ceil(8)],
+            len,
+        }
+    }
+
+    /// A copy of `bytes`.
+    pub(crate) fn copy_of(bytes: &[u8]) -> Spare {
+        let mut spare = Spare::zeroed(bytes.len());
+        spare.bytes_mut().copy_from_slice(bytes);
+        spare
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+}
+
 /// The memory an incoming piece lands in: the first `len` bytes of a
 /// pinned host buffer borrowed for the host, other memory borrowed for
 /// the call (a part of a device buffer's mapping), or a scratch buffer
@@ -52,7 +85,7 @@ impl Wire {
 pub(crate) enum Landing<'m> {
     Slot(HostSliceMut<'m, u8>, usize),
     Memory(&'m mut [u8]),
-    Spare(Vec<u8>),
+    Spare(Spare),
 }
 
 impl Landing<'_> {
@@ -60,7 +93,7 @@ impl Landing<'_> {
         match self {
             Landing::Slot(slice, len) => &mut slice[..*len],
             Landing::Memory(memory) => memory,
-            Landing::Spare(spare) => spare,
+            Landing::Spare(spare) => spare.bytes_mut(),
         }
     }
 }
@@ -70,14 +103,14 @@ impl Landing<'_> {
 /// where this rank's data is wrong and the peers must still complete).
 pub(crate) enum Source<'m> {
     Slot(HostSlice<'m, u8>, usize),
-    Spare(Vec<u8>),
+    Spare(Spare),
 }
 
 impl Source<'_> {
     pub(super) fn bytes(&self) -> &[u8] {
         match self {
             Source::Slot(slice, len) => &slice[..*len],
-            Source::Spare(spare) => spare,
+            Source::Spare(spare) => spare.bytes(),
         }
     }
 }

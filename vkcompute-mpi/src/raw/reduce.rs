@@ -1,11 +1,13 @@
 //! MPI's own allreduce or reduce over a buffer in pieces
-//! ([`reduce_pieces`]): one `MPI_Iallreduce` (or `MPI_Ireduce`) a piece,
-//! from an operand into its landing, each posted as soon as its memory is
-//! ready, a window of them under way at once, each piece handed back as
-//! soon as MPI is done with it. The memory is borrowed for the call, which
-//! returns only once MPI is done with all of it (within the
-//! communicator's timeout; a collective cannot be cancelled, so past it
-//! the job is aborted: [`wait`](super::wait)).
+//! ([`reduce_pieces`]): one `MPI_Iallreduce` (or `MPI_Ireduce`; between
+//! two ranks a point-to-point message that the root reduces on the host,
+//! [`Posting::Pair`]) a piece, from an operand into its landing, each
+//! posted as soon as its memory is ready, a window of them under way at
+//! once, each piece handed back as soon as MPI is done with it. The memory
+//! is borrowed for the call, which returns only once MPI is done with all
+//! of it: within the communicator's timeout, counted from the last piece
+//! that finished; past it a collective cannot be cancelled, so the job is
+//! aborted, and point-to-point messages are cancelled ([`wait`](super::wait)).
 
 use std::ops::Range;
 use std::os::raw::{c_int, c_void};
@@ -15,7 +17,7 @@ use mpi::ffi;
 
 use super::pieces::{AbortOnUnwind, Landing, Source};
 use super::transfer::{irecv, isend, Transfer};
-use super::wait::{finish_until, pause, Abandon};
+use super::wait::{finish_until_since, pause, Abandon};
 use super::{check, Comm, MAX_MESSAGE};
 use crate::element::{ElementType, ReduceOp};
 use crate::error::Result;
@@ -254,8 +256,16 @@ struct Window<'m> {
     held: Vec<Option<(Source<'m>, Landing<'m>)>>,
     /// The pieces handed back so far (the first ones).
     handed: usize,
+    /// When the pieces began: the spin of the waits counts from it.
     start: Instant,
+    /// When the last piece was handed back (at first, `start`): the
+    /// timeout counts from it, so that it bounds each wait for the next
+    /// piece, not the whole buffer.
+    progress: Instant,
     reduction: Reduction,
+    /// This rank's own failure to reduce a piece that arrived: the other
+    /// pieces still come and go, and it is returned at the end.
+    local: Option<crate::error::Error>,
 }
 
 impl<'m> Window<'m> {
@@ -273,7 +283,8 @@ impl<'m> Window<'m> {
             let waits = (&mut self.transfers[..], &mut self.open);
             let until = self.at[self.handed].clone();
             let (call, abandon) = (self.reduction.call(), self.reduction.abandon());
-            finish_until(op, comm, call, waits, until, (self.start, abandon))?;
+            let clocks = (self.start, self.progress, abandon);
+            finish_until_since(op, comm, call, waits, until, clocks)?;
         } else {
             let mut first = None;
             let transfers = &mut self.transfers;
@@ -294,34 +305,43 @@ impl<'m> Window<'m> {
                 break;
             }
             let mut landed = self.held[p].take();
+            let mut in_place = !matches!(landed, Some((_, Landing::Spare(_))));
             if let Some((source, landing)) = &mut landed {
-                self.reduction
-                    .reduce_arrived(op, source.bytes(), landing.bytes())?;
+                let done = (self.reduction).reduce_arrived(op, source.bytes(), landing.bytes());
+                if let Err(e) = done {
+                    // This rank's own failure, like a device error: the
+                    // piece's result is not handed back, the others come.
+                    self.local.get_or_insert(e);
+                    in_place = false;
+                }
             }
-            let in_place = !matches!(landed, Some((_, Landing::Spare(_))));
             drop(landed);
             reduced(p, in_place);
             self.handed += 1;
+            self.progress = Instant::now();
         }
         Ok(())
     }
 }
 
-/// MPI's allreduce of `reduction` (its reduce, where it has a root) over
-/// `count` pieces, at most `window`
-/// of them under way at once. For each piece `p` in order: while
+/// MPI's allreduce of `reduction` (its reduce, where it has a root; between
+/// two ranks, messages to the root: [`Posting`]) over `count` pieces, at
+/// most `window` of them under way at once. For each piece `p` in order: while
 /// `ready(p)` says its memory is not ready yet, the pieces under way are
 /// moved on (and handed back as they finish); then `memory(p)` gives its
 /// memory, this rank's operand and where the result lands (of the same
 /// whole elements; a scratch landing where this rank's own memory could
-/// not be had), and its `MPI_Iallreduce` (`MPI_Ireduce`) is posted. Once piece `p` is
-/// reduced, and every earlier one handed back, its memory is dropped (it
+/// not be had), and its transfers are posted. Once piece `p` is reduced
+/// (at a pair's root, by this rank once it arrived), and every earlier
+/// one handed back, its memory is dropped (it
 /// goes back to its owner) and `reduced(p, landed)` is called (`landed`:
 /// the result is in the landing given, not in a scratch one; only the
 /// root's landings get a reduce's result). Every rank posts the same
-/// pieces in the same order. Returns once MPI is done with every piece's memory:
-/// the first MPI error (which stops the posting and the calls of
-/// `reduced`), or `Ok`.
+/// pieces in the same order. Returns once MPI is done with every piece's
+/// memory: the first MPI error or timeout (which stops the posting and
+/// the calls of `reduced`; the timeout counts from the last piece handed
+/// back), else a pair's root's failure to reduce a piece (whose `landed`
+/// then says `false`, the other pieces going on), or `Ok`.
 ///
 /// A panic in a callback while reductions are under way aborts the
 /// process: the memory they use cannot be freed.
@@ -336,14 +356,17 @@ pub(crate) fn reduce_pieces<'m>(
 ) -> Result<()> {
     comm.state.usable(op)?;
     let window_len = window.max(1);
+    let start = Instant::now();
     let mut w = Window {
         transfers: Vec::new(),
         open: Vec::new(),
         at: Vec::with_capacity(count),
         held: Vec::with_capacity(count),
         handed: 0,
-        start: Instant::now(),
+        start,
+        progress: start,
         reduction,
+        local: None,
     };
     // Declared after the memory, so dropped before it: a panic below while
     // reductions are under way ends the process instead of freeing memory
@@ -401,10 +424,12 @@ pub(crate) fn reduce_pieces<'m>(
     let all = 0..w.transfers.len();
     let waits = (&mut w.transfers[..], &mut w.open);
     let (call, abandon) = (reduction.call(), reduction.abandon());
-    let rest = finish_until(op, comm, call, waits, all, (w.start, abandon));
+    let clocks = (w.start, w.progress, abandon);
+    let rest = finish_until_since(op, comm, call, waits, all, clocks);
+    let local = w.local.take();
     // Only now may the memory go.
     drop(w);
-    result.and(rest)
+    result.and(rest).and(local.map_or(Ok(()), Err))
 }
 
 #[cfg(test)]

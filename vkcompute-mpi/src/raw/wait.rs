@@ -395,9 +395,22 @@ pub(crate) fn finish_until(
     op: &'static str,
     comm: &Comm,
     call: &'static str,
-    (transfers, open): (&mut [Transfer], &mut Vec<usize>),
+    waits: (&mut [Transfer], &mut Vec<usize>),
     until: std::ops::Range<usize>,
     (start, abandon): (Instant, Abandon),
+) -> Result<()> {
+    finish_until_since(op, comm, call, waits, until, (start, start, abandon))
+}
+
+/// [`finish_until`] whose timeout counts from `since` (the last progress
+/// of a stream of pieces, say) while its spin counts from `start`.
+pub(crate) fn finish_until_since(
+    op: &'static str,
+    comm: &Comm,
+    call: &'static str,
+    (transfers, open): (&mut [Transfer], &mut Vec<usize>),
+    until: std::ops::Range<usize>,
+    (start, since, abandon): (Instant, Instant, Abandon),
 ) -> Result<()> {
     let mut first = None;
     let timeout = comm.state.timeout();
@@ -414,7 +427,7 @@ pub(crate) fn finish_until(
         }
         comm.state.progress();
         match timeout {
-            Some(after) if start.elapsed() >= after => {
+            Some(after) if since.elapsed() >= after => {
                 let error = comm.state.timed_out(op, call, after);
                 match abandon {
                     Abandon::Leak => {}

@@ -711,7 +711,8 @@ pub(crate) fn collectives_in_the_halving_range(t: &Ranks) -> Check {
 
 /// Every collective whose chunks (one rank's share) are longer than one
 /// 4 MiB piece, which the staged path moves in pieces through host buffers
-/// of one piece each (`pipelined.rs`): odd lengths (short last pieces and
+/// of one piece each (`pipelined.rs`; a reduce by MPI's own reduce in
+/// pieces, `mpi.rs`, every type and operation over MPI): odd lengths (short last pieces and
 /// chunks), reduce_scatter blocks with gaps between them in the working
 /// buffer, views at odd offsets (their parents' other elements checked),
 /// host buffers, and a broadcast and an allgather with a host buffer on
@@ -748,12 +749,23 @@ pub(crate) fn collectives_in_pieces(t: &Ranks) -> Check {
         _ => mine,
     };
     same(what, &dev("read", host.to_vec())?, &want)?;
+    // Over MPI (where MPI reduces them, or on two ranks this rank with
+    // MPI_Reduce_local) the other element types and operations, to the
+    // last rank and to rank 0, each just over one piece a chunk.
+    let on_node = t.comm.collective_path() == vkcompute_mpi::Path::SameNode;
+    if !on_node {
+        let just_over = |piece: usize| p * piece + 3;
+        reduce_one::<f64>(t, ReduceOp::Product, just_over(piece / 2), last)?;
+        reduce_one::<i64>(t, ReduceOp::Max, just_over(piece / 2), 0)?;
+        reduce_one::<u32>(t, ReduceOp::Sum, just_over(piece), last)?;
+        reduce_one::<i32>(t, ReduceOp::Min, just_over(piece), 0)?;
+    }
     // Over MPI each took MPI's reduce in pieces; on the same-node path
     // none did.
     let by_mpi = t.comm.mpi_reduces() - mpi_before;
-    let on_node = t.comm.collective_path() == vkcompute_mpi::Path::SameNode;
-    ensure(by_mpi == if on_node { 0 } else { 3 }, || {
-        format!("{by_mpi} of 3 reduces in pieces took MPI's reduce")
+    let want = if on_node { 0 } else { 7 };
+    ensure(by_mpi == want, || {
+        format!("{by_mpi} of {want} reduces in pieces took MPI's reduce")
     })?;
     reduce_scatter_one::<f32>(t, ReduceOp::Sum, piece + 7)?;
     let m = piece / 2 + 1;

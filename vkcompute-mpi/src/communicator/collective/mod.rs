@@ -6,7 +6,8 @@
 //! MPI moves bytes between pinned host buffers (or, for `broadcast` and
 //! `allreduce` of a device buffer that maps directly, in the buffer's
 //! mapping); the arithmetic of the reductions runs in this crate's kernels
-//! on the device. The reductions are a reduce-scatter (each rank then
+//! on the device, but for an allreduce or reduce of chunks longer than one
+//! piece over MPI, which MPI reduces on the host (`mpi.rs`). The reductions are a reduce-scatter (each rank then
 //! owning one fully reduced chunk) and, for allreduce, an allgather of the
 //! chunks, chosen by size (`schedule`): bandwidth-optimal, every rank
 //! sending `2 (n - 1) / n` of the buffer, in the ring (`size - 1` steps

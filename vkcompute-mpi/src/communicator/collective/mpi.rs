@@ -20,7 +20,7 @@ use crate::element::{ReduceOp, Reducible};
 use crate::error::{Error, Result};
 use crate::exec::{self, Staged};
 use crate::plan;
-use crate::raw::{self, Landing, Reduction, Source};
+use crate::raw::{self, Landing, Reduction, Source, Spare};
 use crate::transport::place::Buffer;
 use crate::wire::{Header, COLLECTIVE_TAG};
 
@@ -90,7 +90,7 @@ impl Communicator {
                             .map(|s| Source::Slot(s, len))
                             .unwrap_or_else(|e| {
                                 failed.borrow_mut().get_or_insert(Error::device(op)(e));
-                                Source::Spare(part.to_vec())
+                                Source::Spare(Spare::copy_of(part))
                             });
                         (source, Landing::Memory(part))
                     },
