@@ -30,6 +30,15 @@
 //!   The same for a blocking send from rank 0 to rank 1 (its first send
 //!   times out waiting for the answer, its second must not overwrite the
 //!   memory rank 1 then copies the first out of). Every rank exits 0.
+//! - `reduce-pair`: a reduce of two ranks in pieces (a communicator of
+//!   ranks 0 and 1 over MPI, 16 MiB: point-to-point pieces to the root)
+//!   whose root times out waiting for a piece must return, not abort the
+//!   job: rank 1 joins, but its device is busy for about 4 s (fills of its
+//!   buffer enqueued first), so its first piece is late. Rank 0 (timeout
+//!   1 s) gets `Error::Timeout` naming `MPI_Irecv` after 1 to 4 s, then
+//!   `Error::Broken`, and says so before rank 1 sends; rank 1 then ends
+//!   as MPI allows (its sends are never taken: a timeout, or the job
+//!   aborted where MPI cannot cancel them), which this case accepts.
 //! - `dup`: after a timeout, a new communicator's duplication is bounded.
 //!   Rank 0 (timeout 200 ms) times out in a receive nobody sends to, then
 //!   makes a new `Communicator` of the world, which the others never do
@@ -78,7 +87,14 @@ fn exit_time(output: &str) -> Option<f64> {
 fn launch() -> ExitCode {
     let exe = std::env::current_exe().unwrap();
     let mut failed = Vec::new();
-    for case in ["stall", "die", "die-recovery", "broken", "dup"] {
+    for case in [
+        "stall",
+        "die",
+        "die-recovery",
+        "broken",
+        "reduce-pair",
+        "dup",
+    ] {
         let mut args = vec!["--oversubscribe", "--timeout", "60", "-np", RANKS];
         if case == "die-recovery" {
             args.insert(0, "--enable-recovery");
@@ -110,6 +126,19 @@ fn launch() -> ExitCode {
                     Err(format!("the job failed ({})", out.status))
                 } else if ok.to_string() != RANKS {
                     Err(format!("{ok} ranks reported success, {RANKS} were due"))
+                } else {
+                    Ok(())
+                }
+            }
+            "reduce-pair" => {
+                let root_ok = fault_lines
+                    .iter()
+                    .any(|l| l.starts_with("FAULT rank 0 ok: "));
+                let early = fault_lines.iter().any(|l| l.contains("FAILED"));
+                if early || !root_ok {
+                    Err("rank 0 did not report its timeout and Broken".into())
+                } else if took > Duration::from_secs(30) {
+                    Err(format!("the job took {:.1} s", took.as_secs_f64()))
                 } else {
                     Ok(())
                 }
@@ -185,6 +214,7 @@ fn rank_main(case: &str) -> ExitCode {
     buf.enqueue_fill(1.0).unwrap();
     let result = match case {
         "stall" => stall(&comm, &buf),
+        "reduce-pair" => reduce_pair(&universe.world(), &ctx),
         "dup" => dup_after_timeout(&universe.world(), &ctx, &comm),
         "broken" => {
             let world = universe.world();
@@ -241,6 +271,79 @@ fn stall(comm: &Communicator, buf: &vkcompute::DeviceBuffer<f32>) -> Result<Stri
         }
     }
     Ok(format!("timeout after {took:.2} s, then Broken at once"))
+}
+
+/// Keeps the device busy for about `seconds` with fills of `buf`
+/// (enqueued, not waited for), so that later work on it waits behind
+/// them; the fills' count comes from timing a few.
+fn busy_with_fills(ctx: &DeviceContext, buf: &DeviceBuffer<f32>, seconds: f64) -> usize {
+    // The first fill also maps the memory in: timed apart. The fastest of
+    // three batches, so that a loaded machine makes the wait longer, not
+    // shorter.
+    buf.enqueue_fill(1.0).unwrap();
+    ctx.synchronize().unwrap();
+    let mut each = f64::MAX;
+    for _ in 0..3 {
+        let start = Instant::now();
+        for v in 0..16 {
+            buf.enqueue_fill(v as f32).unwrap();
+        }
+        ctx.synchronize().unwrap();
+        each = each.min(start.elapsed().as_secs_f64() / 16.0);
+    }
+    let count = (seconds / each.max(1e-6)).ceil() as usize;
+    for v in 0..count {
+        buf.enqueue_fill(v as f32).unwrap();
+    }
+    ctx.flush().unwrap();
+    count
+}
+
+/// The `reduce-pair` case (see the file's documentation).
+fn reduce_pair(
+    world: &mpi::topology::SimpleCommunicator,
+    ctx: &DeviceContext,
+) -> Result<String, String> {
+    use mpi::topology::Color;
+    use mpi::traits::Communicator as _;
+    let color = match world.rank() {
+        0 | 1 => Color::with_value(0),
+        _ => Color::undefined(),
+    };
+    let Some(pair) = world.split_by_color(color) else {
+        return Ok("not in the pair".into());
+    };
+    let c = Communicator::with_same_node(&pair, ctx, SameNodePolicy::Off)
+        .map_err(|e| format!("a communicator of two ranks: {e}"))?;
+    // Chunks of 8 MiB: MPI's reduce in pieces (of 4 MiB).
+    let buf = ctx.enqueue_create_buffer::<f32>((1 << 22) + 1000).unwrap();
+    c.set_timeout(Some(Duration::from_secs(1)));
+    if c.rank() == 1 {
+        let fills = busy_with_fills(ctx, &buf, 4.0);
+        let start = Instant::now();
+        let late = c.reduce(&buf, ReduceOp::Sum, 0);
+        let took = start.elapsed().as_secs_f64();
+        return Ok(format!(
+            "the late rank's reduce behind {fills} fills: {late:?} after {took:.2} s"
+        ));
+    }
+    buf.enqueue_fill(1.0).unwrap();
+    let start = Instant::now();
+    let first = c.reduce(&buf, ReduceOp::Sum, 0);
+    let took = start.elapsed().as_secs_f64();
+    match first {
+        Err(Error::Timeout {
+            call: "MPI_Irecv", ..
+        }) if (1.0..4.0).contains(&took) => {}
+        other => return Err(format!("the reduce gave {other:?} after {took:.2} s")),
+    }
+    match c.barrier() {
+        Err(Error::Broken { .. }) => {}
+        other => return Err(format!("a barrier after the timeout gave {other:?}")),
+    }
+    Ok(format!(
+        "reduce: timeout in MPI_Irecv after {took:.2} s, then Broken"
+    ))
 }
 
 fn die(comm: &Communicator, buf: &vkcompute::DeviceBuffer<f32>) -> Result<String, String> {

@@ -382,7 +382,7 @@ impl Communicator {
     /// (its pieces), in an allreduce whose reduce-scatter sends every
     /// chunk to its owner at once `size - 1` chunks, and in MPI's own
     /// allreduce or reduce in pieces the (up to four) pieces under way
-    /// since the last one finished; leave room for the slowest such step,
+    /// since the last one was posted or finished; leave room for the slowest such step,
     /// not one message.
     ///
     /// A timeout marks the communicator broken: its later operations fail

@@ -6,7 +6,7 @@
 //! once, each piece handed back as soon as MPI is done with it. The memory
 //! is borrowed for the call, which returns only once MPI is done with all
 //! of it: within the communicator's timeout, counted from the last piece
-//! that finished; past it a collective cannot be cancelled, so the job is
+//! posted or finished; past it a collective cannot be cancelled, so the job is
 //! aborted, and point-to-point messages are cancelled ([`wait`](super::wait)).
 
 use std::ops::Range;
@@ -258,9 +258,10 @@ struct Window<'m> {
     handed: usize,
     /// When the pieces began: the spin of the waits counts from it.
     start: Instant,
-    /// When the last piece was handed back (at first, `start`): the
-    /// timeout counts from it, so that it bounds each wait for the next
-    /// piece, not the whole buffer.
+    /// When the last piece was posted or handed back (at first, `start`):
+    /// the timeout counts from it, so that it bounds each wait for the
+    /// next piece, not the whole buffer (nor this rank's own wait for its
+    /// device to fill a piece).
     progress: Instant,
     reduction: Reduction,
     /// This rank's own failure to reduce a piece that arrived: the other
@@ -339,8 +340,8 @@ impl<'m> Window<'m> {
 /// root's landings get a reduce's result). Every rank posts the same
 /// pieces in the same order. Returns once MPI is done with every piece's
 /// memory: the first MPI error or timeout (which stops the posting and
-/// the calls of `reduced`; the timeout counts from the last piece handed
-/// back), else a pair's root's failure to reduce a piece (whose `landed`
+/// the calls of `reduced`; the timeout counts from the last piece posted
+/// or handed back), else a pair's root's failure to reduce a piece (whose `landed`
 /// then says `false`, the other pieces going on), or `Ok`.
 ///
 /// A panic in a callback while reductions are under way aborts the
@@ -413,6 +414,7 @@ pub(crate) fn reduce_pieces<'m>(
             unsafe { post_piece(op, comm, (send, recv, len), reduction, &mut w.transfers) };
         w.open.extend(before..w.transfers.len());
         w.at.push(before..w.transfers.len());
+        w.progress = Instant::now();
         if let Err(e) = posted {
             result = Err(e);
             break;
