@@ -374,16 +374,15 @@ impl Communicator {
         self.piece_bytes.store(bytes, Ordering::Relaxed);
     }
 
-    /// Sets how long any one MPI wait of this communicator may take
-    /// before it fails with [`Error::Timeout`] (`None`, the default: as
-    /// long as MPI takes, which is for ever where a peer never comes).
-    /// Applies to every later wait, on every rank that sets it (each rank
-    /// its own). One wait may cover several messages: a collective's step
-    /// (its pieces), in an allreduce whose reduce-scatter sends every
-    /// chunk to its owner at once `size - 1` chunks, and in MPI's own
-    /// allreduce or reduce in pieces the (up to four) pieces under way
-    /// since the last one was posted or finished; leave room for the slowest such step,
-    /// not one message.
+    /// Sets how long any one MPI wait of this communicator may take before it
+    /// fails with [`Error::Timeout`] (`None`, the default: as long as MPI
+    /// takes, which is for ever where a peer never comes). Applies to every
+    /// later wait, on every rank that sets it (each rank its own). One wait may
+    /// cover several messages: a collective's step (its pieces), in an
+    /// allreduce whose reduce-scatter sends every chunk to its owner at once
+    /// `size - 1` chunks, and in MPI's own allreduce or reduce in pieces the
+    /// (up to four) pieces under way since the last one was posted or finished;
+    /// leave room for the slowest such step, not one message.
     ///
     /// A timeout marks the communicator broken: its later operations fail
     /// at once with [`Error::Broken`], because the abandoned messages may

@@ -1,8 +1,9 @@
 //! MPI's own allreduce (or reduce) of a buffer that does not map, in
 //! pieces through pinned host memory ([`Team::reduce_by_mpi`]): each
 //! piece is copied from the device into a slot of its own, reduced by
-//! `MPI_Iallreduce` (`MPI_Ireduce`) into another once its copy is
-//! through, and copied back once reduced (at a reduce's root only), the
+//! `MPI_Iallreduce` (`MPI_Ireduce`; between two ranks, a message to the
+//! root reduced there with `MPI_Reduce_local`) into another once its copy
+//! is through, and copied back once reduced (at a reduce's root only), the
 //! slot then taking the piece `window` further on. The copies of some
 //! pieces so overlap MPI's reductions of others, and no piece makes more
 //! than its two device copies.

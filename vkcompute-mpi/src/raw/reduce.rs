@@ -327,22 +327,22 @@ impl<'m> Window<'m> {
 
 /// MPI's allreduce of `reduction` (its reduce, where it has a root; between
 /// two ranks, messages to the root: [`Posting`]) over `count` pieces, at
-/// most `window` of them under way at once. For each piece `p` in order: while
-/// `ready(p)` says its memory is not ready yet, the pieces under way are
-/// moved on (and handed back as they finish); then `memory(p)` gives its
-/// memory, this rank's operand and where the result lands (of the same
-/// whole elements; a scratch landing where this rank's own memory could
-/// not be had), and its transfers are posted. Once piece `p` is reduced
-/// (at a pair's root, by this rank once it arrived), and every earlier
-/// one handed back, its memory is dropped (it
-/// goes back to its owner) and `reduced(p, landed)` is called (`landed`:
-/// the result is in the landing given, not in a scratch one; only the
-/// root's landings get a reduce's result). Every rank posts the same
-/// pieces in the same order. Returns once MPI is done with every piece's
-/// memory: the first MPI error or timeout (which stops the posting and
-/// the calls of `reduced`; the timeout counts from the last piece posted
-/// or handed back), else a pair's root's failure to reduce a piece (whose `landed`
-/// then says `false`, the other pieces going on), or `Ok`.
+/// most `window` of them under way at once. For each piece `p` in order:
+/// while `ready(p)` says its memory is not ready yet, the pieces under way
+/// are moved on (and handed back as they finish); then `memory(p)` gives
+/// its memory, this rank's operand and where the result lands (of the same
+/// whole elements; a scratch landing where this rank's own memory could not
+/// be had), and its transfers are posted. Once piece `p` is reduced (at a
+/// pair's root, by this rank once it arrived), and every earlier one handed
+/// back, its memory is dropped (it goes back to its owner) and `reduced(p,
+/// landed)` is called (`landed`: the result is in the landing given, not in
+/// a scratch one; only the root's landings get a reduce's result). Every
+/// rank posts the same pieces in the same order. Returns once MPI is done
+/// with every piece's memory: the first MPI error or timeout (which stops
+/// the posting and the calls of `reduced`; the timeout counts from the last
+/// piece posted or handed back), else a pair's root's failure to reduce a
+/// piece (whose `landed` then says `false`, the other pieces going on), or
+/// `Ok`.
 ///
 /// A panic in a callback while reductions are under way aborts the
 /// process: the memory they use cannot be freed.

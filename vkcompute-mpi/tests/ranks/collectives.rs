@@ -709,15 +709,16 @@ pub(crate) fn collectives_in_the_halving_range(t: &Ranks) -> Check {
     allgather_one::<u16>(t, 65_537)
 }
 
-/// Every collective whose chunks (one rank's share) are longer than one
-/// 4 MiB piece, which the staged path moves in pieces through host buffers
-/// of one piece each (`pipelined.rs`; a reduce by MPI's own reduce in
-/// pieces, `mpi.rs`, every type and operation over MPI): odd lengths (short last pieces and
-/// chunks), reduce_scatter blocks with gaps between them in the working
-/// buffer, views at odd offsets (their parents' other elements checked),
-/// host buffers, and a broadcast and an allgather with a host buffer on
-/// the odd ranks and a device buffer (mapped where it maps directly) on
-/// the even ones, so that ranks on different memory paths pair.
+/// Every collective whose chunks (one rank's share) are longer than one 4
+/// MiB piece, which the staged path moves in pieces through host buffers of
+/// one piece each (`pipelined.rs`; a reduce by MPI's own reduce in pieces,
+/// `mpi.rs`, every type and operation over MPI): odd lengths (short last
+/// pieces and chunks), reduce_scatter blocks with gaps between them in the
+/// working buffer, views at odd offsets (their parents' other elements
+/// checked), host buffers, and a broadcast and an allgather with a host
+/// buffer on the odd ranks and a device buffer (mapped where it maps
+/// directly) on the even ones, so that ranks on different memory paths
+/// pair.
 pub(crate) fn collectives_in_pieces(t: &Ranks) -> Check {
     let (p, r) = (t.size as usize, t.rank as usize);
     // Elements of 4 bytes in a piece.

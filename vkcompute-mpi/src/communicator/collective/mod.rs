@@ -7,24 +7,24 @@
 //! `allreduce` of a device buffer that maps directly, in the buffer's
 //! mapping); the arithmetic of the reductions runs in this crate's kernels
 //! on the device, but for an allreduce or reduce of chunks longer than one
-//! piece over MPI, which MPI reduces on the host (`mpi.rs`). The reductions are a reduce-scatter (each rank then
-//! owning one fully reduced chunk) and, for allreduce, an allgather of the
-//! chunks, chosen by size (`schedule`): bandwidth-optimal, every rank
-//! sending `2 (n - 1) / n` of the buffer, in the ring (`size - 1` steps
-//! each), or on 4, 8, ... ranks up to `HALVING_MAX_BYTES` (4 MiB) in
-//! recursive halving and doubling (`log2(size)` steps each). An allreduce
-//! of at most `DOUBLING_MAX_BYTES` (64 KiB) on 4, 8, ... ranks takes
-//! recursive doubling instead (log2(n) exchanges of the whole buffer).
-//! Where the ring would run on 3 to `DIRECT_MAX_RANKS` (8) ranks with
-//! chunks of one piece (on the mapped and the staged path), the allreduce's
-//! reduce-scatter sends every chunk to its owner at once instead, and
-//! the owner reduces the `n - 1` chunks it receives in one kernel pass:
-//! the ring's bytes, without its `n - 1` dependent steps, and one read
-//! of each operand instead of a kernel pass per step (the ranks learn
-//! that every rank can from the header exchange, `Header::offers_direct`).
-//! Chunks start at multiples of 256 bytes
-//! (and of the device's `minStorageBufferOffsetAlignment`), so that a
-//! kernel can bind any of them.
+//! piece over MPI, which MPI reduces on the host (`mpi.rs`). The reductions
+//! are a reduce-scatter (each rank then owning one fully reduced chunk)
+//! and, for allreduce, an allgather of the chunks, chosen by size
+//! (`schedule`): bandwidth-optimal, every rank sending `2 (n - 1) / n` of
+//! the buffer, in the ring (`size - 1` steps each), or on 4, 8, ... ranks
+//! up to `HALVING_MAX_BYTES` (4 MiB) in recursive halving and doubling
+//! (`log2(size)` steps each). An allreduce of at most `DOUBLING_MAX_BYTES`
+//! (64 KiB) on 4, 8, ... ranks takes recursive doubling instead (log2(n)
+//! exchanges of the whole buffer). Where the ring would run on 3 to
+//! `DIRECT_MAX_RANKS` (8) ranks with chunks of one piece (on the mapped and
+//! the staged path), the allreduce's reduce-scatter sends every chunk to
+//! its owner at once instead, and the owner reduces the `n - 1` chunks it
+//! receives in one kernel pass: the ring's bytes, without its `n - 1`
+//! dependent steps, and one read of each operand instead of a kernel pass
+//! per step (the ranks learn that every rank can from the header exchange,
+//! `Header::offers_direct`). Chunks start at multiples of 256 bytes (and of
+//! the device's `minStorageBufferOffsetAlignment`), so that a kernel can
+//! bind any of them.
 //!
 //! This module checks the arguments, agrees with the other ranks and
 //! plans (`plan::plan`); the executor (`exec`) runs the plan: chunks that

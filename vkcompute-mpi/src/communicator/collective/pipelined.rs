@@ -155,13 +155,13 @@ impl Communicator {
             .map_err(Error::device(op))
     }
 
-    /// `allgather` of blocks longer than one piece: the ring's allgather
-    /// steps, this rank's block staged from `send` into the first step's
-    /// slots (and copied from there into its place in `recv`), every
-    /// arriving piece copied into `recv` as it lands and forwarded in the
-    /// next step from where it landed. Failures after the ranks agreed: as
-    /// in [`reduce_scatter_pipelined`](Self::reduce_scatter_pipelined)
-    /// (`recv` then undefined); a `recv` that cannot be written (the host holds it) is
+    /// `allgather` of blocks longer than one piece: the ring's allgather steps,
+    /// this rank's block staged from `send` into the first step's slots (and
+    /// copied from there into its place in `recv`), every arriving piece copied
+    /// into `recv` as it lands and forwarded in the next step from where it
+    /// landed. Failures after the ranks agreed: as in
+    /// [`reduce_scatter_pipelined`](Self::reduce_scatter_pipelined) (`recv`
+    /// then undefined); a `recv` that cannot be written (the host holds it) is
     /// this rank's error alone, since the pieces it could not store are
     /// forwarded from their slots all the same.
     pub(crate) fn allgather_pipelined<T, S, R>(
