@@ -39,6 +39,16 @@
 //!   `Error::Broken`, and says so before rank 1 sends; rank 1 then ends
 //!   as MPI allows (its sends are never taken: a timeout, or the job
 //!   aborted where MPI cannot cancel them), which this case accepts.
+//! - `notes`: a receive of a message written in pieces on the same-node
+//!   path does not hold up the receiver's other calls while the pieces
+//!   are late: rank 1's device is busy for about 3 s (fills of its buffer
+//!   enqueued first), then it sends 16 MiB to rank 0 (the header goes out
+//!   at once, a note after each piece); rank 2 sends rank 0 a small
+//!   message after 0.5 s. Rank 0 (timeout 10 s) posts the `irecv` of rank
+//!   1's message, then a `recv` of rank 2's, which must return within
+//!   1 s (its waits move the `irecv` on without waiting for the notes),
+//!   then waits for the `irecv`, whose data must be rank 1's; every rank
+//!   exits 0.
 //! - `dup`: after a timeout, a new communicator's duplication is bounded.
 //!   Rank 0 (timeout 200 ms) times out in a receive nobody sends to, then
 //!   makes a new `Communicator` of the world, which the others never do
@@ -93,6 +103,7 @@ fn launch() -> ExitCode {
         "die-recovery",
         "broken",
         "reduce-pair",
+        "notes",
         "dup",
     ] {
         let mut args = vec!["--oversubscribe", "--timeout", "60", "-np", RANKS];
@@ -120,7 +131,7 @@ fn launch() -> ExitCode {
             eprintln!("  {l}");
         }
         let verdict = match case {
-            "broken" | "dup" => {
+            "broken" | "dup" | "notes" => {
                 let ok = fault_lines.iter().filter(|l| l.contains(" ok: ")).count();
                 if !out.status.success() {
                     Err(format!("the job failed ({})", out.status))
@@ -215,6 +226,7 @@ fn rank_main(case: &str) -> ExitCode {
     let result = match case {
         "stall" => stall(&comm, &buf),
         "reduce-pair" => reduce_pair(&universe.world(), &ctx),
+        "notes" => notes(&universe.world(), &ctx),
         "dup" => dup_after_timeout(&universe.world(), &ctx, &comm),
         "broken" => {
             let world = universe.world();
@@ -344,6 +356,61 @@ fn reduce_pair(
     Ok(format!(
         "reduce: timeout in MPI_Irecv after {took:.2} s, then Broken"
     ))
+}
+
+/// The `notes` case (see the file's documentation).
+fn notes(world: &mpi::topology::SimpleCommunicator, ctx: &DeviceContext) -> Result<String, String> {
+    let c = Communicator::with_same_node(world, ctx, SameNodePolicy::Always)
+        .map_err(|e| format!("a communicator on the same-node path: {e}"))?;
+    let peers: &[i32] = if c.rank() == 0 { &[1, 2] } else { &[0] };
+    if !peers
+        .iter()
+        .all(|&p| matches!(c.path_to(p), Ok(Path::SameNode)))
+    {
+        return Err("a pair does not take the same-node path".into());
+    }
+    let len = 1 << 22;
+    let big = ctx.enqueue_create_buffer::<f32>(len).unwrap();
+    let small = ctx.enqueue_create_buffer::<u32>(1024).unwrap();
+    small.enqueue_fill(2).unwrap();
+    match c.rank() {
+        1 => {
+            let fills = busy_with_fills(ctx, &big, 3.0);
+            big.enqueue_fill(7.0).unwrap();
+            let start = Instant::now();
+            c.send(&big, 0, 5)
+                .map_err(|e| format!("the send in pieces: {e}"))?;
+            let took = start.elapsed().as_secs_f64();
+            Ok(format!("sent 16 MiB behind {fills} fills in {took:.2} s"))
+        }
+        2 => {
+            std::thread::sleep(Duration::from_millis(500));
+            c.send(&small, 0, 7)
+                .map_err(|e| format!("the small send: {e}"))?;
+            Ok("sent the small message".into())
+        }
+        _ => {
+            c.set_timeout(Some(Duration::from_secs(10)));
+            big.enqueue_fill(0.0).unwrap();
+            small.enqueue_fill(0).unwrap();
+            let pending = c.irecv(&big, 1, 5).map_err(|e| format!("irecv: {e}"))?;
+            let start = Instant::now();
+            c.recv(&small, 2, 7).map_err(|e| format!("recv: {e}"))?;
+            let first = start.elapsed().as_secs_f64();
+            if first >= 1.0 {
+                return Err(format!("the recv from rank 2 took {first:.2} s"));
+            }
+            pending.wait().map_err(|e| format!("the irecv: {e}"))?;
+            let all = start.elapsed().as_secs_f64();
+            let got = big.to_vec().unwrap();
+            if got.iter().any(|&v| v != 7.0) || small.to_vec().unwrap() != vec![2; 1024] {
+                return Err("the data is not what was sent".into());
+            }
+            Ok(format!(
+                "recv from rank 2 in {first:.2} s, the irecv in pieces in {all:.2} s"
+            ))
+        }
+    }
 }
 
 fn die(comm: &Communicator, buf: &vkcompute::DeviceBuffer<f32>) -> Result<String, String> {

@@ -299,6 +299,14 @@ impl Communicator {
         self.same_node.sends()
     }
 
+    /// How many of those were written in pieces that the receiver copied
+    /// out as they were written (a blocking [`send`](Self::send) of more
+    /// than one piece), for the tests of that protocol.
+    #[cfg(feature = "test-counters")]
+    pub fn same_node_noted_sends(&self) -> u64 {
+        self.same_node.noted_sends()
+    }
+
     /// How many allreduces of this communicator sent every chunk to its
     /// owner at once (the direct reduce-scatter, taken on 3 to 8 ranks
     /// over MPI where the ring would otherwise run with chunks of one

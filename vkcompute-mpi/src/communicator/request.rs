@@ -209,8 +209,8 @@ impl Communicator {
         let piece_bytes = self.piece_elements::<T>() * size_of::<T>();
         let header = Header::new(Kind::Send, T::TYPE, len).pieces(piece_bytes);
         let pool = self.pinned();
-        let shared =
-            (buf.place().unmapped(op)).and_then(|()| self.stage_shared(op, buf.place(), len, dest));
+        let shared = (buf.place().unmapped(op))
+            .and_then(|()| self.stage_shared(op, (buf.place(), len), dest, None));
         let (header, ready) = match shared {
             Ok(Some(lent)) => {
                 let header = header.in_shared_memory(lent.shared());

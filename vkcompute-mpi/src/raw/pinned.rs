@@ -80,9 +80,20 @@ impl PinnedSlot {
     /// at most [`COPY_PART_BYTES`]), and submits it; [`settle`](Stable::settle)
     /// waits for it.
     pub(crate) fn fill_from<T: Pod>(&mut self, src: &DeviceBuffer<T>) -> vkcompute::Result<()> {
+        self.fill_from_at(0, src)
+    }
+
+    /// [`fill_from`](Self::fill_from) into the slot's bytes from `at` on
+    /// (a multiple of `T`'s size).
+    pub(crate) fn fill_from_at<T: Pod>(
+        &mut self,
+        at: usize,
+        src: &DeviceBuffer<T>,
+    ) -> vkcompute::Result<()> {
         self.unsettled = true;
+        let first = at / size_of::<T>().max(1);
         for (start, n) in copy_part_ranges::<T>(src.len()) {
-            let host = self.host.create_sub_buffer::<T>(start, n)?;
+            let host = self.host.create_sub_buffer::<T>(first + start, n)?;
             src.create_sub_buffer::<T>(start, n)?
                 .enqueue_copy_to(&host)?;
         }

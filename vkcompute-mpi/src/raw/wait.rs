@@ -142,6 +142,13 @@ impl WaitState {
         }
     }
 
+    /// Whether no end of `key` is waiting for its turn or holding it: a
+    /// new end's ticket would have its turn at once.
+    pub(crate) fn is_clear(&self, key: OrderKey) -> bool {
+        let turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        turns.get(&key).is_none_or(|line| line.open.is_empty())
+    }
+
     fn has_turn(&self, ticket: &Ticket) -> bool {
         let turns = self.turns.lock().unwrap_or_else(PoisonError::into_inner);
         turns
@@ -299,7 +306,7 @@ impl Patience {
     /// the call yet, or whose kernels must run first).
     pub(crate) const NAP: Patience = Patience { spin: SPIN };
 
-    fn pause(self, start: Instant) {
+    pub(crate) fn pause(self, start: Instant) {
         if start.elapsed() < self.spin {
             std::thread::yield_now();
         } else {

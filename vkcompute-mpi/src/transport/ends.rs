@@ -4,6 +4,7 @@
 //! on the same-node transport copied straight out of the sender's memory.
 
 use std::mem::size_of;
+use std::ops::Range;
 
 use vkcompute::DeviceBuffer;
 
@@ -56,6 +57,7 @@ impl<T: Element> Body for Sending<'_, T> {
         _op: &'static str,
         _shared: &dyn SharedMessages,
         _inbox: (i32, &DeviceBuffer<u8>),
+        _part: (Range<usize>, Range<usize>),
     ) -> Result<Option<Error>> {
         Ok(None)
     }
@@ -83,7 +85,6 @@ impl<T: Element> Body for Sending<'_, T> {
 /// message, how it comes in (staged, mapped or a host buffer's memory).
 pub(crate) struct Receiving<'a, T: Element> {
     place: Place<'a, T>,
-    len: usize,
     pool: &'a StagingPool,
     maps: bool,
     incoming: Option<Incoming<'a, T>>,
@@ -93,16 +94,11 @@ pub(crate) struct Receiving<'a, T: Element> {
 }
 
 impl<'a, T: Element> Receiving<'a, T> {
-    /// A receive of `len` elements into `place`, staged through `pool`, or
-    /// in a device buffer's mapping where `maps`.
-    pub(crate) fn new(
-        place: Place<'a, T>,
-        len: usize,
-        (pool, maps): (&'a StagingPool, bool),
-    ) -> Self {
+    /// A receive into `place`, staged through `pool`, or in a device
+    /// buffer's mapping where `maps`.
+    pub(crate) fn new(place: Place<'a, T>, (pool, maps): (&'a StagingPool, bool)) -> Self {
         Receiving {
             place,
-            len,
             pool,
             maps,
             incoming: None,
@@ -142,14 +138,19 @@ impl<T: Element> Body for Receiving<'_, T> {
         &mut self,
         op: &'static str,
         shared: &dyn SharedMessages,
-        (source, inbox): (i32, &DeviceBuffer<u8>),
+        from: (i32, &DeviceBuffer<u8>),
+        (range, own): (Range<usize>, Range<usize>),
     ) -> Result<Option<Error>> {
-        let (len, place) = (self.len, &self.place);
-        let mut write = || match len {
+        let (place, inbox) = (&self.place, from.1);
+        let mut write = || match range.len() {
             0 => Ok(()),
-            _ => place.copy_from(&inbox.create_sub_buffer::<T>(0, len)?),
+            n => place.copy_into_range(
+                range.start,
+                n,
+                &inbox.create_sub_buffer::<T>(range.start, n)?,
+            ),
         };
-        shared.take_bytes(op, (source, inbox, len * size_of::<T>()), &mut write)
+        shared.take_part(op, from, own, &mut write)
     }
 
     fn poll(&mut self, _op: &'static str, _error: &mut Option<Error>) -> bool {

@@ -14,13 +14,22 @@ use crate::raw::{self, Comm};
 const MAGIC: u32 = 0x504d_6b76;
 /// The protocol's version; ranks of other versions are refused (3: the
 /// header names the sender's outbox, `Header::outbox`; 4: `flags`; 5:
-/// barriers exchange headers, `Kind::Barrier`).
-const VERSION: u32 = 5;
+/// barriers exchange headers, `Kind::Barrier`; 6: same-node messages in
+/// pieces, `Header::notes`).
+const VERSION: u32 = 6;
 
 /// `Header::flags`: this rank can take the allreduce whose reduce-scatter
 /// sends every chunk to its owner at once
 /// (`exec::Whole::direct_reduce_scatter`).
 const DIRECT_REDUCE_SCATTER: u32 = 1;
+/// `Header::flags` of a message in the sender's shared memory that the
+/// sender is still writing, in pieces of `piece_bytes`: after the header,
+/// a note on the data tag says that each piece is written
+/// ([`Header::notes`]).
+const SHARED_IN_PIECES: u32 = 2;
+/// The most notes a message in shared memory may come with (the sender
+/// makes its pieces large enough).
+pub(crate) const MAX_NOTES: u64 = 256;
 
 /// `Header::shared` of a message whose data travels over MPI.
 const OVER_MPI: u32 = 0;
@@ -218,6 +227,41 @@ impl Header {
         self
     }
 
+    /// With the data in the sender's shared memory written in pieces of
+    /// `piece_bytes`, a note following the header for each
+    /// ([`notes`](Self::notes)).
+    pub(crate) fn noted(mut self) -> Header {
+        self.flags |= SHARED_IN_PIECES;
+        self
+    }
+
+    /// How many notes follow the header on the data tag, one a piece
+    /// (`Ok(0)`: none, the data was written before the header): a message
+    /// in the sender's shared memory that the sender still writes.
+    /// Counted from the sender's own length, element size and pieces, so
+    /// that a receiver that refuses the message still takes every note.
+    /// Errors: more than [`MAX_NOTES`] (not this crate's sender).
+    pub(crate) fn notes(&self, op: &'static str, peer: i32) -> Result<u64> {
+        if self.shared == OVER_MPI || self.flags & SHARED_IN_PIECES == 0 {
+            return Ok(0);
+        }
+        let bytes = self.len.checked_mul(u64::from(self.element_size));
+        let notes = bytes
+            .zip((self.piece_bytes > 0).then_some(self.piece_bytes))
+            .map(|(bytes, piece)| bytes.div_ceil(piece));
+        match notes {
+            Some(n) if n <= MAX_NOTES => Ok(n),
+            _ => Err(Error::Protocol {
+                op,
+                peer,
+                detail: format!(
+                    "a message of {} elements of {} bytes in pieces of {} bytes",
+                    self.len, self.element_size, self.piece_bytes
+                ),
+            }),
+        }
+    }
+
     /// Offering the direct reduce-scatter where `yes` (see
     /// [`offers_direct`](Self::offers_direct)).
     pub(crate) fn direct(mut self, yes: bool) -> Header {
@@ -238,6 +282,7 @@ impl Header {
     pub(crate) fn failed(mut self, failure: Failure) -> Header {
         self.status = failure.code();
         self.shared = OVER_MPI;
+        self.flags &= !SHARED_IN_PIECES;
         self
     }
 

@@ -12,7 +12,7 @@ mod header;
 mod op;
 mod owned;
 
-pub(crate) use header::{agree, Failure, Header, Kind, SharedMemory};
+pub(crate) use header::{agree, Failure, Header, Kind, SharedMemory, MAX_NOTES};
 pub(crate) use op::{Body, End, Op, Step};
 pub(crate) use owned::{Dest, Owned, PinnedBuffers};
 
@@ -50,18 +50,23 @@ pub(crate) trait SharedMessages: Send + Sync {
         shared: SharedMemory,
     ) -> Result<DeviceBuffer<u8>>;
 
-    /// Runs `write` (which copies the first `bytes` bytes of `inbox` out,
-    /// `message` being `(source, inbox, bytes)`)
-    /// on the device) between an acquire and a release of the memory, and
-    /// waits for the device: the sender may write it again once this
-    /// returns. `Ok(Some(e))`: `write` failed, the memory is released all
-    /// the same.
-    fn take_bytes(
+    /// Runs `write` (which copies bytes of `inbox` out on the device)
+    /// between an acquire and a release of bytes `own` of the memory (the
+    /// range the sender released: the whole memory, or one piece), and
+    /// submits the work without waiting for it ([`settle`](Self::settle)
+    /// does), `message` being `(source, inbox)`. `Ok(Some(e))`: `write`
+    /// failed, the memory is released all the same.
+    fn take_part(
         &self,
         op: &'static str,
-        message: (i32, &DeviceBuffer<u8>, usize),
+        message: (i32, &DeviceBuffer<u8>),
+        own: std::ops::Range<usize>,
         write: &mut dyn FnMut() -> vkcompute::Result<()>,
     ) -> Result<Option<Error>>;
+
+    /// Waits for the device work of [`take_part`](Self::take_part): the
+    /// sender may write the memory again once this returns.
+    fn settle(&self, op: &'static str) -> Result<()>;
 }
 
 /// A sender's memory on the same-node transport, lent to one message
@@ -70,4 +75,17 @@ pub(crate) trait LentOutbox: Send {
     /// The receiver answered (`refused`: it refused the message, maybe
     /// without importing the memory): the memory goes back to the sender.
     fn answered(self: Box<Self>, refused: bool);
+
+    /// The pieces the sender is still writing, in the order it writes
+    /// them (their number is the header's `Header::notes`); 0 where the
+    /// data was written before the header.
+    fn pieces(&self) -> usize {
+        0
+    }
+
+    /// Waits until piece `index` is written and released to the receiver.
+    /// Errors: the device's, where the piece could not be written.
+    fn piece_written(&mut self, _op: &'static str, _index: usize) -> Result<()> {
+        Ok(())
+    }
 }

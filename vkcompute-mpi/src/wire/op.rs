@@ -5,7 +5,10 @@
 //! receiver posts the receive of the header; once it has the header, it
 //! answers and receives the data and the trailer. Where the data lies in
 //! the sender's memory on the same-node transport, the receiver copies it
-//! out before it answers and nothing else follows.
+//! out before it answers and nothing else follows the answer. A blocking
+//! send's header goes out while the sender still writes that memory, and
+//! a note on the data tag follows it for each piece written
+//! (`Header::notes`), which the receiver copies out as it comes.
 //!
 //! The step after the header (a receiver's answer, a sender's data) waits
 //! for the turn of its `raw::Ticket`, so that the ends of one peer and tag
@@ -18,6 +21,7 @@
 //! it: [`Op::run`]).
 
 use std::mem::size_of;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,6 +32,8 @@ use super::{LentOutbox, SharedMessages, ACK_TAGS, DATA_TAGS, TRAILER_BYTES};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::raw::{self, Comm, Held, Pollable, Ticket};
+
+mod shared;
 
 /// Which end of a message an operation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,13 +93,18 @@ pub(crate) trait Body {
     /// receives) from `source` with `tag`.
     fn recv(&mut self, at: (&'static str, &Comm), from: (i32, i32)) -> Result<()>;
     /// Receiver of a message in the sender's memory on the same-node
-    /// transport: copies it out of `inbox` (`SharedMessages::take_bytes`),
-    /// `from` being `(source, inbox)`.
+    /// transport: enqueues the copy of elements `range` out of `inbox`
+    /// into the same elements of the destination, between the acquire and
+    /// the release of bytes `own` of `inbox`
+    /// (`SharedMessages::take_part`), without waiting; `from` is `(source,
+    /// inbox)`, `part` is `(range, own)`. Taken whole, or piece by piece in
+    /// order.
     fn take(
         &mut self,
         op: &'static str,
         shared: &dyn SharedMessages,
         from: (i32, &DeviceBuffer<u8>),
+        part: (Range<usize>, Range<usize>),
     ) -> Result<Option<Error>>;
     /// Whether MPI is done with the body's memory (tests what it posted);
     /// an error of a transfer goes to `error`.
@@ -143,6 +154,12 @@ pub(crate) struct Op<T: Element, B: Body> {
     error: Option<Error>,
     /// A sender's trailer waits for the body to post all its data.
     trailer_due: bool,
+    /// A sender's notes of the pieces of its same-node memory it is still
+    /// writing wait for its turn (`Header::notes`).
+    notes_due: bool,
+    /// A receiver's notes of a message in the sender's shared memory that
+    /// comes in pieces (`shared.rs`).
+    noted: Option<Box<shared::Noted>>,
     /// The result once over.
     result: Option<Result<()>>,
     /// Whether `finish` ran (a receive's data landed, or will not).
@@ -185,6 +202,8 @@ impl<T: Element, B: Body> Op<T, B> {
             ticket: None,
             error: None,
             trailer_due: false,
+            notes_due: false,
+            noted: None,
             result: None,
             finished: false,
             _element: std::marker::PhantomData,
@@ -212,6 +231,7 @@ impl<T: Element, B: Body> Op<T, B> {
         let mut this = Op::new(op, end, Side::Send, (dest, tag), body);
         this.len = header.len();
         this.piece_bytes = usize::try_from(header.piece_bytes()).unwrap_or(usize::MAX);
+        this.notes_due = lent.as_ref().is_some_and(|l| l.pieces() > 0);
         this.lent = lent;
         this.set_out_header(header);
         let posted = this.post_out_header(tag);
@@ -262,12 +282,13 @@ impl<T: Element, B: Body> Op<T, B> {
         let timeout = state.timeout();
         let (start, mut since) = (Instant::now(), Instant::now());
         loop {
-            let before = (self.phase, self.ticket.is_some());
+            let moved = |o: &Self| (o.phase, o.ticket.is_some(), o.notes_due, o.notes_handled());
+            let before = moved(&self);
             self.advance();
             if self.phase == Phase::Over {
                 return self.finish();
             }
-            if (self.phase, self.ticket.is_some()) != before {
+            if moved(&self) != before {
                 since = Instant::now();
                 continue;
             }
@@ -276,6 +297,9 @@ impl<T: Element, B: Body> Op<T, B> {
                 Some(after) if since.elapsed() >= after => {
                     return Err(state.timed_out(self.op, "MPI_Test", after));
                 }
+                // A receiver taking a message in pieces stays runnable while
+                // they come (`raw::streaming`), counted from the last one.
+                _ if self.noted.is_some() => raw::streaming(self.piece_bytes).pause(since),
                 _ => raw::pause(start),
             }
         }
@@ -416,26 +440,17 @@ impl<T: Element, B: Body> Op<T, B> {
             });
         }
         // A new generation's descriptor comes off the socket whatever
-        // becomes of the message.
+        // becomes of the message, and so do the notes of its pieces.
         let inbox = (sent.shared_memory()).map(|shared| self.same_node.inbox(op, source, shared));
+        let notes = sent.notes(op, source)?;
+        self.piece_bytes = usize::try_from(sent.piece_bytes()).unwrap_or(usize::MAX);
         let size = size_of::<T>() as u64;
         let piece_ok = sent.piece_bytes() > 0 && sent.piece_bytes() % size == 0;
         if !wanted.accepts(&sent) || !piece_ok {
-            self.answer(wanted.failed(Failure::Mismatch))?;
-            // Ends with this once the answer is out.
-            return Err(Error::Mismatch {
-                op,
-                rank: self.rank,
-                detail: format!(
-                    "rank {source} sent {}, rank {} expects {len} elements of {}",
-                    sent.describe(),
-                    self.rank,
-                    T::TYPE
-                ),
-            });
+            return self.refuse(&sent, wanted, notes);
         }
         if let Some(inbox) = inbox {
-            return self.take_shared(inbox, wanted);
+            return self.take_shared(inbox, wanted, notes);
         }
         let piece = usize::try_from(sent.piece_bytes()).unwrap_or(usize::MAX);
         if let Err(e) = self.body.accept(op, piece) {
@@ -455,27 +470,6 @@ impl<T: Element, B: Body> Op<T, B> {
     fn answer(&mut self, header: Header) -> Result<()> {
         self.set_out_header(header);
         self.post_out_header(ACK_TAGS + self.tag)
-    }
-
-    /// A receiver of a message in the sender's shared memory (`inbox`, or
-    /// why it could not be had): copies it out now, waiting for the
-    /// device, and answers (`wanted`, or failed), which frees the sender's
-    /// memory. Nothing else comes over MPI: the trailer stays zero. A
-    /// destination that cannot be written is this rank's error only: the
-    /// message was taken, as over MPI.
-    fn take_shared(&mut self, inbox: Result<DeviceBuffer<u8>>, wanted: Header) -> Result<Phase> {
-        let (op, source) = (self.op, self.peer);
-        let shared = Arc::clone(&self.same_node);
-        let taken = inbox.and_then(|inbox| self.body.take(op, &*shared, (source, &inbox)));
-        let answer = match &taken {
-            Ok(_) => wanted,
-            Err(e) => wanted.failed(Failure::of(e)),
-        };
-        self.answer(answer)?;
-        match taken? {
-            Some(e) => Err(e),
-            None => Ok(Phase::Data),
-        }
     }
 
     /// A receiver's data and trailer are in: its own error with the data
@@ -506,13 +500,20 @@ impl<T: Element, B: Body> Op<T, B> {
 impl<T: Element, B: Body> Pollable for Op<T, B> {
     fn advance(&mut self) {
         while self.phase != Phase::Over {
+            let notes_turn = self.ticket.as_ref().is_none_or(Ticket::has_turn);
+            if self.notes_due && self.error.is_none() && notes_turn {
+                if let Err(e) = self.send_notes() {
+                    self.error.get_or_insert(e);
+                }
+            }
             if let Err(e) = self.send_trailer_when_due() {
                 // The rest will not go.
                 (self.trailer_due, self.ticket) = (false, None);
                 self.error.get_or_insert(e);
             }
             let (op, mut error) = (self.op, None);
-            let mut idle = self.out_header.poll(op, &mut error);
+            let notes_idle = self.poll_notes(&mut error);
+            let mut idle = notes_idle && self.out_header.poll(op, &mut error);
             idle &= self.in_header.poll(op, &mut error);
             idle &= self.trailer.poll(op, &mut error);
             idle &= self.body.poll(op, &mut error);

@@ -8,6 +8,7 @@
 //! destination, once the whole message is here.
 
 use std::mem::size_of;
+use std::ops::Range;
 use std::sync::Arc;
 
 use vkcompute::{DeviceBuffer, Event, HostBuffer};
@@ -229,17 +230,21 @@ impl<T: Element> Body for Owned<T> {
         &mut self,
         op: &'static str,
         shared: &dyn SharedMessages,
-        (source, inbox): (i32, &DeviceBuffer<u8>),
+        from: (i32, &DeviceBuffer<u8>),
+        (range, own): (Range<usize>, Range<usize>),
     ) -> Result<Option<Error>> {
-        let len = self.len;
         // Without room the message is refused, as over MPI.
         self.make_room(op)?;
+        let inbox = from.1;
         let mut slot = self.slots.first_mut().and_then(|s| s.held.get_mut());
         let mut write = || match slot.as_deref_mut() {
-            Some(slot) => slot.fill_from(&inbox.create_sub_buffer::<T>(0, len)?),
+            Some(slot) => {
+                let part = inbox.create_sub_buffer::<T>(range.start, range.len())?;
+                slot.fill_from_at(range.start * size_of::<T>(), &part)
+            }
             None => Ok(()),
         };
-        shared.take_bytes(op, (source, inbox, len * size_of::<T>()), &mut write)
+        shared.take_part(op, from, own, &mut write)
     }
 
     fn poll(&mut self, op: &'static str, error: &mut Option<Error>) -> bool {

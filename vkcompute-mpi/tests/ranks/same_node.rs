@@ -1,8 +1,8 @@
 //! The same-node path of `ranks`: which peers take it, and through what
 //! memory (against what the ranks report of their node, device and
 //! export/import capabilities),
-//! messages through it as the shared memory grows and is reused, refusals
-//! that leave the pair in step, a rank that turns it off, and the
+//! messages through it as the shared memory grows and is reused, blocking
+//! sends written in pieces, refusals that leave the pair in step, a rank that turns it off, and the
 //! point-to-point checks of `p2p.rs` over MPI again on a communicator
 //! with the path off.
 
@@ -240,6 +240,89 @@ pub(crate) fn refusing_a_new_generation_keeps_the_pair_in_step(t: &Ranks) -> Che
     Ok(())
 }
 
+/// Blocking sends of more than one piece through shared memory go out
+/// while the sender still writes the memory, and the receiver copies each
+/// piece as the sender's note says it is written
+/// (`same_node_noted_sends` counts them): to `recv` and `irecv`, on
+/// device, host and view ends, the last piece shorter; refused by a
+/// receiver that expects another length (a mismatch on both ranks, and
+/// the next message arrives whole: the refused message's notes were
+/// taken); and after an `isend` of the same tag, in order (that one
+/// written whole: a send in pieces waits for no earlier message).
+pub(crate) fn blocking_sends_in_pieces(t: &Ranks) -> Check {
+    let c = t.new_communicator()?;
+    c.set_piece_bytes(4096);
+    let p = Ranks { comm: &c, ..*t };
+    // 10_001 f32: six pieces of 1_667, the last of 1_666.
+    exchange_with_zero::<f32>(&p, "f32 x 10_001", 10_001, device_end(t))?;
+    exchange_with_zero::<u16>(&p, "host u16 x 33_333", 33_333, host_end(t))?;
+    let what = "u8 view x 9_001 at 3";
+    exchange_with_zero::<u8>(&p, what, 9_001, view_end(t, 3, 0xee))?;
+    let (last, len) = (t.size - 1, 30_000);
+    let shared = |q: i32| u64::from(matches!(c.path_to(q), Ok(Path::SameNode)));
+    let mut expected = 3 * if t.rank == 0 {
+        (1..t.size).map(shared).sum()
+    } else {
+        shared(0)
+    };
+    if t.rank == 0 {
+        let a = upload(t.ctx, &data::<f32>(1, len))?;
+        let b = upload(t.ctx, &data::<f32>(2, len))?;
+        ok("a send to an irecv", c.send(&a, last, 5))?;
+        match c.send(&a, last, 5) {
+            Err(Error::Mismatch { .. }) => {}
+            other => return Err(format!("the refused send: {other:?}")),
+        }
+        ok("the send after the refused one", c.send(&b, last, 5))?;
+        let first = ok("an isend", c.isend(&a, last, 6))?;
+        ok("a send after the isend", c.send(&b, last, 6))?;
+        ok("the isend", first.wait())?;
+        expected += 3 * shared(last);
+    } else if t.rank == last {
+        let into = upload(t.ctx, &vec![0.0f32; len])?;
+        ok("irecv", c.irecv(&into, 0, 5).and_then(Request::wait))?;
+        same(
+            "to the irecv",
+            &dev("read", into.to_vec())?,
+            &data::<f32>(1, len),
+        )?;
+        let short = upload(t.ctx, &vec![0.0f32; len - 1])?;
+        match c.recv(&short, 0, 5) {
+            Err(Error::Mismatch { .. }) => {}
+            other => return Err(format!("the refused message: {other:?}")),
+        }
+        same(
+            "refused",
+            &dev("read", short.to_vec())?,
+            &vec![0.0; len - 1],
+        )?;
+        ok("the recv after", c.recv(&into, 0, 5))?;
+        same(
+            "after the refused",
+            &dev("read", into.to_vec())?,
+            &data::<f32>(2, len),
+        )?;
+        let first = upload(t.ctx, &vec![0.0f32; len])?;
+        let pending = ok("an irecv", c.irecv(&first, 0, 6))?;
+        ok("a recv after the irecv", c.recv(&into, 0, 6))?;
+        ok("the irecv", pending.wait())?;
+        same(
+            "the isend",
+            &dev("read", first.to_vec())?,
+            &data::<f32>(1, len),
+        )?;
+        same(
+            "the send after it",
+            &dev("read", into.to_vec())?,
+            &data::<f32>(2, len),
+        )?;
+    }
+    let noted = c.same_node_noted_sends();
+    ensure(noted == expected && expected > 0, || {
+        format!("{noted} sends in pieces, expected {expected}")
+    })
+}
+
 /// Rank 0 turns the path off: no rank takes it with rank 0, the others
 /// still take it among themselves where they can, and messages go both
 /// ways on both kinds of pair.
@@ -359,6 +442,7 @@ pub(crate) fn path_checks() -> Vec<Named> {
             "refusing_a_new_generation_keeps_the_pair_in_step",
             refusing_a_new_generation_keeps_the_pair_in_step,
         ),
+        ("blocking_sends_in_pieces", blocking_sends_in_pieces),
     ]
 }
 

@@ -387,6 +387,7 @@ impl SameNode {
             whole,
             collectives: AtomicU64::new(0),
             sends: AtomicU64::new(0),
+            noted_sends: AtomicU64::new(0),
             shared: Mutex::new(None),
         })
     }

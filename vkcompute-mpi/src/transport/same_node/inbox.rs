@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::mem::size_of;
 use std::sync::PoisonError;
 
 use vkcompute::{
@@ -171,43 +170,6 @@ impl SameNode {
             .map_err(|_| broken(format!("{} bytes of memory", info.size)))?;
         raw::import_peer_memory(&self.ctx, exported.fd, info, len).map_err(Error::device(op))
     }
-
-    /// Copies the first `len` elements of `inbox` (from `source`) out
-    /// with `write` (given a view of them), between the acquire and the
-    /// release of the memory, and waits for the device: the sender may
-    /// write the memory again once this returns. `Ok(Some(e))`: `write`
-    /// failed (a mapped destination, say), the memory is released all the
-    /// same.
-    pub(crate) fn take<T: Element>(
-        &self,
-        op: &'static str,
-        source: i32,
-        inbox: &DeviceBuffer<u8>,
-        len: usize,
-        write: impl FnOnce(&DeviceBuffer<T>) -> vkcompute::Result<()>,
-    ) -> Result<Option<Error>> {
-        let bytes = len * size_of::<T>();
-        if inbox.len() < bytes {
-            return Err(Error::Protocol {
-                op,
-                peer: source,
-                detail: format!(
-                    "a message of {bytes} bytes in shared memory of {}",
-                    inbox.len()
-                ),
-            });
-        }
-        (inbox.enqueue_acquire_from_external()).map_err(Error::device(op))?;
-        let written = inbox
-            .create_sub_buffer::<T>(0, len)
-            .and_then(|part| write(&part));
-        let released = inbox.enqueue_release_to_external();
-        // Waited for even where the release failed: once the answer goes
-        // out, whatever it says, nothing of this rank reads the memory.
-        let waited = self.ctx.synchronize();
-        released.and(waited).map_err(Error::device(op))?;
-        Ok(written.err().map(Error::device(op)))
-    }
 }
 
 impl SharedMessages for SameNode {
@@ -220,13 +182,37 @@ impl SharedMessages for SameNode {
         SameNode::inbox(self, op, source, shared)
     }
 
-    fn take_bytes(
+    fn take_part(
         &self,
         op: &'static str,
-        (source, inbox, bytes): (i32, &DeviceBuffer<u8>, usize),
+        (source, inbox): (i32, &DeviceBuffer<u8>),
+        own: std::ops::Range<usize>,
         write: &mut dyn FnMut() -> vkcompute::Result<()>,
     ) -> Result<Option<Error>> {
-        self.take::<u8>(op, source, inbox, bytes, |_| write())
+        if own.end > inbox.len() {
+            return Err(Error::Protocol {
+                op,
+                peer: source,
+                detail: format!(
+                    "a message of {} bytes in shared memory of {}",
+                    own.end,
+                    inbox.len()
+                ),
+            });
+        }
+        let part =
+            (inbox.create_sub_buffer::<u8>(own.start, own.len())).map_err(Error::device(op))?;
+        (part.enqueue_acquire_from_external()).map_err(Error::device(op))?;
+        let written = write();
+        let released = part.enqueue_release_to_external();
+        released
+            .and_then(|()| self.ctx.flush())
+            .map_err(Error::device(op))?;
+        Ok(written.err().map(Error::device(op)))
+    }
+
+    fn settle(&self, op: &'static str) -> Result<()> {
+        self.ctx.synchronize().map_err(Error::device(op))
     }
 }
 

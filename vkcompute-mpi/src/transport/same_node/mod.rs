@@ -58,6 +58,25 @@
 //! only then does the outbox go back to the free ones, to be written
 //! again.
 //!
+//! **In pieces.** A blocking `send` of more than one piece
+//! ([`piece_bytes`](crate::Communicator::piece_bytes)), where no earlier
+//! message to the peer with its tag is under way, does not wait for its
+//! copy: it enqueues it in at most six pieces (each a multiple of 256
+//! bytes), each released on its own and followed by an event, sends the
+//! header at once, and then a note as each piece's event is reached (8
+//! bytes on the data tag, `wire/op/shared.rs`), waiting for nothing but
+//! its own device. The receiver posts the receives of every note in its
+//! step after the header (so that they meet no later message's data) and,
+//! as its op is moved on, acquires, copies out and releases each piece
+//! whose note is in, so that the two ranks' copies overlap (on a discrete
+//! GPU, two DMA transfers); it never waits for the notes inside another
+//! call. Six pieces, so that they stay within the batches a stream keeps
+//! in flight and the header goes out before the first piece is through.
+//! A receiver that refuses the message (a mismatch, a failed import)
+//! takes every note first. An `isend`, and a `send` behind another message
+//! of its peer and tag, write the whole message first: their notes would
+//! wait for the caller, or for that message's answer.
+
 //! **Keeping the sockets in step.** Descriptors travel in the order they
 //! were sent, but the receiver may match the headers in another order
 //! (`isend`s of different tags, a collective while an `isend` is under
@@ -244,6 +263,8 @@ pub(crate) struct SameNode {
     collectives: AtomicU64,
     /// The point-to-point messages sent through shared memory.
     sends: AtomicU64,
+    /// Those of them written in pieces (`stage_out`).
+    noted_sends: AtomicU64,
     /// This rank's memory for the collectives, exported to every peer.
     shared: Mutex<Option<Outbox>>,
 }
@@ -298,6 +319,12 @@ impl SameNode {
     #[cfg(feature = "test-counters")]
     pub(crate) fn sends(&self) -> u64 {
         self.sends.load(Ordering::Relaxed)
+    }
+
+    /// Those of them written in pieces.
+    #[cfg(feature = "test-counters")]
+    pub(crate) fn noted_sends(&self) -> u64 {
+        self.noted_sends.load(Ordering::Relaxed)
     }
 }
 

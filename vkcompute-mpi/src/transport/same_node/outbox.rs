@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
-use vkcompute::{sharing::MemoryHandleType, DeviceBuffer};
+use vkcompute::{sharing::MemoryHandleType, DeviceBuffer, Event};
 
 use super::{
     SameNode, SameNodeMemory, ANNOUNCE_BYTES, COLLECTIVE_OUTBOX, MAX_OUTBOXES, MIN_SHARED_BYTES,
@@ -30,15 +30,53 @@ pub(super) struct Outbox {
     memory: DeviceBuffer<u8>,
     /// The `memfd` of shared host memory (`None`: exported device memory).
     host: Option<OwnedFd>,
-    /// Whether the memory is released (to `VK_QUEUE_FAMILY_EXTERNAL`, or
-    /// host memory to the host): it must be acquired before this rank
-    /// writes it again.
-    released: bool,
+    /// The ranges of the memory released (to `VK_QUEUE_FAMILY_EXTERNAL`,
+    /// or host memory to the host), which the receiver acquires and
+    /// releases back as they are: this rank acquires them before it writes
+    /// the memory again.
+    released: Option<Layout>,
     /// Whether the peer has this generation's descriptor.
     announced: bool,
 }
 
+/// Ranges of an outbox handed over one by one: its first `bytes` in
+/// pieces of `piece` (the last shorter).
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    piece: usize,
+    bytes: usize,
+}
+
+impl Layout {
+    /// The whole of memory of `bytes`, in one range.
+    fn whole(bytes: usize) -> Layout {
+        Layout {
+            piece: bytes.max(1),
+            bytes,
+        }
+    }
+
+    fn ranges(self) -> impl Iterator<Item = std::ops::Range<usize>> {
+        let Layout { piece, bytes } = self;
+        (0..bytes.div_ceil(piece)).map(move |i| i * piece..((i + 1) * piece).min(bytes))
+    }
+}
+
 impl Outbox {
+    /// Enqueues the acquire of whatever of the memory was released.
+    fn acquire(&mut self) -> vkcompute::Result<()> {
+        if let Some(layout) = self.released {
+            for range in layout.ranges() {
+                (self
+                    .memory
+                    .create_sub_buffer::<u8>(range.start, range.len()))?
+                .enqueue_acquire_from_external()?;
+            }
+        }
+        self.released = None;
+        Ok(())
+    }
+
     /// Where a header says the data is: this memory, new where its
     /// descriptor has not gone out yet.
     fn shared(&self) -> SharedMemory {
@@ -73,6 +111,9 @@ pub(crate) struct Lent {
     dest: i32,
     outbox: Option<Outbox>,
     shared: SharedMemory,
+    /// Where the sender still writes the memory: the event after each
+    /// piece's copy and release ([`SameNode::stage_out`]).
+    pieces: Vec<Event>,
 }
 
 impl Lent {
@@ -107,44 +148,68 @@ impl LentOutbox for Lent {
     fn answered(self: Box<Self>, refused: bool) {
         Lent::answered(*self, refused);
     }
+
+    fn pieces(&self) -> usize {
+        self.pieces.len()
+    }
+
+    fn piece_written(&mut self, op: &'static str, index: usize) -> Result<()> {
+        match self.pieces.get(index) {
+            Some(event) => event.wait().map_err(Error::device(op)),
+            None => Ok(()),
+        }
+    }
 }
 
 impl SameNode {
     /// Copies the `len` elements of `place` into an outbox for `dest` (a
-    /// free one, made or grown first where none holds them), releases it
-    /// and waits for the device; sends the descriptor of a new generation
-    /// over the socket. Returns the outbox, lent to this message until the
-    /// receiver answers, or `None` where [`MAX_OUTBOXES`] are lent to
-    /// messages under way (the message then travels over MPI). Where this
-    /// fails no header has gone out: the caller sends a failed one (the
-    /// outbox is back with the others, its descriptor to be sent again
-    /// where it may not have gone out whole).
+    /// free one, made or grown first where none holds them) and releases
+    /// it; sends the descriptor of a new generation over the socket. With
+    /// `piece` (elements), copies and releases it in pieces of that many,
+    /// each with an event after it (`Lent`'s `piece_written`), and returns
+    /// without waiting; else waits for the device. Returns the outbox,
+    /// lent to this message until the receiver answers, or `None` where
+    /// [`MAX_OUTBOXES`] are lent to messages under way (the message then
+    /// travels over MPI). Where this fails no header has gone out: the
+    /// caller sends a failed one (the outbox is back with the others, its
+    /// descriptor to be sent again where it may not have gone out whole).
     pub(crate) fn stage_out<T: Element>(
         self: &Arc<Self>,
         op: &'static str,
-        place: Place<'_, T>,
-        len: usize,
+        (place, len): (Place<'_, T>, usize),
         dest: i32,
+        piece: Option<usize>,
     ) -> Result<Option<Lent>> {
         let Some(mut outbox) = self.lend(op, dest, len * size_of::<T>())? else {
             return Ok(None);
         };
         let shared = outbox.shared();
-        let staged = self
-            .fill(op, &mut outbox, len, |part| {
+        let mut pieces = Vec::new();
+        let staged = match piece {
+            Some(piece) => self.fill_in_pieces(op, &mut outbox, (place, len), piece),
+            None => (self.fill(op, &mut outbox, len, |part| {
                 place.copy_range_to(0, len, part)
-            })
-            .and_then(|()| self.announce(op, &mut outbox, dest));
+            }))
+            .map(|()| Vec::new()),
+        }
+        .and_then(|events| {
+            pieces = events;
+            self.announce(op, &mut outbox, dest)
+        });
         if let Err(e) = staged {
             self.give_back(dest, Some(outbox));
             return Err(e);
         }
         self.sends.fetch_add(1, Ordering::Relaxed);
+        if !pieces.is_empty() {
+            self.noted_sends.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(Some(Lent {
             same_node: Arc::clone(self),
             dest,
             outbox: Some(outbox),
             shared,
+            pieces,
         }))
     }
 
@@ -219,7 +284,7 @@ impl SameNode {
             generation,
             memory,
             host,
-            released: false,
+            released: None,
             announced: false,
         })
     }
@@ -234,18 +299,57 @@ impl SameNode {
         len: usize,
         write: impl FnOnce(&DeviceBuffer<T>) -> vkcompute::Result<()>,
     ) -> Result<()> {
+        outbox.acquire().map_err(Error::device(op))?;
         let memory = &outbox.memory;
-        if outbox.released {
-            (memory.enqueue_acquire_from_external()).map_err(Error::device(op))?;
-            outbox.released = false;
-        }
         let part = memory
             .create_sub_buffer::<T>(0, len)
             .map_err(Error::device(op))?;
         write(&part).map_err(Error::device(op))?;
         (memory.enqueue_release_to_external()).map_err(Error::device(op))?;
-        outbox.released = true;
+        outbox.released = Some(Layout::whole(memory.len()));
         self.ctx.synchronize().map_err(Error::device(op))
+    }
+
+    /// Enqueues the copy of the `len` elements of `place` into the first
+    /// bytes of `outbox` in pieces of `piece` elements, each released to
+    /// the receiver after its copy and followed by an event, and submits
+    /// them (after the acquire of what was released before); returns the
+    /// events, in order.
+    fn fill_in_pieces<T: Element>(
+        &self,
+        op: &'static str,
+        outbox: &mut Outbox,
+        (place, len): (Place<'_, T>, usize),
+        piece: usize,
+    ) -> Result<Vec<Event>> {
+        outbox.acquire().map_err(Error::device(op))?;
+        let size = size_of::<T>();
+        let layout = Layout {
+            piece: piece.max(1) * size,
+            bytes: len * size,
+        };
+        let mut events = Vec::new();
+        for range in layout.ranges() {
+            let (start, n) = (range.start / size, range.len() / size);
+            let part = (outbox
+                .memory
+                .create_sub_buffer::<u8>(range.start, range.len()))
+            .map_err(Error::device(op))?;
+            (part.create_sub_buffer::<T>(0, n))
+                .and_then(|to| place.copy_range_to(start, n, &to))
+                .and_then(|()| part.enqueue_release_to_external())
+                .map_err(Error::device(op))?;
+            // What is released so far, as the receiver acquires it.
+            outbox.released = Some(Layout {
+                bytes: range.end,
+                ..layout
+            });
+            let event = (self.ctx.enqueue_record_event())
+                .and_then(|event| self.ctx.flush().map(|()| event))
+                .map_err(Error::device(op))?;
+            events.push(event);
+        }
+        Ok(events)
     }
 
     /// Sends the descriptor of `outbox` to `dest` where it has not had
