@@ -149,9 +149,11 @@ pub enum Error {
         after: std::time::Duration,
     },
 
-    /// An earlier operation on the communicator timed out: messages of it
-    /// may still be under way, so the communicator takes no more
-    /// operations (make a new one from a healthy communicator, or end).
+    /// An earlier operation on the communicator timed out (or an MPI error
+    /// left the notes of a same-node message in pieces unmatched):
+    /// messages of it may still be under way, so the communicator takes
+    /// no more operations (make a new one from a healthy communicator, or
+    /// end).
     #[error(
         "{op}: an earlier operation on this communicator timed out, and its messages may still \
          be under way; the communicator takes no more operations"

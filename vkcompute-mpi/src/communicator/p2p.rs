@@ -55,8 +55,8 @@ impl Communicator {
     /// (over MPI where all the memory kept for the peer holds `isend`s
     /// under way), and the receiver copies it out on its device before it
     /// answers; a message of more than one piece in pieces, the receiver
-    /// copying out each as soon as it is written (where no earlier message
-    /// to `dest` with `tag` is under way).
+    /// copying out each as soon as it is written (where every earlier
+    /// message to `dest` with `tag` has its answer and has sent its data).
     ///
     /// Errors: a receiver that expects another type or length makes
     /// [`Error::Mismatch`](crate::Error::Mismatch) on both ranks; a buffer the host maps
@@ -76,9 +76,9 @@ impl Communicator {
         let none = || Sending::new(None, &self.pool);
         // Through shared memory, a message of several pieces is written in
         // pieces that the receiver copies out as they are written, where
-        // no earlier message to `dest` with `tag` is under way: the notes
-        // then go out as the device writes the pieces, waiting for nothing
-        // else (a send behind an `isend` would wait for that one's answer,
+        // no earlier end of `dest` and `tag` holds or waits for its turn
+        // (its answer is in and its data posted): the notes then go out as
+        // the device writes the pieces, waiting for nothing else (a send behind an `isend` would wait for that one's answer,
         // and its receiver for its notes meanwhile).
         let clear = self.raw().state.is_clear((true, dest, tag));
         let noted = (len > piece && clear).then(|| noted_piece::<T>(piece, len));

@@ -201,6 +201,16 @@ impl WaitState {
         Ok(())
     }
 
+    /// Marks the communicator broken where an MPI error left messages of
+    /// this crate unmatched (notes of a message in pieces that will not
+    /// be received, or not all sent), which a later message of the same
+    /// peer and tag would otherwise meet; returns `error`.
+    pub(crate) fn lost_step(&self, op: &'static str, error: Error) -> Error {
+        self.broken.store(true, Ordering::Relaxed);
+        log::error!("vkcompute-mpi: {op}: the notes of a message in pieces lost step: {error}");
+        error
+    }
+
     /// Marks the communicator broken and makes the error of a wait for
     /// `call` that passed `after`.
     pub(crate) fn timed_out(&self, op: &'static str, call: &'static str, after: Duration) -> Error {

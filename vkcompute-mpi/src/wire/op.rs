@@ -5,14 +5,14 @@
 //! receiver posts the receive of the header; once it has the header, it
 //! answers and receives the data and the trailer. Where the data lies in
 //! the sender's memory on the same-node transport, the receiver copies it
-//! out before it answers and nothing else follows the answer. A blocking
-//! send's header goes out while the sender still writes that memory, and
-//! a note on the data tag follows it for each piece written
-//! (`Header::notes`), which the receiver copies out as it comes.
+//! out before it answers and nothing else follows the answer; or, where a
+//! blocking send whose turn came at once writes it in pieces, as the
+//! notes after the header say each piece is written (`op/shared.rs`).
 //!
-//! The step after the header (a receiver's answer, a sender's data) waits
-//! for the turn of its `raw::Ticket`, so that the ends of one peer and tag
-//! keep MPI's matching order whatever calls made them.
+//! The step after the header (a receiver's answer or the receives of its
+//! data or notes, a sender's data or notes) waits for the turn of its
+//! `raw::Ticket`, so that the ends of one peer and tag keep MPI's matching
+//! order whatever calls made them.
 //!
 //! What the data is and how it travels is the [`Body`]'s: a request's own
 //! memory (`Owned`, moved on by the progress engine of
@@ -231,7 +231,7 @@ impl<T: Element, B: Body> Op<T, B> {
         let mut this = Op::new(op, end, Side::Send, (dest, tag), body);
         this.len = header.len();
         this.piece_bytes = usize::try_from(header.piece_bytes()).unwrap_or(usize::MAX);
-        this.notes_due = lent.as_ref().is_some_and(|l| l.pieces() > 0);
+        let noted = lent.as_ref().is_some_and(|l| l.pieces() > 0);
         this.lent = lent;
         this.set_out_header(header);
         let posted = this.post_out_header(tag);
@@ -245,6 +245,8 @@ impl<T: Element, B: Body> Op<T, B> {
             return this;
         }
         this.ticket = Some(ticket);
+        // The receiver of a header that went out waits for the notes.
+        this.notes_due = noted && posted.is_ok();
         if let Err(e) = posted.and_then(|()| this.post_in_header(ACK_TAGS + tag)) {
             this.phase = Phase::Data;
             this.error = Some(e);
@@ -501,7 +503,7 @@ impl<T: Element, B: Body> Pollable for Op<T, B> {
     fn advance(&mut self) {
         while self.phase != Phase::Over {
             let notes_turn = self.ticket.as_ref().is_none_or(Ticket::has_turn);
-            if self.notes_due && self.error.is_none() && notes_turn {
+            if self.notes_due && notes_turn {
                 if let Err(e) = self.send_notes() {
                     self.error.get_or_insert(e);
                 }

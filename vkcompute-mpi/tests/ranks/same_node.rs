@@ -253,7 +253,8 @@ pub(crate) fn blocking_sends_in_pieces(t: &Ranks) -> Check {
     let c = t.new_communicator()?;
     c.set_piece_bytes(4096);
     let p = Ranks { comm: &c, ..*t };
-    // 10_001 f32: six pieces of 1_667, the last of 1_666.
+    // 10_001 f32 in pieces of 4 KiB: five of 1_728 (6_912 bytes, a
+    // multiple of 256), the last of 1_361.
     exchange_with_zero::<f32>(&p, "f32 x 10_001", 10_001, device_end(t))?;
     exchange_with_zero::<u16>(&p, "host u16 x 33_333", 33_333, host_end(t))?;
     let what = "u8 view x 9_001 at 3";

@@ -59,10 +59,10 @@
 //! again.
 //!
 //! **In pieces.** A blocking `send` of more than one piece
-//! ([`piece_bytes`](crate::Communicator::piece_bytes)), where no earlier
-//! message to the peer with its tag is under way, does not wait for its
-//! copy: it enqueues it in at most six pieces (each a multiple of 256
-//! bytes), each released on its own and followed by an event, sends the
+//! ([`piece_bytes`](crate::Communicator::piece_bytes)), where every
+//! earlier message to the peer with its tag has its answer and has posted
+//! all its data, does not wait for its copy: it enqueues it in at most
+//! six pieces (all but the last a multiple of 256 bytes), each released on its own and followed by an event, sends the
 //! header at once, and then a note as each piece's event is reached (8
 //! bytes on the data tag, `wire/op/shared.rs`), waiting for nothing but
 //! its own device. The receiver posts the receives of every note in its
@@ -76,7 +76,7 @@
 //! takes every note first. An `isend`, and a `send` behind another message
 //! of its peer and tag, write the whole message first: their notes would
 //! wait for the caller, or for that message's answer.
-
+//!
 //! **Keeping the sockets in step.** Descriptors travel in the order they
 //! were sent, but the receiver may match the headers in another order
 //! (`isend`s of different tags, a collective while an `isend` is under

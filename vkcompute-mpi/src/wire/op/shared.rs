@@ -163,8 +163,10 @@ impl<T: Element, B: Body> Op<T, B> {
             let posted = note.recv((op, &comm), (0..NOTE_BYTES, NOTE_BYTES), from.0, from.1);
             noted.notes.push(note);
             if let Err(e) = self.lent(posted) {
-                // The notes posted are waited for; the message is refused.
-                noted.failed = Some(e);
+                // The notes posted are waited for and the message refused;
+                // the sender's others would meet a later message's
+                // receives, so the communicator takes no more.
+                noted.failed = Some(self.comm.state.lost_step(op, e));
                 break;
             }
         }
@@ -281,7 +283,9 @@ impl<T: Element, B: Body> Op<T, B> {
                 failed = lent.piece_written(op, index).err();
             }
             let note: u64 = if failed.is_some() { 2 } else { 0 };
-            raw::send(op, &comm, &note.to_le_bytes(), to, raw::Patience::NAP)?;
+            let sent = raw::send(op, &comm, &note.to_le_bytes(), to, raw::Patience::NAP);
+            // The receiver waits for the notes that did not go.
+            sent.map_err(|e| comm.state.lost_step(op, e))?;
         }
         if let Some(e) = failed {
             self.error.get_or_insert(e);
