@@ -20,7 +20,8 @@
 //!
 //! `VKCOMPUTE_MPI_LARGE=0` leaves out the 64 MiB cases;
 //! `VKCOMPUTE_MPI_CHECKS=word,...` runs only the checks whose names hold
-//! one of the words.
+//! one of the words; `VKCOMPUTE_MPI_MIXED` and `VKCOMPUTE_MPI_SEED` size
+//! and seed the randomized schedule (`mixed.rs`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -42,6 +43,7 @@ type Named = (&'static str, fn(&Ranks) -> Check);
 mod by_mpi;
 mod collectives;
 mod isends;
+mod mixed;
 mod on_node;
 mod ordering;
 mod p2p;
@@ -52,6 +54,7 @@ mod same_node;
 use by_mpi::*;
 use collectives::*;
 use isends::*;
+use mixed::*;
 use on_node::*;
 use ordering::*;
 use p2p::*;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::*;
 
-/// The checks of this file (on every path).
+/// The checks of this file and `mixed.rs` (on every path).
 pub(crate) fn ordering_checks() -> Vec<Named> {
     vec![
         (
@@ -26,6 +26,10 @@ pub(crate) fn ordering_checks() -> Vec<Named> {
         (
             "barrier_against_an_allreduce_fails_on_every_rank",
             barrier_against_an_allreduce_fails_on_every_rank,
+        ),
+        (
+            "mixed_messages_keep_their_order",
+            mixed_messages_keep_their_order,
         ),
     ]
 }
