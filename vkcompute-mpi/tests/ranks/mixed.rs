@@ -5,7 +5,7 @@
 //! order, tested, or dropped, messages of every size class (one piece,
 //! several pieces, the same-node path's pieces with notes, more pending
 //! than it has outboxes for), device buffers, host buffers and views, and
-//! collectives between them while requests are pending.
+//! every collective between them while requests are pending.
 //!
 //! Every rank posts the events in the schedule's order (a receiver may
 //! post two non-blocking receives of different tags the other way round),
@@ -83,10 +83,21 @@ struct Message {
 }
 
 #[derive(Clone, Copy, Debug)]
+enum Collective {
+    Barrier,
+    Allreduce,
+    Broadcast,
+    Reduce,
+    Allgather,
+    ReduceScatter,
+}
+
+#[derive(Clone, Copy, Debug)]
 enum Event {
     Message(Message),
-    Barrier,
-    Allreduce(usize),
+    /// Every rank: the collective, of this many u32 (a rank's block in
+    /// allgather and reduce_scatter), with this root where it has one.
+    Collective(Collective, usize, i32),
 }
 
 /// Element counts: empty, small, one piece and a little more (of the 64
@@ -124,8 +135,20 @@ fn schedule(seed: u64, events: usize, ranks: i32) -> Vec<Event> {
     let p = ranks.min(3) as usize;
     (0..events)
         .map(|k| match rng.below(100) {
-            0..=5 => Event::Barrier,
-            6..=11 => Event::Allreduce([1, 7, 1000, 70_000][rng.below(4)]),
+            0..=11 => {
+                use Collective::*;
+                let which = [
+                    Barrier,
+                    Allreduce,
+                    Broadcast,
+                    Reduce,
+                    Allgather,
+                    ReduceScatter,
+                ];
+                let len = [1, 7, 1000, 70_000][rng.below(4)];
+                let root = rng.below(ranks as usize) as i32;
+                Event::Collective(which[rng.below(which.len())], len, root)
+            }
             _ => {
                 let from = rng.below(p);
                 let to = (from + 1 + rng.below(p - 1)) % p;
@@ -353,8 +376,9 @@ pub(crate) fn mixed_messages_keep_their_order(t: &Ranks) -> Check {
         }
         let what = format!("seed {seed}, event {k} ({:?})", schedule[k]);
         match schedule[k] {
-            Event::Barrier => out.note(ok(&what, comm.barrier())),
-            Event::Allreduce(len) => out.note(allreduce(t, &comm, len, &what)),
+            Event::Collective(which, len, root) => {
+                out.note(collective(t, &comm, (which, len, root), &what))
+            }
             Event::Message(m) if t.rank == m.from || t.rank == m.to => {
                 let posted = match m.ty {
                     Ty::U8 => post::<u8>(t, &comm, (k, m), &what),
@@ -377,20 +401,64 @@ pub(crate) fn mixed_messages_keep_their_order(t: &Ranks) -> Check {
     }
 }
 
-/// An allreduce (sum) of `len` u32 between the messages.
-fn allreduce(t: &Ranks, comm: &Communicator, len: usize, what: &str) -> Check {
-    let mine: Vec<u32> = (0..len)
-        .map(|i| (t.rank as u32 + 1) * (i as u32 % 5 + 1))
-        .collect();
-    let buf = upload(t.ctx, &mine)?;
-    ok(what, comm.allreduce(&buf, ReduceOp::Sum))?;
+/// A collective of `len` u32 (sum where it reduces) between the
+/// messages, checked against every rank's data: rank `r`'s element `i` is
+/// `(r + 1) * (i % 5 + 1)`.
+fn collective(
+    t: &Ranks,
+    comm: &Communicator,
+    (which, len, root): (Collective, usize, i32),
+    what: &str,
+) -> Check {
+    let of = |r: i32, i: usize| (r as u32 + 1) * (i as u32 % 5 + 1);
     let ranks = t.size as u32;
-    let want: Vec<u32> = (0..len)
-        .map(|i| (i as u32 % 5 + 1) * ranks * (ranks + 1) / 2)
-        .collect();
-    same(
-        &format!("{what}: result"),
-        &dev("read", buf.to_vec())?,
-        &want,
-    )
+    let sum = |i: usize| (i as u32 % 5 + 1) * ranks * (ranks + 1) / 2;
+    let mine = |n: usize| (0..n).map(|i| of(t.rank, i)).collect::<Vec<u32>>();
+    let read = |b: &DeviceBuffer<u32>| dev("read", b.to_vec());
+    let result = format!("{what}: result");
+    match which {
+        Collective::Barrier => ok(what, comm.barrier()),
+        Collective::Allreduce => {
+            let buf = upload(t.ctx, &mine(len))?;
+            ok(what, comm.allreduce(&buf, ReduceOp::Sum))?;
+            same(
+                &result,
+                &read(&buf)?,
+                &(0..len).map(sum).collect::<Vec<_>>(),
+            )
+        }
+        Collective::Broadcast => {
+            let buf = upload(t.ctx, &mine(len))?;
+            ok(what, comm.broadcast(&buf, root))?;
+            let want: Vec<u32> = (0..len).map(|i| of(root, i)).collect();
+            same(&result, &read(&buf)?, &want)
+        }
+        Collective::Reduce => {
+            let buf = upload(t.ctx, &mine(len))?;
+            ok(what, comm.reduce(&buf, ReduceOp::Sum, root))?;
+            let want = if t.rank == root {
+                (0..len).map(sum).collect()
+            } else {
+                mine(len)
+            };
+            same(&result, &read(&buf)?, &want)
+        }
+        Collective::Allgather => {
+            let send = upload(t.ctx, &mine(len))?;
+            let recv = upload(t.ctx, &vec![0u32; len * t.size as usize])?;
+            ok(what, comm.allgather(&send, &recv))?;
+            let want: Vec<u32> = (0..len * t.size as usize)
+                .map(|j| of((j / len) as i32, j % len))
+                .collect();
+            same(&result, &read(&recv)?, &want)
+        }
+        Collective::ReduceScatter => {
+            let send = upload(t.ctx, &mine(len * t.size as usize))?;
+            let recv = upload(t.ctx, &vec![0u32; len])?;
+            ok(what, comm.reduce_scatter(&send, &recv, ReduceOp::Sum))?;
+            let block = t.rank as usize * len;
+            let want: Vec<u32> = (0..len).map(|i| sum(block + i)).collect();
+            same(&result, &read(&recv)?, &want)
+        }
+    }
 }
