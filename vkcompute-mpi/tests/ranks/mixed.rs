@@ -92,6 +92,20 @@ enum Collective {
     ReduceScatter,
 }
 
+impl Collective {
+    const ALL: [Collective; 6] = {
+        use Collective::*;
+        [
+            Barrier,
+            Allreduce,
+            Broadcast,
+            Reduce,
+            Allgather,
+            ReduceScatter,
+        ]
+    };
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Event {
     Message(Message),
@@ -136,18 +150,10 @@ fn schedule(seed: u64, events: usize, ranks: i32) -> Vec<Event> {
     (0..events)
         .map(|k| match rng.below(100) {
             0..=11 => {
-                use Collective::*;
-                let which = [
-                    Barrier,
-                    Allreduce,
-                    Broadcast,
-                    Reduce,
-                    Allgather,
-                    ReduceScatter,
-                ];
+                let which = Collective::ALL[rng.below(Collective::ALL.len())];
                 let len = [1, 7, 1000, 70_000][rng.below(4)];
                 let root = rng.below(ranks as usize) as i32;
-                Event::Collective(which[rng.below(which.len())], len, root)
+                Event::Collective(which, len, root)
             }
             _ => {
                 let from = rng.below(p);
