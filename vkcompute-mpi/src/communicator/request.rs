@@ -37,15 +37,21 @@ use crate::wire::{
 /// peer first needs a pending request of this rank completes.
 ///
 /// **Drop.** Dropping an unfinished request finishes it first, so that MPI
-/// never writes into freed memory: a receive whose header has not arrived
-/// is cancelled (`MPI_Cancel`, then `MPI_Wait`) and its message, if one
-/// comes, is left for a later receive; any other request is waited for,
-/// which needs its peer's matching call as `wait` does, and a dropped
-/// receive's data is taken off the wire and discarded (its destination is
-/// never written). With a timeout set, a drop that waits longer leaks
-/// the request's memory to MPI instead and marks the communicator broken,
-/// like [`wait`](Self::wait). A request outlives neither its communicator nor the
-/// thread it was made on (it borrows the communicator).
+/// never writes into freed memory. A receive whose header MPI has not
+/// matched yet is cancelled (`MPI_Cancel`, then `MPI_Wait`), and its
+/// message is left for a later receive. MPI matches only inside its
+/// calls (this crate's tests and waits, and every call of the
+/// communicator), so a message its peer sent long before may still be
+/// unmatched when a request is dropped without a `test`. A receive whose
+/// header was matched is answered as [`wait`](Self::wait) would answer
+/// it: its data is taken off the wire and discarded (its destination is
+/// never written), and the sender's call returns `Ok`, or
+/// [`Error::Mismatch`] where the message does not fit the receive. Any
+/// other request is waited for, which needs its peer's matching call as
+/// `wait` does. With a timeout set, a drop that waits longer leaks the
+/// request's memory to MPI instead and marks the communicator broken,
+/// like [`wait`](Self::wait). A request outlives neither its communicator
+/// nor the thread it was made on (it borrows the communicator).
 #[must_use = "a request finishes in `wait` or `test` (dropping it waits too)"]
 pub struct Request<'c> {
     comm: &'c Communicator,
