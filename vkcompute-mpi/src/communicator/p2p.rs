@@ -78,8 +78,9 @@ impl Communicator {
         // pieces that the receiver copies out as they are written, where
         // no earlier end of `dest` and `tag` holds or waits for its turn
         // (its answer is in and its data posted): the notes then go out as
-        // the device writes the pieces, waiting for nothing else (a send behind an `isend` would wait for that one's answer,
-        // and its receiver for its notes meanwhile).
+        // the device writes the pieces, waiting for nothing else (a send
+        // behind an `isend` would wait for that one's answer, and its
+        // receiver for its notes meanwhile).
         let clear = self.raw().state.is_clear((true, dest, tag));
         let noted = (len > piece && clear).then(|| noted_piece::<T>(piece, len));
         let shared = (buf.place().unmapped(op))

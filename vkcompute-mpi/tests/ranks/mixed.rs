@@ -15,8 +15,6 @@
 //! `VKCOMPUTE_MPI_SEED=S` another seed (default 36; `random`: rank 0
 //! draws one and tells the others). A failure names the seed and event.
 
-use std::cell::Cell;
-
 use mpi::traits::{Communicator as _, Root as _};
 
 use super::*;
@@ -246,13 +244,13 @@ struct Pending<'c> {
 
 /// The first failure of a rank; the rank carries on with the schedule so
 /// that its peers are not left waiting.
-struct Outcome(Cell<Option<String>>);
+#[derive(Default)]
+struct Outcome(Option<String>);
 
 impl Outcome {
-    fn note(&self, r: Check) {
+    fn note(&mut self, r: Check) {
         if let Err(e) = r {
-            let first = self.0.take().unwrap_or(e);
-            self.0.set(Some(first));
+            self.0.get_or_insert(e);
         }
     }
 }
@@ -330,7 +328,7 @@ fn finish(p: Pending<'_>) -> Check {
 
 /// Finishes the requests of `pending` due by `position` (all of them with
 /// `usize::MAX`), in an order of `rng`'s.
-fn finish_due(pending: &mut Vec<Pending<'_>>, position: usize, rng: &mut Rng, out: &Outcome) {
+fn finish_due(pending: &mut Vec<Pending<'_>>, position: usize, rng: &mut Rng, out: &mut Outcome) {
     loop {
         let due: Vec<usize> = (0..pending.len())
             .filter(|&i| pending[i].due <= position)
@@ -371,10 +369,10 @@ pub(crate) fn mixed_messages_keep_their_order(t: &Ranks) -> Check {
     comm.set_piece_bytes(64 << 10);
     let schedule = schedule(seed, events, t.size);
     let mut rng = Rng(seed ^ ((t.rank as u64 + 1) << 40));
-    let out = Outcome(Cell::new(None));
+    let mut out = Outcome::default();
     let mut pending: Vec<Pending<'_>> = Vec::new();
     for (position, &k) in order(&schedule, t.rank, seed).iter().enumerate() {
-        finish_due(&mut pending, position, &mut rng, &out);
+        finish_due(&mut pending, position, &mut rng, &mut out);
         if !pending.is_empty() && rng.chance(20) {
             let i = rng.below(pending.len());
             let p = &mut pending[i];
@@ -400,8 +398,8 @@ pub(crate) fn mixed_messages_keep_their_order(t: &Ranks) -> Check {
             Event::Message(_) => {}
         }
     }
-    finish_due(&mut pending, usize::MAX, &mut rng, &out);
-    match out.0.take() {
+    finish_due(&mut pending, usize::MAX, &mut rng, &mut out);
+    match out.0 {
         Some(e) => Err(e),
         None => Ok(()),
     }

@@ -62,9 +62,10 @@
 //! ([`piece_bytes`](crate::Communicator::piece_bytes)), where every
 //! earlier message to the peer with its tag has its answer and has posted
 //! all its data, does not wait for its copy: it enqueues it in at most
-//! six pieces (all but the last a multiple of 256 bytes), each released on its own and followed by an event, sends the
-//! header at once, and then a note as each piece's event is reached (8
-//! bytes on the data tag, `wire/op/shared.rs`), waiting for nothing but
+//! six pieces (all but the last a multiple of 256 bytes), each released
+//! on its own and followed by an event, sends the header at once, and
+//! then a note as each piece's event is reached (8 bytes on the data
+//! tag, `wire/op/shared.rs`), waiting for nothing but
 //! its own device. The receiver posts the receives of every note in its
 //! step after the header (so that they meet no later message's data) and,
 //! as its op is moved on, acquires, copies out and releases each piece
