@@ -140,22 +140,69 @@ fn lines_come_in_dispatch_order_and_in_append_order_within_one() {
 
 #[test]
 fn a_full_buffer_drops_the_rest_and_says_how_many() {
-    // 64 bytes of records: 16 words; each record here is 4 + 1 words.
+    // 64 bytes of records: a record here is 4 + 1 words, so its slot 8
+    // words (whole uvec4s), and two slots fit.
     let (ctx, lines) = collecting(Path::Staging, |o| o.printf_buffer_bytes(64));
     let k = kernel(&ctx, 8, r#"debugPrintfEXT("%u", i);"#).unwrap();
     run(&ctx, &k, 1, 0).unwrap();
     let got = texts(&lines);
-    assert_eq!(got.len(), 4, "{got:?}");
-    assert_eq!(got[3], "5 printf record(s) dropped: the dispatch's record buffer (64 bytes) was full (ContextOptions::printf_buffer_bytes)");
-    let mut printed: Vec<u32> = got[..3].iter().map(|t| t.parse().unwrap()).collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(got[2], "6 printf record(s) dropped: the dispatch's record buffer (64 bytes) was full (ContextOptions::printf_buffer_bytes)");
+    let mut printed: Vec<u32> = got[..2].iter().map(|t| t.parse().unwrap()).collect();
     printed.sort_unstable();
     printed.dedup();
-    assert_eq!(printed.len(), 3);
+    assert_eq!(printed.len(), 2);
+    assert!(printed.iter().all(|&i| i < 8), "{printed:?}");
     // The next dispatch has a buffer of its own.
     lines.lock().unwrap().clear();
     let one = kernel(&ctx, 1, r#"debugPrintfEXT("again %u", p.n);"#).unwrap();
     run(&ctx, &one, 1, 9).unwrap();
     assert_eq!(texts(&lines), ["again 9"]);
+}
+
+#[test]
+fn calls_of_different_sizes_share_the_buffer_and_drops_are_counted() {
+    // Two calls: a record of 4 + 1 words and one of 4 + 11; every record
+    // of the kernel takes the larger's slot (16 words, 64 bytes).
+    let body = r#"debugPrintfEXT("s%u", i);
+        debugPrintfEXT("l%u %v4u %v4u %lu", i, uvec4(i, 1u, 2u, 3u), uvec4(i + 1u), uint64_t(i) * 3000000000ul);"#;
+    let expected = |i: u32| {
+        [
+            format!("s{i}"),
+            format!(
+                "l{i} {i}, 1, 2, 3 {j}, {j}, {j}, {j} {}",
+                u64::from(i) * 3_000_000_000,
+                j = i + 1
+            ),
+        ]
+    };
+    for (bytes, printed) in [(1 << 18, 128), (640, 10)] {
+        let (ctx, lines) = collecting(Path::Direct, |o| o.printf_buffer_bytes(bytes));
+        let k = kernel(&ctx, 64, body).unwrap();
+        run(&ctx, &k, 1, 0).unwrap();
+        let got = lines.lock().unwrap().clone();
+        let records = &got[..printed];
+        for l in records {
+            assert!(expected(l.invocation[0]).contains(&l.text), "{l:?}");
+        }
+        let mut distinct: Vec<&str> = records.iter().map(|l| l.text.as_str()).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), printed, "{got:?}");
+        if printed == 128 {
+            assert_eq!(got.len(), 128);
+        } else {
+            assert_eq!(got.len(), printed + 1, "{got:?}");
+            assert_eq!(
+                got[printed].text,
+                format!(
+                    "{} printf record(s) dropped: the dispatch's record buffer (640 bytes) was \
+                     full (ContextOptions::printf_buffer_bytes)",
+                    128 - printed
+                )
+            );
+        }
+    }
 }
 
 #[test]

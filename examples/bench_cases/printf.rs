@@ -1,19 +1,25 @@
-//! `printf_unreached` and `printf_reached`: what `debugPrintfEXT` costs a
-//! kernel. The same saxpy over 16 Mi elements (`printf_saxpy.comp`), built
-//! three ways, dispatches in turn over the same buffers in one run: without
-//! a call (`printf_plain`), with a call no invocation reaches, and with one
-//! that one invocation reaches each dispatch (one record, read back when
-//! the dispatch completes). A `*_ratio` row gives plain / printing
-//! throughput: the unreached call's target is at least 0.95; the reached
-//! one has none (it adds a record buffer and its read per dispatch).
+//! `printf_unreached`, `printf_reached` and `printf_floor`: what
+//! `debugPrintfEXT` costs a kernel. The same saxpy over 16 Mi elements
+//! (`printf_saxpy.comp`), built four ways, dispatches in turn over the same
+//! buffers in one run: without a call (`printf_plain`), with a call no
+//! invocation reaches, with one that one invocation reaches each dispatch
+//! (one record, read back when the dispatch completes), and with an
+//! unreached atomic add and store in the call's place. A `*_ratio` row
+//! gives plain / other throughput: the unreached call's target is at
+//! least 0.95; the others have none (the reached call adds a record buffer
+//! and its read per dispatch).
 //! A kernel without a call is the module as it was: the rewriting leaves
 //! it alone.
 //!
 //! What an unreached call costs depends on whether the driver branches
 //! around code no invocation runs. GPUs do, and so does Mesa 25's
-//! lavapipe (measured: 0.95-0.98); Mesa 22's lavapipe runs every branch
-//! with its lanes masked off, so there the append's ten memory operations
-//! run for every invocation, masked (measured: 0.46).
+//! lavapipe (measured: 0.98-0.99); Mesa 22's lavapipe runs every branch
+//! with its lanes masked off, so there the append's memory operations (an
+//! atomic add and two 16-byte stores here) run for every invocation,
+//! masked (measured: 0.68-0.75). `printf_floor` bounds what any append can
+//! cost there (measured: 0.82-0.83): the same saxpy with, in the printf's place, the least an
+//! append does, an atomic add and one word's store, that no invocation
+//! reaches (`printf_saxpy_floor.spv`; no target).
 
 use vkcompute::{ContextOptions, DeviceContext, Kernel, PrintfOutput};
 
@@ -22,6 +28,7 @@ use super::{check_saxpy, grid_2d, Bench, BenchResult, Figure, Timing};
 const PLAIN: &[u8] = include_bytes!("printf_saxpy_plain.spv");
 const UNREACHED: &[u8] = include_bytes!("printf_saxpy_unreached.spv");
 const REACHED: &[u8] = include_bytes!("printf_saxpy_reached.spv");
+const FLOOR: &[u8] = include_bytes!("printf_saxpy_floor.spv");
 
 /// Target: the plain kernel at most this much faster than the one with an
 /// unreached call.
@@ -52,10 +59,17 @@ impl Bench<'_> {
         let plain = load(ctx, PLAIN)?;
         let unreached = load(ctx, UNREACHED)?;
         let reached = load(ctx, REACHED)?;
+        let floor = load(ctx, FLOOR)?;
+        let cursor = ctx.enqueue_create_buffer::<u32>(65)?;
+        cursor.enqueue_fill(0)?;
         let grid = grid_2d(N.div_ceil(256), ctx.info().limits.max_workgroup_count[0]);
         let push = super::SaxpyParams { a: 0.5, n: N };
         let run = |kernel: &Kernel| -> BenchResult<()> {
-            ctx.enqueue_function(kernel, grid, &[x.arg(), y.arg()], &push)?;
+            if kernel.bindings().len() == 3 {
+                ctx.enqueue_function(kernel, grid, &[x.arg(), y.arg(), cursor.arg()], &push)?;
+            } else {
+                ctx.enqueue_function(kernel, grid, &[x.arg(), y.arg()], &push)?;
+            }
             ctx.synchronize()?;
             Ok(())
         };
@@ -65,6 +79,7 @@ impl Bench<'_> {
         for (case, printing) in [
             ("printf_unreached", &unreached),
             ("printf_reached", &reached),
+            ("printf_floor", &floor),
         ] {
             let pair = self.time_pair(
                 [case, "printf_plain"],
@@ -99,7 +114,12 @@ impl Bench<'_> {
                 );
             }
         }
-        let runs = 4 * (warmups + reps);
-        check_saxpy("printf", &y, &x_host, runs)
+        let runs = 6 * (warmups + reps);
+        check_saxpy("printf", &y, &x_host, runs)?;
+        let floor_words = cursor.to_vec()?;
+        super::check(
+            floor_words.iter().all(|&w| w == 0),
+            "printf_floor: the unreached append ran",
+        )
     }
 }

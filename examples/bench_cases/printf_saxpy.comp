@@ -5,8 +5,11 @@
 // shaderc for Vulkan 1.2 at optimization level Performance, warnings as
 // errors, into printf_saxpy_plain.spv (PRINTF undefined),
 // printf_saxpy_unreached.spv (PRINTF defined) and
-// printf_saxpy_reached.spv (PRINTF and PRINTF_REACHED defined); recompile
-// them when this file changes.
+// printf_saxpy_reached.spv (PRINTF and PRINTF_REACHED defined) and
+// printf_saxpy_floor.spv (PRINTF_FLOOR defined: no printf, and in its
+// place the least any append does, an atomic add and one word's store,
+// no invocation reaching it);
+// recompile them when this file changes.
 
 #extension GL_EXT_debug_printf : enable
 
@@ -14,6 +17,10 @@ layout(local_size_x = 256) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer X { float x[]; };
 layout(std430, set = 0, binding = 1) buffer Y { float y[]; };
+
+#ifdef PRINTF_FLOOR
+layout(std430, set = 0, binding = 2) buffer Records { uint cursor; uint words[]; };
+#endif
 
 layout(push_constant) uniform Params {
     float a;
@@ -29,6 +36,11 @@ void main() {
 #ifdef PRINTF
     if (p.a == 12345.0 && i >= p.n) {
         debugPrintfEXT("saxpy: a=%f n=%u at %u", p.a, p.n, i);
+    }
+#endif
+#ifdef PRINTF_FLOOR
+    if (p.a == 12345.0 && i >= p.n) {
+        words[atomicAdd(cursor, 1u) % 64u] = 1u;
     }
 #endif
 #ifdef PRINTF_REACHED

@@ -1,8 +1,8 @@
 //! Printing kernels in graphs. A captured dispatch of a kernel that calls
 //! `debugPrintfEXT` binds a record buffer of the graph's own (device
 //! memory, bound last, as a stream dispatch binds its own). Every replay
-//! resets that buffer's header (cursor and dropped count) before the
-//! graph's commands and copies the header and records out after them,
+//! resets that buffer's cursor before the graph's commands and copies the
+//! whole buffer out after them,
 //! into a host-visible buffer of that replay's, read when the replay's
 //! batch completes: replays in flight together do not share records, and
 //! each replay's lines come in the order of its dispatches.
@@ -18,18 +18,18 @@ use crate::context::DeviceContext;
 use crate::error::Result;
 use crate::recorder::Command;
 use crate::stream::batches::Stream;
-use crate::stream::printf::{self, capacity_words, Output, RecordBuffer};
+use crate::stream::printf::{self, Output, RecordBuffer};
 use crate::view::View;
 use crate::vk::Device;
 
 /// One printing dispatch of a graph.
 pub(super) struct Printing {
-    /// Its record buffer: the header, `capacity` words of records, and
-    /// room for the record that does not fit.
+    /// Its record buffer: the header, the trash slot and `capacity`
+    /// records' slots.
     records: DeviceBuffer<u32>,
     table: Arc<Printf>,
     label: Arc<str>,
-    /// Words of records it holds.
+    /// The records it holds.
     capacity: u32,
 }
 
@@ -37,12 +37,11 @@ impl Printing {
     /// The record buffer of a dispatch of a kernel with call table
     /// `table`, captured on `ctx` (whose `printf_buffer_bytes` sizes it).
     pub(super) fn new(ctx: &DeviceContext, table: Arc<Printf>, label: Arc<str>) -> Result<Self> {
-        let capacity = capacity_words(ctx.stream.printf.buffer_bytes);
-        let words = HEADER_WORDS as usize + capacity as usize + table.max_record_words() as usize;
+        let capacity = table.capacity(ctx.stream.printf.buffer_bytes);
+        // At most 1 GiB of records and one slot (the option is clamped).
+        let words = table.buffer_words(capacity) as usize;
+        // Each replay sets the cursor; a slot is read only once written.
         let records = ctx.enqueue_create_buffer::<u32>(words)?;
-        let mut init = vec![0u32; words];
-        init[1] = capacity;
-        records.enqueue_copy_from(&init)?;
         Ok(Printing {
             records,
             table,
@@ -56,9 +55,9 @@ impl Printing {
         &self.records.view
     }
 
-    /// The bytes a replay copies out: the header and the records.
+    /// The bytes a replay copies out: the whole buffer.
     fn bytes(&self) -> u64 {
-        (u64::from(HEADER_WORDS) + u64::from(self.capacity)) * 4
+        self.table.buffer_words(self.capacity) * 4
     }
 }
 
@@ -74,7 +73,7 @@ pub(super) fn outputs(
             Ok(Arc::new(RecordBuffer::new(
                 device,
                 &p.table,
-                u64::from(p.capacity) * 4,
+                u64::from(p.capacity) * u64::from(p.table.slot_words()) * 4,
             )?))
         })
         .collect()
@@ -95,19 +94,16 @@ pub(super) fn around(
 ) -> Result<()> {
     for p in printing {
         let view = p.view();
-        // Words 0 (cursor) and 2..4 (dropped, unused); word 1 (the
-        // capacity) stays as written at capture.
-        for (at, len) in [(0, 4), (8, 8)] {
-            stream.record(
-                &[],
-                Command::FillWord {
-                    dst: view.memory.handle(),
-                    offset: view.offset + at,
-                    len,
-                    word: 0,
-                },
-            )?;
-        }
+        // The cursor (the header's other words are unused).
+        stream.record(
+            &[],
+            Command::FillWord {
+                dst: view.memory.handle(),
+                offset: view.offset,
+                len: u64::from(HEADER_WORDS) * 4,
+                word: 0,
+            },
+        )?;
     }
     stream.barrier();
     body(stream)?;

@@ -87,50 +87,45 @@ impl Output {
     }
 }
 
-/// The words of records a buffer of `bytes` of records holds.
-pub(crate) fn capacity_words(bytes: u64) -> u32 {
-    u32::try_from(bytes / 4).unwrap_or(u32::MAX - (1 << 20))
-}
-
 /// One dispatch's record buffer: host-visible memory the kernel appends
 /// to, read by the host once the dispatch completes.
 pub(crate) struct RecordBuffer {
     device: Arc<Device>,
     raw: Option<RawBuffer>,
-    /// Words of records it holds (its capacity).
+    /// The records it holds (its capacity).
     capacity: u32,
+    /// The words of one record's slot.
+    slot_words: u32,
 }
 
 impl RecordBuffer {
-    /// A buffer for `table`'s records: the header, `capacity_bytes` of
-    /// records, and room past them for the record that does not fit.
+    /// A buffer for `table`'s records: the header, the trash slot, and
+    /// `capacity_bytes` of records' slots.
     pub(crate) fn new(device: &Arc<Device>, table: &Printf, capacity_bytes: u64) -> Result<Self> {
-        let capacity = capacity_words(capacity_bytes);
-        let words =
-            u64::from(HEADER_WORDS) + u64::from(capacity) + u64::from(table.max_record_words());
+        let capacity = table.capacity(capacity_bytes);
+        let bytes = table.buffer_words(capacity) * 4;
         let raw = RawBuffer::new(
             device,
-            words * 4,
+            bytes,
             MemoryUsage::Readback,
             "a printf record buffer",
         )?;
-        let Some(mapped) = raw.mapped_range(0, words * 4) else {
+        let Some(mapped) = raw.mapped_range(0, bytes) else {
             raw.destroy(device);
             return Err(Error::Unsupported {
                 what: "printf from a kernel (records in host-visible memory)".into(),
                 device: device.name().to_string(),
             });
         };
-        // The header, then zeros (a reused buffer holds old records): a
-        // record never written reads as call 0.
-        let mut init = vec![0u32; words as usize];
-        init[..4].copy_from_slice(&[0, capacity, 0, 0]);
-        mapped.write(bytemuck::cast_slice(&init));
-        raw.flush_host_writes(device, 0, words * 4)?;
+        // The cursor at 0. The slots need no clearing: the host reads only
+        // those below the cursor, which the dispatch wrote.
+        mapped.write(bytemuck::cast_slice(&[0u32; HEADER_WORDS as usize]));
+        raw.flush_host_writes(device, 0, u64::from(HEADER_WORDS) * 4)?;
         Ok(RecordBuffer {
             device: device.clone(),
             raw: Some(raw),
             capacity,
+            slot_words: table.slot_words(),
         })
     }
 
@@ -144,24 +139,27 @@ impl RecordBuffer {
         }
     }
 
-    /// The header and the records' words, once the dispatch completed.
-    fn read(&self) -> Result<([u32; 4], Vec<u32>)> {
+    /// The cursor and the written records' slots, once the dispatch
+    /// completed.
+    fn read(&self) -> Result<(u32, Vec<u32>)> {
         let Some(raw) = &self.raw else {
-            return Ok(([0; 4], Vec::new()));
+            return Ok((0, Vec::new()));
         };
         let bytes = raw.size;
         raw.invalidate_for_host_reads(&self.device, 0, bytes)?;
         let Some(mapped) = raw.mapped_range(0, bytes) else {
-            return Ok(([0; 4], Vec::new()));
+            return Ok((0, Vec::new()));
         };
-        let mut header = [0u32; 4];
-        mapped.read(bytemuck::cast_slice_mut(&mut header));
-        let used = header[0].min(self.capacity) as usize;
+        let mut cursor = [0u32; 1];
+        mapped.read(bytemuck::cast_slice_mut(&mut cursor));
+        let used = cursor[0].min(self.capacity) as usize * self.slot_words as usize;
         let mut data = vec![0u32; used];
+        // Past the header and the trash slot.
+        let first = (HEADER_WORDS + self.slot_words) as usize * 4;
         mapped
-            .sub(HEADER_WORDS as usize * 4, used * 4)
+            .sub(first, used * 4)
             .read(bytemuck::cast_slice_mut(&mut data));
-        Ok((header, data))
+        Ok((cursor[0], data))
     }
 }
 
@@ -185,14 +183,14 @@ pub(crate) fn completion(
     output: Arc<Output>,
 ) -> Completion {
     Box::new(move |stream: &mut Stream| {
-        let (header, data) = match records.read() {
+        let (cursor, data) = match records.read() {
             Ok(read) => read,
             Err(e) => {
                 stream.keep_assert(e);
                 return;
             }
         };
-        let [cursor, capacity, dropped, _] = header;
+        let capacity = records.capacity;
         for record in table.records(&data, cursor, capacity) {
             let call = &table.calls[record.call];
             let location = call.location.as_ref().map(|(f, l)| (f.as_str(), *l));
@@ -218,11 +216,12 @@ pub(crate) fn completion(
             trace_line(stream, &line);
             output.emit(&line);
         }
+        let dropped = Printf::dropped(cursor, capacity);
         if dropped > 0 {
             let text = format!(
                 "{dropped} printf record(s) dropped: the dispatch's record buffer ({} bytes) was \
                  full (ContextOptions::printf_buffer_bytes)",
-                u64::from(capacity) * 4
+                u64::from(capacity) * u64::from(records.slot_words) * 4
             );
             let line = PrintfLine {
                 kernel: &label,

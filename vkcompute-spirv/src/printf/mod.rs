@@ -2,19 +2,28 @@
 //! instruction 1) rewritten into appends to a record buffer the runtime
 //! binds, and assertions (`VK_ASSERT` of [`INCLUDE`]), with no layer.
 //!
-//! Each call becomes: an atomic add of the record's size to the buffer's
-//! cursor; the record (its format's number, the invocation's global id
-//! and the argument values, each a 32-bit word or two) written at the
-//! offset it got where the record fits below the capacity, else into a
-//! trash area past it, and the dropped count raised; no branch is added.
-//! The host reads the records once the dispatch completes (`Format`
-//! renders them). The buffer's layout, in 32-bit words: cursor, capacity,
-//! dropped, 0, then the records ([`HEADER_WORDS`]).
+//! Every record of a module takes one slot of [`Printf::slot_words`]
+//! words (its largest call's record, rounded up to whole `uvec4`s). Each
+//! call becomes: an atomic add of one to the buffer's cursor, which gives
+//! the record its number `n`; then the record (its format's number, the
+//! invocation's global id, and the argument values, each a 32-bit word or
+//! two) stored four words at a time into slot `n + 1` where that slot is
+//! in the buffer, else into slot 0, the trash slot. No branch is added,
+//! and nothing but the cursor is read or counted: the slot count comes
+//! from the buffer's length (`OpArrayLength`), and the host knows how many
+//! records were dropped from the cursor. The host reads the records once
+//! the dispatch completes (`Format` renders them). The buffer's layout, in
+//! 32-bit words: the cursor and three unused words ([`HEADER_WORDS`]),
+//! then the trash slot, then the records' slots. Every store stays inside
+//! the buffer: a slot past its end, and a cursor that wrapped past 2^32
+//! records in one dispatch (whose later records then take earlier ones'
+//! slots, and whose dropped count is then wrong), go to the trash slot or
+//! to a slot below the end.
 //!
 //! A kernel without a call is not touched; a call no invocation reaches
 //! costs the branch around it where the driver skips such a branch (GPUs,
-//! Mesa 25's lavapipe), and its append, masked off, where it runs both
-//! sides (Mesa 22's lavapipe).
+//! Mesa 25's lavapipe), and its append (an atomic and a store per four
+//! words), masked off, where it runs both sides (Mesa 22's lavapipe).
 
 mod arguments;
 pub mod format;
@@ -26,7 +35,8 @@ mod pass;
 pub use format::{Arg, ArgKind, ArgType, Conversion, Format, Piece};
 pub(crate) use pass::instrument;
 
-/// The words before the records: cursor, capacity, dropped, unused.
+/// The words before the slots: the cursor (records asked for), then
+/// three unused words, so that the slots start 16-byte aligned.
 pub const HEADER_WORDS: u32 = 4;
 
 /// Words of every record before its values: the format's number (from 1:
@@ -89,13 +99,38 @@ pub struct Printf {
 }
 
 impl Printf {
-    /// The most words one record takes: the trash area past the capacity.
-    pub fn max_record_words(&self) -> u32 {
+    /// The words of one slot: the most words one record of this module
+    /// takes, rounded up to a multiple of four (records are stored as
+    /// `uvec4`s).
+    pub fn slot_words(&self) -> u32 {
         self.calls
             .iter()
             .map(Call::record_words)
             .max()
             .unwrap_or(RECORD_PREFIX_WORDS)
+            .next_multiple_of(4)
+    }
+
+    /// The records a buffer holds when `bytes` of records are asked for:
+    /// whole slots, none where one slot is more.
+    pub fn capacity(&self, bytes: u64) -> u32 {
+        let slot_bytes = u64::from(self.slot_words()) * 4;
+        // The trash slot comes on top, and the buffer's length in `uvec4`s
+        // must fit in a 32-bit word.
+        let most = u64::from(u32::MAX) / u64::from(self.slot_words() / 4) - 1;
+        (bytes / slot_bytes).min(most) as u32
+    }
+
+    /// The words of a buffer of `capacity` records: the header, the trash
+    /// slot and the records' slots.
+    pub fn buffer_words(&self, capacity: u32) -> u64 {
+        u64::from(HEADER_WORDS) + (u64::from(capacity) + 1) * u64::from(self.slot_words())
+    }
+
+    /// The records a dispatch asked for (its final cursor) and did not
+    /// write, its buffer holding `capacity`.
+    pub fn dropped(cursor: u32, capacity: u32) -> u32 {
+        cursor.saturating_sub(capacity)
     }
 }
 
@@ -112,29 +147,29 @@ pub struct Record {
 }
 
 impl Printf {
-    /// The records of a buffer's data words `data` (after the header)
-    /// that the cursor `cursor` and capacity `capacity` say were written,
-    /// in the order they were appended.
+    /// The records of a buffer's record slots `data` (the words after the
+    /// header and the trash slot), the cursor `cursor` and the capacity
+    /// `capacity` saying how many were written, in the order they were
+    /// appended.
     pub fn records(&self, data: &[u32], cursor: u32, capacity: u32) -> Vec<Record> {
-        let end = (cursor.min(capacity) as usize).min(data.len());
-        let mut out = Vec::new();
-        let mut at = 0usize;
-        while at < end {
-            let number = data[at] as usize;
+        let slot = self.slot_words() as usize;
+        let written = cursor.min(capacity) as usize;
+        let mut out = Vec::with_capacity(written.min(data.len() / slot));
+        for words in data.chunks_exact(slot).take(written) {
+            let number = words[0] as usize;
+            // Every slot below the cursor was written once the dispatch
+            // completed; a number no call has is skipped, not trusted.
             let Some(call) = number.checked_sub(1).and_then(|i| self.calls.get(i)) else {
-                break; // a record that did not fit, never written
+                continue;
             };
             let len = call.record_words() as usize;
-            if at + len > end {
-                break;
-            }
-            let words = &data[at..at + len];
             out.push(Record {
                 call: number - 1,
                 invocation: [words[1], words[2], words[3]],
-                text: call.format.render(&words[RECORD_PREFIX_WORDS as usize..]),
+                text: call
+                    .format
+                    .render(&words[RECORD_PREFIX_WORDS as usize..len]),
             });
-            at += len;
         }
         out
     }

@@ -18,6 +18,7 @@ pub(super) struct Rewrite<'m> {
     pub(super) float: Option<u32>,
     pub(super) uvec2: Option<u32>,
     pub(super) uvec3: Option<u32>,
+    pub(super) uvec4: Option<u32>,
 }
 
 pub(super) fn id(o: &Operand) -> Option<u32> {
@@ -97,8 +98,13 @@ impl Rewrite<'_> {
         Ok(t)
     }
 
+    /// The vector of `n` (2 to 4) 32-bit unsigned integers.
     pub(super) fn uvec(&mut self, n: u32) -> Result<u32, String> {
-        let cached = if n == 2 { self.uvec2 } else { self.uvec3 };
+        let cached = match n {
+            2 => self.uvec2,
+            3 => self.uvec3,
+            _ => self.uvec4,
+        };
         if let Some(t) = cached {
             return Ok(t);
         }
@@ -106,10 +112,10 @@ impl Rewrite<'_> {
             Op::TypeVector,
             vec![Operand::IdRef(self.uint), Operand::LiteralBit32(n)],
         )?;
-        if n == 2 {
-            self.uvec2 = Some(t);
-        } else {
-            self.uvec3 = Some(t);
+        match n {
+            2 => self.uvec2 = Some(t),
+            3 => self.uvec3 = Some(t),
+            _ => self.uvec4 = Some(t),
         }
         Ok(t)
     }
@@ -129,14 +135,16 @@ pub(super) fn emit(
     Ok(result)
 }
 
-/// The record buffer: its variable and the pointer type to one of its words.
+/// The record buffer: its variable, and the pointer types to a word of
+/// its header and to a `uvec4` of its slots.
 pub(super) struct Buffer {
     pub(super) variable: u32,
-    pub(super) element_pointer: u32,
+    pub(super) word_pointer: u32,
+    pub(super) unit_pointer: u32,
 }
 
 /// Declares the record buffer at (`set`, `binding`): a block of four
-/// words and a runtime array of words, a storage buffer (`Uniform` with
+/// words and a runtime array of `uvec4`s, a storage buffer (`Uniform` with
 /// `BufferBlock` before SPIR-V 1.3).
 pub(super) fn declare_buffer(
     rw: &mut Rewrite<'_>,
@@ -145,24 +153,26 @@ pub(super) fn declare_buffer(
     binding: u32,
 ) -> Result<Buffer, String> {
     let uint = rw.uint;
+    let uvec4 = rw.uvec(4)?;
     let modern = version >= (1, 3);
     let class = if modern {
         StorageClass::StorageBuffer
     } else {
         StorageClass::Uniform
     };
-    let words = rw.fresh()?;
+    let units = rw.fresh()?;
     let block = rw.fresh()?;
     let pointer = rw.fresh()?;
-    let element_pointer = rw.fresh()?;
+    let word_pointer = rw.fresh()?;
+    let unit_pointer = rw.fresh()?;
     let variable = rw.fresh()?;
     let m = &mut *rw.module;
     m.types_global_values.extend([
         Instruction::new(
             Op::TypeRuntimeArray,
             None,
-            Some(words),
-            vec![Operand::IdRef(uint)],
+            Some(units),
+            vec![Operand::IdRef(uvec4)],
         ),
         Instruction::new(
             Op::TypeStruct,
@@ -170,7 +180,7 @@ pub(super) fn declare_buffer(
             Some(block),
             vec![Operand::IdRef(uint); 4]
                 .into_iter()
-                .chain([Operand::IdRef(words)])
+                .chain([Operand::IdRef(units)])
                 .collect(),
         ),
         Instruction::new(
@@ -182,8 +192,14 @@ pub(super) fn declare_buffer(
         Instruction::new(
             Op::TypePointer,
             None,
-            Some(element_pointer),
+            Some(word_pointer),
             vec![Operand::StorageClass(class), Operand::IdRef(uint)],
+        ),
+        Instruction::new(
+            Op::TypePointer,
+            None,
+            Some(unit_pointer),
+            vec![Operand::StorageClass(class), Operand::IdRef(uvec4)],
         ),
         Instruction::new(
             Op::Variable,
@@ -198,7 +214,7 @@ pub(super) fn declare_buffer(
         Instruction::new(Op::Decorate, None, None, ops)
     };
     m.annotations
-        .push(decorate(words, Decoration::ArrayStride, Some(4)));
+        .push(decorate(units, Decoration::ArrayStride, Some(16)));
     for member in 0..5u32 {
         m.annotations.push(Instruction::new(
             Op::MemberDecorate,
@@ -242,7 +258,8 @@ pub(super) fn declare_buffer(
     }
     Ok(Buffer {
         variable,
-        element_pointer,
+        word_pointer,
+        unit_pointer,
     })
 }
 

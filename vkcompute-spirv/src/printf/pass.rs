@@ -153,6 +153,7 @@ pub(crate) fn instrument(
         float: None,
         uvec2: None,
         uvec3: None,
+        uvec4: None,
     };
     let buffer = declare_buffer(&mut rw, version, set, binding)?;
     let gid = global_invocation_id(&mut rw)?;
@@ -161,27 +162,30 @@ pub(crate) fn instrument(
     let scope = rw.constant(if vulkan_memory_model { 5 } else { 1 })?;
     let relaxed = rw.constant(0)?;
     let uvec3 = rw.uvec(3)?;
+    let uvec4 = rw.uvec(4)?;
     let bool_ = rw.bool_type()?;
+    let table = Printf {
+        set,
+        binding,
+        calls,
+    };
+    // Every record takes one slot of `slot_units` uvec4s.
+    let slot_units = table.slot_words() / 4;
     // Rewrite from the last site, so that earlier indices stay right.
     for (n, ((f, b, i, _), (_, arg_plans))) in sites.iter().zip(&plans).enumerate().rev() {
-        let record_words = calls[n].record_words();
         let mut out = Vec::new();
         let r = &mut rw;
-        let (c0, c1, c2, c4) = (
-            r.constant(0)?,
-            r.constant(1)?,
-            r.constant(2)?,
-            r.constant(4)?,
-        );
-        let size = r.constant(record_words)?;
+        let (c0, c1, c4) = (r.constant(0)?, r.constant(1)?, r.constant(4)?);
+        let units_per_slot = r.constant(slot_units)?;
+        // The record's number: the cursor before the add.
         let cursor = emit(
             r,
             &mut out,
             Op::AccessChain,
-            buffer.element_pointer,
+            buffer.word_pointer,
             vec![Operand::IdRef(buffer.variable), Operand::IdRef(c0)],
         )?;
-        let offset = emit(
+        let number = emit(
             r,
             &mut out,
             Op::AtomicIAdd,
@@ -190,74 +194,59 @@ pub(crate) fn instrument(
                 Operand::IdRef(cursor),
                 Operand::IdRef(scope),
                 Operand::IdRef(relaxed),
-                Operand::IdRef(size),
+                Operand::IdRef(c1),
             ],
         )?;
-        let capacity_at = emit(
+        // Its slot, `number + 1`, where that is below the buffer's slot
+        // count, else the trash slot 0 (a cursor that wrapped gives 0 too).
+        let units = emit(
             r,
             &mut out,
-            Op::AccessChain,
-            buffer.element_pointer,
-            vec![Operand::IdRef(buffer.variable), Operand::IdRef(c1)],
-        )?;
-        let capacity = emit(
-            r,
-            &mut out,
-            Op::Load,
+            Op::ArrayLength,
             uint,
-            vec![Operand::IdRef(capacity_at)],
+            vec![Operand::IdRef(buffer.variable), Operand::LiteralBit32(4)],
         )?;
-        let end = emit(
+        let slots = emit(
+            r,
+            &mut out,
+            Op::UDiv,
+            uint,
+            vec![Operand::IdRef(units), Operand::IdRef(units_per_slot)],
+        )?;
+        let next = emit(
             r,
             &mut out,
             Op::IAdd,
             uint,
-            vec![Operand::IdRef(offset), Operand::IdRef(size)],
+            vec![Operand::IdRef(number), Operand::IdRef(c1)],
         )?;
         let fits = emit(
             r,
             &mut out,
-            Op::ULessThanEqual,
+            Op::ULessThan,
             bool_,
-            vec![Operand::IdRef(end), Operand::IdRef(capacity)],
+            vec![Operand::IdRef(next), Operand::IdRef(slots)],
         )?;
-        let base = emit(
+        let slot = emit(
             r,
             &mut out,
             Op::Select,
             uint,
             vec![
                 Operand::IdRef(fits),
-                Operand::IdRef(offset),
-                Operand::IdRef(capacity),
+                Operand::IdRef(next),
+                Operand::IdRef(c0),
             ],
         )?;
-        let dropped = emit(
+        let base = emit(
             r,
             &mut out,
-            Op::Select,
+            Op::IMul,
             uint,
-            vec![Operand::IdRef(fits), Operand::IdRef(c0), Operand::IdRef(c1)],
+            vec![Operand::IdRef(slot), Operand::IdRef(units_per_slot)],
         )?;
-        let dropped_at = emit(
-            r,
-            &mut out,
-            Op::AccessChain,
-            buffer.element_pointer,
-            vec![Operand::IdRef(buffer.variable), Operand::IdRef(c2)],
-        )?;
-        emit(
-            r,
-            &mut out,
-            Op::AtomicIAdd,
-            uint,
-            vec![
-                Operand::IdRef(dropped_at),
-                Operand::IdRef(scope),
-                Operand::IdRef(relaxed),
-                Operand::IdRef(dropped),
-            ],
-        )?;
+        // The record, four words to a store: the format's number and the
+        // global id, then the values, the last uvec4 filled with zeros.
         let mut words = vec![r.constant(n as u32 + 1)?];
         let id3 = emit(r, &mut out, Op::Load, uvec3, vec![Operand::IdRef(gid)])?;
         for k in 0..3 {
@@ -272,7 +261,8 @@ pub(crate) fn instrument(
         for (value, plan) in arg_plans {
             value_words(r, &mut out, *value, plan, &type_of, &mut words)?;
         }
-        for (k, w) in words.into_iter().enumerate() {
+        words.resize(words.len().next_multiple_of(4), c0);
+        for (k, unit) in words.chunks_exact(4).enumerate() {
             let index = if k == 0 {
                 base
             } else {
@@ -289,27 +279,30 @@ pub(crate) fn instrument(
                 r,
                 &mut out,
                 Op::AccessChain,
-                buffer.element_pointer,
+                buffer.unit_pointer,
                 vec![
                     Operand::IdRef(buffer.variable),
                     Operand::IdRef(c4),
                     Operand::IdRef(index),
                 ],
             )?;
+            let value = emit(
+                r,
+                &mut out,
+                Op::CompositeConstruct,
+                uvec4,
+                unit.iter().map(|&w| Operand::IdRef(w)).collect(),
+            )?;
             out.push(Instruction::new(
                 Op::Store,
                 None,
                 None,
-                vec![Operand::IdRef(at), Operand::IdRef(w)],
+                vec![Operand::IdRef(at), Operand::IdRef(value)],
             ));
         }
         let block = &mut rw.module.functions[*f].blocks[*b];
         block.instructions.splice(*i..=*i, out);
     }
     remove_import(rw.module, printf_set);
-    Ok(Some(Printf {
-        set,
-        binding,
-        calls,
-    }))
+    Ok(Some(table))
 }
