@@ -153,10 +153,12 @@ impl ContextOptions {
     }
 
     /// The bytes of records one dispatch of a printing kernel may write
-    /// (`VKCOMPUTE_PRINTF_BYTES`), clamped to 64 bytes to 1 GiB; records
-    /// past them are dropped, and one line says how many. Each record of a
-    /// kernel takes the room of its largest call's record (16 bytes, and 4
-    /// a 32-bit value, rounded up to 16). Default: 256 KiB.
+    /// (`VKCOMPUTE_PRINTF_BYTES`); records past them are dropped, and one
+    /// line says how many. Each record of a kernel takes the room of its
+    /// largest call's record (16 bytes, and 4 a 32-bit value, rounded up to
+    /// 16). The buffer holds at least one record, and at most what one
+    /// binding covers (`maxStorageBufferRange`, 128 MiB on lavapipe).
+    /// Default: 256 KiB.
     pub fn printf_buffer_bytes(mut self, bytes: u64) -> Self {
         self.printf_buffer_bytes = Some(bytes);
         self

@@ -37,8 +37,9 @@ impl Printing {
     /// The record buffer of a dispatch of a kernel with call table
     /// `table`, captured on `ctx` (whose `printf_buffer_bytes` sizes it).
     pub(super) fn new(ctx: &DeviceContext, table: Arc<Printf>, label: Arc<str>) -> Result<Self> {
-        let capacity = table.capacity(ctx.stream.printf.buffer_bytes);
-        // At most 1 GiB of records and one slot (the option is clamped).
+        let limit = u64::from(ctx.stream.device.limits().max_storage_buffer_range);
+        let capacity = table.capacity(ctx.stream.printf.buffer_bytes, limit);
+        // At most one binding's bytes (`Printf::capacity`).
         let words = table.buffer_words(capacity) as usize;
         // Each replay sets the cursor; a slot is read only once written.
         let records = ctx.enqueue_create_buffer::<u32>(words)?;

@@ -102,7 +102,8 @@ impl RecordBuffer {
     /// A buffer for `table`'s records: the header, the trash slot, and
     /// `capacity_bytes` of records' slots.
     pub(crate) fn new(device: &Arc<Device>, table: &Printf, capacity_bytes: u64) -> Result<Self> {
-        let capacity = table.capacity(capacity_bytes);
+        let limit = u64::from(device.limits().max_storage_buffer_range);
+        let capacity = table.capacity(capacity_bytes, limit);
         let bytes = table.buffer_words(capacity) * 4;
         let raw = RawBuffer::new(
             device,

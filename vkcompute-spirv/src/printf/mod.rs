@@ -31,6 +31,8 @@ pub mod format;
 mod format_tests;
 mod parts;
 mod pass;
+#[cfg(test)]
+mod slot_tests;
 
 pub use format::{Arg, ArgKind, ArgType, Conversion, Format, Piece};
 pub(crate) use pass::instrument;
@@ -39,8 +41,8 @@ pub(crate) use pass::instrument;
 /// three unused words, so that the slots start 16-byte aligned.
 pub const HEADER_WORDS: u32 = 4;
 
-/// Words of every record before its values: the format's number (from 1:
-/// a zero word is a record never written), and the global invocation id.
+/// Words of every record before its values: the format's number (call
+/// `k` writes `k + 1`), and the global invocation id.
 pub const RECORD_PREFIX_WORDS: u32 = 4;
 
 /// The marker `VK_ASSERT` passes as a call's last argument (after the
@@ -111,14 +113,20 @@ impl Printf {
             .next_multiple_of(4)
     }
 
-    /// The records a buffer holds when `bytes` of records are asked for:
-    /// whole slots, none where one slot is more.
-    pub fn capacity(&self, bytes: u64) -> u32 {
-        let slot_bytes = u64::from(self.slot_words()) * 4;
-        // The trash slot comes on top, and the buffer's length in `uvec4`s
-        // must fit in a 32-bit word.
-        let most = u64::from(u32::MAX) / u64::from(self.slot_words() / 4) - 1;
-        (bytes / slot_bytes).min(most) as u32
+    /// The records a buffer holds when `bytes` of records are asked for
+    /// and one binding covers at most `max_binding_bytes`: whole slots, at
+    /// least one (so that an assertion is never lost to a small setting),
+    /// and no more than the binding, with the header and the trash slot,
+    /// covers.
+    pub fn capacity(&self, bytes: u64, max_binding_bytes: u64) -> u32 {
+        let slot = u64::from(self.slot_words());
+        let asked = bytes / (slot * 4);
+        // The whole buffer in one binding, and its length in `uvec4`s in a
+        // 32-bit word (`OpArrayLength`).
+        let binding = (max_binding_bytes / 4).saturating_sub(u64::from(HEADER_WORDS)) / slot;
+        let length = u64::from(u32::MAX) / (slot / 4);
+        let most = binding.min(length).saturating_sub(1);
+        asked.min(most).max(1) as u32
     }
 
     /// The words of a buffer of `capacity` records: the header, the trash
