@@ -256,11 +256,12 @@ impl Future for Event {
 
 /// Polls for `point` with `slot` as the future's place in its timeline's
 /// waiters: submits it where it is not yet, and registers the task's
-/// waker until it is reached.
+/// waker until it is reached. Once reached, it returns what a blocking
+/// wait does (`Point::reached`: printf lines emitted, a failed assertion).
 fn poll_point(point: &Point, slot: &Arc<WakerSlot>, cx: &mut Context<'_>) -> Poll<Result<()>> {
     let timeline = &point.stream.timeline;
     if timeline.is_complete(point.value) {
-        return Poll::Ready(Ok(()));
+        return Poll::Ready(point.reached());
     }
     if let Err(e) = point.ensure_submitted() {
         return Poll::Ready(Err(e));
@@ -271,7 +272,7 @@ fn poll_point(point: &Point, slot: &Arc<WakerSlot>, cx: &mut Context<'_>) -> Pol
     // Reached between the first look and the registration: the waiter
     // wakes this task too, but there is no need to wait for it.
     if timeline.is_complete(point.value) {
-        Poll::Ready(Ok(()))
+        Poll::Ready(point.reached())
     } else {
         Poll::Pending
     }

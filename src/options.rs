@@ -156,9 +156,9 @@ impl ContextOptions {
     /// (`VKCOMPUTE_PRINTF_BYTES`); records past them are dropped, and one
     /// line says how many. Each record of a kernel takes the room of its
     /// largest call's record (16 bytes, and 4 a 32-bit value, rounded up to
-    /// 16). The buffer holds at least one record, and at most what one
-    /// binding covers (`maxStorageBufferRange`, 128 MiB on lavapipe).
-    /// Default: 256 KiB.
+    /// 16). The buffer holds at least one record (a setting under 64 bytes
+    /// is taken as 64), and at most what one binding covers
+    /// (`maxStorageBufferRange`, 128 MiB on lavapipe). Default: 256 KiB.
     pub fn printf_buffer_bytes(mut self, bytes: u64) -> Self {
         self.printf_buffer_bytes = Some(bytes);
         self

@@ -246,6 +246,124 @@ fn a_buffer_larger_than_one_binding_is_cut_to_it() {
 }
 
 #[test]
+fn the_record_buffer_counts_against_the_storage_buffer_limits() {
+    // A kernel binding an array of `n` storage buffers, printing or not.
+    let (ctx, _lines) = collecting(Path::Direct, |o| o);
+    let load = |n: u32, print: bool| {
+        let call = if print {
+            r#"debugPrintfEXT("%u", b[0].x);"#
+        } else {
+            ""
+        };
+        let source = format!(
+            "#version 450\n#extension GL_EXT_debug_printf : enable\n\
+             layout(local_size_x = 1) in;\n\
+             layout(std430, binding = 0) buffer B {{ uint x; }} b[{n}];\n\
+             void main() {{ b[{n} - 1].x = b[0].x + 1u; {call} }}\n"
+        );
+        Kernel::glsl(&source).compile().build(&ctx)
+    };
+    // The most the device (and vkcompute's pools) let a kernel bind,
+    // found by loading: the limits decide, not the device's name.
+    let (mut fits, mut refused) = (1u32, 4097u32);
+    assert!(load(fits, false).is_ok());
+    assert!(
+        load(refused, false).is_err(),
+        "more than 4096 storage buffers bound"
+    );
+    while refused - fits > 1 {
+        let mid = (fits + refused) / 2;
+        if load(mid, false).is_ok() {
+            fits = mid;
+        } else {
+            refused = mid;
+        }
+    }
+    // With the record buffer, one fewer fits, and the error says why.
+    match load(fits, true) {
+        Err(Error::UnsupportedKernel { reason, .. }) => {
+            assert!(reason.contains("printf record buffer"), "{reason}")
+        }
+        other => panic!("{fits} buffers and printf: {other:?}"),
+    }
+    load(fits - 1, true).unwrap();
+}
+
+#[test]
+fn an_assertion_is_not_lost_to_a_full_buffer() {
+    // Every invocation prints, then invocation 63 fails an assertion: the
+    // two slots of 64 bytes are taken by then, and the assertion's record
+    // takes the assertion slot, on a stream and in a graph.
+    let (ctx, lines) = collecting(Path::Direct, |o| o.printf_buffer_bytes(64));
+    let k = kernel(
+        &ctx,
+        64,
+        r#"debugPrintfEXT("%u", i); barrier(); VK_ASSERT1(i != 63u, "i = %u", i); d[i] = 1u;"#,
+    )
+    .unwrap();
+    let d = ctx.enqueue_create_buffer::<u32>(64).unwrap();
+    let mut g = ctx.capture_graph();
+    g.enqueue_function(&k, 1, &[d.arg()], &0u32).unwrap();
+    let graph = g.finish().unwrap();
+    for replay in [false, true] {
+        lines.lock().unwrap().clear();
+        d.enqueue_fill(0).unwrap();
+        if replay {
+            ctx.enqueue_graph(&graph).unwrap();
+        } else {
+            ctx.enqueue_function(&k, 1, &[d.arg()], &0u32).unwrap();
+        }
+        match ctx.synchronize() {
+            Err(Error::KernelAssert(a)) => {
+                assert_eq!((a.message.as_str(), a.invocation), ("i = 63", [63, 0, 0]))
+            }
+            other => panic!("replay {replay}: {other:?}"),
+        }
+        let got = texts(&lines);
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!(got[2], "i = 63");
+        // 64 prints and the assertion asked for 65 records: 2 written, the
+        // assertion kept, 62 dropped.
+        assert!(got[3].starts_with("62 printf record(s) dropped"), "{got:?}");
+        let v = d.to_vec().unwrap();
+        assert_eq!(v.iter().sum::<u32>(), 63, "invocation 63 stopped");
+    }
+}
+
+#[test]
+fn futures_emit_lines_and_report_assertions_as_waits_do() {
+    let (ctx, lines) = collecting(Path::Direct, |o| o);
+    let k = kernel(
+        &ctx,
+        8,
+        r#"VK_ASSERT1(i != 5u, "i = %u", i); d[i] = i + 1u;"#,
+    )
+    .unwrap();
+    let d = ctx.enqueue_create_buffer::<u32>(8).unwrap();
+    d.enqueue_fill(0).unwrap();
+    // A read as a future.
+    ctx.enqueue_function(&k, 1, &[d.arg()], &0u32).unwrap();
+    let (read, _) = common::block_on(d.to_vec_async());
+    match read {
+        Err(Error::KernelAssert(a)) => assert_eq!(a.message, "i = 5"),
+        other => panic!("to_vec_async: {other:?}"),
+    }
+    assert_eq!(texts(&lines), ["i = 5"]);
+    ctx.synchronize().unwrap();
+    // An event awaited.
+    lines.lock().unwrap().clear();
+    ctx.enqueue_function(&k, 1, &[d.arg()], &0u32).unwrap();
+    let event = ctx.enqueue_record_event().unwrap();
+    match common::block_on(event).0 {
+        Err(Error::KernelAssert(a)) => assert_eq!(a.invocation, [5, 0, 0]),
+        other => panic!("event: {other:?}"),
+    }
+    assert_eq!(texts(&lines), ["i = 5"]);
+    ctx.synchronize().unwrap();
+    assert_eq!(d.to_vec().unwrap(), [1, 2, 3, 4, 5, 0, 7, 8]);
+}
+
+#[test]
 fn printf_in_functions_and_loops_and_unreached_printf() {
     let (ctx, lines) = collecting(Path::Direct, |o| o);
     let source = r#"#version 450

@@ -205,7 +205,8 @@ fn build(
             model::Count::Runtime => 1,
         })
         .collect();
-    check_descriptor_counts(device, &interface.bindings, &counts).map_err(unsupported)?;
+    check_descriptor_counts(device, &interface.bindings, &counts, printf.is_some())
+        .map_err(unsupported)?;
     check_sets(device, interface.bindings.iter().map(|b| b.set)).map_err(unsupported)?;
     let entry_c = CString::new(entry)
         .map_err(|_| unsupported("the entry point name contains a NUL byte".into()))?;
@@ -402,19 +403,29 @@ fn check_workgroup_memory(used: &[model::WorkgroupVariable], limit: u32) -> Resu
 /// and that a device binding an array of buffers can index it
 /// (`shader*BufferArrayDynamicIndexing`; the bounds pass clamps every
 /// index into such an array, which makes even a constant index dynamic).
+/// `printf`: the kernel calls `debugPrintfEXT`, so the pipeline binds the
+/// record buffer too, one storage buffer more than `bindings`.
 fn check_descriptor_counts(
     device: &Device,
     bindings: &[BindingInfo],
     counts: &[u32],
+    printf: bool,
 ) -> Result<(), String> {
     let limits = device.limits();
     let count = |kind: BindingKind| -> u64 {
+        let records = u64::from(printf && kind == BindingKind::StorageBuffer);
         bindings
             .iter()
             .zip(counts)
             .filter(|(b, _)| b.kind == kind)
             .map(|(_, &n)| u64::from(n))
-            .sum()
+            .sum::<u64>()
+            + records
+    };
+    let records = if printf {
+        " (one of them the printf record buffer, which its debugPrintfEXT calls need)"
+    } else {
+        ""
     };
     let kinds = [
         (
@@ -450,8 +461,13 @@ fn check_descriptor_counts(
         .min_by_key(|(l, _)| *l)
         .unwrap_or((0, stage_name));
         if n > limit {
+            let records = if kind == BindingKind::StorageBuffer {
+                records
+            } else {
+                ""
+            };
             return Err(format!(
-                "it binds {n} {what} buffers, more than the device's {name} ({limit})"
+                "it binds {n} {what} buffers{records}, more than the device's {name} ({limit})"
             ));
         }
         let arrays = bindings
@@ -476,7 +492,7 @@ fn check_descriptor_counts(
     ] {
         if total > u64::from(limit) {
             return Err(format!(
-                "it binds {total} buffers, more than the device's {name} ({limit})"
+                "it binds {total} buffers{records}, more than the device's {name} ({limit})"
             ));
         }
     }

@@ -103,6 +103,14 @@ impl Point {
                 waited: timeout.unwrap_or_default(),
             });
         }
+        self.reached()
+    }
+
+    /// What a host wait returns once this point is reached: what
+    /// completed batches held is given back (their completions run: printf
+    /// lines are emitted), and a kernel's failed assertion that the
+    /// completed work left is returned, once.
+    pub(crate) fn reached(&self) -> Result<()> {
         match self.stream.stream.upgrade() {
             Some(stream) => stream.reclaim_and_assertions(),
             None => Ok(()),

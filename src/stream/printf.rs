@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use vkcompute_spirv::printf::{Printf, HEADER_WORDS};
+use vkcompute_spirv::printf::{Printf, ASSERTION_SLOT, FIRST_RECORD_SLOT, HEADER_WORDS};
 
 use crate::error::{Error, KernelAssertion, Result};
 use crate::stream::batches::{Completion, Stream};
@@ -87,6 +87,18 @@ impl Output {
     }
 }
 
+/// What one dispatch left in its record buffer.
+#[derive(Default)]
+struct Written {
+    /// The records it asked for.
+    cursor: u32,
+    /// The written records' slots, in order.
+    records: Vec<u32>,
+    /// The assertion slot's words, where an assertion's record that did
+    /// not fit took it; else empty.
+    assertion: Vec<u32>,
+}
+
 /// One dispatch's record buffer: host-visible memory the kernel appends
 /// to, read by the host once the dispatch completes.
 pub(crate) struct RecordBuffer {
@@ -140,27 +152,36 @@ impl RecordBuffer {
         }
     }
 
-    /// The cursor and the written records' slots, once the dispatch
-    /// completed.
-    fn read(&self) -> Result<(u32, Vec<u32>)> {
+    /// What the dispatch left, once it completed.
+    fn read(&self) -> Result<Written> {
+        let mut written = Written::default();
         let Some(raw) = &self.raw else {
-            return Ok((0, Vec::new()));
+            return Ok(written);
         };
         let bytes = raw.size;
         raw.invalidate_for_host_reads(&self.device, 0, bytes)?;
         let Some(mapped) = raw.mapped_range(0, bytes) else {
-            return Ok((0, Vec::new()));
+            return Ok(written);
         };
-        let mut cursor = [0u32; 1];
-        mapped.read(bytemuck::cast_slice_mut(&mut cursor));
-        let used = cursor[0].min(self.capacity) as usize * self.slot_words as usize;
-        let mut data = vec![0u32; used];
-        // Past the header and the trash slot.
-        let first = (HEADER_WORDS + self.slot_words) as usize * 4;
+        let mut header = [0u32; 2];
+        mapped.read(bytemuck::cast_slice_mut(&mut header));
+        let [cursor, claimed] = header;
+        written.cursor = cursor;
+        let slot = self.slot_words as usize;
+        let at = |s: u32| (HEADER_WORDS as usize + s as usize * slot) * 4;
+        if claimed != 0 {
+            let mut words = vec![0u32; slot];
+            mapped
+                .sub(at(ASSERTION_SLOT), slot * 4)
+                .read(bytemuck::cast_slice_mut(&mut words));
+            written.assertion = words;
+        }
+        let used = cursor.min(self.capacity) as usize * slot;
+        written.records = vec![0u32; used];
         mapped
-            .sub(first, used * 4)
-            .read(bytemuck::cast_slice_mut(&mut data));
-        Ok((cursor[0], data))
+            .sub(at(FIRST_RECORD_SLOT), used * 4)
+            .read(bytemuck::cast_slice_mut(&mut written.records));
+        Ok(written)
     }
 }
 
@@ -184,7 +205,7 @@ pub(crate) fn completion(
     output: Arc<Output>,
 ) -> Completion {
     Box::new(move |stream: &mut Stream| {
-        let (cursor, data) = match records.read() {
+        let written = match records.read() {
             Ok(read) => read,
             Err(e) => {
                 stream.keep_assert(e);
@@ -192,7 +213,16 @@ pub(crate) fn completion(
             }
         };
         let capacity = records.capacity;
-        for record in table.records(&data, cursor, capacity) {
+        let mut lines = table.records(&written.records, written.cursor, capacity);
+        let mut dropped = Printf::dropped(written.cursor, capacity);
+        // An assertion's record that did not fit, kept in the assertion
+        // slot: one of the dropped, reported and printed after the others.
+        let kept = table.record(&written.assertion);
+        if let Some(record) = kept.filter(|r| table.calls[r.call].assert_line.is_some()) {
+            lines.push(record);
+            dropped = dropped.saturating_sub(1);
+        }
+        for record in lines {
             let call = &table.calls[record.call];
             let location = call.location.as_ref().map(|(f, l)| (f.as_str(), *l));
             if let Some(line) = call.assert_line {
@@ -217,7 +247,6 @@ pub(crate) fn completion(
             trace_line(stream, &line);
             output.emit(&line);
         }
-        let dropped = Printf::dropped(cursor, capacity);
         if dropped > 0 {
             let text = format!(
                 "{dropped} printf record(s) dropped: the dispatch's record buffer ({} bytes) was \

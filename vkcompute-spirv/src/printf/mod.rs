@@ -7,18 +7,22 @@
 //! call becomes: an atomic add of one to the buffer's cursor, which gives
 //! the record its number `n`; then the record (its format's number, the
 //! invocation's global id, and the argument values, each a 32-bit word or
-//! two) stored four words at a time into slot `n + 1` where that slot is
-//! in the buffer, else into slot 0, the trash slot. No branch is added,
-//! and nothing but the cursor is read or counted: the slot count comes
-//! from the buffer's length (`OpArrayLength`), and the host knows how many
-//! records were dropped from the cursor. The host reads the records once
-//! the dispatch completes (`Format` renders them). The buffer's layout, in
-//! 32-bit words: the cursor and three unused words ([`HEADER_WORDS`]),
-//! then the trash slot, then the records' slots. Every store stays inside
-//! the buffer: a slot past its end, and a cursor that wrapped past 2^32
-//! records in one dispatch (whose later records then take earlier ones'
-//! slots, and whose dropped count is then wrong), go to the trash slot or
-//! to a slot below the end.
+//! two) stored four words at a time into slot `n + 2` where that slot is
+//! in the buffer, else into slot 0, the trash slot. An assertion's record
+//! that does not fit goes instead into slot 1, the assertion slot, where
+//! no other took it before (an atomic exchange on the header's word 1):
+//! a failed assertion is never lost to a full buffer. No branch is added,
+//! and nothing but the cursor (and an assertion's claim) is read or
+//! counted: the slot count comes from the buffer's length
+//! (`OpArrayLength`), and the host knows how many records were dropped
+//! from the cursor. The host reads the records once the dispatch
+//! completes (`Format` renders them). The buffer's layout, in 32-bit
+//! words: the cursor, the assertion slot's claim and two unused words
+//! ([`HEADER_WORDS`]), then the trash slot, the assertion slot and the
+//! records' slots. Every store stays inside the buffer: a slot past its
+//! end, and a cursor that wrapped past 2^32 records in one dispatch (whose
+//! later records then take earlier ones' slots, and whose dropped count is
+//! then wrong), go to the trash slot or to a record's slot.
 //!
 //! A kernel without a call is not touched; a call no invocation reaches
 //! costs the branch around it where the driver skips such a branch (GPUs,
@@ -37,9 +41,17 @@ mod slot_tests;
 pub use format::{Arg, ArgKind, ArgType, Conversion, Format, Piece};
 pub(crate) use pass::instrument;
 
-/// The words before the slots: the cursor (records asked for), then
-/// three unused words, so that the slots start 16-byte aligned.
+/// The words before the slots: the cursor (records asked for), the
+/// assertion slot's claim (1 once an assertion's record took it), then two
+/// unused words, so that the slots start 16-byte aligned.
 pub const HEADER_WORDS: u32 = 4;
+
+/// The slot of an assertion's record that did not fit (the first such to
+/// claim it); slot 0 is the trash slot.
+pub const ASSERTION_SLOT: u32 = 1;
+
+/// The slot of record 0; record `n` takes slot `n + FIRST_RECORD_SLOT`.
+pub const FIRST_RECORD_SLOT: u32 = 2;
 
 /// Words of every record before its values: the format's number (call
 /// `k` writes `k + 1`), and the global invocation id.
@@ -125,14 +137,17 @@ impl Printf {
         // 32-bit word (`OpArrayLength`).
         let binding = (max_binding_bytes / 4).saturating_sub(u64::from(HEADER_WORDS)) / slot;
         let length = u64::from(u32::MAX) / (slot / 4);
-        let most = binding.min(length).saturating_sub(1);
+        let most = binding
+            .min(length)
+            .saturating_sub(u64::from(FIRST_RECORD_SLOT));
         asked.min(most).max(1) as u32
     }
 
     /// The words of a buffer of `capacity` records: the header, the trash
-    /// slot and the records' slots.
+    /// and assertion slots and the records' slots.
     pub fn buffer_words(&self, capacity: u32) -> u64 {
-        u64::from(HEADER_WORDS) + (u64::from(capacity) + 1) * u64::from(self.slot_words())
+        u64::from(HEADER_WORDS)
+            + (u64::from(capacity) + u64::from(FIRST_RECORD_SLOT)) * u64::from(self.slot_words())
     }
 
     /// The records a dispatch asked for (its final cursor) and did not
@@ -155,30 +170,31 @@ pub struct Record {
 }
 
 impl Printf {
-    /// The records of a buffer's record slots `data` (the words after the
-    /// header and the trash slot), the cursor `cursor` and the capacity
+    /// The records of a buffer's record slots `data` (the words from slot
+    /// [`FIRST_RECORD_SLOT`] on), the cursor `cursor` and the capacity
     /// `capacity` saying how many were written, in the order they were
     /// appended.
     pub fn records(&self, data: &[u32], cursor: u32, capacity: u32) -> Vec<Record> {
         let slot = self.slot_words() as usize;
         let written = cursor.min(capacity) as usize;
-        let mut out = Vec::with_capacity(written.min(data.len() / slot));
-        for words in data.chunks_exact(slot).take(written) {
-            let number = words[0] as usize;
-            // Every slot below the cursor was written once the dispatch
-            // completed; a number no call has is skipped, not trusted.
-            let Some(call) = number.checked_sub(1).and_then(|i| self.calls.get(i)) else {
-                continue;
-            };
-            let len = call.record_words() as usize;
-            out.push(Record {
-                call: number - 1,
-                invocation: [words[1], words[2], words[3]],
-                text: call
-                    .format
-                    .render(&words[RECORD_PREFIX_WORDS as usize..len]),
-            });
-        }
-        out
+        // Every slot below the cursor was written once the dispatch
+        // completed; a number no call has is skipped, not trusted.
+        data.chunks_exact(slot)
+            .take(written)
+            .filter_map(|words| self.record(words))
+            .collect()
+    }
+
+    /// The record in one slot's `words`; `None` where its first word is
+    /// no call's number (or the slot is short).
+    pub fn record(&self, words: &[u32]) -> Option<Record> {
+        let number = *words.first()? as usize;
+        let call = self.calls.get(number.checked_sub(1)?)?;
+        let values = words.get(RECORD_PREFIX_WORDS as usize..call.record_words() as usize)?;
+        Some(Record {
+            call: number - 1,
+            invocation: [words[1], words[2], words[3]],
+            text: call.format.render(values),
+        })
     }
 }

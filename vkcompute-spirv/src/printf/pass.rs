@@ -10,7 +10,7 @@ use rspirv::spirv::Op;
 use super::arguments::{plan, value_words, Plan};
 use super::format::{self, Arg};
 use super::parts::{declare_buffer, emit, global_invocation_id, id, remove_import, Rewrite};
-use super::{Call, Printf, ASSERT_MARKER};
+use super::{Call, Printf, ASSERTION_SLOT, ASSERT_MARKER, FIRST_RECORD_SLOT};
 
 /// Rewrites every `debugPrintfEXT` call of `module` (the module of entry
 /// point `entry`, after its other passes) into appends to a record buffer
@@ -197,8 +197,11 @@ pub(crate) fn instrument(
                 Operand::IdRef(c1),
             ],
         )?;
-        // Its slot, `number + 1`, where that is below the buffer's slot
-        // count, else the trash slot 0 (a cursor that wrapped gives 0 too).
+        // Its slot, `number + 2` (`FIRST_RECORD_SLOT`), where that is
+        // below the buffer's slot count and did not wrap, else the trash
+        // slot 0. An assertion's record that does not fit takes the
+        // assertion slot 1 instead, if no other took it before
+        // (`ASSERTION_SLOT`): a failed assertion is never lost.
         let units = emit(
             r,
             &mut out,
@@ -213,20 +216,88 @@ pub(crate) fn instrument(
             uint,
             vec![Operand::IdRef(units), Operand::IdRef(units_per_slot)],
         )?;
+        let first = r.constant(FIRST_RECORD_SLOT)?;
         let next = emit(
             r,
             &mut out,
             Op::IAdd,
             uint,
-            vec![Operand::IdRef(number), Operand::IdRef(c1)],
+            vec![Operand::IdRef(number), Operand::IdRef(first)],
         )?;
-        let fits = emit(
+        let below_end = emit(
             r,
             &mut out,
             Op::ULessThan,
             bool_,
             vec![Operand::IdRef(next), Operand::IdRef(slots)],
         )?;
+        let unwrapped = emit(
+            r,
+            &mut out,
+            Op::UGreaterThanEqual,
+            bool_,
+            vec![Operand::IdRef(next), Operand::IdRef(first)],
+        )?;
+        let fits = emit(
+            r,
+            &mut out,
+            Op::LogicalAnd,
+            bool_,
+            vec![Operand::IdRef(below_end), Operand::IdRef(unwrapped)],
+        )?;
+        let elsewhere = if table.calls[n].assert_line.is_some() {
+            // Claim word 1 of the header, from 0 to 1, where the record
+            // does not fit (where it does, the exchange writes 0 over 0).
+            let claim = emit(
+                r,
+                &mut out,
+                Op::Select,
+                uint,
+                vec![Operand::IdRef(fits), Operand::IdRef(c0), Operand::IdRef(c1)],
+            )?;
+            let claimed_at = emit(
+                r,
+                &mut out,
+                Op::AccessChain,
+                buffer.word_pointer,
+                vec![Operand::IdRef(buffer.variable), Operand::IdRef(c1)],
+            )?;
+            let before = emit(
+                r,
+                &mut out,
+                Op::AtomicCompareExchange,
+                uint,
+                vec![
+                    Operand::IdRef(claimed_at),
+                    Operand::IdRef(scope),
+                    Operand::IdRef(relaxed),
+                    Operand::IdRef(relaxed),
+                    Operand::IdRef(claim),
+                    Operand::IdRef(c0),
+                ],
+            )?;
+            let won = emit(
+                r,
+                &mut out,
+                Op::IEqual,
+                bool_,
+                vec![Operand::IdRef(before), Operand::IdRef(c0)],
+            )?;
+            let assertion_slot = r.constant(ASSERTION_SLOT)?;
+            emit(
+                r,
+                &mut out,
+                Op::Select,
+                uint,
+                vec![
+                    Operand::IdRef(won),
+                    Operand::IdRef(assertion_slot),
+                    Operand::IdRef(c0),
+                ],
+            )?
+        } else {
+            c0
+        };
         let slot = emit(
             r,
             &mut out,
@@ -235,7 +306,7 @@ pub(crate) fn instrument(
             vec![
                 Operand::IdRef(fits),
                 Operand::IdRef(next),
-                Operand::IdRef(c0),
+                Operand::IdRef(elsewhere),
             ],
         )?;
         let base = emit(

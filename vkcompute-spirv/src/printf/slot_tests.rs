@@ -57,12 +57,12 @@ fn the_capacity_is_whole_slots_at_least_one_and_fits_one_binding() {
     assert!(t.buffer_words(c + 1) * 4 > limit);
     // The buffer's length in uvec4s stays a 32-bit number.
     let c = t.capacity(u64::MAX, big);
-    let units = (u64::from(c) + 1) * u64::from(t.slot_words() / 4);
+    let units = (u64::from(c) + 2) * u64::from(t.slot_words() / 4);
     assert!(units <= u64::from(u32::MAX), "{units}");
     assert_eq!(
         t.buffer_words(c),
         u64::from(HEADER_WORDS) + units * 4,
-        "the header, the trash slot and the records"
+        "the header, the trash and assertion slots and the records"
     );
 }
 
