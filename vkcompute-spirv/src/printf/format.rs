@@ -3,10 +3,9 @@
 //! words a record holds, as C's `printf` formats (the conversions
 //! `GL_EXT_debug_printf` defines: `%d %i %u %x %X %o %c` for integers,
 //! `%f %F %e %E %g %G %a %A` for floats, `%s` for string literals, `%%`,
-//! with flags `- + space # 0`, a width and a precision, `l` for 64-bit
-//! integers, and `%vN` for vectors of N components, printed `, `-separated).
-
-use std::fmt::Write as _;
+//! with flags `- + space # 0`, a width and a precision (each at most
+//! [`LIMIT`]), `l` for 64-bit integers, and `%vN` for vectors of N
+//! components, printed `, `-separated).
 
 /// What one argument of a conversion is, as the kernel passes it: its
 /// scalar kind and width, and its component count (1 for a scalar).
@@ -125,20 +124,28 @@ pub enum Arg {
     Text(String),
 }
 
+/// The largest width or precision a conversion may give: it bounds the
+/// text one value makes on the host, whatever a record holds.
+pub const LIMIT: usize = 9999;
+
+/// The length modifiers C knows besides `l`, which printf here refuses.
+const OTHER_LENGTHS: &str = "hlLjzt";
+
 /// Parses `format` against the call's `args`; the error says what does
-/// not match (an unknown conversion, a count or a type that differs).
+/// not match (an unknown conversion, a count or a type that differs, a
+/// width or precision over [`LIMIT`]).
 pub fn parse(format: &str, args: &[Arg]) -> Result<Format, String> {
     let mut pieces = Vec::new();
     let mut text = String::new();
     let mut args = args.iter().enumerate();
-    let mut chars = format.chars().peekable();
+    let mut chars = format.char_indices().peekable();
     let mut index = 0usize;
-    while let Some(c) = chars.next() {
+    while let Some((start, c)) = chars.next() {
         if c != '%' {
             text.push(c);
             continue;
         }
-        if chars.peek() == Some(&'%') {
+        if chars.peek().map(|&(_, c)| c) == Some('%') {
             chars.next();
             text.push('%');
             continue;
@@ -152,7 +159,7 @@ pub fn parse(format: &str, args: &[Arg]) -> Result<Format, String> {
             long: false,
             conversion: ' ',
         };
-        while let Some(&f) = chars.peek() {
+        while let Some(&(_, f)) = chars.peek() {
             if "-+ #0".contains(f) {
                 conv.flags.push(f);
                 chars.next();
@@ -160,40 +167,56 @@ pub fn parse(format: &str, args: &[Arg]) -> Result<Format, String> {
                 break;
             }
         }
-        let number = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
-            let mut digits = String::new();
-            while let Some(&d) = chars.peek() {
-                if d.is_ascii_digit() && digits.len() < 4 {
-                    digits.push(d);
-                    chars.next();
-                } else {
-                    break;
-                }
-            }
-            digits.parse::<usize>().ok()
-        };
         conv.width = number(&mut chars);
-        if chars.peek() == Some(&'.') {
+        if chars.peek().map(|&(_, c)| c) == Some('.') {
             chars.next();
             conv.precision = Some(number(&mut chars).unwrap_or(0));
         }
-        if chars.peek() == Some(&'v') {
+        for (what, value) in [("width", conv.width), ("precision", conv.precision)] {
+            if let Some(n) = value.filter(|&n| n > LIMIT) {
+                return Err(format!(
+                    "conversion {index} (`{}`): its {what}{} is over the limit of {LIMIT}",
+                    written(format, start, &mut chars),
+                    if n == usize::MAX {
+                        String::new()
+                    } else {
+                        format!(", {n},")
+                    }
+                ));
+            }
+        }
+        if chars.peek().map(|&(_, c)| c) == Some('v') {
             chars.next();
-            conv.vector = match chars.next() {
-                Some(n @ '2'..='4') => n as u32 - '0' as u32,
-                other => {
+            conv.vector = match chars.peek() {
+                Some(&(_, n @ '2'..='4')) => {
+                    chars.next();
+                    n as u32 - '0' as u32
+                }
+                _ => {
                     return Err(format!(
-                        "conversion {index} has a vector size {other:?}; `%v` takes 2, 3 or 4"
+                        "conversion {index} (`{}`): a vector size must be 2, 3 or 4",
+                        written(format, start, &mut chars)
                     ))
                 }
             };
         }
-        if chars.peek() == Some(&'l') {
-            chars.next();
-            conv.long = true;
+        let length_start = chars.peek().map_or(format.len(), |&(i, _)| i);
+        while chars.next_if(|&(_, m)| OTHER_LENGTHS.contains(m)).is_some() {}
+        let length_end = chars.peek().map_or(format.len(), |&(i, _)| i);
+        match format.get(length_start..length_end).unwrap_or("") {
+            "" => {}
+            "l" => conv.long = true,
+            other => {
+                return Err(format!(
+                    "conversion {index} (`{}`): `{other}` is not a length printf takes \
+                     here; `l` (as in `%ld`) is the 64-bit modifier",
+                    written(format, start, &mut chars)
+                ))
+            }
         }
         conv.conversion = chars
             .next()
+            .map(|(_, c)| c)
             .ok_or_else(|| format!("the format ends inside conversion {index}"))?;
         let want = match conv.conversion {
             'd' | 'i' | 'u' | 'x' | 'X' | 'o' | 'c' => "an integer",
@@ -212,7 +235,7 @@ pub fn parse(format: &str, args: &[Arg]) -> Result<Format, String> {
             ));
         };
         match (conv.conversion, arg) {
-            ('s', Arg::Text(s)) => text.push_str(s),
+            ('s', Arg::Text(s)) => text.push_str(&string_field(&conv, s)),
             ('s', Arg::Value(_)) | (_, Arg::Text(_)) => {
                 return Err(format!(
                     "argument {} does not suit conversion {index} (`%{}`), which takes {want}",
@@ -270,6 +293,52 @@ pub fn parse(format: &str, args: &[Arg]) -> Result<Format, String> {
     Ok(Format { pieces })
 }
 
+/// The digits at `chars`, read as a number (saturating: a number too
+/// large for `usize` is `usize::MAX`); `None` where there are none.
+fn number(chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>) -> Option<usize> {
+    let mut value: Option<usize> = None;
+    while let Some((_, d)) = chars.next_if(|&(_, d)| d.is_ascii_digit()) {
+        let digit = d as usize - '0' as usize;
+        value = Some(value.unwrap_or(0).saturating_mul(10).saturating_add(digit));
+    }
+    value
+}
+
+/// The conversion that starts at `start` of `format`, as written: what
+/// `chars` has read of it, then the rest of its flags, digits and
+/// modifiers, and the character that ends it (for an error to quote).
+fn written<'a>(
+    format: &'a str,
+    start: usize,
+    chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>,
+) -> &'a str {
+    while chars
+        .next_if(|&(_, c)| c.is_ascii_digit() || "-+ #.v".contains(c) || OTHER_LENGTHS.contains(c))
+        .is_some()
+    {}
+    chars.next();
+    let end = chars.peek().map_or(format.len(), |&(i, _)| i);
+    format.get(start..end).unwrap_or(format)
+}
+
+/// A `%s` argument as C writes it: cut to the precision and padded to
+/// the width, both counted in bytes as C counts them (a cut that would
+/// split a character ends before it instead).
+fn string_field(c: &Conversion, s: &str) -> String {
+    let mut end = c.precision.unwrap_or(s.len()).min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let s = s.get(..end).unwrap_or(s);
+    let pad = " ".repeat(c.width.unwrap_or(0).saturating_sub(s.len()));
+    if c.flags.contains('-') {
+        format!("{s}{pad}")
+    } else {
+        format!("{pad}{s}")
+    }
+}
+
+/// An argument's type in words, for an error.
 fn describe(t: &ArgType) -> String {
     let scalar = match t.kind {
         ArgKind::Signed => format!("int{}", t.width),
@@ -286,98 +355,108 @@ fn describe(t: &ArgType) -> String {
 /// One component, formatted as C's printf would.
 fn format_one(c: &Conversion, t: &ArgType, bits: u64) -> String {
     let left = c.flags.contains('-');
-    let zero = c.flags.contains('0') && !left;
     let alt = c.flags.contains('#');
-    let sign = if c.flags.contains('+') {
+    let plus = if c.flags.contains('+') {
         "+"
     } else if c.flags.contains(' ') {
         " "
     } else {
         ""
     };
-    let (negative, body) = match c.conversion {
+    let upper = c.conversion.is_ascii_uppercase();
+    // C pads between a sign and a prefix (`0x`) on one side and the
+    // digits on the other; `zeros`: whether the `0` flag pads this value
+    // with zeros there (integers without a precision, finite floats).
+    let integer_zeros = c.precision.is_none();
+    let (sign, prefix, body, zeros) = match c.conversion {
         // The record's bits as the conversion reads them, whatever the
         // argument's signedness (as C does).
         'd' | 'i' => {
             let v = crate::eval::sign_extend(bits, t.width);
-            (
-                v < 0,
-                integer_digits(v.unsigned_abs(), 10, false, c.precision),
-            )
+            let digits = integer_digits(v.unsigned_abs(), 10, false, c.precision);
+            (if v < 0 { "-" } else { plus }, "", digits, integer_zeros)
         }
-        'u' => (false, integer_digits(bits, 10, false, c.precision)),
+        'u' => (
+            "",
+            "",
+            integer_digits(bits, 10, false, c.precision),
+            integer_zeros,
+        ),
         'x' | 'X' => {
-            let digits = integer_digits(bits, 16, c.conversion == 'X', c.precision);
-            let prefix = if alt && bits != 0 {
-                if c.conversion == 'X' {
-                    "0X"
-                } else {
-                    "0x"
-                }
-            } else {
-                ""
+            let prefix = match (alt && bits != 0, upper) {
+                (false, _) => "",
+                (true, false) => "0x",
+                (true, true) => "0X",
             };
-            (false, format!("{prefix}{digits}"))
+            let digits = integer_digits(bits, 16, upper, c.precision);
+            ("", prefix, digits, integer_zeros)
         }
         'o' => {
             let digits = integer_digits(bits, 8, false, c.precision);
+            // `#` raises the precision until the first digit is a zero.
             let digits = if alt && !digits.starts_with('0') {
                 format!("0{digits}")
             } else {
                 digits
             };
-            (false, digits)
+            ("", "", digits, integer_zeros)
         }
+        // glibc pads `%c` with spaces whatever the flags.
         'c' => (
-            false,
+            "",
+            "",
             char::from_u32(bits as u32 & 0x10_ffff)
                 .unwrap_or(char::REPLACEMENT_CHARACTER)
                 .to_string(),
+            false,
         ),
         conv => {
-            let v = match t.width {
-                16 => half::f16::from_bits(bits as u16).to_f64(),
-                32 => f64::from(f32::from_bits(bits as u32)),
-                _ => f64::from_bits(bits),
+            // The sign from the bits: a NaN's too (glibc prints `-nan`),
+            // which a conversion to f64 need not keep.
+            let (v, negative) = match t.width {
+                16 => (
+                    half::f16::from_bits(bits as u16).to_f64(),
+                    bits & (1 << 15) != 0,
+                ),
+                32 => (
+                    f64::from(f32::from_bits(bits as u32)),
+                    bits & (1 << 31) != 0,
+                ),
+                _ => (f64::from_bits(bits), bits & (1 << 63) != 0),
             };
-            (
-                v.is_sign_negative() && !v.is_nan(),
-                float_body(conv, v.abs(), c.precision, alt),
-            )
+            let sign = if negative { "-" } else { plus };
+            let v = v.abs();
+            if !v.is_finite() {
+                // C pads NaN and infinity with spaces, never zeros.
+                let text = if v.is_nan() { "nan" } else { "inf" };
+                (sign, "", text.to_string(), false)
+            } else if conv.eq_ignore_ascii_case(&'a') {
+                let prefix = if upper { "0X" } else { "0x" };
+                (sign, prefix, hex_form(v, c.precision, alt), true)
+            } else {
+                (sign, "", float_body(conv, v, c.precision, alt), true)
+            }
         }
     };
-    let signed = matches!(c.conversion, 'd' | 'i') || "fFeEgGaA".contains(c.conversion);
-    let sign = if negative {
-        "-"
-    } else if signed {
-        sign
+    let body = if upper {
+        body.to_ascii_uppercase()
     } else {
-        ""
+        body
     };
-    let finite = body.chars().next().is_some_and(|d| d.is_ascii_digit());
-    // `0` pads numbers after their sign (not with a precision for integers).
-    let zero_pads = zero && finite && (c.precision.is_none() || "fFeEgGaA".contains(c.conversion));
-    let len = sign.len() + body.chars().count();
-    let width = c.width.unwrap_or(0);
-    if len >= width {
-        return format!("{sign}{body}");
-    }
-    let pad = width - len;
+    let len = sign.len() + prefix.len() + body.chars().count();
+    let pad = c.width.unwrap_or(0).saturating_sub(len);
     if left {
-        format!("{sign}{body}{}", " ".repeat(pad))
-    } else if zero_pads {
-        // After a `0x` prefix, as C does.
-        let (prefix, rest) = if body.starts_with("0x") || body.starts_with("0X") {
-            body.split_at(2)
-        } else {
-            ("", body.as_str())
-        };
-        format!("{sign}{prefix}{}{rest}", "0".repeat(pad))
+        // `-` overrides `0`.
+        format!("{sign}{prefix}{body}{}", " ".repeat(pad))
+    } else if zeros && c.flags.contains('0') {
+        format!("{sign}{prefix}{}{body}", "0".repeat(pad))
     } else {
-        format!("{}{sign}{body}", " ".repeat(pad))
+        format!("{}{sign}{prefix}{body}", " ".repeat(pad))
     }
 }
 
+/// The digits of `v` in `radix` (16: in upper case if `upper`), at least
+/// `precision` of them, as C writes an integer's.
 fn integer_digits(v: u64, radix: u32, upper: bool, precision: Option<usize>) -> String {
     let mut digits = match radix {
         16 if upper => format!("{v:X}"),
@@ -394,36 +473,25 @@ fn integer_digits(v: u64, radix: u32, upper: bool, precision: Option<usize>) -> 
     digits
 }
 
-/// A non-negative float (or NaN) under conversion `conv`, without sign.
+/// A finite non-negative float under conversion `conv` (`f`, `e` or `g`,
+/// either case), without sign, in lower case.
 fn float_body(conv: char, v: f64, precision: Option<usize>, alt: bool) -> String {
-    let upper = conv.is_ascii_uppercase();
-    let text = if v.is_nan() {
-        "nan".to_string()
-    } else if v.is_infinite() {
-        "inf".to_string()
-    } else {
-        match conv.to_ascii_lowercase() {
-            'f' => {
-                let s = format!("{v:.*}", precision.unwrap_or(6));
-                if alt && !s.contains('.') {
-                    s + "."
-                } else {
-                    s
-                }
+    match conv.to_ascii_lowercase() {
+        'f' => {
+            let s = format!("{v:.*}", precision.unwrap_or(6));
+            if alt && !s.contains('.') {
+                s + "."
+            } else {
+                s
             }
-            'e' => exponent_form(v, precision.unwrap_or(6), alt),
-            'g' => general_form(v, precision.unwrap_or(6), alt),
-            _ => hex_form(v, precision),
         }
-    };
-    if upper {
-        text.to_ascii_uppercase()
-    } else {
-        text
+        'e' => exponent_form(v, precision.unwrap_or(6), alt),
+        _ => general_form(v, precision.unwrap_or(6), alt),
     }
 }
 
-/// `d.ddde±XX` with `precision` digits after the point.
+/// `d.ddde±XX` with `precision` digits after the point (and the point
+/// even without them if `alt`).
 fn exponent_form(v: f64, precision: usize, alt: bool) -> String {
     let s = format!("{v:.precision$e}");
     let (mantissa, exponent) = s.split_once('e').unwrap_or((&s, "0"));
@@ -437,7 +505,8 @@ fn exponent_form(v: f64, precision: usize, alt: bool) -> String {
 }
 
 /// C's `%g`: `%e` where the exponent is below -4 or at least the
-/// precision, else `%f`, trailing zeros removed (unless `#`).
+/// precision, else `%f`, trailing zeros and the point removed (unless
+/// `#`, which keeps both, and the point even without digits after it).
 fn general_form(v: f64, precision: usize, alt: bool) -> String {
     let p = precision.max(1);
     let exponent = if v == 0.0 {
@@ -453,13 +522,14 @@ fn general_form(v: f64, precision: usize, alt: bool) -> String {
     } else {
         format!("{v:.*}", (p as i32 - 1 - exponent).max(0) as usize)
     };
-    if alt {
-        return text;
-    }
     let (number, exp) = match text.find('e') {
         Some(i) => text.split_at(i),
         None => (text.as_str(), ""),
     };
+    if alt {
+        let point = if number.contains('.') { "" } else { "." };
+        return format!("{number}{point}{exp}");
+    }
     let number = if number.contains('.') {
         number.trim_end_matches('0').trim_end_matches('.')
     } else {
@@ -468,49 +538,47 @@ fn general_form(v: f64, precision: usize, alt: bool) -> String {
     format!("{number}{exp}")
 }
 
-/// C's `%a`: `0x1.hhhp±d`.
-fn hex_form(v: f64, precision: Option<usize>) -> String {
-    if v == 0.0 {
-        return match precision {
-            Some(p) if p > 0 => format!("0x0.{}p+0", "0".repeat(p)),
-            _ => "0x0p+0".to_string(),
-        };
-    }
+/// C's `%a` of a finite non-negative `v` as glibc writes a double, after
+/// its `0x`: `1.hhhp±d` (`0.hhhp-1022` below the normal range, `0p+0`
+/// for zero), the hex digits rounded to `precision` (to nearest, ties to
+/// even, a carry reaching the leading digit: `2p+0`), or as many as `v`
+/// needs; the point even without digits after it if `alt`.
+fn hex_form(v: f64, precision: Option<usize>, alt: bool) -> String {
     let bits = v.to_bits();
     let raw_exponent = ((bits >> 52) & 0x7ff) as i64;
-    let mut mantissa = bits & ((1 << 52) - 1);
-    let (lead, exponent) = if raw_exponent == 0 {
-        (0u64, -1022)
-    } else {
-        (1u64, raw_exponent - 1023)
+    let fraction = bits & ((1 << 52) - 1);
+    let (lead, exponent) = match (raw_exponent, fraction) {
+        (0, 0) => (0u64, 0),
+        (0, _) => (0, -1022),
+        _ => (1, raw_exponent - 1023),
     };
-    let mut lead = lead;
-    let digits = match precision {
+    let (lead, digits) = match precision {
         Some(p) if p < 13 => {
-            // Round the 52 mantissa bits to 4 * p, to nearest even.
-            let drop = 52 - 4 * p as u32;
+            // The leading digit and the 52 bits after it, rounded to the
+            // leading digit and 4 * p bits.
+            let kept_bits = 4 * p as u32;
+            let drop = 52 - kept_bits;
+            let whole = (lead << 52) | fraction;
             let half = 1u64 << (drop - 1);
-            let rest = mantissa & ((1u64 << drop) - 1);
-            let mut kept = mantissa >> drop;
+            let rest = whole & ((1u64 << drop) - 1);
+            let mut kept = whole >> drop;
             if rest > half || (rest == half && kept & 1 == 1) {
                 kept += 1;
-                if p == 0 || kept >> (4 * p) != 0 {
-                    lead += 1;
-                    kept &= (1u64 << (4 * p)).wrapping_sub(1);
-                }
             }
-            mantissa = kept;
-            if p == 0 {
+            let digits = kept & ((1u64 << kept_bits) - 1);
+            let digits = if p == 0 {
                 String::new()
             } else {
-                format!("{mantissa:0width$x}", width = p)
-            }
+                format!("{digits:0p$x}")
+            };
+            (kept >> kept_bits, digits)
         }
-        Some(p) => format!("{:013x}{}", mantissa, "0".repeat(p - 13)),
-        None => format!("{mantissa:013x}").trim_end_matches('0').to_string(),
+        Some(p) => (lead, format!("{fraction:013x}{}", "0".repeat(p - 13))),
+        None => (
+            lead,
+            format!("{fraction:013x}").trim_end_matches('0').to_string(),
+        ),
     };
-    let point = if digits.is_empty() { "" } else { "." };
-    let mut text = String::new();
-    let _ = write!(text, "0x{lead}{point}{digits}p{exponent:+}");
-    text
+    let point = if digits.is_empty() && !alt { "" } else { "." };
+    format!("{lead}{point}{digits}p{exponent:+}")
 }
