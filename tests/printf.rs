@@ -508,7 +508,13 @@ fn formats_arguments_do_not_suit_are_refused_at_load() {
     ] {
         match kernel(&ctx, 1, body) {
             Err(e @ Error::UnsupportedKernel { .. }) => {
-                assert!(e.to_string().contains(why), "{body}: {e}")
+                assert!(e.to_string().contains(why), "{body}: {e}");
+                // The call by number and by place (the source's line 7).
+                assert!(
+                    e.to_string().contains("debugPrintfEXT call 1 (")
+                        && e.to_string().contains(", line 7)"),
+                    "{body}: {e}"
+                );
             }
             other => panic!("{body}: {other:?}"),
         }

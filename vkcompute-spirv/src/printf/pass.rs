@@ -78,7 +78,12 @@ pub(crate) fn instrument(
     let mut plans: Vec<(u32, Vec<(u32, Plan)>)> = Vec::with_capacity(sites.len());
     for (n, (f, b, i, location)) in sites.iter().enumerate() {
         let inst = &module.functions[*f].blocks[*b].instructions[*i];
-        let what = |e: String| format!("debugPrintfEXT call {}: {e}", n + 1);
+        // The call by number, and by place where the module says it.
+        let place = match location {
+            Some((file, line)) => format!(" ({file}, line {line})"),
+            None => String::new(),
+        };
+        let what = |e: String| format!("debugPrintfEXT call {}{place}: {e}", n + 1);
         let fmt_id = inst
             .operands
             .get(2)
