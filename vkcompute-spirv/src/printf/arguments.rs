@@ -7,7 +7,7 @@ use rspirv::dr::{Instruction, Operand};
 use rspirv::spirv::Op;
 
 use super::format::{ArgKind, ArgType};
-use super::parts::{emit, id, Rewrite};
+use super::parts::{emit, emit_ids, id, Rewrite};
 
 /// What one argument is and how its words are made.
 #[derive(Clone, Copy)]
@@ -100,20 +100,12 @@ pub(super) fn value_words(
         };
         match (plan.ty.kind, plan.source_width) {
             (ArgKind::Unsigned, 32) => words.push(scalar),
-            (ArgKind::Signed, 32) | (ArgKind::Float, 32) => words.push(emit(
-                rw,
-                out,
-                Op::Bitcast,
-                uint,
-                vec![Operand::IdRef(scalar)],
-            )?),
-            (ArgKind::Unsigned, 8 | 16) => words.push(emit(
-                rw,
-                out,
-                Op::UConvert,
-                uint,
-                vec![Operand::IdRef(scalar)],
-            )?),
+            (ArgKind::Signed, 32) | (ArgKind::Float, 32) => {
+                words.push(emit_ids(rw, out, Op::Bitcast, uint, &[scalar])?)
+            }
+            (ArgKind::Unsigned, 8 | 16) => {
+                words.push(emit_ids(rw, out, Op::UConvert, uint, &[scalar])?)
+            }
             // Widened to 32 bits (a signed integer with its sign, a half
             // to a float), then the word's bits.
             (kind @ (ArgKind::Signed | ArgKind::Float), 8 | 16) => {
@@ -122,18 +114,12 @@ pub(super) fn value_words(
                 } else {
                     (Op::FConvert, rw.float_type()?)
                 };
-                let wide = emit(rw, out, op, wide_ty, vec![Operand::IdRef(scalar)])?;
-                words.push(emit(
-                    rw,
-                    out,
-                    Op::Bitcast,
-                    uint,
-                    vec![Operand::IdRef(wide)],
-                )?)
+                let wide = emit_ids(rw, out, op, wide_ty, &[scalar])?;
+                words.push(emit_ids(rw, out, Op::Bitcast, uint, &[wide])?)
             }
             (_, 64) => {
                 let uvec2 = rw.uvec(2)?;
-                let pair = emit(rw, out, Op::Bitcast, uvec2, vec![Operand::IdRef(scalar)])?;
+                let pair = emit_ids(rw, out, Op::Bitcast, uvec2, &[scalar])?;
                 for half in 0..2 {
                     words.push(emit(
                         rw,

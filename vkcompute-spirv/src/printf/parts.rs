@@ -135,6 +135,23 @@ pub(super) fn emit(
     Ok(result)
 }
 
+/// [`emit`] of an instruction whose operands are all the ids `ids`.
+pub(super) fn emit_ids(
+    rw: &mut Rewrite<'_>,
+    out: &mut Vec<Instruction>,
+    op: Op,
+    ty: u32,
+    ids: &[u32],
+) -> Result<u32, String> {
+    emit(
+        rw,
+        out,
+        op,
+        ty,
+        ids.iter().map(|&i| Operand::IdRef(i)).collect(),
+    )
+}
+
 /// The record buffer: its variable, and the pointer types to a word of
 /// its header and to a `uvec4` of its slots.
 pub(super) struct Buffer {

@@ -9,7 +9,9 @@ use rspirv::spirv::Op;
 
 use super::arguments::{plan, value_words, Plan};
 use super::format::{self, Arg};
-use super::parts::{declare_buffer, emit, global_invocation_id, id, remove_import, Rewrite};
+use super::parts::{
+    declare_buffer, emit, emit_ids, global_invocation_id, id, remove_import, Rewrite,
+};
 use super::{Call, Printf, ASSERTION_SLOT, ASSERT_MARKER, FIRST_RECORD_SLOT};
 
 /// Rewrites every `debugPrintfEXT` call of `module` (the module of entry
@@ -183,24 +185,19 @@ pub(crate) fn instrument(
         let (c0, c1, c4) = (r.constant(0)?, r.constant(1)?, r.constant(4)?);
         let units_per_slot = r.constant(slot_units)?;
         // The record's number: the cursor before the add.
-        let cursor = emit(
+        let cursor = emit_ids(
             r,
             &mut out,
             Op::AccessChain,
             buffer.word_pointer,
-            vec![Operand::IdRef(buffer.variable), Operand::IdRef(c0)],
+            &[buffer.variable, c0],
         )?;
-        let number = emit(
+        let number = emit_ids(
             r,
             &mut out,
             Op::AtomicIAdd,
             uint,
-            vec![
-                Operand::IdRef(cursor),
-                Operand::IdRef(scope),
-                Operand::IdRef(relaxed),
-                Operand::IdRef(c1),
-            ],
+            &[cursor, scope, relaxed, c1],
         )?;
         // Its slot, `number + 2` (`FIRST_RECORD_SLOT`), where that is
         // below the buffer's slot count and did not wrap, else the trash
@@ -214,117 +211,42 @@ pub(crate) fn instrument(
             uint,
             vec![Operand::IdRef(buffer.variable), Operand::LiteralBit32(4)],
         )?;
-        let slots = emit(
-            r,
-            &mut out,
-            Op::UDiv,
-            uint,
-            vec![Operand::IdRef(units), Operand::IdRef(units_per_slot)],
-        )?;
+        let slots = emit_ids(r, &mut out, Op::UDiv, uint, &[units, units_per_slot])?;
         let first = r.constant(FIRST_RECORD_SLOT)?;
-        let next = emit(
-            r,
-            &mut out,
-            Op::IAdd,
-            uint,
-            vec![Operand::IdRef(number), Operand::IdRef(first)],
-        )?;
-        let below_end = emit(
-            r,
-            &mut out,
-            Op::ULessThan,
-            bool_,
-            vec![Operand::IdRef(next), Operand::IdRef(slots)],
-        )?;
-        let unwrapped = emit(
-            r,
-            &mut out,
-            Op::UGreaterThanEqual,
-            bool_,
-            vec![Operand::IdRef(next), Operand::IdRef(first)],
-        )?;
-        let fits = emit(
-            r,
-            &mut out,
-            Op::LogicalAnd,
-            bool_,
-            vec![Operand::IdRef(below_end), Operand::IdRef(unwrapped)],
-        )?;
+        let next = emit_ids(r, &mut out, Op::IAdd, uint, &[number, first])?;
+        let below_end = emit_ids(r, &mut out, Op::ULessThan, bool_, &[next, slots])?;
+        let unwrapped = emit_ids(r, &mut out, Op::UGreaterThanEqual, bool_, &[next, first])?;
+        let fits = emit_ids(r, &mut out, Op::LogicalAnd, bool_, &[below_end, unwrapped])?;
         let elsewhere = if table.calls[n].assert_line.is_some() {
             // Claim word 1 of the header, from 0 to 1, where the record
             // does not fit (where it does, the exchange writes 0 over 0).
-            let claim = emit(
-                r,
-                &mut out,
-                Op::Select,
-                uint,
-                vec![Operand::IdRef(fits), Operand::IdRef(c0), Operand::IdRef(c1)],
-            )?;
-            let claimed_at = emit(
+            let claim = emit_ids(r, &mut out, Op::Select, uint, &[fits, c0, c1])?;
+            let claimed_at = emit_ids(
                 r,
                 &mut out,
                 Op::AccessChain,
                 buffer.word_pointer,
-                vec![Operand::IdRef(buffer.variable), Operand::IdRef(c1)],
+                &[buffer.variable, c1],
             )?;
-            let before = emit(
+            let before = emit_ids(
                 r,
                 &mut out,
                 Op::AtomicCompareExchange,
                 uint,
-                vec![
-                    Operand::IdRef(claimed_at),
-                    Operand::IdRef(scope),
-                    Operand::IdRef(relaxed),
-                    Operand::IdRef(relaxed),
-                    Operand::IdRef(claim),
-                    Operand::IdRef(c0),
-                ],
+                &[claimed_at, scope, relaxed, relaxed, claim, c0],
             )?;
-            let won = emit(
-                r,
-                &mut out,
-                Op::IEqual,
-                bool_,
-                vec![Operand::IdRef(before), Operand::IdRef(c0)],
-            )?;
+            let won = emit_ids(r, &mut out, Op::IEqual, bool_, &[before, c0])?;
             let assertion_slot = r.constant(ASSERTION_SLOT)?;
-            emit(
-                r,
-                &mut out,
-                Op::Select,
-                uint,
-                vec![
-                    Operand::IdRef(won),
-                    Operand::IdRef(assertion_slot),
-                    Operand::IdRef(c0),
-                ],
-            )?
+            emit_ids(r, &mut out, Op::Select, uint, &[won, assertion_slot, c0])?
         } else {
             c0
         };
-        let slot = emit(
-            r,
-            &mut out,
-            Op::Select,
-            uint,
-            vec![
-                Operand::IdRef(fits),
-                Operand::IdRef(next),
-                Operand::IdRef(elsewhere),
-            ],
-        )?;
-        let base = emit(
-            r,
-            &mut out,
-            Op::IMul,
-            uint,
-            vec![Operand::IdRef(slot), Operand::IdRef(units_per_slot)],
-        )?;
+        let slot = emit_ids(r, &mut out, Op::Select, uint, &[fits, next, elsewhere])?;
+        let base = emit_ids(r, &mut out, Op::IMul, uint, &[slot, units_per_slot])?;
         // The record, four words to a store: the format's number and the
         // global id, then the values, the last uvec4 filled with zeros.
         let mut words = vec![r.constant(n as u32 + 1)?];
-        let id3 = emit(r, &mut out, Op::Load, uvec3, vec![Operand::IdRef(gid)])?;
+        let id3 = emit_ids(r, &mut out, Op::Load, uvec3, &[gid])?;
         for k in 0..3 {
             words.push(emit(
                 r,
@@ -343,32 +265,16 @@ pub(crate) fn instrument(
                 base
             } else {
                 let ck = r.constant(k as u32)?;
-                emit(
-                    r,
-                    &mut out,
-                    Op::IAdd,
-                    uint,
-                    vec![Operand::IdRef(base), Operand::IdRef(ck)],
-                )?
+                emit_ids(r, &mut out, Op::IAdd, uint, &[base, ck])?
             };
-            let at = emit(
+            let at = emit_ids(
                 r,
                 &mut out,
                 Op::AccessChain,
                 buffer.unit_pointer,
-                vec![
-                    Operand::IdRef(buffer.variable),
-                    Operand::IdRef(c4),
-                    Operand::IdRef(index),
-                ],
+                &[buffer.variable, c4, index],
             )?;
-            let value = emit(
-                r,
-                &mut out,
-                Op::CompositeConstruct,
-                uvec4,
-                unit.iter().map(|&w| Operand::IdRef(w)).collect(),
-            )?;
+            let value = emit_ids(r, &mut out, Op::CompositeConstruct, uvec4, unit)?;
             out.push(Instruction::new(
                 Op::Store,
                 None,
