@@ -17,9 +17,9 @@
 //! with its lanes masked off, so there the append's memory operations (an
 //! atomic add and two 16-byte stores here) run for every invocation,
 //! masked (measured: 0.68-0.75). `printf_floor` bounds what any append can
-//! cost there (measured: 0.82-0.83): the same saxpy with, in the printf's place, the least an
-//! append does, an atomic add and one word's store, that no invocation
-//! reaches (`printf_saxpy_floor.spv`; no target).
+//! cost there (measured: 0.82-0.83): the same saxpy with, in the printf's
+//! place, the least an append does, an atomic add and one word's store,
+//! that no invocation reaches (`printf_saxpy_floor.spv`; no target).
 
 use vkcompute::{ContextOptions, DeviceContext, Kernel, PrintfOutput};
 
@@ -65,11 +65,10 @@ impl Bench<'_> {
         let grid = grid_2d(N.div_ceil(256), ctx.info().limits.max_workgroup_count[0]);
         let push = super::SaxpyParams { a: 0.5, n: N };
         let run = |kernel: &Kernel| -> BenchResult<()> {
-            if kernel.bindings().len() == 3 {
-                ctx.enqueue_function(kernel, grid, &[x.arg(), y.arg(), cursor.arg()], &push)?;
-            } else {
-                ctx.enqueue_function(kernel, grid, &[x.arg(), y.arg()], &push)?;
-            }
+            // The floor kernel binds the buffer its atomic would write.
+            let args = [x.arg(), y.arg(), cursor.arg()];
+            let bound = kernel.bindings().len();
+            ctx.enqueue_function(kernel, grid, &args[..bound.min(args.len())], &push)?;
             ctx.synchronize()?;
             Ok(())
         };

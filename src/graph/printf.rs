@@ -37,8 +37,7 @@ impl Printing {
     /// The record buffer of a dispatch of a kernel with call table
     /// `table`, captured on `ctx` (whose `printf_buffer_bytes` sizes it).
     pub(super) fn new(ctx: &DeviceContext, table: Arc<Printf>, label: Arc<str>) -> Result<Self> {
-        let limit = u64::from(ctx.stream.device.limits().max_storage_buffer_range);
-        let capacity = table.capacity(ctx.stream.printf.buffer_bytes, limit);
+        let capacity = printf::capacity(&ctx.stream.device, &table, ctx.stream.printf.buffer_bytes);
         // At most one binding's bytes (`Printf::capacity`).
         let words = table.buffer_words(capacity) as usize;
         // Each replay sets the cursor; a slot is read only once written.
@@ -70,13 +69,7 @@ pub(super) fn outputs(
 ) -> Result<Vec<Arc<RecordBuffer>>> {
     printing
         .iter()
-        .map(|p| {
-            Ok(Arc::new(RecordBuffer::new(
-                device,
-                &p.table,
-                u64::from(p.capacity) * u64::from(p.table.slot_words()) * 4,
-            )?))
-        })
+        .map(|p| Ok(Arc::new(RecordBuffer::new(device, &p.table, p.capacity)?)))
         .collect()
 }
 

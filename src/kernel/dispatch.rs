@@ -405,11 +405,8 @@ impl DeviceContext {
         // last (see `vkcompute_spirv::printf`).
         let printf = match &pipeline.printf {
             Some(table) => {
-                let records = Arc::new(RecordBuffer::new(
-                    device,
-                    table,
-                    self.stream.printf.buffer_bytes,
-                )?);
+                let capacity = printf::capacity(device, table, self.stream.printf.buffer_bytes);
+                let records = Arc::new(RecordBuffer::new(device, table, capacity)?);
                 infos.push(records.descriptor());
                 Some((records, table.clone()))
             }

@@ -87,6 +87,13 @@ impl Output {
     }
 }
 
+/// The records a dispatch of a kernel with call table `table` may write
+/// on `device`, `bytes` of them asked for (`Printf::capacity` under the
+/// device's `maxStorageBufferRange`).
+pub(crate) fn capacity(device: &Device, table: &Printf, bytes: u64) -> u32 {
+    table.capacity(bytes, u64::from(device.limits().max_storage_buffer_range))
+}
+
 /// What one dispatch left in its record buffer.
 #[derive(Default)]
 struct Written {
@@ -111,11 +118,9 @@ pub(crate) struct RecordBuffer {
 }
 
 impl RecordBuffer {
-    /// A buffer for `table`'s records: the header, the trash slot, and
-    /// `capacity_bytes` of records' slots.
-    pub(crate) fn new(device: &Arc<Device>, table: &Printf, capacity_bytes: u64) -> Result<Self> {
-        let limit = u64::from(device.limits().max_storage_buffer_range);
-        let capacity = table.capacity(capacity_bytes, limit);
+    /// A buffer for `capacity` of `table`'s records (from [`capacity`]):
+    /// the header, the trash and assertion slots, and the records' slots.
+    pub(crate) fn new(device: &Arc<Device>, table: &Printf, capacity: u32) -> Result<Self> {
         let bytes = table.buffer_words(capacity) * 4;
         let raw = RawBuffer::new(
             device,

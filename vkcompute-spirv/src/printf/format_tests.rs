@@ -32,6 +32,11 @@ fn f32w(v: f32) -> Vec<u32> {
     vec![v.to_bits()]
 }
 
+/// `format` with one double `v`.
+fn f64s(format: &str, v: f64) -> String {
+    one(format, float(64, 1), &f64w(v))
+}
+
 fn f64w(v: f64) -> Vec<u32> {
     let b = v.to_bits();
     vec![b as u32, (b >> 32) as u32]
@@ -233,7 +238,6 @@ fn strings_take_a_width_and_a_precision() {
 /// `#` keeps the point, and under `%g` the trailing zeros, as C does.
 #[test]
 fn the_alternative_form_keeps_the_point() {
-    let f64s = |format: &str, v: f64| one(format, float(64, 1), &f64w(v));
     assert_eq!(f64s("%#g", -477078.0), "-477078.");
     assert_eq!(one("%#g", float(32, 1), &f32w(-477078.0)), "-477078.");
     assert_eq!(f64s("%#g", 1.0), "1.00000");
@@ -259,7 +263,6 @@ fn the_alternative_form_keeps_the_point() {
 /// as glibc writes doubles.
 #[test]
 fn hex_floats_round_and_write_zero_and_subnormals_as_glibc_does() {
-    let f64s = |format: &str, v: f64| one(format, float(64, 1), &f64w(v));
     assert_eq!(f64s("%.0a", 1.5), "0x2p+0");
     assert_eq!(f64s("%.0a", 2.5), "0x1p+1");
     assert_eq!(f64s("%.0a", 1.9), "0x2p+0");
@@ -290,7 +293,6 @@ fn hex_floats_round_and_write_zero_and_subnormals_as_glibc_does() {
 #[test]
 fn nan_and_infinity_take_signs_and_pad_with_spaces() {
     let negative_nan = f64::from_bits(f64::NAN.to_bits() | 1 << 63);
-    let f64s = |format: &str, v: f64| one(format, float(64, 1), &f64w(v));
     assert_eq!(f64s("%f", negative_nan), "-nan");
     assert_eq!(one("%g", float(32, 1), &[0xffc0_0000]), "-nan");
     assert_eq!(f64s("%F", negative_nan), "-NAN");

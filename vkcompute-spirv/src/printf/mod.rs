@@ -128,8 +128,8 @@ impl Printf {
     /// The records a buffer holds when `bytes` of records are asked for
     /// and one binding covers at most `max_binding_bytes`: whole slots, at
     /// least one (so that an assertion is never lost to a small setting),
-    /// and no more than the binding, with the header and the trash slot,
-    /// covers.
+    /// and no more than the binding, with the header and the trash and
+    /// assertion slots, covers.
     pub fn capacity(&self, bytes: u64, max_binding_bytes: u64) -> u32 {
         let slot = u64::from(self.slot_words());
         let asked = bytes / (slot * 4);
