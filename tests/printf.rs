@@ -364,6 +364,34 @@ fn futures_emit_lines_and_report_assertions_as_waits_do() {
 }
 
 #[test]
+fn two_threads_waiting_at_once_get_an_assertion_once_and_every_line_once() {
+    // One failing dispatch, two threads waiting on it at once, one through
+    // an awaited event and one through synchronize: the assertion is
+    // returned to exactly one of them, and its line is emitted once.
+    let (ctx, lines) = collecting(Path::Direct, |o| o);
+    let k = kernel(&ctx, 8, r#"VK_ASSERT1(i != 3u, "i = %u", i); d[i] = 1u;"#).unwrap();
+    let d = ctx.enqueue_create_buffer::<u32>(8).unwrap();
+    for _ in 0..20 {
+        lines.lock().unwrap().clear();
+        ctx.enqueue_function(&k, 1, &[d.arg()], &0u32).unwrap();
+        let event = ctx.enqueue_record_event().unwrap();
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| common::block_on(event).0);
+            let b = s.spawn(|| ctx.synchronize());
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let asserted = [&a, &b]
+            .iter()
+            .filter(|r| matches!(r, Err(Error::KernelAssert(_))))
+            .count();
+        assert_eq!(asserted, 1, "{a:?} {b:?}");
+        assert!(a.is_ok() || b.is_ok(), "{a:?} {b:?}");
+        ctx.synchronize().unwrap();
+        assert_eq!(texts(&lines), ["i = 3"]);
+    }
+}
+
+#[test]
 fn printf_in_functions_and_loops_and_unreached_printf() {
     let (ctx, lines) = collecting(Path::Direct, |o| o);
     let source = r#"#version 450
